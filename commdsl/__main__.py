@@ -1,0 +1,3 @@
+from commdsl.cli.main import entry
+
+entry()

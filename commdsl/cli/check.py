@@ -1,0 +1,80 @@
+"""`commdsl check FILE…` and `commdsl lint FILE…`: every static analysis at every declared world size.
+
+`check` is what must hold before a launch (errors only); `lint` adds the idiom warnings and the
+ruff-style selection flags. Exit 0 clean, 1 errors found (warnings alone: 0 unless `--strict`),
+2 usage or I/O error; `--exit-zero` turns 1 into 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags, add_program_flags,
+                                consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.diagnostics import CommdslError
+
+
+def add_parser(sub):
+    for verb, lints, text in (
+        ("check", False, "parse, validate, expand and simulate at every declared world size"),
+        ("lint", True, "everything `check` does, plus idiom lints, with rule selection"),
+    ):
+        p = sub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("files", nargs="+", metavar="FILE")
+        p.add_argument("--world", type=int, action="append",
+                       help="check only this world size (repeatable; default: every declared size)")
+        p.add_argument("--backend", choices=("gloo", "nccl"), action="append",
+                       help="check against this backend (repeatable; default: the program's `backend` line, else gloo)")
+        p.add_argument("--max-world", type=int, default=int(os.environ.get("COMMDSL_MAX_WORLD", 64)),
+                       help="bound for open ranges such as `world 2..` (default: 64)")
+        p.add_argument("--select", help="comma-separated codes or prefixes to report (e.g. P,D401)")
+        p.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
+        p.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+        p.add_argument("--strict", action="store_true", help="warnings count as findings (exit 1)")
+        p.add_argument("--statistics", action="store_true", help="print a count per code instead of each finding")
+        add_program_flags(p)
+        add_output_flags(p)
+        p.set_defaults(handler=run, lints=lints)
+
+
+def _codes(text: str | None) -> tuple[str, ...]:
+    return tuple(c.strip().upper() for c in text.split(",") if c.strip()) if text else ()
+
+
+def run(args) -> int:
+    from commdsl.checker import CheckOptions, check_program
+    from commdsl.diagnostics.codes import CODES
+
+    out, err = consoles(args)
+    select, ignore = _codes(args.select), _codes(args.ignore)
+    for c in select + ignore:
+        if not any(code.startswith(c) for code in CODES):
+            raise UsageError(f"unknown code or prefix {c!r} (see `commdsl explain --list`)")
+    params = parse_sets(args.set)
+    loaded = load_files(args.files, err)
+    diags = list(loaded.diagnostics)
+    for program in loaded.programs:
+        options = CheckOptions(worlds=tuple(args.world) if args.world else None,
+                               backends=tuple(args.backend) if args.backend else None,
+                               params=params, lints=args.lints, bound=args.max_world)
+        try:
+            diags.extend(check_program(program, options))
+        except CommdslError as e:
+            diags.extend(e.diagnostics)
+    diags = [d for d in diags if (not select or d.code.startswith(select)) and not d.code.startswith(ignore or ("\0",))]
+    if args.statistics:
+        counts: dict[str, int] = {}
+        for d in diags:
+            counts[d.code] = counts.get(d.code, 0) + 1
+        for code, count in sorted(counts.items()):
+            out.print(f"{count:>5}  {code}  {CODES[code].name if code in CODES else ''}")
+    else:
+        print_diagnostics(diags, loaded.sources, args.format, out, err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    failing = [d for d in diags if d.severity == "error" or args.strict]
+    if failing and not args.exit_zero:
+        return EXIT_FINDINGS
+    if not diags and args.format in ("text", "concise") and not args.statistics:
+        err.print(f"All checks passed ({len(loaded.programs)} program{'s' * (len(loaded.programs) != 1)}).")
+    return EXIT_OK

@@ -1,0 +1,95 @@
+"""What every subcommand shares: reading files into Programs, printing diagnostics, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.diagnostics.render import FORMATS, emit, use_color
+from commdsl.expand import parse_param_value
+from commdsl.resolve import Program, load
+from commdsl.source import SourceFile
+
+EXIT_OK, EXIT_FINDINGS, EXIT_FAILURE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command-line mistake: argparse-style message, exit 2."""
+
+
+@dataclass
+class Loaded:
+    programs: list[Program] = field(default_factory=list)
+    sources: dict[str, SourceFile] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    io_failed: bool = False
+
+
+def load_files(paths: list[str], err: Console) -> Loaded:
+    out = Loaded()
+    for path in paths:
+        try:
+            source = SourceFile.read(path)
+        except UnicodeDecodeError as e:
+            err.print(f"[bold red]error[/]: {path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r})",
+                      highlight=False)
+            out.io_failed = True
+            continue
+        except OSError as e:
+            err.print(f"[bold red]error[/]: cannot read {path}: {e.strerror or e}", highlight=False)
+            out.io_failed = True
+            continue
+        out.sources[path] = source
+        try:
+            out.programs.append(load(source))
+        except CommdslError as e:
+            out.diagnostics.extend(e.diagnostics)
+    return out
+
+
+def parse_sets(values: list[str] | None) -> dict[str, str]:
+    """`--set k=v` (repeatable) → {k: "v"}; values are checked against the program by `expand`."""
+    out = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        if parse_param_value(value) is None:
+            raise UsageError(f"--set {item}: the value is not an integer, number or true/false")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def consoles(args) -> tuple[Console, Console]:
+    color = getattr(args, "color", "auto")
+    out = Console(file=sys.stdout, force_terminal=use_color(color, sys.stdout), no_color=not use_color(color, sys.stdout),
+                  highlight=False, width=200 if not sys.stdout.isatty() else None)
+    err = Console(file=sys.stderr, force_terminal=use_color(color, sys.stderr), no_color=not use_color(color, sys.stderr),
+                  highlight=False, width=200 if not sys.stderr.isatty() else None)
+    return out, err
+
+
+def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS):
+    p.add_argument("--format", choices=formats, default="text", help="diagnostic output format (default: text)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the text output (default: auto — on a TTY, unless NO_COLOR is set)")
+
+
+def add_program_flags(p: argparse.ArgumentParser):
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param (repeatable)")
+
+
+def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Console, err: Console, summary: bool = True):
+    diags = sorted(diags, key=Diagnostic.sort_key)
+    emit(diags, sources, fmt, out)
+    if summary and fmt in ("text", "concise"):
+        errors = sum(d.severity == "error" for d in diags)
+        warnings = len(diags) - errors
+        if diags:
+            parts = [f"{errors} error{'s' * (errors != 1)}"] if errors else []
+            parts += [f"{warnings} warning{'s' * (warnings != 1)}"] if warnings else []
+            err.print(f"Found {' and '.join(parts)}.")

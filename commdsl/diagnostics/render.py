@@ -1,0 +1,179 @@
+"""Renders diagnostics: `text` (rustc style, coloured on a TTY), `concise`, `json`, `sarif`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+
+from rich.console import Console
+from rich.text import Text
+
+from commdsl import __version__
+from commdsl.diagnostics.codes import CODES
+from commdsl.diagnostics.model import Diagnostic
+from commdsl.source import SourceFile, Span
+
+FORMATS = ("text", "concise", "json", "sarif")
+_STYLE = {"error": "bold red", "warning": "bold yellow"}
+
+
+def use_color(choice: str, stream) -> bool:
+    """`--color auto|always|never`; auto means a TTY and no NO_COLOR in the environment."""
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def render_text(d: Diagnostic, sources: Mapping[str, SourceFile]) -> Text:
+    sev = d.severity
+    out = Text()
+    out.append(f"{sev}[{d.code}]", style=_STYLE[sev])
+    out.append(f": {d.message}\n", style="bold")
+    marks: list[tuple[Span, str, bool]] = []
+    if d.span is not None:
+        marks.append((d.span, d.label, True))
+    marks.extend((lab.span, lab.message, False) for lab in d.labels)
+    if d.span is not None:
+        width = len(str(max(m[0].line for m in marks)))
+        pad = " " * width
+        out.append(f"{pad}--> ", style="bold blue")
+        out.append(f"{d.span.path}:{d.span.line}:{d.span.column}\n")
+        out.append(f"{pad} |\n", style="bold blue")
+        last_line = None
+        for span, label, primary in sorted(marks, key=lambda m: (m[0].path != d.span.path, m[0].start)):
+            if span.path != d.span.path:
+                out.append(f"{pad}::: ", style="bold blue")
+                out.append(f"{span.path}:{span.line}:{span.column}\n")
+            src_here = sources.get(span.path)
+            line_text = src_here.line_text(span.line) if src_here else ""
+            if last_line is not None and span.line > last_line + 1:
+                out.append("...\n", style="bold blue")
+            if span.line != last_line:
+                out.append(f"{span.line:>{width}} | ", style="bold blue")
+                out.append(line_text + "\n")
+            last_line = span.line
+            start = span.column - 1
+            end = span.end_column - 1 if span.end_line == span.line else len(line_text)
+            length = max(1, end - start)
+            out.append(f"{pad} | ", style="bold blue")
+            out.append(" " * start)
+            out.append(("^" if primary else "-") * length + (f" {label}" if label else ""),
+                       style=_STYLE[sev] if primary else "bold blue")
+            out.append("\n")
+        out.append(f"{pad} |\n", style="bold blue")
+    else:
+        pad = " "
+    for note in d.notes:
+        where = f" ({note.span.path}:{note.span.line}:{note.span.column})" if note.span else ""
+        out.append(f"{pad} = ", style="bold blue")
+        out.append("note", style="bold")
+        out.append(f": {note.message}{where}\n")
+    if d.worlds and not any("world size" in nt.message for nt in d.notes):
+        out.append(f"{pad} = ", style="bold blue")
+        out.append("note", style="bold")
+        out.append(f": at world size{'s' if len(d.worlds) > 1 else ''} {_sizes(d.worlds)}\n")
+    if d.help:
+        out.append(f"{pad} = ", style="bold blue")
+        out.append("help", style="bold")
+        out.append(f": {d.help}\n")
+    return out
+
+
+def _sizes(worlds: Iterable[int]) -> str:
+    ws = list(worlds)
+    if len(ws) <= 6:
+        return ", ".join(map(str, ws[:-1])) + (" and " if len(ws) > 1 else "") + str(ws[-1])
+    return ", ".join(map(str, ws[:5])) + f" and {len(ws) - 5} more"
+
+
+def render_concise(d: Diagnostic) -> str:
+    where = f"{d.span.path}:{d.span.line}:{d.span.column}: " if d.span else ""
+    return f"{where}{d.code} {d.message}"
+
+
+def _span_json(s: Span | None):
+    if s is None:
+        return None
+    return {"path": s.path, "line": s.line, "column": s.column, "end_line": s.end_line, "end_column": s.end_column}
+
+
+def to_json(d: Diagnostic, sources: Mapping[str, SourceFile]) -> dict:
+    s = d.span
+    notes = [dict(_span_json(lab.span), message=lab.message) for lab in d.labels]
+    notes += [dict(_span_json(nt.span) or {"path": None, "line": None, "column": None}, message=nt.message)
+              for nt in d.notes]
+    return {
+        "code": d.code,
+        "name": d.name,
+        "severity": d.severity,
+        "message": d.message,
+        "path": s.path if s else None,
+        "line": s.line if s else None,
+        "column": s.column if s else None,
+        "end_line": s.end_line if s else None,
+        "end_column": s.end_column if s else None,
+        "label": d.label,
+        "world": d.worlds[0] if d.worlds else None,
+        "worlds": list(d.worlds),
+        "notes": notes,
+        "help": d.help,
+        "rendered": render_text(d, sources).plain,
+    }
+
+
+def to_sarif(diags: list[Diagnostic]) -> dict:
+    used = sorted({d.code for d in diags})
+    rules = [{"id": c, "name": CODES[c].name if c in CODES else c,
+              "shortDescription": {"text": CODES[c].summary if c in CODES else c},
+              "helpUri": f"https://github.com/commdsl/commdsl/blob/main/docs/diagnostics.md#{c.lower()}"}
+             for c in used]
+    results = []
+    for d in diags:
+        r = {"ruleId": d.code, "ruleIndex": used.index(d.code),
+             "level": "error" if d.severity == "error" else "warning",
+             "message": {"text": d.message}}
+        if d.span is not None:
+            r["locations"] = [_sarif_location(d.span, d.label)]
+        related = [_sarif_location(lab.span, lab.message, i) for i, lab in enumerate(d.labels)]
+        if related:
+            r["relatedLocations"] = related
+        if d.worlds:
+            r["properties"] = {"worlds": list(d.worlds)}
+        results.append(r)
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "commdsl", "version": __version__,
+                                      "informationUri": "https://github.com/commdsl/commdsl", "rules": rules}},
+                  "results": results}],
+    }
+
+
+def _sarif_location(s: Span, message: str, ident: int | None = None) -> dict:
+    loc = {"physicalLocation": {"artifactLocation": {"uri": s.path},
+                                "region": {"startLine": s.line, "startColumn": s.column,
+                                           "endLine": s.end_line, "endColumn": max(s.end_column, s.column)}}}
+    if message:
+        loc["message"] = {"text": message}
+    if ident is not None:
+        loc["id"] = ident
+    return loc
+
+
+def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, console: Console) -> None:
+    """Write diagnostics to the console in one format; the summary line only for human formats."""
+    if fmt == "json":
+        console.file.write(json.dumps([to_json(d, sources) for d in diags], indent=2) + "\n")
+        return
+    if fmt == "sarif":
+        console.file.write(json.dumps(to_sarif(diags), indent=2) + "\n")
+        return
+    for d in diags:
+        if fmt == "concise":
+            console.print(Text(render_concise(d)), soft_wrap=True)
+        else:
+            console.print(render_text(d, sources), soft_wrap=True, end="")
+            console.print()

@@ -1,0 +1,473 @@
+"""AST → checked Program: names resolved, every expression used where its kind fits.
+
+What can be decided without a world size is decided here (undefined names, a tensor where a rank
+is needed, an unknown dtype or reduce op, a declaration inside a block). Everything that depends on
+the world size or params (bounds, shapes) is checked by `expand`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.dtypes import DTYPES, REDUCE_OPS
+from commdsl.source import SourceFile
+from commdsl.syntax import nodes as n
+from commdsl.syntax.parser import parse_tree
+from commdsl.syntax.transform import to_ast
+
+OPEN_WORLD_BOUND = 64
+"""An open range `world 2..` is checked at every size up to this bound."""
+
+BACKENDS = ("gloo", "nccl")
+BUILTINS = {"rank": "static", "world": "static", "i": "index"}
+ELEMENT_FUNCS = {"min": 2, "max": 2, "abs": 1}
+INIT_FUNCS = {"rand": 1, "randn": 1}
+COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
+
+
+class Program(BaseModel):
+    """A program whose names and kinds are consistent; still parametric in world size and params."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str
+    path: str
+    world: n.WorldDecl | None
+    backends: tuple[str, ...]
+    params: tuple[n.ParamDecl, ...]
+    tensors: tuple[n.TensorDecl, ...]
+    groups: tuple[n.GroupDecl | n.MeshDecl, ...]
+    body: tuple[n.Stmt, ...]
+    source: SourceFile
+
+    def world_sizes(self, bound: int = OPEN_WORLD_BOUND) -> list[int]:
+        """The sizes the program declares; an open range stops at `bound`; no `world` means 1..bound."""
+        w = self.world
+        if w is None:
+            return list(range(1, bound + 1))
+        if w.sizes:
+            return list(w.sizes)
+        hi = bound if w.open else w.hi
+        return list(range(w.lo, max(w.lo, hi) + 1)) if w.open else list(range(w.lo, hi + 1))
+
+    def accepts(self, world: int) -> bool:
+        w = self.world
+        if w is None:
+            return world >= 1
+        if w.sizes:
+            return world in w.sizes
+        return world >= w.lo and (w.open or world <= w.hi)
+
+    def describe_world(self) -> str:
+        w = self.world
+        if w is None:
+            return "any size"
+        if w.sizes:
+            return ", ".join(map(str, w.sizes))
+        return f"{w.lo}.." if w.open else f"{w.lo}..{w.hi}"
+
+
+@dataclass
+class _Scope:
+    names: dict[str, tuple[str, n.Node | None]] = field(default_factory=dict)
+    parent: "_Scope | None" = None
+
+    def lookup(self, name: str):
+        scope = self
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            scope = scope.parent
+        return None
+
+    def all_names(self) -> set[str]:
+        out, scope = set(), self
+        while scope is not None:
+            out |= set(scope.names)
+            scope = scope.parent
+        return out
+
+
+class _Resolver:
+    def __init__(self, module: n.Module):
+        self.module = module
+        self.diags: list[Diagnostic] = []
+        self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
+
+    def error(self, code: str, message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
+        self.diags.append(Diagnostic(code=code, message=message, span=node.span, label=label, help=help,
+                                     notes=tuple(notes)))
+
+    # declarations --------------------------------------------------------------------------------
+    def declare(self, scope: _Scope, name: str, kind: str, node: n.Node):
+        existing = scope.lookup(name)
+        if existing is not None and not (kind == "let" and existing[0] == "let" and name not in scope.names):
+            what, where = existing
+            label = "already declared" if where is None else f"already declared as a {what}"
+            notes = [] if where is None else [n_note(f"first declared here", where)]
+            msg = f"`{name}` is a built-in name" if where is None else f"`{name}` is declared twice"
+            self.error("N102", msg, node, label=label, notes=notes,
+                       help=None if where else f"`{name}` always means the built-in; choose another name")
+            return
+        scope.names[name] = (kind, node)
+
+    def run(self) -> Program:
+        header: dict[str, n.Node] = {}
+        params, tensors, groups, body = [], [], [], []
+        handles = _collect_handles(self.module.body)
+        for name, node in handles.items():
+            if name in BUILTINS:
+                self.error("N102", f"`{name}` is a built-in name", node, label="cannot name a handle")
+        seen_statement = False
+        for stmt in self.module.body:
+            if isinstance(stmt, (n.ProgramDecl, n.WorldDecl, n.BackendDecl)):
+                key = stmt.kind
+                if key in header:
+                    self.error("N102", f"`{key}` is declared twice", stmt, label="second declaration",
+                               notes=[n_note("first declared here", header[key])])
+                    continue
+                if seen_statement:
+                    self.error("N106", f"`{key}` must come before the program's statements", stmt,
+                               label="header line after a statement",
+                               help="move the header (program, world, backend, param) to the top")
+                header[key] = stmt
+                if isinstance(stmt, n.WorldDecl):
+                    self.check_world(stmt)
+                if isinstance(stmt, n.BackendDecl):
+                    for ident in stmt.names:
+                        if ident.name not in BACKENDS:
+                            self.error("N110", f"unknown backend `{ident.name}`", ident,
+                                       label="not a backend", help="backends are `gloo` and `nccl`")
+                continue
+            if isinstance(stmt, n.ParamDecl):
+                self.check_expr(stmt.default, "static", self.top)
+                self.declare(self.top, stmt.name, "param", stmt)
+                params.append(stmt)
+                continue
+            if isinstance(stmt, n.TensorDecl):
+                self.check_tensor(stmt)
+                tensors.append(stmt)
+                continue
+            if isinstance(stmt, (n.GroupDecl, n.MeshDecl)):
+                self.check_group(stmt)
+                groups.append(stmt)
+                continue
+            seen_statement = True
+            body.append(stmt)
+        for name, node in handles.items():
+            if name not in BUILTINS:
+                self.declare(self.top, name, "handle", node)
+        self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
+        if self.diags:
+            raise CommdslError(self.diags)
+        prog = header.get("program")
+        world = header.get("world")
+        backend = header.get("backend")
+        return Program(
+            name=prog.name if prog else "program",
+            path=self.module.span.path,
+            world=world,
+            backends=tuple(i.name for i in backend.names) if backend else ("gloo",),
+            params=tuple(params), tensors=tuple(tensors), groups=tuple(groups), body=tuple(body),
+            source=self.source,
+        )
+
+    def check_world(self, w: n.WorldDecl):
+        sizes = list(w.sizes) + [x for x in (w.lo, w.hi) if x is not None]
+        if any(s < 1 for s in sizes):
+            self.error("N112", "a world size must be at least 1", w, label="world size 0")
+        elif w.hi is not None and w.lo > w.hi:
+            self.error("N112", f"empty world range `{w.lo}..{w.hi}`", w, label="the range is empty",
+                       help=f"write `world {w.hi}..{w.lo}`")
+        elif len(set(w.sizes)) != len(w.sizes):
+            self.error("N112", "a world size is listed twice", w, label="duplicate size")
+
+    def check_tensor(self, t: n.TensorDecl):
+        if t.dtype.name not in DTYPES:
+            self.error("N104", f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
+                       help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
+        for dim in t.shape:
+            self.check_expr(dim, "static", self.top)
+        if t.init is not None:
+            self.check_expr(t.init, "init", self.top)
+        self.declare(self.top, t.name, "tensor", t)
+
+    def check_group(self, g: n.GroupDecl | n.MeshDecl):
+        if isinstance(g, n.MeshDecl):
+            dims = set()
+            for d in g.dims:
+                self.check_expr(d.size, "static", self.top)
+                if d.name in dims:
+                    self.error("N102", f"mesh dimension `{d.name}` is declared twice", d, label="duplicate")
+                dims.add(d.name)
+            self.declare(self.top, g.name, "mesh", g)
+            return
+        for m in g.members:
+            self.check_expr(m, "static", self.top)
+        if g.split_key is not None:
+            self.check_expr(g.split_key, "static", self.top)
+        self.declare(self.top, g.name, "group", g)
+
+    # statements ----------------------------------------------------------------------------------
+    def check_block(self, stmts: tuple, scope: _Scope, in_batch: bool):
+        for stmt in stmts:
+            self.check_stmt(stmt, scope, in_batch)
+
+    def check_stmt(self, s, scope: _Scope, in_batch: bool):
+        match s:
+            case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() \
+                    | n.GroupDecl() | n.MeshDecl():
+                self.error("N106", f"`{s.kind}` declarations belong at the top level", s,
+                           label="declared inside a block",
+                           help="declare tensors, groups, params and the header at the top of the file")
+            case n.Let():
+                self.check_expr(s.value, "static", scope)
+                self.declare(scope, s.name, "let", s)
+            case n.Assign():
+                self.check_view(s.target, scope)
+                self.check_expr(s.value, "elem", scope)
+            case n.Send() | n.Recv():
+                self.check_view(s.buffer, scope)
+                self.check_expr(s.peer, "static", scope)
+                if s.tag is not None:
+                    self.check_expr(s.tag, "static", scope)
+                self.check_group_ref(s.group, scope)
+                if in_batch and s.handle is not None:
+                    self.error("N111", "a P2P op inside `batch` has no handle of its own", s,
+                               label="the batch waits for all its ops at its end")
+            case n.Collective():
+                if in_batch:
+                    self.error("N111", f"`{s.op}` cannot be part of a `batch`", s,
+                               label="only send, recv, isend and irecv batch together",
+                               help="move the collective out of the `batch:` block")
+                for v in s.inputs + s.outputs:
+                    self.check_view(v, scope)
+                if s.root is not None:
+                    self.check_expr(s.root, "static", scope)
+                for e in s.in_splits + s.out_splits:
+                    self.check_expr(e, "static", scope)
+                if s.redop is not None:
+                    if s.redop.name.name not in REDUCE_OPS:
+                        self.error("N105", f"unknown reduce op `{s.redop.name.name}`", s.redop.name,
+                                   label="not a reduce op",
+                                   help=_suggest(s.redop.name.name, REDUCE_OPS,
+                                                 "reduce ops are " + ", ".join(REDUCE_OPS)))
+                    elif s.redop.name.name == "premul_sum" and s.redop.scale is None:
+                        self.error("N105", "`premul_sum` needs a scale factor", s.redop,
+                                   label="write `op premul_sum(0.5)`")
+                    elif s.redop.scale is not None and s.redop.name.name != "premul_sum":
+                        self.error("N105", f"`{s.redop.name.name}` takes no argument", s.redop.scale,
+                                   label="only `premul_sum` takes a scale")
+                    if s.redop.scale is not None:
+                        self.check_expr(s.redop.scale, "static", scope)
+                self.check_group_ref(s.group, scope)
+            case n.Wait():
+                if in_batch:
+                    self.error("N111", "`wait` inside `batch`", s, label="the batch waits at its end by itself")
+            case n.Expect():
+                self.check_expect(s, scope)
+            case n.Print():
+                for v in s.views:
+                    self.check_view(v, scope)
+            case n.For():
+                self.check_expr(s.lo, "static", scope)
+                self.check_expr(s.hi, "static", scope)
+                inner = _Scope(parent=scope)
+                self.declare(inner, s.var, "loop", s)
+                self.check_block(s.body, inner, in_batch)
+            case n.On():
+                for br in s.branches:
+                    self.check_expr(br.cond, "static", scope)
+                    self.check_block(br.body, _Scope(parent=scope), in_batch)
+                self.check_block(s.orelse, _Scope(parent=scope), in_batch)
+            case n.Batch():
+                if in_batch:
+                    self.error("N111", "`batch` blocks do not nest", s, label="inside another batch")
+                for inner in s.body:
+                    if not isinstance(inner, (n.Send, n.Recv, n.For, n.On, n.Let)):
+                        self.error("N111", f"`{inner.kind}` cannot be part of a `batch`", inner,
+                                   label="only send, recv, isend and irecv batch together")
+                self.check_block(s.body, _Scope(parent=scope), True)
+
+    def check_expect(self, s: n.Expect, scope: _Scope):
+        c = s.cond
+        if not (isinstance(c, n.Binary) and c.op in COMPARISONS):
+            self.error("N109", "`expect` takes a comparison `VIEW == VALUE`", c,
+                       label="not a comparison", help="write e.g. `expect x == world * (world - 1) / 2`")
+            return
+        self.check_view(c.left, scope)
+        self.check_expr(c.right, "elem", scope)
+
+    def check_group_ref(self, g: n.GroupRef | None, scope: _Scope):
+        if g is None:
+            return
+        found = scope.lookup(g.name)
+        if found is None:
+            self.undefined(g.name, g, scope, "group")
+            return
+        kind, decl = found
+        if kind == "group" and g.dim is None:
+            return
+        if kind == "mesh":
+            dims = [d.name for d in decl.dims]
+            if g.dim is None:
+                self.error("N103", f"`{g.name}` is a mesh; name one of its dimensions", g,
+                           label="a mesh is not a group", help=f"write `in {g.name}.{dims[0]}`")
+            elif g.dim not in dims:
+                self.error("N101", f"mesh `{g.name}` has no dimension `{g.dim}`", g, label="unknown dimension",
+                           help=f"its dimensions are {', '.join(dims)}")
+            return
+        self.error("N103", f"`{g.text}` is not a group", g, label=f"`{g.name}` is a {kind}")
+
+    # expressions ---------------------------------------------------------------------------------
+    def undefined(self, name: str, node: n.Node, scope: _Scope, what: str = "name"):
+        close = difflib.get_close_matches(name, sorted(scope.all_names()), n=1)
+        help = f"a name `{close[0]}` exists" if close else None
+        self.error("N101", f"undefined {what} `{name}`", node, label="not declared", help=help)
+
+    def check_view(self, e, scope: _Scope):
+        """A view: a tensor name, optionally followed by `[lo:hi]`, `[k]` and `.chunk(k, parts)`."""
+        match e:
+            case n.Name():
+                found = scope.lookup(e.id)
+                if found is None:
+                    self.undefined(e.id, e, scope, "tensor")
+                elif found[0] != "tensor":
+                    self.error("N103", f"`{e.id}` is not a tensor", e, label=f"`{e.id}` is a {found[0]}",
+                               help="communication ops and assignments work on declared tensors")
+            case n.Slice():
+                self.check_view(e.value, scope)
+                for b in (e.lo, e.hi):
+                    if b is not None:
+                        self.check_expr(b, "static", scope)
+            case n.Index():
+                self.check_view(e.value, scope)
+                self.check_expr(e.index, "static", scope)
+            case n.Call(func=n.Attr(attr="chunk") as f):
+                self.check_view(f.value, scope)
+                if len(e.args) != 2:
+                    self.error("N107", "`chunk` takes two arguments: `chunk(k, parts)`", e,
+                               label=f"{len(e.args)} given")
+                for a in e.args:
+                    self.check_expr(a, "static", scope)
+            case _:
+                self.error("N107", "expected a tensor view", e, label="not a tensor or a view of one",
+                           help="a view is `x`, `x[lo:hi]`, `x[k]` or `x.chunk(k, parts)`")
+
+    def check_expr(self, e, ctx: str, scope: _Scope):
+        """ctx: "static" (ints per rank), "elem" (elementwise, may read views), "init" (elementwise, no views)."""
+        match e:
+            case n.IntLit() | n.FloatLit() | n.BoolLit():
+                return
+            case n.Name():
+                found = scope.lookup(e.id)
+                if found is None:
+                    self.undefined(e.id, e, scope)
+                    return
+                kind = found[0]
+                if kind == "index" and ctx == "static":
+                    self.error("N103", "`i` (the element index) is only defined in element expressions", e,
+                               label="not an integer known per rank",
+                               help="use `i` in tensor initialisers, assignments and `expect`")
+                elif kind == "tensor" and ctx != "elem":
+                    where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
+                    self.error("N103", f"tensor `{e.id}` used where {where} is expected", e,
+                               label="a tensor, not a number")
+                elif kind in ("group", "mesh", "handle"):
+                    self.error("N103", f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+            case n.Attr():
+                self.check_attr(e, scope)
+            case n.Call(func=n.Name(id=fname)) if fname in ELEMENT_FUNCS or fname in INIT_FUNCS:
+                arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
+                if fname in INIT_FUNCS and ctx != "init":
+                    self.error("N103", f"`{fname}` is only allowed in tensor initialisers", e,
+                               label="random values come from the initialiser")
+                if len(e.args) != arity:
+                    self.error("N107", f"`{fname}` takes {arity} argument{'s' * (arity > 1)}", e,
+                               label=f"{len(e.args)} given")
+                for a in e.args:
+                    self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
+            case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
+                if ctx != "elem":
+                    self.error("N103", "a tensor view is not allowed here", e, label="expected a number")
+                    return
+                self.check_view(e, scope)
+            case n.Call(func=n.Name(id=fname)):
+                self.error("N101", f"unknown function `{fname}`", e.func, label="not a function",
+                           help="functions are min, max, abs (and rand, randn in initialisers)")
+            case n.Call():
+                self.error("N107", "this cannot be called", e, label="not a function")
+            case n.Unary():
+                self.check_expr(e.operand, ctx, scope)
+            case n.Binary():
+                self.check_expr(e.left, ctx, scope)
+                self.check_expr(e.right, ctx, scope)
+
+    def check_attr(self, e: n.Attr, scope: _Scope):
+        """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`."""
+        base, dim = e.value, None
+        if isinstance(base, n.Attr) and isinstance(base.value, n.Name):
+            base, dim = base.value, base.attr
+        if not isinstance(base, n.Name):
+            self.error("N107", "unexpected attribute", e, label="expected `GROUP.rank` or `GROUP.size`")
+            return
+        found = scope.lookup(base.id)
+        if found is None:
+            self.undefined(base.id, base, scope)
+            return
+        kind, decl = found
+        if e.attr not in ("rank", "size"):
+            extra = " (a view is `x.chunk(k, parts)`)" if kind == "tensor" else ""
+            self.error("N107", f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
+            return
+        if kind == "group" and dim is None:
+            return
+        if kind == "mesh" and dim is not None and dim in [d.name for d in decl.dims]:
+            return
+        self.error("N103", f"`.{e.attr}` needs a group or a mesh dimension", e,
+                   label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`")
+
+
+def n_note(message: str, node: n.Node):
+    from commdsl.diagnostics import Note
+
+    return Note(message=message, span=node.span)
+
+
+def _suggest(name: str, choices, fallback: str) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f"the closest is `{close[0]}`" if close else fallback
+
+
+def _collect_handles(stmts) -> dict[str, n.Node]:
+    out: dict[str, n.Node] = {}
+    for s in stmts:
+        if isinstance(s, (n.Send, n.Recv, n.Collective)) and s.handle is not None:
+            out.setdefault(s.handle.name, s.handle)
+        for child in _children(s):
+            out.update({k: v for k, v in _collect_handles(child).items() if k not in out})
+    return out
+
+
+def _children(s) -> list[tuple]:
+    match s:
+        case n.For() | n.Batch():
+            return [s.body]
+        case n.On():
+            return [br.body for br in s.branches] + [s.orelse]
+    return []
+
+
+def resolve(module: n.Module, source: SourceFile) -> Program:
+    r = _Resolver(module)
+    r.source = source
+    return r.run()
+
+
+def load(source: SourceFile) -> Program:
+    """Parse and resolve one file; raises CommdslError with the diagnostics that stop it."""
+    return resolve(to_ast(parse_tree(source), source), source)

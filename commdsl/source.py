@@ -1,0 +1,64 @@
+"""Source text and spans: every diagnostic and every Schedule op points back here."""
+
+from __future__ import annotations
+
+import bisect
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Span(BaseModel):
+    """A half-open region of one source file, 1-based lines and columns, end exclusive (as Lark's meta)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    start: int
+    end: int
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+class SourceFile:
+    """One program's text with a line index, so offsets become line:col and lines can be quoted."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.text = text.expandtabs(8)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "SourceFile":
+        """Read a file as UTF-8; raises OSError or UnicodeDecodeError for the CLI to report."""
+        return cls(str(path), Path(path).read_bytes().decode("utf-8"))
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts = [0]
+        starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
+        return starts
+
+    def location(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of a character offset."""
+        offset = max(0, min(offset, len(self.text)))
+        index = bisect.bisect_right(self._line_starts, offset) - 1
+        return index + 1, offset - self._line_starts[index] + 1
+
+    def line_text(self, line: int) -> str:
+        starts = self._line_starts
+        if not 1 <= line <= len(starts):
+            return ""
+        end = starts[line] - 1 if line < len(starts) else len(self.text)
+        return self.text[starts[line - 1] : end].rstrip("\r")
+
+    def span(self, start: int, end: int) -> Span:
+        line, column = self.location(start)
+        end_line, end_column = self.location(end)
+        return Span(path=self.path, start=start, end=end, line=line, column=column,
+                    end_line=end_line, end_column=end_column)

@@ -1,0 +1,314 @@
+"""The AST: what the user wrote, unevaluated, every node with its source span.
+
+Expressions and statements are discriminated unions on `kind`. Children are tuples so frozen nodes
+stay immutable and hashable.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from commdsl.source import Span
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    span: Span
+
+
+class Ident(Node):
+    """A name token worth pointing at (a dtype, a reduce op, a handle, a group)."""
+
+    kind: Literal["ident"] = "ident"
+    name: str
+
+
+# ---- expressions ---------------------------------------------------------------------------------
+
+
+class IntLit(Node):
+    kind: Literal["int"] = "int"
+    value: int
+
+
+class FloatLit(Node):
+    kind: Literal["float"] = "float"
+    value: float
+
+
+class BoolLit(Node):
+    kind: Literal["bool"] = "bool"
+    value: bool
+
+
+class Name(Node):
+    kind: Literal["name"] = "name"
+    id: str
+
+
+class Attr(Node):
+    """`x.chunk`, `g.rank`, `m.tp.size`."""
+
+    kind: Literal["attr"] = "attr"
+    value: "Expr"
+    attr: str
+
+
+class Call(Node):
+    """`min(a, b)`, `x.chunk(k, parts)`, `rand(seed)`."""
+
+    kind: Literal["call"] = "call"
+    func: "Expr"
+    args: tuple["Expr", ...]
+
+
+class Slice(Node):
+    """`x[lo:hi]` along the first dimension."""
+
+    kind: Literal["slice"] = "slice"
+    value: "Expr"
+    lo: "Expr | None"
+    hi: "Expr | None"
+
+
+class Index(Node):
+    """`x[k]`: row k of the first dimension (the dimension is dropped, as in torch)."""
+
+    kind: Literal["index"] = "index"
+    value: "Expr"
+    index: "Expr"
+
+
+class Unary(Node):
+    kind: Literal["unary"] = "unary"
+    op: Literal["-", "+", "not"]
+    operand: "Expr"
+
+
+class Binary(Node):
+    """Arithmetic, comparison and boolean operators."""
+
+    kind: Literal["binary"] = "binary"
+    op: str
+    left: "Expr"
+    right: "Expr"
+
+
+Expr = Annotated[
+    Union[IntLit, FloatLit, BoolLit, Name, Attr, Call, Slice, Index, Unary, Binary],
+    Field(discriminator="kind"),
+]
+
+
+# ---- header and declarations ---------------------------------------------------------------------
+
+
+class ProgramDecl(Node):
+    kind: Literal["program"] = "program"
+    name: str
+
+
+class WorldDecl(Node):
+    """`world 4`, `world 2..16`, `world 2..` (open: checked up to a bound) or `world [2, 4, 8]`."""
+
+    kind: Literal["world"] = "world"
+    sizes: tuple[int, ...] = ()
+    lo: int | None = None
+    hi: int | None = None
+    open: bool = False
+
+
+class BackendDecl(Node):
+    kind: Literal["backend"] = "backend"
+    names: tuple[Ident, ...]
+
+
+class ParamDecl(Node):
+    kind: Literal["param"] = "param"
+    name: str
+    default: Expr
+
+
+class TensorDecl(Node):
+    kind: Literal["tensor"] = "tensor"
+    name: str
+    dtype: Ident
+    shape: tuple[Expr, ...]
+    init: Expr | None
+
+
+class GroupDecl(Node):
+    """`group g = [0, 2]` (members) or `group pairs = split by rank // 2` (one group per key)."""
+
+    kind: Literal["group"] = "group"
+    name: str
+    members: tuple[Expr, ...] = ()
+    split_key: Expr | None = None
+
+
+class MeshDim(Node):
+    kind: Literal["mesh_dim"] = "mesh_dim"
+    name: str
+    size: Expr
+
+
+class MeshDecl(Node):
+    """`mesh m = (dp=2, tp=world // 2)`: ranks laid out row-major; `m.tp` groups ranks sharing dp."""
+
+    kind: Literal["mesh"] = "mesh"
+    name: str
+    dims: tuple[MeshDim, ...]
+
+
+class Let(Node):
+    kind: Literal["let"] = "let"
+    name: str
+    value: Expr
+
+
+# ---- statements ----------------------------------------------------------------------------------
+
+
+class Assign(Node):
+    """Local compute: `x = expr`, `x.chunk(k, p) += tmp`."""
+
+    kind: Literal["assign"] = "assign"
+    target: Expr
+    op: Literal["=", "+=", "-=", "*=", "/="]
+    value: Expr
+
+
+class GroupRef(Node):
+    kind: Literal["group_ref"] = "group_ref"
+    name: str
+    dim: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}.{self.dim}" if self.dim else self.name
+
+
+class RedOp(Node):
+    kind: Literal["redop"] = "redop"
+    name: Ident
+    scale: Expr | None = None
+
+
+class Send(Node):
+    """`send`, or `isend` when `blocking` is false (then `handle` names its request, if any)."""
+
+    kind: Literal["send"] = "send"
+    buffer: Expr
+    peer: Expr
+    tag: Expr | None = None
+    group: GroupRef | None = None
+    blocking: bool = True
+    handle: Ident | None = None
+
+
+class Recv(Node):
+    kind: Literal["recv"] = "recv"
+    buffer: Expr
+    peer: Expr
+    tag: Expr | None = None
+    group: GroupRef | None = None
+    blocking: bool = True
+    handle: Ident | None = None
+
+
+CollectiveKind = Literal[
+    "broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all", "barrier",
+]
+
+
+class Collective(Node):
+    """Every collective. `inputs`/`outputs` are views; `*_list` marks the list forms (`into [a, b]`)."""
+
+    kind: Literal["collective"] = "collective"
+    op: CollectiveKind
+    inputs: tuple[Expr, ...] = ()
+    outputs: tuple[Expr, ...] = ()
+    inputs_listed: bool = False
+    outputs_listed: bool = False
+    root: Expr | None = None
+    redop: RedOp | None = None
+    in_splits: tuple[Expr, ...] = ()
+    out_splits: tuple[Expr, ...] = ()
+    group: GroupRef | None = None
+    handle: Ident | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.handle is None
+
+
+class Wait(Node):
+    """`wait h1, h2`, or `wait all` (every request this rank has not waited for)."""
+
+    kind: Literal["wait"] = "wait"
+    handles: tuple[Ident, ...] = ()
+    all: bool = False
+
+
+class Expect(Node):
+    kind: Literal["expect"] = "expect"
+    cond: Expr
+
+
+class Print(Node):
+    kind: Literal["print"] = "print"
+    views: tuple[Expr, ...]
+
+
+class For(Node):
+    """`for s in lo .. hi:` (inclusive)."""
+
+    kind: Literal["for"] = "for"
+    var: str
+    lo: Expr
+    hi: Expr
+    body: tuple["Stmt", ...]
+
+
+class Branch(Node):
+    kind: Literal["branch"] = "branch"
+    cond: Expr
+    body: tuple["Stmt", ...]
+
+
+class On(Node):
+    """`on cond: ... else on cond: ... else: ...` — per-rank control flow on static conditions."""
+
+    kind: Literal["on"] = "on"
+    branches: tuple[Branch, ...]
+    orelse: tuple["Stmt", ...] = ()
+
+
+class Batch(Node):
+    """`batch:` — the P2P ops inside are posted together (batch_isend_irecv) and waited at the end."""
+
+    kind: Literal["batch"] = "batch"
+    body: tuple["Stmt", ...]
+
+
+Stmt = Annotated[
+    Union[
+        ProgramDecl, WorldDecl, BackendDecl, ParamDecl, TensorDecl, GroupDecl, MeshDecl, Let,
+        Assign, Send, Recv, Collective, Wait, Expect, Print, For, On, Batch,
+    ],
+    Field(discriminator="kind"),
+]
+
+
+class Module(Node):
+    """A parsed file: its statements in order."""
+
+    kind: Literal["module"] = "module"
+    body: tuple[Stmt, ...]
+
+
+for _model in (Attr, Call, Slice, Index, Unary, Binary, For, Branch, On, Batch, Module):
+    _model.model_rebuild()

@@ -1,0 +1,185 @@
+"""Text → Lark tree, with every syntax error turned into a diagnostic (never Lark's own text).
+
+The grammar is built once, lazily, LALR with position propagation and an indenter; Lark's error
+objects name internal terminals (`_NL`, `$END`), so `_expected()` maps them to words a user knows.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.indenter import Indenter
+
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.source import SourceFile
+
+
+class _IndentError(Exception):
+    def __init__(self, token: Token):
+        self.token = token
+
+
+class _CommIndenter(Indenter):
+    NL_type = "_NL"
+    OPEN_PAREN_types: list[str] = []
+    CLOSE_PAREN_types: list[str] = []
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 8
+
+    def handle_NL(self, token: Token):
+        """Lark's version raises a position-less DedentError; ours keeps the token for the caret."""
+        yield token
+        indent_str = token.rsplit("\n", 1)[1]
+        indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
+        if indent > self.indent_level[-1]:
+            self.indent_level.append(indent)
+            yield Token.new_borrow_pos(self.INDENT_type, indent_str, token)
+        else:
+            while indent < self.indent_level[-1]:
+                self.indent_level.pop()
+                yield Token.new_borrow_pos(self.DEDENT_type, indent_str, token)
+            if indent != self.indent_level[-1]:
+                raise _IndentError(token)
+
+
+GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "grammar" / "commdsl.lark"
+
+
+def grammar_text() -> str:
+    return GRAMMAR_PATH.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def lark_parser(strict: bool = False) -> Lark:
+    return Lark(grammar_text(), parser="lalr", postlex=_CommIndenter(), propagate_positions=True,
+                maybe_placeholders=True, cache=not strict, strict=strict)
+
+
+_WORDS = {
+    "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of the block",
+    "$END": "end of file", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
+    "COMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/`, `//` or `%`",
+    "AUG_OP": "`+=`, `-=`, `*=` or `/=`",
+}
+_STATEMENT_STARTERS = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "WAIT", "FOR", "ON"}
+
+
+_EXPRESSION_STARTERS = {"NAME", "INT", "FLOAT", "LPAR"}
+_OPERATORS = {"ADD_OP", "MUL_OP", "COMP_OP", "__ANON_0", "AND", "OR", "DOT", "LSQB", "LPAR", "STAR", "SLASH"}
+
+
+def _expected(names: set[str]) -> str:
+    if _STATEMENT_STARTERS <= names:
+        return "a statement"
+    parser = lark_parser()
+    words = []
+    comm_ops = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER",
+                "SCATTER", "REDUCE_SCATTER", "ALL_TO_ALL", "BARRIER"}
+    if comm_ops <= names:
+        words.append("a communication op")
+        names = names - comm_ops
+    if _EXPRESSION_STARTERS <= names:
+        words.append("an expression")
+        names = {x for x in names if x not in _EXPRESSION_STARTERS | {"ADD_OP", "TRUE", "FALSE", "NOT"}}
+    if {"ADD_OP", "MUL_OP"} <= names:
+        words.append("an operator")
+        names = {x for x in names if x not in _OPERATORS and not _is_operator(parser, x)}
+    for name in sorted(names):
+        if name in _WORDS:
+            words.append(_WORDS[name])
+            continue
+        try:
+            pattern = parser.get_terminal(name).pattern
+        except KeyError:
+            continue
+        words.append(f"`{pattern.value}`" if pattern.type == "str" else name.lower())
+    words = sorted(set(words))
+    if len(words) > 8:
+        words = words[:7] + [f"{len(words) - 7} other items"]
+    if len(words) <= 1:
+        return words[0] if words else "something else"
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _is_operator(parser: Lark, name: str) -> bool:
+    try:
+        pattern = parser.get_terminal(name).pattern
+    except KeyError:
+        return False
+    return pattern.type == "str" and pattern.value in ("**", "and", "or", ".", "[", "(")
+
+
+def _found(token: Token) -> str:
+    if token.type == "$END":
+        return "end of file"
+    if token.type == "_NL":
+        return "end of line"
+    if token.type == "_INDENT":
+        return "an unexpected indent"
+    if token.type == "_DEDENT":
+        return "the end of the block"
+    return f"`{token.value}`"
+
+
+# Common mistakes named by LALR state (lark's match_examples): a few whole programs per code.
+_EXAMPLES = {
+    "S005": ["for s in 0 .. 3\n    barrier\n", "on rank == 0\n    barrier\n", "batch\n    send x to 1\n",
+             "on rank == 0:\n    barrier\nelse\n    barrier\n"],
+    "S006": ["send x\n", "isend x\n", "h = isend x\n"],
+    "S007": ["recv x\n", "irecv x\n", "h = irecv x\n"],
+}
+_EXAMPLE_TEXT = {
+    "S005": ("expected `:` at the end of the block header", "a block header ends with `:`"),
+    "S006": ("`send` needs a destination: `send VIEW to RANK`", "the destination rank goes after `to`"),
+    "S007": ("`recv` needs a source: `recv VIEW from RANK`", "the source rank goes after `from`"),
+}
+
+
+def parse_tree(source: SourceFile) -> Tree:
+    """Parse a file into a Lark tree; raise CommdslError with one syntax diagnostic on failure."""
+    text = source.text if source.text.endswith("\n") else source.text + "\n"
+    try:
+        return lark_parser().parse(text)
+    except _IndentError as err:
+        tok = err.token
+        end = tok.end_pos
+        sp = source.span(end - len(tok.rsplit("\n", 1)[1]), end)
+        raise CommdslError([Diagnostic(
+            code="S003", message="unindent does not match any outer indentation level", span=sp,
+            label="this line's indentation matches no enclosing block",
+            help="indent the line exactly as the block it belongs to")]) from None
+    except UnexpectedInput as err:
+        raise CommdslError([_syntax_diagnostic(source, text, err)]) from None
+
+
+def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> Diagnostic:
+    if isinstance(err, UnexpectedCharacters):
+        sp = source.span(err.pos_in_stream, err.pos_in_stream + 1)
+        char = text[err.pos_in_stream]
+        return Diagnostic(code="S002", message=f"unexpected character `{char}`", span=sp,
+                          label="not part of the language", help=f"expected {_expected(set(err.allowed))}")
+    token = getattr(err, "token", None)
+    if isinstance(err, UnexpectedEOF) or token is None or token.type == "$END":
+        end = len(source.text.rstrip())
+        return Diagnostic(code="S004", message="unexpected end of file", span=source.span(end, end),
+                          label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}")
+    assert isinstance(err, UnexpectedToken)
+    matched = err.match_examples(lark_parser().parse, _EXAMPLES, use_accepts=True)
+    start = token.start_pos if token.start_pos is not None else len(text)
+    if token.type == "_NL":  # the caret goes just after the line's last character
+        end = start
+    elif token.type in ("_DEDENT", "_INDENT"):  # these borrow the newline's position: point at the line
+        start = end = token.end_pos
+    else:
+        end = token.end_pos
+    expected = _expected(set(err.accepts or err.expected))
+    sp = source.span(start, end if end > start else start)
+    if matched:
+        message, help_text = _EXAMPLE_TEXT[matched]
+        return Diagnostic(code=matched, message=message, span=sp, label=f"found {_found(token)}", help=help_text)
+    return Diagnostic(code="S001", message=f"expected {expected}, found {_found(token)}", span=sp,
+                      label="unexpected here")

@@ -1,0 +1,283 @@
+"""Lark tree → AST nodes (nodes.py), one method per rule or alias, each node with its span."""
+
+from __future__ import annotations
+
+from lark import Token, Transformer, v_args
+from lark.exceptions import VisitError
+from lark.tree import Meta
+
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.source import SourceFile, Span
+from commdsl.syntax import nodes as n
+
+
+class _Invalid(Exception):
+    def __init__(self, diagnostic: Diagnostic):
+        self.diagnostic = diagnostic
+
+
+@v_args(inline=True, meta=True)
+class _ToAst(Transformer):
+    def __init__(self, source: SourceFile):
+        super().__init__()
+        self.source = source
+
+    # spans ---------------------------------------------------------------------------------------
+    def _span(self, meta: Meta) -> Span:
+        return self.source.span(meta.start_pos, meta.end_pos)
+
+    def _tok(self, tok: Token) -> Span:
+        return self.source.span(tok.start_pos, tok.end_pos)
+
+    def _ident(self, tok: Token) -> n.Ident:
+        return n.Ident(span=self._tok(tok), name=str(tok))
+
+    # top level -----------------------------------------------------------------------------------
+    def start(self, meta, *stmts):
+        span = self._span(meta) if not meta.empty else self.source.span(0, 0)
+        return n.Module(span=span, body=tuple(stmts))
+
+    def suite(self, meta, *stmts):
+        return tuple(stmts)
+
+    def program_decl(self, meta, name):
+        return n.ProgramDecl(span=self._span(meta), name=str(name))
+
+    def world_one(self, meta, size):
+        return n.WorldDecl(span=self._span(meta), sizes=(int(size),))
+
+    def world_range(self, meta, lo, hi):
+        return n.WorldDecl(span=self._span(meta), lo=int(lo), hi=int(hi))
+
+    def world_open(self, meta, lo):
+        return n.WorldDecl(span=self._span(meta), lo=int(lo), open=True)
+
+    def world_list(self, meta, *sizes):
+        return n.WorldDecl(span=self._span(meta), sizes=tuple(int(s) for s in sizes))
+
+    def backend_decl(self, meta, *names):
+        return n.BackendDecl(span=self._span(meta), names=tuple(self._ident(t) for t in names))
+
+    def param_decl(self, meta, name, default):
+        return n.ParamDecl(span=self._span(meta), name=str(name), default=default)
+
+    def tensor_decl(self, meta, name, dtype, *rest):
+        *shape, init = rest
+        shape = tuple(s for s in shape if s is not None)
+        return n.TensorDecl(span=self._span(meta), name=str(name), dtype=self._ident(dtype), shape=shape, init=init)
+
+    def group_list(self, meta, name, *members):
+        return n.GroupDecl(span=self._span(meta), name=str(name), members=tuple(members))
+
+    def group_split(self, meta, name, key):
+        return n.GroupDecl(span=self._span(meta), name=str(name), split_key=key)
+
+    def mesh_decl(self, meta, name, *dims):
+        return n.MeshDecl(span=self._span(meta), name=str(name), dims=tuple(dims))
+
+    def mesh_dim(self, meta, name, size):
+        return n.MeshDim(span=self._span(meta), name=str(name), size=size)
+
+    def let_stmt(self, meta, name, value):
+        return n.Let(span=self._span(meta), name=str(name), value=value)
+
+    # statements ----------------------------------------------------------------------------------
+    def assign_stmt(self, meta, target, op, value):
+        span = self._span(meta)
+        if isinstance(value, (n.Send, n.Recv, n.Collective)):
+            if op != "=" or not isinstance(target, n.Name):
+                raise _Invalid(Diagnostic(
+                    code="N108", message="a communication op can only be bound to a handle with `h = OP`",
+                    span=target.span, label="expected a plain handle name and `=`",
+                    help="write `h = isend x to 1`, then `wait h`"))
+            if isinstance(value, (n.Send, n.Recv)) and value.blocking:
+                word = "send" if isinstance(value, n.Send) else "recv"
+                raise _Invalid(Diagnostic(
+                    code="N108", message=f"a blocking `{word}` returns no handle", span=value.span,
+                    label=f"`{word}` completes before the next statement",
+                    help=f"use `i{word}` for a request you `wait` on later"))
+            return value.model_copy(update={"handle": n.Ident(span=target.span, name=target.id), "span": span})
+        return n.Assign(span=span, target=target, op=str(op), value=value)
+
+    def comm_stmt(self, meta, op):
+        return op
+
+    def _p2p(self, cls, meta, buffer, peer, tag, group, blocking):
+        return cls(span=self._span(meta), buffer=buffer, peer=peer, tag=tag, group=group, blocking=blocking)
+
+    def send_op(self, meta, buffer, peer, tag, group):
+        return self._p2p(n.Send, meta, buffer, peer, tag, group, True)
+
+    def recv_op(self, meta, buffer, peer, tag, group):
+        return self._p2p(n.Recv, meta, buffer, peer, tag, group, True)
+
+    def isend_op(self, meta, buffer, peer, tag, group):
+        return self._p2p(n.Send, meta, buffer, peer, tag, group, False)
+
+    def irecv_op(self, meta, buffer, peer, tag, group):
+        return self._p2p(n.Recv, meta, buffer, peer, tag, group, False)
+
+    def tag(self, meta, expr):
+        return expr
+
+    def group_ref(self, meta, name, dim):
+        return n.GroupRef(span=self._span(meta), name=str(name), dim=str(dim) if dim is not None else None)
+
+    def redop(self, meta, name, scale):
+        return n.RedOp(span=self._span(meta), name=self._ident(name), scale=scale)
+
+    def splits(self, meta, *exprs):
+        return exprs
+
+    def one_buffer(self, meta, view):
+        return (view,), False
+
+    def buffer_list(self, meta, *views):
+        return tuple(views), True
+
+    def _coll(self, meta, op, **fields):
+        return n.Collective(span=self._span(meta), op=op, **fields)
+
+    def broadcast_op(self, meta, buf, root, group):
+        return self._coll(meta, "broadcast", inputs=(buf,), outputs=(buf,), root=root, group=group)
+
+    def all_reduce_op(self, meta, buf, redop, group):
+        return self._coll(meta, "all_reduce", inputs=(buf,), outputs=(buf,), redop=redop, group=group)
+
+    def reduce_op(self, meta, buf, root, redop, group):
+        return self._coll(meta, "reduce", inputs=(buf,), outputs=(buf,), root=root, redop=redop, group=group)
+
+    def all_gather_op(self, meta, src, dst, group):
+        outs, listed = dst
+        return self._coll(meta, "all_gather", inputs=(src,), outputs=outs, outputs_listed=listed, group=group)
+
+    def gather_op(self, meta, src, dst, root, group):
+        outs, listed = dst
+        return self._coll(meta, "gather", inputs=(src,), outputs=outs, outputs_listed=listed, root=root,
+                          group=group)
+
+    def scatter_op(self, meta, src, dst, root, group):
+        ins, listed = src
+        return self._coll(meta, "scatter", inputs=ins, inputs_listed=listed, outputs=(dst,), root=root,
+                          group=group)
+
+    def reduce_scatter_op(self, meta, src, dst, redop, group):
+        ins, listed = src
+        return self._coll(meta, "reduce_scatter", inputs=ins, inputs_listed=listed, outputs=(dst,),
+                          redop=redop, group=group)
+
+    def all_to_all_op(self, meta, src, dst, splits, group):
+        fields = {}
+        if splits is not None:
+            half = len(splits)
+            # `splits [a, b], [c, d]`: the grammar gives one flat list; the comma between lists is ours.
+            fields = {"in_splits": tuple(splits[: half // 2]), "out_splits": tuple(splits[half // 2 :])}
+            if half % 2:
+                raise _Invalid(Diagnostic(
+                    code="N107", message="`splits` needs two lists of the same length (input, output)",
+                    span=self._span(meta), label="the two split lists differ in length"))
+        return self._coll(meta, "all_to_all", inputs=(src,), outputs=(dst,), group=group, **fields)
+
+    def barrier_op(self, meta, group):
+        return self._coll(meta, "barrier", group=group)
+
+    def wait_handles(self, meta, *names):
+        return n.Wait(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
+
+    def wait_all(self, meta):
+        return n.Wait(span=self._span(meta), all=True)
+
+    def expect_stmt(self, meta, cond):
+        return n.Expect(span=self._span(meta), cond=cond)
+
+    def print_stmt(self, meta, *views):
+        return n.Print(span=self._span(meta), views=tuple(views))
+
+    def for_stmt(self, meta, var, lo, hi, body):
+        return n.For(span=self._span(meta), var=str(var), lo=lo, hi=hi, body=body)
+
+    def on_stmt(self, meta, cond, body, *rest):
+        *elifs, orelse = rest
+        first = n.Branch(span=self._span(meta), cond=cond, body=body)
+        return n.On(span=self._span(meta), branches=(first, *elifs), orelse=orelse or ())
+
+    def else_on(self, meta, cond, body):
+        return n.Branch(span=self._span(meta), cond=cond, body=body)
+
+    def else_(self, meta, body):
+        return body
+
+    def batch_stmt(self, meta, body):
+        return n.Batch(span=self._span(meta), body=body)
+
+    # expressions ---------------------------------------------------------------------------------
+    def int_lit(self, meta, tok):
+        return n.IntLit(span=self._tok(tok), value=int(tok))
+
+    def float_lit(self, meta, tok):
+        return n.FloatLit(span=self._tok(tok), value=float(tok))
+
+    def true_lit(self, meta):
+        return n.BoolLit(span=self._span(meta), value=True)
+
+    def false_lit(self, meta):
+        return n.BoolLit(span=self._span(meta), value=False)
+
+    def name(self, meta, tok):
+        return n.Name(span=self._tok(tok), id=str(tok))
+
+    def attr(self, meta, value, name):
+        return n.Attr(span=self._span(meta), value=value, attr=str(name))
+
+    def call(self, meta, func, *args):
+        return n.Call(span=self._span(meta), func=func, args=tuple(a for a in args if a is not None))
+
+    def slice(self, meta, value, lo, hi):
+        return n.Slice(span=self._span(meta), value=value, lo=lo, hi=hi)
+
+    def index(self, meta, value, idx):
+        return n.Index(span=self._span(meta), value=value, index=idx)
+
+    def unary(self, meta, op, operand):
+        return n.Unary(span=self._span(meta), op=str(op), operand=operand)
+
+    def not_(self, meta, operand):
+        return n.Unary(span=self._span(meta), op="not", operand=operand)
+
+    def _chain(self, meta, items, op=None):
+        """Fold `a op b op c` left-associatively; `op` given for keyword operators (and/or)."""
+        items = list(items)
+        left = items.pop(0)
+        while items:
+            sym = op or str(items.pop(0))
+            right = items.pop(0)
+            span = self.source.span(left.span.start, right.span.end)
+            left = n.Binary(span=span, op=sym, left=left, right=right)
+        return left
+
+    def arith(self, meta, *items):
+        return self._chain(meta, items)
+
+    def term(self, meta, *items):
+        return self._chain(meta, items)
+
+    def comparison(self, meta, *items):
+        return self._chain(meta, items)
+
+    def or_expr(self, meta, *items):
+        return self._chain(meta, [x for pair in zip(items, ["or"] * len(items)) for x in pair][:-1])
+
+    def and_expr(self, meta, *items):
+        return self._chain(meta, [x for pair in zip(items, ["and"] * len(items)) for x in pair][:-1])
+
+    def power(self, meta, base, exponent):
+        return n.Binary(span=self._span(meta), op="**", left=base, right=exponent)
+
+
+def to_ast(tree, source: SourceFile) -> n.Module:
+    try:
+        return _ToAst(source).transform(tree)
+    except VisitError as err:
+        if isinstance(err.orig_exc, _Invalid):
+            raise CommdslError([err.orig_exc.diagnostic]) from None
+        raise
