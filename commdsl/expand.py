@@ -111,6 +111,9 @@ class _Rank:
         return _as_int(self.value(e), e, what)
 
     def group_attr(self, e: n.Attr):
+        if e.attr in ("size", "rows") and self._is_view(e.value):
+            v = self.view(e.value)
+            return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
         g = self.group_of(e.value.value.id if isinstance(e.value, n.Attr) else e.value.id,
                           e.value.attr if isinstance(e.value, n.Attr) else None, e)
         if e.attr == "size":
@@ -119,6 +122,16 @@ class _Rank:
             _fail("N127", f"rank {self.rank} is not in group `{g.name}`, so it has no `.rank` there", e,
                   label=f"members are {_ranks_text(g.ranks)}")
         return g.index(self.rank)
+
+    def _is_view(self, e) -> bool:
+        match e:
+            case n.Name():
+                return e.id in self.ex.tensor_names and e.id not in self.env
+            case n.Slice() | n.Index():
+                return self._is_view(e.value)
+            case n.Call(func=n.Attr(attr="chunk") as f):
+                return self._is_view(f.value)
+        return False
 
     def group_of(self, name: str, dim: str | None, node: n.Node) -> Group:
         return self.ex.group_for(name, dim, self.rank, node)
@@ -362,6 +375,7 @@ class _Expander:
         self.groups: list[Group] = [self.world_group]
         self.named: dict[tuple[str, str | None], object] = {}
         self.batched = _batched_starts(program.body)
+        self.tensor_names = {t.name for t in program.tensors}
         self._tensor_cache: dict[tuple, dict[str, TensorSpec]] = {}
 
     def setup(self):

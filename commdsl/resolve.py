@@ -408,7 +408,10 @@ class _Resolver:
                 self.check_expr(e.right, ctx, scope)
 
     def check_attr(self, e: n.Attr, scope: _Scope):
-        """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`."""
+        """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
+        if e.attr in ("size", "rows") and _is_view_syntax(e.value, scope):
+            self.check_view(e.value, scope)
+            return
         base, dim = e.value, None
         if isinstance(base, n.Attr) and isinstance(base.value, n.Name):
             base, dim = base.value, base.attr
@@ -421,7 +424,7 @@ class _Resolver:
             return
         kind, decl = found
         if e.attr not in ("rank", "size"):
-            extra = " (a view is `x.chunk(k, parts)`)" if kind == "tensor" else ""
+            extra = " (a tensor has `.size`, `.rows` and `.chunk(k, parts)`)" if kind == "tensor" else ""
             self.error("N107", f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
             return
         if kind == "group" and dim is None:
@@ -430,6 +433,19 @@ class _Resolver:
             return
         self.error("N103", f"`.{e.attr}` needs a group or a mesh dimension", e,
                    label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`")
+
+
+def _is_view_syntax(e, scope: _Scope) -> bool:
+    """Is `e` a tensor view (name, slice, index or chunk of a tensor)?"""
+    match e:
+        case n.Name():
+            found = scope.lookup(e.id)
+            return found is not None and found[0] == "tensor"
+        case n.Slice() | n.Index():
+            return _is_view_syntax(e.value, scope)
+        case n.Call(func=n.Attr(attr="chunk") as f):
+            return _is_view_syntax(f.value, scope)
+    return False
 
 
 def n_note(message: str, node: n.Node):
