@@ -1,0 +1,1 @@
+"""Schedule → other forms: a standalone torch.distributed script, diagrams, canonical source."""
