@@ -93,7 +93,8 @@ class DataObserver(Observer):
 
     def write(self, rank: int, v: View, values, defined: bool = True):
         dtype = self.s.tensors[rank][v.tensor].dtype
-        flat = np.broadcast_to(np.asarray(values), v.shape).reshape(-1)
+        values = np.asarray(values)
+        flat = values.reshape(-1) if values.size == v.numel else np.broadcast_to(values, v.shape).reshape(-1)
         self.buf[rank][v.tensor][v.offset : v.offset + v.numel] = _cast(flat, dtype)
         self.undef[rank][v.tensor][v.offset : v.offset + v.numel] = not defined
 
