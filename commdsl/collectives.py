@@ -80,6 +80,21 @@ def contribution(op: Collective) -> int:
     return 0
 
 
+def split_disagreement(ops: list[Collective]) -> tuple[int, int] | None:
+    """For uneven all_to_all: the first (sender, receiver) member pair whose split sizes disagree.
+
+    Member a's in_splits[b] must equal member b's out_splits[a]; an even split on one side counts as
+    disagreeing with explicit splits on the other.
+    """
+    if not any(op.in_splits for op in ops):
+        return None
+    for a, op_a in enumerate(ops):
+        for b, op_b in enumerate(ops):
+            if not op_a.in_splits or not op_b.out_splits or op_a.in_splits[b] != op_b.out_splits[a]:
+                return a, b
+    return None
+
+
 # ---- data semantics ------------------------------------------------------------------------------
 
 def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:

@@ -158,14 +158,19 @@ class DataObserver(Observer):
         calls = [inst.calls[r] for r in inst.group.ranks]
         ops = [c.op for c in calls]
         sig = collectives.signature(ops[0])
-        if any(collectives.signature(o) != sig or collectives.contribution(o) != collectives.contribution(ops[0])
-               for o in ops):
+        if (any(collectives.signature(o) != sig or collectives.contribution(o) != collectives.contribution(ops[0])
+                for o in ops) or collectives.split_disagreement(ops)):
             return  # mismatched: the checker reports it; the data would be garbage
         try:
             inputs = [[self.read(c.rank, v).reshape(-1) for v in c.op.inputs] for c in calls]
             outputs = collectives.apply(ops[0].kind, ops, inputs)
-        except ValueError:
-            return  # buffer sizes that disagree across ranks: reported by the checker
+        except (ValueError, TypeError):
+            # sizes that disagree across ranks, or a reduce op the dtype lacks (bitwise on floats):
+            # the checker reports it; the outputs hold no defined value
+            for c in calls:
+                for v in c.op.outputs:
+                    self.undef[c.rank][v.tensor][v.offset : v.stop] = True
+            return
         for c, outs in zip(calls, outputs):
             for v, values in zip(c.op.outputs, outs):
                 if values is None:

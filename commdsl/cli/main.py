@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from commdsl import __version__
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        return EXIT_FAILURE
+    except Exception as e:  # a bug in commdsl, not in the user's program: one line, the trace on request
+        if os.environ.get("COMMDSL_DEBUG"):
+            raise
+        sys.stderr.write(f"commdsl {args.verb}: internal error: {type(e).__name__}: {e}\n"
+                         "this is a bug in commdsl; rerun with COMMDSL_DEBUG=1 for the traceback and report it\n")
         return EXIT_FAILURE
 
 

@@ -58,7 +58,7 @@ _FIELDS = (
     ("C303", lambda o: o.root, "root", "uses root {v}"),
     ("C304", lambda o: (o.redop, o.scale), "reduce op", "reduces with `{v[0]}`"),
     ("C305", lambda o: o.dtype, "dtype", "passes {v}"),
-    ("C309", lambda o: o.req is None, "blocking", "{b}"),
+    ("C309", lambda o: o.req is None, "blocking or async call", "{b}"),
 )
 
 
@@ -107,16 +107,14 @@ def _mismatches(ctx: Context) -> Iterator[Diagnostic]:
 
 def _sizes(ctx: Context, inst, calls) -> Iterator[Diagnostic]:
     first = calls[0]
-    if first.op.kind == "all_to_all" and first.op.in_splits:
-        for a in calls:
-            for j, b in enumerate(calls):
-                ja = a.op.group.ranks.index(a.rank)
-                if not b.op.out_splits or a.op.in_splits[j] != b.op.out_splits[ja]:
-                    yield _pair("C312", f"`all_to_all`: rank {a.rank} sends {a.op.in_splits[j]} rows to rank {b.rank}, "
-                                f"which expects {b.op.out_splits[ja] if b.op.out_splits else 'an even split'}",
-                                a, b, f"rank {a.rank}'s in_splits", f"rank {b.rank}'s out_splits",
-                                "rank a's in_splits[b] must equal rank b's out_splits[a]")
-                    return
+    bad = collectives.split_disagreement([c.op for c in calls]) if first.op.kind == "all_to_all" else None
+    if bad is not None:
+        a, b = calls[bad[0]], calls[bad[1]]
+        sent = a.op.in_splits[bad[1]] if a.op.in_splits else "an even share of"
+        expected = b.op.out_splits[bad[0]] if b.op.out_splits else "an even share"
+        yield _pair("C312", f"`all_to_all`: rank {a.rank} sends {sent} rows to rank {b.rank}, which expects {expected}",
+                    a, b, f"rank {a.rank}'s in_splits", f"rank {b.rank}'s out_splits",
+                    "rank a's in_splits[b] must equal rank b's out_splits[a]")
         return
     sizes = [collectives.contribution(c.op) for c in calls]
     odd = next((c for c, s in zip(calls, sizes) if s != sizes[0]), None)

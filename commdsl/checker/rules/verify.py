@@ -18,6 +18,7 @@ def check_expects(result) -> Iterator[Diagnostic]:
         if not e.ok:
             by_op.setdefault(e.op.span, []).append(e)
     for span, fails in by_op.items():
+        fails.sort(key=lambda e: e.rank)
         ranks = sorted({e.rank for e in fails})
         shown = ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
         yield Diagnostic(code="V801", span=span,
