@@ -1129,8 +1129,8 @@ point it never leaves, without posting a `recv` from this rank with the same tag
 
 A message needs both sides. The sender blocks in `send` (or in the `wait` of its `isend`) until the
 process-group timeout, 30 minutes by default; an `isend` that is never waited is simply lost.
-The usual cause is a peer expression that is right for one side only (`rank + 1` on the sender,
-`rank + 1` instead of `rank - 1` on the receiver) or an `on` condition that skips the receiver.
+The usual cause is a peer expression that is wrong on one side (`recv x from rank + 1` for a message
+sent `to rank + 1`), or an `on` condition that skips the receiver.
 
 ## Example
 
@@ -2439,11 +2439,19 @@ expect x == world * (world - 1) / 2
 # ---- reading the texts ---------------------------------------------------------------------------
 
 def all_codes() -> dict[str, Code]:
-    """Every registered code, sorted; the checker families register theirs when they are imported."""
+    """Every registered code, family by family in pipeline order (S, N, P, C, D, R, B, L, V), then by code.
+
+    The checker families register their codes when they are imported, so this imports them.
+    """
     import commdsl.checker.registry  # noqa: F401  (registers P, C, D, R, B, L, V)
     from commdsl.diagnostics.codes import CODES
 
-    return dict(sorted(CODES.items()))
+    order = [f[0] for f in FAMILIES]
+
+    def key(code: str):
+        return (order.index(code[0]) if code[0] in order else len(order), code)
+
+    return {c: CODES[c] for c in sorted(CODES, key=key)}
 
 
 def lookup(text: str) -> Code | None:
@@ -2575,15 +2583,15 @@ def family_of(code: str) -> tuple[str, str, str]:
 def render_docs() -> str:
     """docs/diagnostics.md: the intro, an index table, then every code grouped by family."""
     codes = all_codes()
-    out = [_INTRO.format(regenerate=REGENERATE)]
-    out.append("## All codes\n\n| code | name | severity | summary |\n|---|---|---|---|\n")
+    out = [_INTRO.replace("{regenerate}", REGENERATE)]
+    out.append("\n## All codes\n\n| code | name | severity | summary |\n|---|---|---|---|\n")
     for c in codes.values():
         out.append(f"| [{c.code}](#{c.code.lower()}) | `{c.name}` | {c.severity} | {_cell(c.summary)} |\n")
     by_family: dict[tuple, list[Code]] = {}
     for c in codes.values():
         by_family.setdefault(family_of(c.code), []).append(c)
     for (letter, name, blurb), members in by_family.items():
-        out.append(f"\n## {name} ({letter})\n\n")
+        out.append(f"\n## {name} ({members[0].code[:2]}xx)\n\n")
         if blurb:
             out.append(f"{blurb}\n")
         for c in members:
