@@ -48,6 +48,52 @@ def parse_param_value(text: str) -> int | float | bool | None:
     return None
 
 
+_COMPILED: dict[int, object] = {}
+_KEEP: list = []  # the nodes behind _COMPILED's ids stay alive, so an id is never reused
+
+
+def _compile_static(e):
+    """A closure evaluating a static expression for a `_Rank`: the tree is dispatched once, not per rank."""
+    match e:
+        case n.IntLit() | n.FloatLit() | n.BoolLit():
+            v = e.value
+            return lambda r: v
+        case n.Name():
+            key = e.id
+
+            def name(r):
+                try:
+                    return r.env[key]
+                except KeyError:
+                    _fail("N103", f"`{key}` has no value here", e, label="not known before expansion")
+            return name
+        case n.Attr():
+            return lambda r: r.group_attr(e)
+        case n.Unary():
+            inner = _compile_static(e.operand)
+            if e.op == "-":
+                return lambda r: -inner(r)
+            if e.op == "not":
+                return lambda r: not inner(r)
+            return inner
+        case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
+            args = [_compile_static(a) for a in e.args]
+            fn = {"min": min, "max": max, "abs": abs}[fname]
+            if fname == "abs":
+                return lambda r: abs(args[0](r))
+            return lambda r: fn(a(r) for a in args)
+        case n.Binary(op="and"):
+            left, right = _compile_static(e.left), _compile_static(e.right)
+            return lambda r: bool(left(r)) and bool(right(r))
+        case n.Binary(op="or"):
+            left, right = _compile_static(e.left), _compile_static(e.right)
+            return lambda r: bool(left(r)) or bool(right(r))
+        case n.Binary():
+            left, right = _compile_static(e.left), _compile_static(e.right)
+            return lambda r: _arith(e, left(r), right(r))
+    return lambda r: _fail("N103", "this expression has no integer value", e, label="expected a number")
+
+
 def _as_int(value, node: n.Node, what: str) -> int:
     if isinstance(value, bool):
         _fail("N121", f"{what} must be an integer, not a condition", node, label="a true/false value")
@@ -77,35 +123,19 @@ class _Rank:
 
     # static expressions --------------------------------------------------------------------------
     def value(self, e, env=None):
-        env = self.env if env is None else env
-        match e:
-            case n.IntLit() | n.FloatLit() | n.BoolLit():
-                return e.value
-            case n.Name():
-                if e.id not in env:
-                    _fail("N103", f"`{e.id}` has no value here", e, label="not known before expansion")
-                return env[e.id]
-            case n.Attr():
-                return self.group_attr(e)
-            case n.Unary(op="-"):
-                return -self.value(e.operand, env)
-            case n.Unary(op="+"):
-                return self.value(e.operand, env)
-            case n.Unary(op="not"):
-                return not self.value(e.operand, env)
-            case n.Call(func=n.Name(id="min")):
-                return min(self.value(a, env) for a in e.args)
-            case n.Call(func=n.Name(id="max")):
-                return max(self.value(a, env) for a in e.args)
-            case n.Call(func=n.Name(id="abs")):
-                return abs(self.value(e.args[0], env))
-            case n.Binary(op="and"):
-                return bool(self.value(e.left, env)) and bool(self.value(e.right, env))
-            case n.Binary(op="or"):
-                return bool(self.value(e.left, env)) or bool(self.value(e.right, env))
-            case n.Binary():
-                return _arith(e, self.value(e.left, env), self.value(e.right, env))
-        _fail("N103", "this expression has no integer value", e, label="expected a number")
+        """The value of a static expression on this rank (compiled once per node, then reused)."""
+        if env is not None:  # evaluation in another environment (params before any rank exists)
+            saved, self.env = self.env, env
+            try:
+                return self.value(e)
+            finally:
+                self.env = saved
+        fn = _COMPILED.get(id(e))
+        if fn is None:
+            fn = _compile_static(e)
+            _COMPILED[id(e)] = fn
+            _KEEP.append(e)
+        return fn(self)
 
     def int_value(self, e, what: str) -> int:
         return _as_int(self.value(e), e, what)
