@@ -78,6 +78,32 @@ def close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> np.ndarray:
     return actual == expected
 
 
+def judge(actual: np.ndarray, expected, cmp: str, dtype: str) -> tuple[bool, str]:
+    """Whether `actual CMP expected` holds at every element, and the first failing one if not.
+
+    Shared with the runtime, which judges each `expect` on the real tensors the same way.
+    """
+    match cmp:
+        case "==":
+            good = close(actual, expected, dtype)
+        case "!=":
+            good = ~close(actual, expected, dtype)
+        case "<":
+            good = actual < expected
+        case "<=":
+            good = actual <= expected
+        case ">":
+            good = actual > expected
+        case _:
+            good = actual >= expected
+    good = np.asarray(good)
+    if good.all():
+        return True, ""
+    bad = int(np.argmin(good.reshape(-1)))
+    return False, (f"element {bad}: got {actual.reshape(-1)[bad].item()!r}, expected {cmp} "
+                   f"{np.broadcast_to(np.asarray(expected), actual.shape).reshape(-1)[bad].item()!r}")
+
+
 class DataObserver(Observer):
     def __init__(self, schedule: Schedule):
         self.s = schedule
@@ -121,26 +147,8 @@ class DataObserver(Observer):
                                    op.view.shape)
         if self.undef[rank][op.view.tensor][op.view.offset : op.view.stop].any():
             return ExpectResult(rank, op, False, "reads elements left undefined by `reduce` on a non-root rank")
-        match op.cmp:
-            case "==":
-                good = close(actual, expected, dtype)
-            case "!=":
-                good = ~close(actual, expected, dtype)
-            case "<":
-                good = actual < expected
-            case "<=":
-                good = actual <= expected
-            case ">":
-                good = actual > expected
-            case _:
-                good = actual >= expected
-        good = np.asarray(good)
-        if good.all():
-            return ExpectResult(rank, op, True)
-        bad = int(np.argmin(good.reshape(-1)))
-        return ExpectResult(rank, op, False,
-                            f"element {bad}: got {actual.reshape(-1)[bad].item()!r}, expected {op.cmp} "
-                            f"{np.asarray(expected).reshape(-1)[bad].item()!r}")
+        ok, detail = judge(actual, expected, op.cmp, dtype)
+        return ExpectResult(rank, op, ok, detail)
 
     def posted(self, p: Posted):
         if p.is_send:
