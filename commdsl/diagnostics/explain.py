@@ -402,8 +402,8 @@ Reports a tensor declared with a dtype commdsl does not know. The dtypes are tho
 ## Why is this bad?
 
 The dtype decides how many bytes each message carries and which reduce ops apply, so nothing about the
-tensor can be checked without it. Names from other libraries (`float`, `double`, `half`, `long`) are
-not accepted as aliases; write the torch name.
+tensor can be checked without it. torch's short aliases (`float`, `double`, `half`, `int`, `long`) are
+not accepted: write the sized name (`float32`, `float64`, `float16`, `int32`, `int64`).
 
 ## Example
 
@@ -713,8 +713,9 @@ Reports a slice, index or chunk outside its tensor at some world size and rank: 
 ## Why is this bad?
 
 In Python, `x[0:8]` of a 4-element tensor silently gives 4 elements, so the message is smaller than
-the program says and the receiver's buffer is only partly written (on Gloo the rest stays untouched,
-silently). An index past the end raises `IndexError` on one rank while the others wait for it.
+the program says; a receiver that posts the size the program says keeps the rest of its buffer
+untouched (on Gloo, silently). An index past the end raises `IndexError` on the ranks that reach it,
+while the others wait for them.
 
 ## Example
 
@@ -853,7 +854,8 @@ Reports a world size asked for on the command line (`--world N`, `--nproc N`) th
 
 The `world` line is the program's contract: the sizes it is written and checked for. An algorithm
 written for two ranks (a ping-pong, a pairwise exchange) usually leaves a third rank with no partner,
-so commdsl refuses to run or check it at a size it was not declared for.
+so commdsl refuses to run or check a program at a size it does not declare. Widen the `world` line
+once the program is correct at the new sizes.
 
 ## Example
 
@@ -862,7 +864,7 @@ $ commdsl check example.comm --world 3
 ```
 
 ```comm
-program pingpong
+program sums
 world 2
 tensor x: float32[4] = rank
 all_reduce x
@@ -875,7 +877,7 @@ $ commdsl check example.comm --world 3
 ```
 
 ```comm
-program pingpong
+program sums
 world 2..4
 tensor x: float32[4] = rank
 all_reduce x
@@ -884,8 +886,9 @@ all_reduce x
     "N125": """\
 ## What it does
 
-Reports a `--set KEY=VALUE` whose key is not a `param` of the program, or whose value is not an
-integer, a number or `true`/`false`.
+Reports a `--set KEY=VALUE` whose key is not a `param` of the program, or (from the library API) whose
+value is not an integer, a number or `true`/`false`; on the command line such a value is a usage error
+(exit 2) before any program is read.
 
 ## Why is this bad?
 
@@ -1457,10 +1460,10 @@ rank that is not a member itself.
 
 ## Why is this bad?
 
-Peers of a P2P op in a group are global ranks that must belong to the group. torch raises a
-`RuntimeError` when it translates a non-member peer into a group rank; on a rank outside the group it
-only warns (`Running send on global rank 2 which does not belong to the given group.`) and does
-nothing, so the peer waits for a message that never comes.
+Peers of a P2P op in a group are global ranks that must belong to the group. torch raises an error
+when it translates a non-member peer into a group rank; on a rank outside the group it only warns
+(`Running send on global rank 2 which does not belong to the given group.`) and does nothing, so the
+peer waits for a message that never comes.
 
 ## Example
 
@@ -1804,10 +1807,12 @@ waited later).
 
 ## Why is this bad?
 
-Every member must call the same collective the same way. Where the blocking and the async call
-differ underneath (NCCL and Gloo implement some async collectives differently), the calls do not
-match; where they happen to, the program's meaning depends on it. Make it async everywhere or
-nowhere.
+Members then disagree on when the buffer holds the result: the async rank goes on to other
+operations before its `wait`, the blocking ranks do not, and a program whose ranks do different
+things around one collective is what the checker cannot vouch for. torch itself pairs a blocking call
+with an async one (the blocking form waits at once), so the mismatch does not hang by itself; it
+usually means one branch of an `on` block was changed and the other was not. Make the collective
+async on every member or on none.
 
 ## Example
 
@@ -1873,9 +1878,9 @@ a member of that group.
 ## Why is this bad?
 
 The root is a global rank that must belong to the group (as with point-to-point ops in a group, torch
-takes global rank numbers). A root outside the group cannot take part, so the members wait for it
-forever. Writing the root as a position in the group (`from 0` meaning "the group's first member") is
-the usual mistake.
+takes global rank numbers). A root outside the group cannot take part: torch raises an error on the
+members when it translates the root into a group rank. Writing the root as a position in the group
+(`from 0` meaning "the group's first member") is the usual mistake.
 
 ## Example
 
@@ -1939,8 +1944,8 @@ else:
 
 ## Backend notes
 
-Gloo runs `all_to_all_single` with uneven splits; it does not check that the splits of different
-ranks agree.
+Gloo runs `all_to_all_single` with uneven splits (measured). Each rank passes only its own splits,
+so nothing compares them across ranks before the data moves.
 """,
     # ---- D4xx: deadlock and buffering -----------------------------------------------------------
     "D401": """\
