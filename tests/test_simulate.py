@@ -1,0 +1,162 @@
+"""The simulator's data semantics against an independent NumPy computation, at several world sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.simulate import simulate
+from commdsl.source import SourceFile
+
+WORLDS = (1, 2, 3, 4, 5)
+N = 6
+
+
+def run(text: str, world: int):
+    result = simulate(expand(load(SourceFile("case.comm", text)), world))
+    assert result.engine.completed
+    assert all(e.ok for e in result.expects), [e.detail for e in result.expects if not e.ok]
+    return result
+
+
+def inputs(world: int, dtype=np.int64) -> list[np.ndarray]:
+    """What `rank * 7 + i % 5 + 1` initialises on each rank."""
+    return [(r * 7 + np.arange(N) % 5 + 1).astype(dtype) for r in range(world)]
+
+
+NP_REDUCE = {
+    "sum": lambda xs: np.sum(xs, axis=0),
+    "product": lambda xs: np.prod(xs, axis=0),
+    "min": lambda xs: np.min(xs, axis=0),
+    "max": lambda xs: np.max(xs, axis=0),
+    "band": lambda xs: np.bitwise_and.reduce(xs, axis=0),
+    "bor": lambda xs: np.bitwise_or.reduce(xs, axis=0),
+    "bxor": lambda xs: np.bitwise_xor.reduce(xs, axis=0),
+}
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("op", sorted(NP_REDUCE))
+def test_all_reduce_every_integer_op(world, op):
+    r = run(f"tensor x: int64[{N}] = rank * 7 + i % 5 + 1\nall_reduce x op {op}\n", world)
+    want = NP_REDUCE[op](np.stack(inputs(world)))
+    for rank in range(world):
+        np.testing.assert_array_equal(r.tensors[rank]["x"], want)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("op", ["sum", "product", "min", "max", "avg", "premul_sum(0.5)"])
+def test_all_reduce_float_ops(world, op):
+    r = run(f"tensor x: float64[{N}] = rank * 7 + i % 5 + 1\nall_reduce x op {op}\n", world)
+    xs = np.stack(inputs(world, np.float64))
+    want = {"avg": np.mean(xs, axis=0), "premul_sum(0.5)": np.sum(0.5 * xs, axis=0)}.get(op)
+    if want is None:
+        want = NP_REDUCE[op](xs)
+    for rank in range(world):
+        np.testing.assert_allclose(r.tensors[rank]["x"], want)
+
+
+def test_bool_sum_is_or_and_product_is_and():
+    text = "tensor a: bool[2] = (rank + i) % 2\ntensor b: bool[2] = (rank + i) % 2\nall_reduce a op sum\nall_reduce b op product\n"
+    r = run(text, 2)
+    np.testing.assert_array_equal(r.tensors[0]["a"], [True, True])
+    np.testing.assert_array_equal(r.tensors[0]["b"], [False, False])
+
+
+def test_int8_product_wraps_like_torch():
+    r = run("tensor x: int8[1] = 100\nall_reduce x op product\n", 2)
+    assert r.tensors[0]["x"][0] == np.int8(np.int64(10000).astype(np.int8))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_broadcast_reduce_and_undefined_non_root(world):
+    root = world - 1
+    r = run(f"tensor x: int64[{N}] = rank * 7 + i % 5 + 1\ntensor y: int64[{N}] = rank * 7 + i % 5 + 1\n"
+            f"broadcast x from {root}\nreduce y to {root} op max\n", world)
+    xs = inputs(world)
+    for rank in range(world):
+        np.testing.assert_array_equal(r.tensors[rank]["x"], xs[root])
+        assert r.undefined[rank]["y"].all() == (rank != root)
+    np.testing.assert_array_equal(r.tensors[root]["y"], np.max(np.stack(xs), axis=0))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather_both_forms_and_gather(world):
+    lst = ", ".join(f"o{j}" for j in range(world))
+    decls = "".join(f"tensor o{j}: int64[{N}]\n" for j in range(world))
+    r = run(f"tensor x: int64[{N}] = rank * 7 + i % 5 + 1\ntensor out: int64[{world * N}]\ntensor g: int64[{world * N}]\n"
+            f"{decls}all_gather x into out\nall_gather x into [{lst}]\ngather x into g to 0\n", world)
+    want = np.concatenate(inputs(world))
+    for rank in range(world):
+        np.testing.assert_array_equal(r.tensors[rank]["out"], want)
+        for j in range(world):
+            np.testing.assert_array_equal(r.tensors[rank][f"o{j}"], inputs(world)[j])
+    np.testing.assert_array_equal(r.tensors[0]["g"], want)
+    for rank in range(1, world):
+        assert not r.tensors[rank]["g"].any()
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_scatter_and_reduce_scatter(world, op):
+    r = run(f"tensor big: int64[{world * N}] = rank * 100 + i\ntensor part: int64[{N}]\ntensor red: int64[{N}]\n"
+            f"scatter big into part from 0\nreduce_scatter big into red op {op}\n", world)
+    bigs = [r_ * 100 + np.arange(world * N) for r_ in range(world)]
+    for rank in range(world):
+        np.testing.assert_array_equal(r.tensors[rank]["part"], bigs[0][rank * N : (rank + 1) * N])
+        chunks = np.stack([b[rank * N : (rank + 1) * N] for b in bigs])
+        np.testing.assert_array_equal(r.tensors[rank]["red"], NP_REDUCE[op](chunks))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_to_all_even(world):
+    r = run(f"tensor s: int64[{world * 2}] = rank * 100 + i\ntensor d: int64[{world * 2}]\nall_to_all s into d\n", world)
+    src = [r_ * 100 + np.arange(world * 2) for r_ in range(world)]
+    for rank in range(world):
+        want = np.concatenate([src[j][rank * 2 : rank * 2 + 2] for j in range(world)])
+        np.testing.assert_array_equal(r.tensors[rank]["d"], want)
+
+
+def test_all_to_all_uneven_splits():
+    # rank r sends r + 1 + j rows to rank j; so rank j receives r + 1 + j rows from each rank r
+    world = 3
+    prog = ["world 3", "tensor s: int64[12] = rank * 100 + i", "tensor d: int64[12]"]
+    for r_ in range(world):
+        ins = [r_ + 1 + j for j in range(world)]
+        outs = [j + 1 + r_ for j in range(world)]
+        prog.append(f"on rank == {r_}:\n    all_to_all s[0:{sum(ins)}] into d[0:{sum(outs)}] splits "
+                    f"{ins}, {outs}")
+    r = run("\n".join(prog) + "\n", world)
+    for j in range(world):
+        pieces = []
+        for r_ in range(world):
+            start = sum(r_ + 1 + k for k in range(j))
+            pieces.append(r_ * 100 + np.arange(start, start + r_ + 1 + j))
+        want = np.concatenate(pieces)
+        np.testing.assert_array_equal(r.tensors[j]["d"][: len(want)], want)
+
+
+def test_groups_split_and_mesh():
+    text = ("world 4\nmesh m = (dp=2, tp=2)\ngroup pairs = split by rank // 2\n"
+            "tensor a: int64[1] = rank\ntensor b: int64[1] = rank\ntensor c: int64[1] = rank\n"
+            "all_reduce a in m.tp\nall_reduce b in m.dp\nall_reduce c in pairs\n")
+    r = run(text, 4)
+    assert [int(r.tensors[k]["a"][0]) for k in range(4)] == [1, 1, 5, 5]
+    assert [int(r.tensors[k]["b"][0]) for k in range(4)] == [2, 4, 2, 4]
+    assert [int(r.tensors[k]["c"][0]) for k in range(4)] == [1, 1, 5, 5]
+
+
+def test_p2p_views_and_local_compute():
+    text = ("world 2\ntensor x: float32[4, 2] = i\ntensor y: float32[2, 2]\n"
+            "on rank == 0:\n    send x.chunk(1, 2) to 1\nelse:\n    recv y from 0\n    y += 1\n    y[0] = max(y[0], 100)\n")
+    r = run(text, 2)
+    np.testing.assert_array_equal(r.tensors[1]["y"], [[100, 100], [7, 8]])
+
+
+def test_stall_is_reported_not_looped():
+    r = simulate(expand(load(SourceFile("s.comm", "world 2\ntensor x: float32[1]\nrecv x from 1 - rank\n")), 2))
+    assert not r.engine.completed
+    assert sorted(r.engine.stalled) == [0, 1]
+    assert all(b.op.span.line == 3 for b in r.engine.stalled.values())
