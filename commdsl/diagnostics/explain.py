@@ -2554,9 +2554,11 @@ Severity: **error** for anything that hangs, crashes or gives wrong data; **warn
 |---|---|
 | `text` | the layout above; coloured on a terminal (`--color auto\\|always\\|never`; `NO_COLOR` turns colour off) |
 | `concise` | one line per finding: `path:line:col: CODE message` |
-| `json` | one array; each item has `code`, `name`, `severity`, `message`, `path`, `line`, `column`, `end_line`, `end_column`, `label`, `worlds`, `notes` (with their spans), `help` and `rendered` (the text form) |
+| `json` | one array of objects: `code`, `name`, `severity`, `message`, the span, `notes`, `help`, `rendered` |
 | `sarif` | SARIF 2.1.0 for code scanning; each rule's `helpUri` links to its entry on this page (`#p201`) |
 
+A JSON item's span is `path`, `line`, `column`, `end_line` and `end_column` (1-based); it also has the
+primary `label`, the `worlds` it holds at, and `rendered`, the text form, as rustc's JSON does.
 Diagnostics go to stdout. The `Found N errors.` summary (text and concise only) and log lines go to
 stderr. `--statistics` prints one count per code instead.
 
