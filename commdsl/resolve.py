@@ -287,10 +287,12 @@ class _Resolver:
             case n.Batch():
                 if in_batch:
                     self.error("N111", "`batch` blocks do not nest", s, label="inside another batch")
-                for inner in s.body:
-                    if not isinstance(inner, (n.Send, n.Recv, n.For, n.On, n.Let)):
-                        self.error("N111", f"`{inner.kind}` cannot be part of a `batch`", inner,
-                                   label="only send, recv, isend and irecv batch together")
+                for inner in s.body:  # collectives, waits and nested batches are reported by check_stmt
+                    if isinstance(inner, (n.Assign, n.Expect, n.Print)):
+                        word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[inner.kind]
+                        self.error("N111", f"{word} cannot be part of a `batch`", inner,
+                                   label="only send, recv, isend and irecv batch together",
+                                   help="move it after the `batch:` block, which waits for its ops at its end")
                 self.check_block(s.body, _Scope(parent=scope), True)
 
     def check_expect(self, s: n.Expect, scope: _Scope):

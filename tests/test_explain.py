@@ -17,27 +17,6 @@ from commdsl.diagnostics import explain as E
 CODES = E.all_codes()
 DOC = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
 
-# Examples that are right but that the checker does not answer as documented yet (checker bugs, owned
-# elsewhere). Strict: when the checker is fixed the test passes, fails as XPASS, and the entry goes.
-_MATCH_EXAMPLES = ("syntax/parser.py names S005-S007 only when the mistake is in the file's first statement: "
-                   "lark's match_examples compares parser states including the stack depth, so after any "
-                   "earlier statement the generic S001 is reported")
-KNOWN_BUGS = {
-    ("S005", "Example"): _MATCH_EXAMPLES,
-    ("S006", "Example"): _MATCH_EXAMPLES,
-    ("S007", "Example"): _MATCH_EXAMPLES,
-}
-
-
-def _params(which: str):
-    out = []
-    for code in CODES:
-        reason = KNOWN_BUGS.get((code, which))
-        marks = (pytest.mark.xfail(strict=True, reason=reason),) if reason else ()
-        out.append(pytest.param(code, marks=marks, id=code))
-    return out
-
-
 def section_problems(markdown: str) -> list[str]:
     """What is wrong with one explanation's sections (empty when it is complete)."""
     found = E.sections(markdown)
@@ -91,14 +70,14 @@ def test_docs_have_an_anchor_per_code():
         assert f'<a id="{code.lower()}"></a>' in doc
 
 
-@pytest.mark.parametrize("code", _params("Example"))
+@pytest.mark.parametrize("code", list(CODES))
 def test_example_produces_its_code(code, tmp_path, capsys):
     program, args = E.program_and_args(E.sections(E.EXPLANATIONS[code])["Example"])
     found = [d["code"] for d in lint(program, args, tmp_path, capsys)]
     assert code in found
 
 
-@pytest.mark.parametrize("code", _params("Use instead"))
+@pytest.mark.parametrize("code", list(CODES))
 def test_use_instead_does_not_produce_its_code(code, tmp_path, capsys):
     program, args = E.program_and_args(E.sections(E.EXPLANATIONS[code])["Use instead"])
     found = [d["code"] for d in lint(program, args, tmp_path, capsys)]

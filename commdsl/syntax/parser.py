@@ -139,6 +139,24 @@ _EXAMPLE_TEXT = {
 }
 
 
+@lru_cache(maxsize=1)
+def _example_states() -> dict[tuple[int, str], str]:
+    """(LALR state, token type) where each example fails → its code.
+
+    Lark's own `match_examples` also compares the parser's stack depth, so an example written as a
+    one-statement file would only match mistakes in a file's first statement; the top state and the
+    offending token are what identify the mistake.
+    """
+    states: dict[tuple[int, str], str] = {}
+    for code, examples in _EXAMPLES.items():
+        for example in examples:
+            try:
+                lark_parser().parse(example)
+            except UnexpectedToken as e:
+                states.setdefault((e.state.position, e.token.type), code)
+    return states
+
+
 def parse_tree(source: SourceFile) -> Tree:
     """Parse a file into a Lark tree; raise CommdslError with one syntax diagnostic on failure."""
     text = source.text if source.text.endswith("\n") else source.text + "\n"
@@ -168,7 +186,7 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
         return Diagnostic(code="S004", message="unexpected end of file", span=source.span(end, end),
                           label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}")
     assert isinstance(err, UnexpectedToken)
-    matched = err.match_examples(lark_parser().parse, _EXAMPLES, use_accepts=True)
+    matched = _example_states().get((err.state.position, token.type))
     start = token.start_pos if token.start_pos is not None else len(text)
     if token.type == "_NL":  # the caret goes just after the line's last character
         end = start

@@ -19,7 +19,7 @@ register(
     Code("C306", "collective-size-mismatch", "error", "members contribute different numbers of elements"),
     Code("C307", "missing-participant", "error", "a member of the group never calls the collective"),
     Code("C308", "cross-group-order", "error", "collectives on two groups issued in different orders: a cycle"),
-    Code("C309", "async-mismatch", "error", "some members call a collective blocking, others async"),
+    Code("C309", "async-mismatch", "warning", "some members call a collective blocking, others async"),
     Code("C310", "group-nonmember", "error", "a rank calls a collective on a group it is not in"),
     Code("C311", "root-not-in-group", "error", "the root of a rooted collective is not a member of its group"),
     Code("C312", "all-to-all-splits-mismatch", "error", "uneven all_to_all splits that disagree between ranks"),
@@ -98,8 +98,14 @@ def _mismatches(ctx: Context) -> Iterator[Diagnostic]:
             note = {"C303": "a broadcast with different roots hangs; DETAIL mode does not catch it",
                     "C304": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
                     "C305": "Gloo reinterprets the bytes: silent garbage"}.get(code)
-            yield _pair(code, f"`{first.op.kind}` on `{inst.group.name}`: members disagree on the {what}",
-                        first, odd, say(first), say(odd), "pass the same value on every rank", note=note)
+            d = _pair(code, f"`{first.op.kind}` on `{inst.group.name}`: members disagree on the {what}",
+                      first, odd, say(first), say(odd), "pass the same value on every rank", note=note)
+            if code == "C309":
+                d = d.model_copy(update={"severity": "warning", "help": "call it the same way on every rank",
+                                         "notes": (Note(message="torch matches the calls (async_op only decides "
+                                                                "whether Python waits), but the code reads as if "
+                                                                "the ranks disagreed"),)})
+            yield d
             break
         else:
             yield from _sizes(ctx, inst, calls)
@@ -112,7 +118,7 @@ def _sizes(ctx: Context, inst, calls) -> Iterator[Diagnostic]:
         a, b = calls[bad[0]], calls[bad[1]]
         sent = a.op.in_splits[bad[1]] if a.op.in_splits else "an even share of"
         expected = b.op.out_splits[bad[0]] if b.op.out_splits else "an even share"
-        yield _pair("C312", f"`all_to_all`: rank {a.rank} sends {sent} rows to rank {b.rank}, which expects {expected}",
+        yield _pair("C312", f"`all_to_all`: rank {a.rank} sends {_rows(sent)} to rank {b.rank}, which expects {_rows(expected)}",
                     a, b, f"rank {a.rank}'s in_splits", f"rank {b.rank}'s out_splits",
                     "rank a's in_splits[b] must equal rank b's out_splits[a]")
         return
@@ -120,10 +126,18 @@ def _sizes(ctx: Context, inst, calls) -> Iterator[Diagnostic]:
     odd = next((c for c, s in zip(calls, sizes) if s != sizes[0]), None)
     if odd is not None:
         s0, s1 = sizes[0], collectives.contribution(odd.op)
-        yield _pair("C306", f"`{first.op.kind}` on `{inst.group.name}`: rank {first.rank} contributes {s0} elements, "
-                    f"rank {odd.rank} {s1}", first, odd, f"{s0} elements", f"{s1} elements",
+        yield _pair("C306", f"`{first.op.kind}` on `{inst.group.name}`: rank {first.rank} contributes {_count(s0)}, "
+                    f"rank {odd.rank} {_count(s1)}", first, odd, _count(s0), _count(s1),
                     "size every member's buffers alike",
                     note="Gloo aborts one rank and may leave another with a silently wrong result")
+
+
+def _count(n: int) -> str:
+    return f"{n} element{'s' * (n != 1)}"
+
+
+def _rows(n) -> str:
+    return f"{n} row{'s' * (n != 1)}" if isinstance(n, int) else str(n)
 
 
 def _order_swap(ctx: Context, inst, a: int, b: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from commdsl.checker.context import Context
@@ -22,10 +23,12 @@ register(
 )
 
 
-def _word(op) -> str:
-    if type(op) is Send:
-        return "send" if op.blocking else "isend"
-    return "recv" if op.blocking else "irecv"
+_KEYWORD = re.compile(r"^(?:\w+\s*=\s*)?(i?send|i?recv)\b")
+
+
+def _word(ctx: Context, op) -> str:
+    """The keyword the user wrote (a `send` in a `batch:` is posted like an isend but reads `send`)."""
+    return _KEYWORD.match(ctx.text(op)).group(1)
 
 
 def check(ctx: Context) -> Iterator[Diagnostic]:
@@ -42,7 +45,7 @@ def _bad_params(ctx: Context) -> Iterator[Diagnostic]:
         op = b.op
         if type(op) not in (Send, Recv):
             continue
-        word = _word(op)
+        word = _word(ctx, op)
         if b.problem == "peer-out-of-range":
             yield Diagnostic(code="P208", message=f"`{word}` on rank {b.rank} names rank {op.peer}, outside world {W}",
                              span=op.span, label=f"ranks are 0..{W - 1}",
@@ -98,7 +101,7 @@ def _unmatched(ctx: Context) -> Iterator[Diagnostic]:
         tag = f" with tag {op.tag}" if op.tag else ""
         yield Diagnostic(
             code="P201" if is_send else "P202", span=op.span,
-            message=f"`{_word(op)}` on rank {p.rank} {'to' if is_send else 'from'} rank {peer} has no matching `{other}`",
+            message=f"`{_word(ctx, op)}` on rank {p.rank} {'to' if is_send else 'from'} rank {peer} has no matching `{other}`",
             label=f"rank {peer} {fate}",
             notes=(Note(message=f"a matching `{other}` on rank {peer} would name rank {p.rank}{tag}"),),
             help=_peer_hint(ctx, p))
