@@ -1,7 +1,6 @@
 """commdsl: describe, check, run and measure the communication patterns of distributed PyTorch.
 
-The public API, one function per pipeline stage (imported lazily: `import commdsl` loads neither the
-checker nor torch until they are used)::
+The public API, one function per pipeline stage (torch is never imported here)::
 
     program = commdsl.load("programs/ring_allreduce.comm")     # parse + resolve
     schedule = commdsl.expand(program, world=4, params={"n": 16})
@@ -12,51 +11,31 @@ checker nor torch until they are used)::
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+# Imported before the functions below are bound: a submodule import rebinds its package attribute,
+# so `commdsl.expand` must be bound to the function only after `commdsl.expand` the module is loaded.
+from commdsl.checker import CheckOptions, check_program  # noqa: E402
+from commdsl.diagnostics import CommdslError  # noqa: E402
+from commdsl.expand import expand  # noqa: E402
+from commdsl.resolve import load as _load_source  # noqa: E402
+from commdsl.simulate import simulate  # noqa: E402
+from commdsl.source import SourceFile  # noqa: E402
+
 __all__ = ["parse", "load", "expand", "check", "simulate", "CommdslError"]
 
 
 def parse(text: str, path: str = "<string>"):
     """Parse and resolve program text into a Program; raises CommdslError with diagnostics."""
-    from commdsl.resolve import load as _load
-    from commdsl.source import SourceFile
-
-    return _load(SourceFile(path, text))
+    return _load_source(SourceFile(path, text))
 
 
 def load(path):
     """Read, parse and resolve a `.comm` file."""
-    from commdsl.resolve import load as _load
-    from commdsl.source import SourceFile
-
-    return _load(SourceFile.read(path))
-
-
-def expand(program, world: int, params=None):
-    """The per-rank Schedule of `program` at `world` ranks."""
-    from commdsl.expand import expand as _expand
-
-    return _expand(program, world, params)
+    return _load_source(SourceFile.read(path))
 
 
 def check(program, worlds=None, backends=None, params=None, lints: bool = False):
     """Every finding at every declared (or given) world size, as Diagnostics."""
-    from commdsl.checker import CheckOptions, check_program
-
     options = CheckOptions(worlds=tuple(worlds) if worlds else None, backends=tuple(backends) if backends else None,
                            params=dict(params or {}), lints=lints)
     return check_program(program, options)
-
-
-def simulate(schedule):
-    """Run a Schedule with data (Gloo semantics): final tensors, undefined masks, expect verdicts."""
-    from commdsl.simulate import simulate as _simulate
-
-    return _simulate(schedule)
-
-
-def __getattr__(name: str):
-    if name == "CommdslError":
-        from commdsl.diagnostics import CommdslError
-
-        return CommdslError
-    raise AttributeError(name)
