@@ -21,6 +21,8 @@ from commdsl.syntax import nodes as n
 
 MAX_WORLD = 1 << 16
 MAX_TENSOR_ELEMENTS = 1 << 34
+MAX_STEPS = 20_000_000
+"""Loop iterations plus ops over all ranks of one expansion: a hostile `for` bound ends here, not in swap."""
 
 
 class _Stop(Exception):
@@ -259,6 +261,7 @@ class _Rank:
     # statements ----------------------------------------------------------------------------------
     def emit(self, op):
         self.ops.append(op)
+        self.ex.steps += 1
 
     def block(self, stmts):
         saved = dict(self.env)
@@ -301,6 +304,7 @@ class _Rank:
             case n.For():
                 lo = self.int_value(s.lo, "a loop bound")
                 hi = self.int_value(s.hi, "a loop bound")
+                self.ex.spend(max(0, hi - lo + 1), s)
                 outer = self.bindings
                 for value in range(lo, hi + 1):
                     self.env[s.var] = value
@@ -406,6 +410,7 @@ class _Expander:
         self.named: dict[tuple[str, str | None], object] = {}
         self.batched = _batched_starts(program.body)
         self.tensor_names = {t.name for t in program.tensors}
+        self.steps = 0
         self._tensor_cache: dict[tuple, dict[str, TensorSpec]] = {}
 
     def setup(self):
@@ -448,6 +453,13 @@ class _Expander:
                 by_rest.setdefault(c[:axis] + c[axis + 1 :], []).append(r)
             made = {k: self.add_group(f"{m.name}.{d.name}{list(k)}", tuple(rs)) for k, rs in sorted(by_rest.items())}
             self.named[(m.name, d.name)] = [made[c[:axis] + c[axis + 1 :]] for c in coords]
+
+    def spend(self, steps: int, node: n.Node):
+        self.steps += steps
+        if self.steps > MAX_STEPS:
+            _fail("N133", f"the program expands to over {MAX_STEPS:,} loop steps and ops at world {self.world}", node,
+                  label="this loop pushes it over the limit",
+                  help="check the loop bounds and params; commdsl expands every rank's ops in memory")
 
     def add_group(self, name: str, ranks: tuple[int, ...]) -> Group:
         g = Group(len(self.groups), name, ranks)

@@ -14,6 +14,7 @@ from commdsl.checker.waits import analyse
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.engine import EngineResult, Observer, run_engine
 from commdsl.expand import expand
+from commdsl.limits import memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
 
 
@@ -92,7 +93,11 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
         except CommdslError as e:
             found = e.diagnostics
         else:
-            found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate)
+            too_big = memory_problem(schedule) if options.simulate else None
+            if too_big is not None:
+                found = [too_big]
+            else:
+                found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate)
             found = [d.model_copy(update={"worlds": (world,)}) for d in found]
         for d in found:
             key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))

@@ -21,6 +21,7 @@ def add_parser(sub):
 def run(args) -> int:
     from commdsl.checker import stall_diagnostics, expect_diagnostics
     from commdsl.expand import expand
+    from commdsl.limits import memory_problem
     from commdsl.simulate import format_tensor, simulate
 
     out, err = consoles(args)
@@ -35,6 +36,10 @@ def run(args) -> int:
         schedule = expand(program, args.world, parse_sets(args.set))
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    too_big = memory_problem(schedule)
+    if too_big is not None:
+        print_diagnostics([too_big], loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
     result = simulate(schedule)
     for rank in range(schedule.world):

@@ -54,6 +54,8 @@ _TABLE = [
     Code("N129", "handle-not-assigned", "error", "`wait` on a handle this rank never assigned"),
     Code("N130", "mixed-dtypes", "error", "one collective's buffers with different dtypes"),
     Code("N131", "buffer-does-not-fit", "error", "a collective's buffers sized wrongly for its group"),
+    Code("N132", "tensors-exceed-memory", "error", "the tensors of all ranks need more memory than this machine has"),
+    Code("N133", "expansion-too-large", "error", "a program that expands to more loop steps and ops than commdsl holds"),
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}

@@ -1121,6 +1121,70 @@ tensor y: float32[world * 4] = 0
 all_gather x into y
 ```
 """,
+    "N132": """\
+## What it does
+
+Reports a program whose tensors, summed over every rank, need more memory than commdsl may use on
+this machine (half of its physical memory). The simulator holds all ranks' tensors in one process,
+and `commdsl run` starts every local rank on this node, so both need the sum.
+
+## Why is this bad?
+
+Allocating it would push the machine into swap or get the run killed by the OOM killer halfway
+through, with no word on why. commdsl refuses before allocating and names the size and the limit.
+
+## Example
+
+```comm
+program too_big
+world 2
+param n = 100000
+tensor x: float32[n, n]
+all_reduce x
+```
+
+## Use instead
+
+```comm
+program too_big
+world 2
+param n = 1000
+tensor x: float32[n, n]
+all_reduce x
+```
+""",
+    "N133": """\
+## What it does
+
+Reports a program that expands to more than 20,000,000 loop steps and ops at one world size, usually
+because a loop bound or a param is far larger than meant.
+
+## Why is this bad?
+
+commdsl expands every rank's op list in memory before checking, simulating or running it; a runaway
+loop would take minutes and gigabytes before anything useful happens. The expansion stops at the
+limit and points at the loop that crossed it.
+
+## Example
+
+```comm
+program runaway
+world 2
+tensor x: float32[1]
+for s in 0 .. 1000000000:
+    x += 1
+```
+
+## Use instead
+
+```comm
+program runaway
+world 2
+tensor x: float32[1]
+for s in 0 .. 9:
+    x += 1
+```
+""",
     # ---- P2xx: point-to-point -------------------------------------------------------------------
     "P201": """\
 ## What it does
