@@ -1,0 +1,41 @@
+"""A `.comm` program can't run code: no eval, exec, pickle or dynamic import of user text in the package."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "commdsl"
+FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
+FORBIDDEN_MODULES = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle"}
+
+
+def _violations(path: Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
+            yield f"{path.name}:{node.lineno} calls {node.func.id}()"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                if name.split(".")[0] in FORBIDDEN_MODULES:
+                    yield f"{path.name}:{node.lineno} imports {name}"
+        if isinstance(node, ast.Attribute) and node.attr in ("loads", "load") and isinstance(node.value, ast.Name) \
+                and node.value.id in FORBIDDEN_MODULES:
+            yield f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}"
+
+
+def test_package_never_evaluates_or_unpickles():
+    found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in _violations(path)]
+    assert found == []
+
+
+def test_dynamic_imports_take_only_fixed_names():
+    """importlib.import_module is used for the CLI's verb modules: the names are literals, never input."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module":
+                arg = node.args[0]
+                assert isinstance(arg, ast.JoinedStr) and all(
+                    isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)
+                                                    and v.value.id == "name")
+                    for v in arg.values), f"{path.name}:{node.lineno}"
