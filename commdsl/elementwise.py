@@ -71,6 +71,18 @@ def _binary(op: str, a, b):
             return a % b
         case "**":
             return a ** b
+        case "==":
+            return a == b
+        case "!=":
+            return a != b
+        case "<":
+            return a < b
+        case "<=":
+            return a <= b
+        case ">":
+            return a > b
+        case ">=":
+            return a >= b
     raise ValueError(f"operator {op!r} is not elementwise")
 
 

@@ -403,6 +403,11 @@ class _Resolver:
                            help="functions are min, max, abs (and rand, randn in initialisers)")
             case n.Call():
                 self.error("N107", "this cannot be called", e, label="not a function")
+            case n.Unary(op="not") | n.Binary(op="and" | "or") if ctx != "static":
+                word = e.op
+                self.error("N103", f"`{word}` is not an element-wise operator", e,
+                           label="conditions are for `on`, per rank",
+                           help="compare element-wise with `==`, `<`, ... and combine with `*` (and) or `max` (or)")
             case n.Unary():
                 self.check_expr(e.operand, ctx, scope)
             case n.Binary():

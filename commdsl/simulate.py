@@ -47,9 +47,15 @@ def initial_value(spec: TensorSpec, rank: int, world: int) -> np.ndarray:
     if spec.init[0] == "rand":
         values = random_init(spec.init[1], rank, spec.numel, spec.init[2])
     else:
-        values = evaluate(spec.init, _no_views, spec.shape, NUMPY)
+        values = _evaluate(spec.init, _no_views, spec.shape)
         values = np.broadcast_to(np.asarray(values), spec.shape).reshape(-1)
     return _cast(np.asarray(values), spec.dtype)
+
+
+def _evaluate(e, read, shape):
+    """NumPy evaluation with torch's quiet semantics: x / 0 is inf or nan, not a warning on stderr."""
+    with np.errstate(all="ignore"):
+        return evaluate(e, read, shape, NUMPY)
 
 
 def _no_views(view: View):  # pragma: no cover - `resolve` forbids tensors in initialisers
@@ -127,7 +133,7 @@ class DataObserver(Observer):
     def local(self, rank, op, index):
         read = lambda v: self.read(rank, v)  # noqa: E731
         if type(op) is Compute:
-            value = evaluate(op.value, read, op.target.shape, NUMPY)
+            value = _evaluate(op.value, read, op.target.shape)
             if op.op != "=":
                 current = self.read(rank, op.target)
                 value = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}[op.op](current, value)
@@ -143,7 +149,7 @@ class DataObserver(Observer):
     def check_expect(self, rank: int, op: Expect) -> ExpectResult:
         actual = self.read(rank, op.view)
         dtype = self.s.tensors[rank][op.view.tensor].dtype
-        expected = np.broadcast_to(np.asarray(evaluate(op.value, lambda v: self.read(rank, v), op.view.shape, NUMPY)),
+        expected = np.broadcast_to(np.asarray(_evaluate(op.value, lambda v: self.read(rank, v), op.view.shape)),
                                    op.view.shape)
         if self.undef[rank][op.view.tensor][op.view.offset : op.view.stop].any():
             return ExpectResult(rank, op, False, "reads elements left undefined by `reduce` on a non-root rank")

@@ -138,3 +138,11 @@ def test_sim_bad_set_value_and_world(capsys):
 def test_check_all_programs_clean(capsys):
     code, _, err = run(capsys, "check", *map(str, sorted((ROOT / "programs").glob("*.comm"))))
     assert code == 0 and "All checks passed" in err
+
+
+def test_sim_prints_brackets_of_nan_and_inf_literally(tmp_path, capsys):
+    """Rich markup must not swallow `[nan, inf]` (a regression the fuzzer found)."""
+    path = tmp_path / "p.comm"
+    path.write_text("world 1\ntensor y: float32[2] = i / 0\n")
+    code, out, _ = run(capsys, "sim", str(path), "--world", "1", "--color", "never")
+    assert code == 0 and "y = tensor([nan, inf])" in out

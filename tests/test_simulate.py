@@ -160,3 +160,17 @@ def test_stall_is_reported_not_looped():
     assert not r.engine.completed
     assert sorted(r.engine.stalled) == [0, 1]
     assert all(b.op.span.line == 3 for b in r.engine.stalled.values())
+
+
+def test_elementwise_comparisons_make_masks():
+    r = run("world 2\ntensor m: bool[4] = i <= rank\ntensor f: float32[4] = (i > 1) * 10 + 1\n", 2)
+    np.testing.assert_array_equal(r.tensors[1]["m"], [True, True, False, False])
+    np.testing.assert_array_equal(r.tensors[0]["f"], [1, 1, 11, 11])
+
+
+def test_boolean_operators_are_not_elementwise():
+    from commdsl.diagnostics import CommdslError
+
+    with pytest.raises(CommdslError) as e:
+        load(SourceFile("b.comm", "tensor m: bool[4] = i <= 1 and rank\n"))
+    assert [(d.code, d.span.column) for d in e.value.diagnostics] == [("N103", 21)]

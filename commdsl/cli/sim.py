@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles,
                                 load_files, parse_sets, print_diagnostics)
+from rich.markup import escape
+
 from commdsl.diagnostics import CommdslError
 
 
@@ -45,7 +47,8 @@ def run(args) -> int:
     for rank in range(schedule.world):
         for op, values in result.prints[rank]:
             for text, v, arr in zip(op.texts, op.views, values):
-                out.print(f"rank {rank}: {text} = {format_tensor(arr, schedule.tensors[rank][v.tensor].dtype)}")
+                tensor = format_tensor(arr, schedule.tensors[rank][v.tensor].dtype)
+                out.print(f"rank {rank}: {escape(text)} = {escape(tensor)}")
     for rank in range(schedule.world):
         out.print(f"[bold]rank {rank}[/]")
         for name, arr in result.tensors[rank].items():
@@ -54,7 +57,7 @@ def run(args) -> int:
             undefined = result.undefined[rank][name]
             note = f"  [dim](undefined after reduce: {int(undefined.sum())} of {undefined.size} elements)[/]" \
                 if undefined.any() else ""
-            out.print(f"  {name} = {text}{note}")
+            out.print(f"  {name} = {escape(text)}{note}")
     diags = stall_diagnostics(program, result.engine) + expect_diagnostics(program, result)
     passed = sum(e.ok for e in result.expects)
     for line, oks in _expects_by_line(result.expects):
