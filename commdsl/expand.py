@@ -123,6 +123,13 @@ class _Rank:
         self.next_req = 0
         self.tensors = ex.tensors_for(rank)
 
+    @classmethod
+    def probe(cls, ex: "_Expander | None", rank: int | None, env: dict) -> "_Rank":
+        """A rank with bindings only: evaluates header expressions (params, groups, tensor shapes)."""
+        r = cls.__new__(cls)
+        r.ex, r.rank, r.env, r.tensors = ex, rank, env, {}
+        return r
+
     # static expressions --------------------------------------------------------------------------
     def value(self, e, env=None):
         """The value of a static expression on this rank (compiled once per node, then reused)."""
@@ -143,6 +150,8 @@ class _Rank:
         return _as_int(self.value(e), e, what)
 
     def group_attr(self, e: n.Attr):
+        if self.ex is None:
+            _fail("N103", "a param's default cannot use groups or tensors", e, label="not known when params are set")
         if e.attr in ("size", "rows") and self._is_view(e.value):
             v = self.view(e.value)
             return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
@@ -414,8 +423,7 @@ class _Expander:
         self._tensor_cache: dict[tuple, dict[str, TensorSpec]] = {}
 
     def setup(self):
-        probe = _Rank.__new__(_Rank)
-        probe.ex, probe.rank, probe.env = self, None, dict(self.params, world=self.world)
+        probe = _Rank.probe(self, None, dict(self.params, world=self.world))
         for g in self.program.groups:
             if isinstance(g, n.MeshDecl):
                 self.setup_mesh(g, probe)
@@ -475,9 +483,7 @@ class _Expander:
         return entry
 
     def tensors_for(self, rank: int) -> dict[str, TensorSpec]:
-        probe = _Rank.__new__(_Rank)
-        probe.ex, probe.rank = self, rank
-        probe.env = dict(self.params, rank=rank, world=self.world)
+        probe = _Rank.probe(self, rank, dict(self.params, rank=rank, world=self.world))
         shapes = []
         for t in self.program.tensors:
             shape = tuple(_as_int(probe.value(d), d, "a tensor dimension") for d in t.shape)
@@ -625,8 +631,7 @@ def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> 
     if problems:
         raise CommdslError(problems)
     env: dict[str, object] = {}
-    probe = _Rank.__new__(_Rank)
-    probe.env = env
+    probe = _Rank.probe(None, None, env)
     for p in program.params:
         if p.name in overrides:
             v = overrides[p.name]

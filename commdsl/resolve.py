@@ -93,8 +93,9 @@ class _Scope:
 
 
 class _Resolver:
-    def __init__(self, module: n.Module):
+    def __init__(self, module: n.Module, source: SourceFile):
         self.module = module
+        self.source = source
         self.diags: list[Diagnostic] = []
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
 
@@ -486,9 +487,7 @@ def _children(s) -> list[tuple]:
 
 
 def resolve(module: n.Module, source: SourceFile) -> Program:
-    r = _Resolver(module)
-    r.source = source
-    return r.run()
+    return _Resolver(module, source).run()
 
 
 def load(source: SourceFile) -> Program:

@@ -7,7 +7,7 @@ Element expressions (`Elem`) are small tuples evaluated by `commdsl.elementwise`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from commdsl.source import Span
@@ -159,7 +159,6 @@ class Schedule:
     groups: list[Group]
     tensors: list[dict[str, TensorSpec]]
     ops: list[list[AnyOp]]
-    group_decls: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
 
     @property
     def num_ops(self) -> int:

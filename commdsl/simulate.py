@@ -68,7 +68,6 @@ def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
         return values.astype(bool)
     if d.is_int and values.dtype.kind == "f":
         values = np.trunc(values)
-        info = np.iinfo(d.numpy)
         values = np.where(np.isfinite(values), values, 0)
         return values.astype(np.int64).astype(d.numpy) if values.size else values.astype(d.numpy)
     out = values.astype(d.numpy)

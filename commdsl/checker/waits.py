@@ -32,7 +32,7 @@ class Analysis:
 
 def _remaining_p2p(ctx, rank: int):
     """(op, index) for every P2P op rank has not passed yet, batch members included."""
-    ops = ctx_ops(ctx)[rank]
+    ops = ctx.schedule.ops[rank]
     for i in range(ctx.zero.positions[rank], len(ops)):
         op = ops[i]
         if type(op) is Batch:
@@ -40,10 +40,6 @@ def _remaining_p2p(ctx, rank: int):
                 yield sub
         elif type(op) in (Send, Recv):
             yield op
-
-
-def ctx_ops(ctx):
-    return ctx.schedule.ops
 
 
 def _could_match(ctx, p: Posted) -> tuple[bool, object]:
