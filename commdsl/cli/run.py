@@ -1,0 +1,281 @@
+"""`commdsl run FILE --nproc N`: check, launch N real torch.distributed workers, verify, report.
+
+Without `--nproc` the command is one rank of a job that torchrun, mpirun or srun started, and reads
+its rank from their environment variables (`commdsl.runtime.envinfo`). Output is the same either
+way: each rank's prints grouped by rank, every `expect`, the comparison with the simulator, and, when
+something goes wrong, the hang table or the failing rank with its cause. Exit 0 only when every
+expect holds and every tensor matches; 1 for findings (refused, failed, hung, crashed, differs); 2
+when the job could not be run at all.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.markup import escape
+
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.diagnostics import CommdslError
+
+
+def _env(flag: str, default):
+    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default)."""
+    return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "run", help="run a program on real torch.distributed processes and check the results",
+        description="Check the program, launch one process per rank with torch's elastic launcher (or run as one "
+                    "rank under torchrun, mpirun or srun when --nproc is not given), execute every op with "
+                    "torch.distributed, and compare each rank's tensors with the simulator.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=_env("nproc", None),
+                   help="ranks to start on this node (without it: run as one rank of an externally launched job)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=_env("backend", "auto"),
+                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
+    p.add_argument("--timeout", type=float, default=float(_env("timeout", 60)), metavar="S",
+                   help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
+    p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
+    p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="launch even when the static checks find errors (to watch a hang or a crash for real)")
+    p.add_argument("--nnodes", type=int, default=int(_env("nnodes", 1)), help="nodes in the job (default: 1)")
+    p.add_argument("--node-rank", type=int, default=int(_env("node_rank", 0)),
+                   help="this node's rank (used by --rdzv-backend static)")
+    p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=_env("rdzv_backend", "c10d"),
+                   help="rendezvous of the nodes (default: c10d)")
+    p.add_argument("--rdzv-endpoint", default=_env("rdzv_endpoint", None), metavar="HOST:PORT",
+                   help="rendezvous address, the same on every node (default: 127.0.0.1 and a free port)")
+    p.add_argument("--rdzv-id", default=_env("rdzv_id", None), help="job id shared by every node (default: random)")
+    p.add_argument("--start-method", choices=("fork", "spawn"), default=_env("start_method", None),
+                   help="how workers start (default: fork, or spawn when CUDA is initialised in this process)")
+    p.add_argument("--log-dir", default=_env("log_dir", None),
+                   help="keep every worker's stdout/stderr and records here (default: a temporary directory)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
+    add_program_flags(p)
+    add_output_flags(p)
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args):
+    from commdsl.runtime.config import RunConfig
+
+    if args.nproc is not None and int(args.nproc) < 1:
+        raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.nnodes < 1:
+        raise UsageError(f"--nnodes must be at least 1, got {args.nnodes}")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} is not below --nnodes {args.nnodes}")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
+    if args.nproc is None and args.nnodes > 1:
+        raise UsageError("--nnodes needs --nproc (under torchrun, give the node flags to torchrun instead)")
+    endpoint = args.rdzv_endpoint or "127.0.0.1:0"
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"--rdzv-endpoint expects HOST:PORT, got {endpoint!r}")
+    return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
+                     backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
+                     trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
+                     rdzv_backend=args.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=args.rdzv_id,
+                     start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
+
+
+def run(args) -> int:
+    cfg = config_from_args(args)
+    out, err = consoles(args)
+    if cfg.nproc is None:
+        return run_as_rank(cfg, args.format, out, err)
+    loaded = load_files([cfg.path], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    program, source = loaded.programs[0], loaded.sources[cfg.path]
+    from commdsl.runtime.envinfo import EnvError, choose_backend
+    from commdsl.runtime.prepare import prepare
+
+    try:
+        backend = choose_backend(cfg.backend, cfg.nproc)
+    except EnvError as e:
+        err.print(f"[bold red]error[/]: {e}")
+        return EXIT_FAILURE
+    world = cfg.nproc * cfg.nnodes
+    try:
+        prepared = prepare(program, world, cfg.params, backend)
+    except CommdslError as e:
+        print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    if prepared.errors and cfg.check:
+        print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
+        err.print(f"refusing to launch: the checks found {len(prepared.errors)} error"
+                  f"{'s' * (len(prepared.errors) != 1)} at world size {world} (--no-check launches anyway)")
+        return EXIT_FINDINGS
+    if prepared.errors:
+        err.print(f"[yellow]warning[/]: --no-check: launching despite {len(prepared.errors)} error"
+                  f"{'s' * (len(prepared.errors) != 1)} the checks found (`commdsl check` shows them)")
+    return launch_and_show(cfg, prepared, source, backend, out, err)
+
+
+def launch_and_show(cfg, prepared, source, backend: str, out, err) -> int:
+    from commdsl.runtime.launch import LaunchError, run_local
+    from commdsl.runtime.outcome import blame, hang_rows, judge_results
+
+    schedule = prepared.schedule
+    try:
+        run = run_local(schedule, source.text, backend, cfg)
+    except LaunchError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    ranks = sorted(s.rank for s in run.evidence.slots if s.rank >= 0)
+    if cfg.nnodes == 1:
+        ranks = list(range(schedule.world))
+    hang = None
+    if run.hang is not None:
+        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck)
+    failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
+    verdict = judge_results(schedule, prepared.sim, run.results, ranks)
+    code = show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
+                start_method=run.start_method, verdict=verdict, results=run.results, failures=failures,
+                hang=hang, stderr=run.stderr, wall_s=run.wall_s, interrupted=run.interrupted)
+    if cfg.nnodes > 1:
+        err.print(f"(this node's ranks {ranks[0]}..{ranks[-1]} only: every node reports its own)" if ranks else "")
+    return code
+
+
+def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_method: str | None, verdict, results,
+         failures, hang, stderr: dict, wall_s: float, interrupted: bool = False) -> int:
+    """Print a run's outcome and write --report/--trace; returns the exit code."""
+    from commdsl.runtime.report import build_report, chrome_trace, write_json
+
+    for rank in sorted(results):
+        for p in results[rank].prints:
+            for text in p["lines"]:
+                out.print(f"rank {rank}: {text}", markup=False)
+    by_line: dict[int, list[dict]] = {}
+    for e in verdict.expects:
+        by_line.setdefault(e["line"], []).append(e)
+    for line, es in sorted(by_line.items()):
+        bad = [e for e in es if not e["ok"]]
+        if not bad:
+            out.print(f"expect at line {line}: [green]passed[/] on {len(es)} of {len(es)} rank{'s' * (len(es) != 1)}")
+            continue
+        out.print(f"expect at line {line}: [red]FAILED[/] on {len(bad)} of {len(es)} rank{'s' * (len(es) != 1)}")
+        for e in bad:
+            out.print(f"  rank {e['rank']}: {escape(e['detail'])}")
+    if hang:
+        _show_hang(out, schedule, hang, cfg.timeout)
+    elif failures:
+        _show_failures(out, schedule, failures, stderr)
+    elif interrupted:
+        err.print("interrupted: every worker was stopped")
+    else:
+        _show_comparison(out, verdict, schedule)
+    ok = verdict.ok and not failures and not hang and not interrupted
+    if cfg.report:
+        write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
+                                            start_method=start_method, verdict=verdict, results=results,
+                                            failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s))
+    if cfg.trace:
+        write_json(cfg.trace, chrome_trace(schedule, source_text, results))
+    how = backend + (f", {start_method}" if start_method else "")
+    verdict_text = "[green]passed[/]" if ok else "[red]failed[/]"
+    err.print(f"{escape(schedule.program)}: {schedule.world} rank{'s' * (schedule.world != 1)} ({how}) in "
+              f"{wall_s:.2f} s: {verdict_text}")
+    if interrupted:
+        return 130
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _show_comparison(out, verdict, schedule):
+    if not verdict.sim_complete:
+        out.print("[yellow]not compared with the simulator[/]: the simulation does not complete "
+                  "(`commdsl check` says why)")
+    for m in verdict.mismatches:
+        out.print(f"[red]rank {m.rank}: `{escape(m.tensor)}` differs from the simulator[/] at {m.count} element"
+                  f"{'s' * (m.count != 1)}; first at element {m.index}: got {m.actual!r}, expected {m.expected!r}")
+    for rank in verdict.missing:
+        out.print(f"[red]rank {rank} did not report its tensors[/]")
+    if verdict.sim_complete and not verdict.mismatches and not verdict.missing:
+        n = verdict.compared
+        out.print(f"tensors: every rank matches the simulator ({n} rank{'s' * (n != 1)}, "
+                  f"{len(schedule.tensors[0])} tensor{'s' * (len(schedule.tensors[0]) != 1)} each)")
+
+
+def _show_hang(out, schedule, rows, timeout: float):
+    stuck = [r for r in rows if r["stuck"]]
+    names = ", ".join(f"rank {r['rank']}" for r in stuck)
+    out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
+              f"every rank was stopped[/]")
+    out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
+    for r in rows:
+        rank = "?" if r["rank"] is None else str(r["rank"])
+        secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
+        place = f"{schedule.path}:{r['line']}  {r['op']}" if r["line"] else r["op"]
+        mark = "  <- stuck" if r["stuck"] else ""
+        out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {place}{mark}", markup=False)
+
+
+def _show_failures(out, schedule, failures, stderr: dict):
+    culprit = failures[0]
+    place = f"{schedule.path}:{culprit.at.line} `{culprit.at.text}`" if culprit.at.line else culprit.at.text
+    out.print(f"[bold red]error[/]: [bold]rank {culprit.rank} failed[/] (pid {culprit.pid}) in "
+              f"{escape(place)}: {escape(culprit.cause)}")
+    for f in failures[1:]:
+        what = "then lost its peer" if f.kind == "peer" else "also failed"
+        at = f"line {f.at.line}" if f.at.line else f.at.text
+        out.print(f"  rank {f.rank} {what} at {escape(at)}: {escape(f.cause)}")
+    out.print("  every other worker was stopped")
+    tail = stderr.get(culprit.rank, "").strip().splitlines()[-8:]
+    if tail:
+        out.print(f"  last lines of rank {culprit.rank}'s stderr:")
+        for text in tail:
+            out.print("    " + text, markup=False)
+
+
+def run_as_rank(cfg, fmt: str, out, err) -> int:
+    """One rank of a job started by torchrun, mpirun or srun; rank 0 prints for everyone."""
+    from commdsl.runtime.envinfo import EnvError, choose_backend, placement
+    from commdsl.runtime.external import run_rank
+    from commdsl.runtime.outcome import Evidence, blame, judge_results, timeout_rows
+
+    try:
+        place = placement()
+        backend = choose_backend(cfg.backend, place.local_world)
+    except EnvError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    loaded = load_files([cfg.path], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        if place.rank == 0:
+            print_diagnostics(loaded.diagnostics, loaded.sources, fmt, out, err)
+        return EXIT_FINDINGS
+    source = loaded.sources[cfg.path]
+    run = run_rank(cfg, loaded.programs[0], place, backend)
+    if run.refused:
+        if place.rank == 0:
+            print_diagnostics(run.diagnostics, loaded.sources, fmt, out, err)
+            err.print(f"refusing to run: the checks found errors at world size {place.world} "
+                      "(--no-check runs anyway)")
+        return EXIT_FINDINGS
+    if place.rank != 0:
+        return EXIT_FINDINGS if run.failed else EXIT_OK
+    schedule, ranks = run.schedule, list(range(place.world))
+    failures = blame(schedule, source.text, run.results, Evidence(), ranks)
+    hang = None
+    if failures and any(f.kind == "timeout" for f in failures) and all(f.kind in ("timeout", "peer") for f in failures):
+        hang, failures = timeout_rows(schedule, source.text, run.results, place.world), []
+    verdict = judge_results(schedule, run.sim, run.results, ranks)
+    try:
+        return show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
+                    start_method=place.source, verdict=verdict, results=run.results, failures=failures,
+                    hang=hang, stderr={}, wall_s=run.wall_s)
+    finally:
+        run.release()

@@ -1,0 +1,150 @@
+"""`commdsl run --nproc N`: start the local workers with torch's elastic launcher and collect their reports.
+
+Start-up dominates a short run: a spawned worker re-imports torch (≈1.7 s each here), a forked one
+inherits the launcher's. So the launcher parses, checks and simulates first (no torch), imports torch
+once, and forks — unless CUDA was already initialised in this process, where fork is unsafe and we
+spawn (the workers then rebuild the Schedule from the source text instead of inheriting it).
+
+The launcher also owns the two guarantees torch's agent does not give: the hang guard (`guard.py`)
+and naming the rank that really failed (`outcome.py`, from the records and slots collected here).
+Whatever happens, every worker is gone when `run_local` returns.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from commdsl.runtime import progress
+from commdsl.runtime.config import RunConfig
+from commdsl.runtime.guard import Guard, Hang, kill_workers
+from commdsl.runtime.outcome import Evidence
+from commdsl.runtime.records import RankResult, assemble
+from commdsl.runtime.worker import Job, local_entry
+from commdsl.schedule import Schedule
+
+
+class LaunchError(Exception):
+    """The job could not be started (exit 2): bad rendezvous endpoint, nodes that never joined, …"""
+
+
+@dataclass
+class LocalRun:
+    """What the local workers did, as far as this node can tell."""
+
+    backend: str
+    start_method: str
+    results: dict[int, RankResult]  # global rank → what it reported
+    evidence: Evidence = field(default_factory=Evidence)  # how ranks that did not finish ended
+    hang: Hang | None = None
+    stderr: dict[int, str] = field(default_factory=dict)  # global rank → the end of its stderr
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+
+def fork_is_safe() -> bool:
+    """Fork only where CUDA has not been initialised in this process (and the platform has fork)."""
+    import torch
+
+    return sys.platform.startswith("linux") and not torch.cuda.is_initialized()
+
+
+def _quiet_torch_logs(verbose: bool) -> None:
+    """torch's agent logs every stopped worker and blames the wrong rank; we report failures ourselves."""
+    log = logging.getLogger("torch.distributed.elastic")
+    if not verbose and not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+
+
+def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig) -> LocalRun:
+    """Launch this node's `opts.nproc` workers on `schedule` (already checked) and wait for them."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # LaunchConfig asks about CUDA: through NVML, fork stays safe
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _quiet_torch_logs(opts.verbose)
+    start_method = opts.start_method or ("fork" if fork_is_safe() else "spawn")
+    run_dir = tempfile.mkdtemp(prefix="commdsl-run-")
+    log_dir = opts.log_dir or os.path.join(run_dir, "logs")
+    board = progress.Board(os.path.join(run_dir, "progress"), opts.nproc, create=True)
+    job = Job(schedule=schedule if start_method == "fork" else None, path=opts.path, text=text, world=schedule.world,
+              params=opts.params, backend=backend, timeout=opts.timeout, run_dir=run_dir)
+    rdzv_timeout = int(max(opts.timeout, 900 if opts.nnodes > 1 else 60))
+    rdzv_configs: dict = {"timeout": rdzv_timeout, "join_timeout": rdzv_timeout}
+    if opts.rdzv_backend == "static":
+        rdzv_configs["rank"] = opts.node_rank
+    config = LaunchConfig(
+        min_nodes=opts.nnodes, max_nodes=opts.nnodes, nproc_per_node=opts.nproc,
+        run_id=opts.rdzv_id or ("commdsl" if opts.nnodes > 1 else f"commdsl-{uuid.uuid4().hex[:12]}"), role="commdsl",
+        rdzv_backend=opts.rdzv_backend, rdzv_endpoint=opts.rdzv_endpoint, rdzv_configs=rdzv_configs,
+        max_restarts=0, monitor_interval=0.05, start_method=start_method, shutdown_timeout=5,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL), local_addr=None)
+    run = LocalRun(backend=backend, start_method=start_method, results={})
+    guard = Guard(board, schedule, opts.timeout, opts.verbose)
+    started = time.perf_counter()
+    guard.start()
+    try:
+        elastic_launch(config, local_entry)(job)
+    except ChildFailedError as e:
+        run.evidence.agent = {rank: {"pid": f.pid, "exitcode": f.exitcode,
+                                     "signal": f.signal_name() if f.exitcode < 0 else None}
+                              for rank, f in e.failures.items()}
+    except (SignalException, KeyboardInterrupt):
+        run.interrupted = True
+    except Exception as e:  # noqa: BLE001 - rendezvous and agent failures: report, never a traceback
+        kill_workers(board)
+        raise LaunchError(f"torch's launcher failed: {type(e).__name__}: {e}") from None
+    finally:
+        guard.stop()
+        kill_workers(board)  # nothing outlives the launch, whatever happened above
+        run.wall_s = time.perf_counter() - started
+        run.hang = guard.hang
+        run.evidence.slots = board.snapshot()
+        run.evidence.exits = {s.rank: guard.exits[s.local_rank] for s in run.evidence.slots
+                              if s.local_rank in guard.exits}
+        _collect(run, run_dir, log_dir)
+        if opts.log_dir is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            shutil.rmtree(os.path.join(run_dir, "progress"), ignore_errors=True)
+            for f in glob.glob(os.path.join(run_dir, "rank*.jsonl")):
+                shutil.move(f, os.path.join(opts.log_dir, os.path.basename(f)))
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return run
+
+
+def _collect(run: LocalRun, run_dir: str, log_dir: str) -> None:
+    """Read every rank's records, crash and SIGTERM dumps, and the tail of its stderr (under `log_dir`)."""
+    for s in run.evidence.slots:
+        if s.rank < 0:
+            continue
+        dump = _read(os.path.join(run_dir, f"rank{s.rank}.fault")).strip()
+        if dump:
+            run.evidence.crashes[s.rank] = dump.splitlines()[0]
+        if _read(os.path.join(run_dir, f"rank{s.rank}.term")).strip():
+            run.evidence.terminated.add(s.rank)
+        records = _read(os.path.join(run_dir, f"rank{s.rank}.jsonl"))
+        if records:
+            run.results[s.rank] = assemble(s.rank, records.splitlines())
+        logs = glob.glob(os.path.join(log_dir, "*", "attempt_*", str(s.local_rank), "stderr.log"))
+        tail = _read(max(logs, key=os.path.getmtime))[-4000:] if logs else ""
+        if tail.strip():
+            run.stderr[s.rank] = tail
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""

@@ -1,0 +1,226 @@
+"""The verdict on a real run: expects, tensors against the simulator, and who is to blame if it broke.
+
+Inputs are what the ranks reported (records), what the launcher saw (exit codes, signals, progress
+slots, the hang guard's snapshot) and the simulator's expected tensors. torch's agent picks its "root
+cause" by error-file timestamps with one-second resolution, so when rank 2 raises it often blames
+rank 0's "Connection closed by peer". Here the blame goes, in order, to a rank that died without a
+word (a signal, an abort in C++), then to a rank whose own op raised, then to a timeout, and only
+then to errors that merely report a peer's death, earliest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commdsl.runtime import progress
+from commdsl.runtime.guard import waits_on_others
+from commdsl.runtime.records import RankResult
+from commdsl.schedule import Schedule
+from commdsl.simulate import SimResult, close
+
+# error text that only says a peer went away (the consequence of another rank's failure)
+_PEER_WORDS = ("connection closed by peer", "connection reset by peer", "broken pipe", "socket closed",
+               "econnreset", "epipe", "connection refused", "end of file", "remote process exited")
+
+
+def classify(message: str) -> str:
+    """`peer` (a consequence of another rank's failure), `timeout`, or `error` (this rank's own)."""
+    m = message.lower()
+    if any(w in m for w in _PEER_WORDS):
+        return "peer"
+    if "timed out" in m or "timeout" in m:
+        return "timeout"
+    return "error"
+
+
+@dataclass(frozen=True)
+class Where:
+    """An op of one rank, for messages and tables."""
+
+    rank: int
+    index: int
+    line: int | None
+    text: str
+
+    def describe(self) -> str:
+        return f"line {self.line} `{self.text}`" if self.line else self.text
+
+
+def where(schedule: Schedule, source_text: str, rank: int, index: int, state: int | None = None) -> Where:
+    ops = schedule.ops[rank] if 0 <= rank < len(schedule.ops) else []
+    if 0 <= index < len(ops):
+        span = ops[index].span
+        text = " ".join(source_text[span.start : span.end].split())
+        return Where(rank, index, span.line, text)
+    if state == progress.INIT or index < 0:
+        return Where(rank, index, None, "setting up (process group, groups, tensors)")
+    return Where(rank, index, None, "the closing barrier (all its ops done)")
+
+
+@dataclass
+class Failure:
+    rank: int
+    kind: str  # "signal", "exit", "error", "timeout", "peer"
+    cause: str
+    at: Where
+    pid: int = 0
+
+
+@dataclass
+class Mismatch:
+    rank: int
+    tensor: str
+    count: int
+    index: int
+    actual: object
+    expected: object
+
+
+@dataclass
+class Verdict:
+    expects: list[dict] = field(default_factory=list)  # {"rank", "line", "ok", "detail"}
+    mismatches: list[Mismatch] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)  # culprit first
+    compared: int = 0  # ranks whose tensors were compared
+    missing: list[int] = field(default_factory=list)  # ranks that never reported their tensors
+    sim_complete: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return (not self.failures and not self.mismatches and not self.missing and self.sim_complete
+                and all(e["ok"] for e in self.expects))
+
+
+def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, RankResult],
+                  ranks: list[int]) -> Verdict:
+    """Expects as the ranks judged them, and every finished rank's tensors against the simulator's."""
+    v = Verdict(sim_complete=sim is not None and sim.engine.completed)
+    for rank in ranks:
+        r = results.get(rank)
+        if r is None:
+            v.missing.append(rank)
+            continue
+        ops = schedule.ops[rank]
+        for e in r.expects:
+            v.expects.append({"rank": rank, "line": ops[e["index"]].span.line, "ok": e["ok"], "detail": e["detail"]})
+        if not r.finished:
+            v.missing.append(rank)
+            continue
+        if not v.sim_complete:
+            continue
+        v.compared += 1
+        for name, spec in schedule.tensors[rank].items():
+            actual = r.tensors[name].reshape(-1)
+            expected = sim.tensors[rank][name].reshape(-1)
+            defined = ~sim.undefined[rank][name].reshape(-1)
+            bad = ~close(actual, expected, spec.dtype) & defined
+            if bad.any():
+                first = int(np.argmax(bad))
+                v.mismatches.append(Mismatch(rank, name, int(bad.sum()), first, actual[first].item(),
+                                             expected[first].item()))
+    return v
+
+
+@dataclass
+class Evidence:
+    """What the launcher learnt about how each rank ended, besides the rank's own records."""
+
+    agent: dict[int, dict] = field(default_factory=dict)  # torch's agent: rank → {"exitcode", "signal", "pid"}
+    exits: dict[int, str] = field(default_factory=dict)  # the hang guard's peek: rank → "SIGKILL", "exit code 1"
+    crashes: dict[int, str] = field(default_factory=dict)  # rank → first line of its crash dump
+    terminated: set[int] = field(default_factory=set)  # ranks that received SIGTERM
+    slots: list[progress.Snapshot] = field(default_factory=list)
+
+
+# blame order: a silent death or crash first, then a rank's own error, a timeout, a lost peer, a stop
+_ORDER = {"crash": 0, "signal": 0, "exit": 0, "silent": 0, "error": 1, "timeout": 2, "peer": 3, "stopped": 4}
+
+
+def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], ev: Evidence,
+          ranks: list[int]) -> list[Failure]:
+    """Every rank among `ranks` that failed, the real culprit first."""
+    by_rank = {s.rank: s for s in ev.slots if s.rank >= 0}
+    found: list[tuple[tuple, Failure]] = []
+    for rank in ranks:
+        res, slot = results.get(rank), by_rank.get(rank)
+        agent = ev.agent.get(rank, {})
+        pid = slot.pid if slot else agent.get("pid", 0)
+        if res is not None and res.error is not None:
+            err = res.error
+            kind = classify(err["message"])
+            at = where(schedule, source_text, rank, err["index"])
+            cause = {"error": "raised", "timeout": "timed out:", "peer": "lost a peer:"}[kind] + " " + _error_text(err)
+            found.append(((_ORDER[kind], err["time_ns"]), Failure(rank, kind, cause, at, pid)))
+            continue
+        if res is not None and res.finished:
+            continue
+        at = where(schedule, source_text, rank, slot.op if slot else -1, slot.state if slot else None)
+        seen = ev.exits.get(rank) or (agent.get("signal") if agent.get("exitcode", 0) < 0 else None)
+        if rank in ev.crashes:
+            kind, cause = "crash", f"crashed ({ev.crashes[rank]})"
+        elif seen == "SIGTERM" or (seen is None and rank in ev.terminated):
+            kind, cause = "stopped", "was stopped by SIGTERM"
+        elif seen and seen.startswith("SIG"):
+            kind, cause = "signal", f"was killed by {seen}"
+        elif agent.get("exitcode", 0) > 0 or (seen or "").startswith("exit code"):
+            kind, cause = "exit", f"exited with {seen or 'exit code ' + str(agent['exitcode'])} without reporting an error"
+        elif slot is not None and slot.pid > 0 and slot.state not in (progress.DONE, progress.FAILED):
+            kind, cause = "signal", ("died without a word (no error, no crash dump): killed by SIGKILL, "
+                                     "by a user or the OOM killer")
+        elif slot is None and res is None:
+            kind, cause = "silent", "sent no report: its process died or its launcher stopped it"
+        else:
+            continue
+        found.append(((_ORDER[kind], slot.since_ns if slot else 0), Failure(rank, kind, cause, at, pid)))
+    found.sort(key=lambda f: f[0])
+    return [f for _, f in found]
+
+
+def _error_text(err: dict) -> str:
+    """`Type: message`, without the C++ source location Gloo and c10d put in front of their messages."""
+    message = err["message"].splitlines()[0] if err["message"] else ""
+    if message.startswith("[") and "] " in message:
+        message = message[message.index("] ") + 2 :]
+    return f"{err['type']}: {message}" if message else err["type"]
+
+
+def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankResult], world: int) -> list[dict]:
+    """The hang table under an external launcher, from what each rank recorded when its op timed out."""
+    rows = []
+    for rank in range(world):
+        r = results.get(rank)
+        if r is None:
+            rows.append({"rank": rank, "pid": 0, "state": "no report", "seconds": None, "line": None, "op": "",
+                         "stuck": False})
+            continue
+        if r.error is None:
+            rows.append({"rank": rank, "pid": r.pid, "state": "done" if r.finished else "unknown", "seconds": None,
+                         "line": None, "op": "", "stuck": False})
+            continue
+        at = where(schedule, source_text, rank, r.error["index"])
+        kind = classify(r.error["message"])
+        rows.append({"rank": rank, "pid": r.pid, "state": {"timeout": "timed out", "peer": "lost peer"}.get(kind, "failed"),
+                     "seconds": None, "line": at.line, "op": at.text, "stuck": kind == "timeout"})
+    return rows
+
+
+def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapshot], at_ns: int,
+              stuck: list[int]) -> list[dict]:
+    """One row per local rank of the guard's snapshot: where it was and for how long."""
+    rows = []
+    for s in slots:
+        if s.rank < 0:
+            rows.append({"rank": None, "pid": s.pid, "state": "not started", "seconds": None, "line": None,
+                         "op": "", "stuck": False})
+            continue
+        at = where(schedule, source_text, s.rank, s.op, s.state)
+        if s.state == progress.RUNNING:
+            state = "blocked" if waits_on_others(schedule, s) else "computing"
+        else:
+            state = {progress.INIT: "setting up", progress.FINISHING: "finished", progress.DONE: "done",
+                     progress.FAILED: "failed"}.get(s.state, progress.STATE_NAMES[s.state])
+        rows.append({"rank": s.rank, "pid": s.pid, "state": state, "seconds": round(s.seconds_in_state(at_ns), 3),
+                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck})
+    return rows

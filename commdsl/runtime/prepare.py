@@ -1,0 +1,39 @@
+"""Before any process starts: expand the program at the run's world size, check it, simulate it.
+
+One engine pass gives both the checker's findings and the simulator's expected tensors (the runtime
+compares against them afterwards). Only the run's own world size is checked — that is the one that
+is about to run — with the backend the run will use, so NCCL-only problems are caught for NCCL.
+No torch here: a refused program costs no torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commdsl.diagnostics import Diagnostic
+from commdsl.resolve import Program
+from commdsl.schedule import Schedule
+from commdsl.simulate import SimResult
+
+
+@dataclass
+class Prepared:
+    schedule: Schedule
+    sim: SimResult | None  # None when the checks were skipped and the simulation did not finish
+    diagnostics: list[Diagnostic]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+
+def prepare(program: Program, world: int, params: dict, backend: str) -> Prepared:
+    """Raises CommdslError when the program does not expand at this size (no Schedule to run)."""
+    from commdsl.checker import analyse_schedule
+    from commdsl.expand import expand
+
+    schedule = expand(program, world, params)
+    diags, sim = analyse_schedule(program, schedule, (backend,), False, True)
+    diags = [d.model_copy(update={"worlds": (world,)}) for d in diags]
+    return Prepared(schedule, sim, diags)
+

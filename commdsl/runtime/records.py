@@ -1,0 +1,72 @@
+"""What a worker tells the launcher: JSON records, one per event, and the rank's result assembled from them.
+
+A worker emits a record as soon as something happens (a `print`, an `expect` verdict, an error) and
+the final tensors and op timings at the end. Local runs append the records to one file per rank, so
+whatever a rank printed before a hang or a crash still reaches the user; under an external launcher
+they travel to rank 0 through the c10d store. JSON only: nothing a worker sends is ever unpickled.
+Tensors travel as raw little-endian bytes in base64, in the simulator's representation
+(bfloat16 as float32), so comparing with the simulator needs no torch.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+
+def encode_array(values: np.ndarray) -> dict:
+    a = np.ascontiguousarray(values)
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def decode_array(d: dict) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(d["data"]), dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+
+
+def line(kind: str, payload: dict) -> str:
+    return json.dumps({"kind": kind, **payload}, separators=(",", ":")) + "\n"
+
+
+@dataclass
+class RankResult:
+    """Everything one rank reported, assembled from its records."""
+
+    rank: int
+    pid: int = 0
+    host: str = ""
+    prints: list[dict] = field(default_factory=list)  # {"index", "lines"}
+    expects: list[dict] = field(default_factory=list)  # {"index", "ok", "detail"}
+    error: dict | None = None  # {"index", "type", "message", "time_ns"}
+    finished: bool = False
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    times: list[tuple[int, int]] = field(default_factory=list)  # (start_ns, end_ns) per op index
+    init: tuple[int, int] = (0, 0)  # process group and groups set up: (start_ns, end_ns)
+
+
+def assemble(rank: int, lines: list[str]) -> RankResult:
+    """A rank's result from its records; a torn last line (the rank was killed mid-write) is dropped."""
+    out = RankResult(rank)
+    for text in lines:
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            continue
+        kind = rec.pop("kind", None)
+        if kind == "start":
+            out.pid, out.host = rec["pid"], rec["host"]
+        elif kind == "print":
+            out.prints.append(rec)
+        elif kind == "expect":
+            out.expects.append(rec)
+        elif kind == "error":
+            out.error = rec
+        elif kind == "final":
+            out.finished = True
+            out.tensors = {name: decode_array(d) for name, d in rec["tensors"].items()}
+            out.times = [tuple(t) for t in rec["times"]]
+            out.init = tuple(rec["init"])
+    return out

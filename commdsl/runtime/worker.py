@@ -1,0 +1,162 @@
+"""One rank: set up torch.distributed, walk this rank's op list of the Schedule, report what happened.
+
+The same loop serves both ways of starting ranks: workers forked or spawned by `commdsl run --nproc N`
+(`local_entry`, records go to a file the launcher reads) and ranks started by torchrun, mpirun or srun
+(`execute` called from `external.py`, records go through the store). Before each op the rank writes
+the op index and start time into its progress slot, which is how the launcher's hang guard knows
+where everybody is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from commdsl.runtime import progress
+from commdsl.runtime.records import encode_array, line
+from commdsl.schedule import Schedule
+
+# Seconds the process-group timeout exceeds `--timeout` in local runs, so the launcher's hang guard
+# (which sees every rank) fires first and Gloo's own timeout is only a backstop.
+BACKSTOP_S = 30.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every worker of a local launch needs; plain values apart from the Schedule."""
+
+    schedule: Schedule | None  # inherited through fork; None under spawn, which rebuilds it from the source
+    path: str
+    text: str
+    world: int
+    params: dict
+    backend: str
+    timeout: float  # `--timeout`, seconds
+    run_dir: str
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its launcher dies, so no worker outlives a killed launcher."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def rebuild(job: Job) -> Schedule:
+    """The Schedule a spawned worker cannot inherit: parse and expand again (the launcher checked it)."""
+    from commdsl.expand import expand
+    from commdsl.resolve import load
+    from commdsl.source import SourceFile
+
+    return expand(load(SourceFile(job.path, job.text)), job.world, job.params)
+
+
+def leave_evidence(run_dir: str, rank: int) -> None:
+    """Make deaths that leave no record attributable afterwards.
+
+    A forked worker inherits the agent's Python SIGTERM/SIGINT handlers, which cannot run while the
+    rank is blocked inside Gloo: back to the default action, so a stop takes effect at once. A crash
+    (SIGSEGV, SIGABRT from a C++ check, …) writes `rank<r>.fault`, a SIGTERM writes `rank<r>.term`
+    before dying, so the launcher can tell the rank that crashed from the ranks stopped because of it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    faulthandler.enable(file=open(os.path.join(run_dir, f"rank{rank}.fault"), "w"), all_threads=False)
+    faulthandler.register(signal.SIGTERM, file=open(os.path.join(run_dir, f"rank{rank}.term"), "w"),
+                          all_threads=False, chain=True)
+
+
+def local_entry(job: Job) -> None:
+    """Entry point the elastic agent calls in each worker process; exits non-zero on failure."""
+    die_with_parent()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    leave_evidence(job.run_dir, rank)
+    board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
+    slot = progress.Slot(board.slots[local_rank])
+    slot.start(rank)
+    with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as f:
+        def emit(kind: str, payload: dict):
+            f.write(line(kind, payload))
+            f.flush()
+
+        schedule = job.schedule if job.schedule is not None else rebuild(job)
+        failed = execute(schedule, rank, local_rank, job.backend, job.timeout + BACKSTOP_S, slot, emit)
+    if failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # at once: a clean interpreter exit could block in teardown with peers still waiting
+
+
+def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_timeout: float,
+            slot: progress.Slot, emit: Callable[[str, dict], None], store=None) -> bool:
+    """Run this rank's ops; True if it failed (the error record says where and why).
+
+    `store`: a c10d store already connected (external launchers); otherwise one is made from the
+    MASTER_ADDR/MASTER_PORT the launcher exported.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from commdsl.runtime.ops import Context, allocate, build_steps
+
+    emit("start", {"pid": os.getpid(), "host": socket.gethostname()})
+    index = -1
+    ops = schedule.ops[rank]
+    try:
+        init_start = time.time_ns()
+        torch.set_default_dtype(torch.float64)  # int / int and int * 0.5 give float64, as in NumPy
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        else:
+            device = torch.device("cpu")
+        timeout = timedelta(seconds=pg_timeout)
+        if store is None:
+            store, _, _ = next(dist.rendezvous("env://", rank, schedule.world, timeout=timeout))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=schedule.world, timeout=timeout)
+        groups = [None] + [dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
+        specs = schedule.tensors[rank]
+        ctx = Context(rank=rank, backend=backend, device=device, buffers=allocate(specs, rank, schedule.world, device),
+                      dtypes={name: s.dtype for name, s in specs.items()}, groups=groups, emit=emit,
+                      sync=torch.cuda.current_stream(device).synchronize if backend == "nccl" else None)
+        steps = build_steps(ops, ctx)
+        times = [(0, 0)] * len(steps)
+        init = (init_start, time.time_ns())
+        s = slot.s
+        clock = time.time_ns
+        s[progress.STATE] = progress.RUNNING
+        for index, step in enumerate(steps):
+            t0 = clock()
+            s[progress.SINCE] = t0
+            s[progress.OP] = index
+            step()
+            times[index] = (t0, clock())
+        index = len(ops)
+        slot.state(progress.FINISHING, index)
+        if backend == "nccl":
+            dist.barrier(device_ids=[local_rank])
+        else:
+            dist.barrier()  # nobody tears down while a peer still talks to it
+        tensors = {name: encode_array(ctx.host_flat(name)) for name in specs}
+        emit("final", {"tensors": tensors, "times": times, "init": init})
+        dist.destroy_process_group()
+        slot.state(progress.DONE, index)
+        return False
+    except Exception as e:  # noqa: BLE001 - any failure of this rank is reported, then the rank exits
+        emit("error", {"index": index, "type": type(e).__name__, "message": str(e).strip(), "time_ns": time.time_ns()})
+        slot.state(progress.FAILED, index)
+        return True
