@@ -1,0 +1,149 @@
+"""`commdsl graph FILE --world N`: a sequence diagram of the Schedule (Mermaid, DOT, SVG, PNG), and
+`commdsl timeline TRACE.json --png OUT`: a per-rank Gantt chart of a Chrome trace.
+
+Exit codes as everywhere: 0 drawn, 1 drawn but the checker found errors (they are in the picture) or
+the program does not load, 2 nothing could be drawn (usage, I/O, Graphviz missing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
+                                load_files, parse_sets, print_diagnostics)
+from commdsl.diagnostics import CommdslError
+
+FORMATS = ("mermaid", "dot", "svg", "png")
+_SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
+
+
+def add_parser(sub):
+    p = sub.add_parser("graph", help="draw the schedule as a sequence diagram (Mermaid, DOT, SVG, PNG)",
+                       description="Draw one expansion of the program as a sequence diagram: a lifeline per rank, "
+                                   "an arrow per message, a band per collective, each row labelled with its source "
+                                   "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.")
+    p.add_argument("file")
+    p.add_argument("--world", type=int, help="number of ranks (default: the program's size, if it declares one)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="mermaid (paste into a ```mermaid block), dot, svg or png "
+                        "(default: from the -o suffix, else mermaid)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour diagnostics (default: auto)")
+    add_program_flags(p)
+    p.set_defaults(handler=run_graph)
+
+    t = sub.add_parser("timeline", help="draw a Chrome trace (e.g. from `run --trace`) as a per-rank Gantt chart",
+                       description="Read Chrome trace event JSON (complete `X` events and `B`/`E` pairs, one track "
+                                   "per pid/tid, named by `process_name`/`thread_name` metadata) and draw a PNG "
+                                   "with one row per track.")
+    t.add_argument("trace", metavar="TRACE.json")
+    t.add_argument("--png", required=True, metavar="OUT.png", help="where to write the chart")
+    t.add_argument("--title", help="chart title (default: the trace's file name)")
+    t.set_defaults(handler=run_timeline, color="auto")
+
+
+def _format(args) -> str:
+    if args.format:
+        return args.format
+    if args.output:
+        suffix = Path(args.output).suffix.lower()
+        if suffix not in _SUFFIXES:
+            raise UsageError(f"cannot tell the format from {args.output!r}: give --format ({', '.join(FORMATS)})")
+        return _SUFFIXES[suffix]
+    return "mermaid"
+
+
+def run_graph(args) -> int:
+    from commdsl.emit.graph import DiagramTooLarge, GraphvizMissing, RenderError, build, render, to_dot, to_mermaid
+    from commdsl.expand import expand
+
+    out, err = consoles(args)
+    fmt = _format(args)
+    if fmt == "png" and not args.output and sys.stdout.isatty():
+        raise UsageError("PNG is binary: give -o FILE.png (or redirect stdout)")
+    params = parse_sets(args.set)
+    loaded = load_files([args.file], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        print_diagnostics(loaded.diagnostics, loaded.sources, "text", out, err)
+        return EXIT_FINDINGS
+    program = loaded.programs[0]
+    world = args.world
+    if world is None:
+        sizes = program.world_sizes()
+        if len(sizes) != 1:
+            raise UsageError(f"give --world: {args.file} declares world sizes {program.describe_world()}")
+        world = sizes[0]
+    try:
+        diagram = build(program, expand(program, world, params))
+    except CommdslError as e:
+        print_diagnostics(e.diagnostics, loaded.sources, "text", out, err)
+        return EXIT_FINDINGS
+    except DiagramTooLarge as e:
+        err.print(f"[bold red]error[/]: {e}; draw a smaller --world or --set smaller params", highlight=False)
+        return EXIT_FAILURE
+    if fmt == "mermaid":
+        data = to_mermaid(diagram).encode()
+    else:
+        dot = to_dot(diagram)
+        data = dot.encode()
+        if fmt != "dot":
+            try:
+                data = render(dot, fmt)
+            except GraphvizMissing as e:
+                where = _write(args.output and str(Path(args.output).with_suffix(".dot")), data, err)
+                err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
+                if where:
+                    err.print(f"the DOT text is in {where}; `--format mermaid` needs no Graphviz", highlight=False)
+                return EXIT_FAILURE
+            except RenderError as e:
+                err.print(f"[bold red]error[/]: {e}", highlight=False)
+                return EXIT_FAILURE
+    if _write(args.output, data, err) is None:
+        return EXIT_FAILURE
+    errors = [f for f in diagram.findings if f.severity == "error"]
+    if errors:
+        codes = ", ".join(sorted({f.code for f in errors}))
+        err.print(f"the diagram shows {len(errors)} error{'s' * (len(errors) != 1)} ({codes}); "
+                  f"`commdsl check {args.file}` explains them", highlight=False)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _write(path: str | None, data: bytes, err) -> str | None:
+    """Write to `path`, or stdout when None; return where it went, None on failure (reported)."""
+    if not path:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return "stdout"
+    try:
+        Path(path).write_bytes(data)
+    except OSError as e:
+        err.print(f"[bold red]error[/]: cannot write {path}: {e.strerror or e}", highlight=False)
+        return None
+    return path
+
+
+def run_timeline(args) -> int:
+    from commdsl.emit.graph import TraceError, load_trace, timeline_png
+
+    _out, err = consoles(args)
+    try:
+        text = Path(args.trace).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        err.print(f"[bold red]error[/]: cannot read {args.trace}: {getattr(e, 'strerror', None) or e}",
+                  highlight=False)
+        return EXIT_FAILURE
+    try:
+        trace = load_trace(text)
+    except TraceError as e:
+        err.print(f"[bold red]error[/]: {args.trace}: {e}", highlight=False)
+        return EXIT_FAILURE
+    if trace.skipped:
+        err.print(f"warning: {trace.skipped} event(s) skipped: a `B` without its `E`, an `E` without its `B`, "
+                  "or an `X` without `dur`", highlight=False)
+    png = timeline_png(trace, args.title or Path(args.trace).name)
+    return EXIT_OK if _write(args.png, png, err) else EXIT_FAILURE
