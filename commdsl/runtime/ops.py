@@ -25,6 +25,9 @@ from commdsl.simulate import judge
 
 Step = Callable[[], None]
 
+# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
               "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
               "bxor": dist.ReduceOp.BXOR, "avg": dist.ReduceOp.AVG}
@@ -244,7 +247,7 @@ def _collective(op: Collective, index: int, ctx: Context) -> Step:
     elif k == "reduce_scatter":
         red = _redop(op, ctx)
         out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
-        call = lambda a: dist.reduce_scatter_tensor(out, inp, red, group=g, async_op=a)  # noqa: E731
+        call = lambda a: _reduce_scatter_single(out, inp, red, group=g, async_op=a)  # noqa: E731
     elif k == "all_to_all":
         if op.in_splits:  # uneven: split sizes count rows along dim 0, as torch's do
             out, inp, osp, isp = outs[0], ins[0], list(op.out_splits), list(op.in_splits)

@@ -1,0 +1,71 @@
+"""`commdsl compile FILE --world N --emit python [-o out.py]`: the torch.distributed script a program stands for.
+
+The program is checked at that world size first, as `run` does, so the script is not a hang waiting
+to happen (`--no-check` compiles anyway, to read what a bad program would do). No torch is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.markup import escape
+
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.diagnostics import CommdslError
+
+
+def add_parser(sub):
+    p = sub.add_parser("compile", help="write the standalone torch.distributed script a program stands for",
+                       description="Expand the program at one world size and write it as a standalone, readable "
+                                   "torch.distributed script that torchrun runs and that checks the expects itself.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--world", type=int, required=True, help="number of ranks the script is for")
+    p.add_argument("--emit", choices=("python",), default="python", help="what to write (default: python)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="backend of the script (default: the program's first `backend`, else gloo)")
+    p.add_argument("--no-check", dest="check", action="store_false", help="compile even when the checks find errors")
+    add_program_flags(p)
+    add_output_flags(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from commdsl.emit.python import emit_python
+    from commdsl.runtime.prepare import prepare
+
+    if args.world < 1:
+        raise UsageError(f"--world must be at least 1, got {args.world}")
+    out, err = consoles(args)
+    loaded = load_files([args.file], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    program, source = loaded.programs[0], loaded.sources[args.file]
+    backend = args.backend or program.backends[0]
+    try:
+        prepared = prepare(program, args.world, parse_sets(args.set), backend)
+    except CommdslError as e:
+        print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    if prepared.errors and args.check:
+        print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
+        err.print(f"not compiled: the checks found errors at world size {args.world} (--no-check compiles anyway)")
+        return EXIT_FINDINGS
+    script = os.path.basename(args.output) if args.output else "out.py"
+    text = emit_python(prepared.schedule, source, backend, script)
+    if not args.output:
+        out.file.write(text)
+        return EXIT_OK
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        err.print(f"[bold red]error[/]: cannot write {escape(args.output)}: {escape(e.strerror or str(e))}")
+        return EXIT_FAILURE
+    err.print(f"wrote {escape(args.output)}: run it with `torchrun --nproc-per-node {args.world} "
+              f"{escape(args.output)}`")
+    return EXIT_OK
