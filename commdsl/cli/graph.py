@@ -40,7 +40,8 @@ def add_parser(sub):
                                    "with one row per track.")
     t.add_argument("trace", metavar="TRACE.json")
     t.add_argument("--png", required=True, metavar="OUT.png", help="where to write the chart")
-    t.add_argument("--title", help="chart title (default: the trace's file name)")
+    t.add_argument("--title", help="chart title (default: the program and world size the trace names, "
+                                   "else its file name)")
     t.set_defaults(handler=run_timeline, color="auto")
 
 
@@ -145,5 +146,5 @@ def run_timeline(args) -> int:
     if trace.skipped:
         err.print(f"warning: {trace.skipped} event(s) skipped: a `B` without its `E`, an `E` without its `B`, "
                   "or an `X` without `dur`", highlight=False)
-    png = timeline_png(trace, args.title or Path(args.trace).name)
+    png = timeline_png(trace, args.title or trace.title or Path(args.trace).name)
     return EXIT_OK if _write(args.png, png, err) else EXIT_FAILURE

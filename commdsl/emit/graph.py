@@ -644,6 +644,7 @@ class Slice:
 
     track: int
     name: str
+    kind: str  # what it is coloured by: the event's `cat` if it has one, else its name
     start: float
     dur: float
     depth: int = 0
@@ -654,6 +655,7 @@ class Trace:
     tracks: list[str]
     slices: list[Slice]
     skipped: int = 0  # B without E, E without B, X without dur
+    title: str = ""  # from `otherData` (program and world), as `commdsl run --trace` writes it
 
 
 def load_trace(text: str) -> Trace:
@@ -668,8 +670,8 @@ def load_trace(text: str) -> Trace:
         raise TraceError("expected Chrome trace event JSON: an object with a `traceEvents` list, or a list of events")
     names: dict[tuple, str] = {}
     order: dict[tuple, float] = {}
-    raw: list[tuple[tuple, str, float, float]] = []
-    open_: dict[tuple, list[tuple[str, float]]] = {}
+    raw: list[tuple[tuple, str, str, float, float]] = []
+    open_: dict[tuple, list[tuple[str, str, float]]] = {}
     skipped = 0
     for k, ev in enumerate(events):
         if not isinstance(ev, dict):
@@ -689,17 +691,18 @@ def load_trace(text: str) -> Trace:
         if not _number(ts):
             raise TraceError(f"event {k} (`{ev.get('name', '?')}`, ph {ph}): `ts` is not a number")
         name = str(ev.get("name", "?"))
+        kind = str(ev.get("cat") or name)
         if ph == "X":
             dur = ev.get("dur")
             if not _number(dur) or dur < 0:
                 skipped += 1
                 continue
-            raw.append((key, name, float(ts), float(dur)))
+            raw.append((key, name, kind, float(ts), float(dur)))
         elif ph == "B":
-            open_.setdefault(key, []).append((name, float(ts)))
+            open_.setdefault(key, []).append((name, kind, float(ts)))
         elif open_.get(key):
-            name, start = open_[key].pop()
-            raw.append((key, name, start, max(0.0, float(ts) - start)))
+            name, kind, start = open_[key].pop()
+            raw.append((key, name, kind, start, max(0.0, float(ts) - start)))
         else:
             skipped += 1
     skipped += sum(len(v) for v in open_.values())
@@ -724,14 +727,18 @@ def load_trace(text: str) -> Trace:
     index = {key: i for i, key in enumerate(keys)}
     slices = []
     for track in range(len(keys)):
-        mine = sorted(((s, d, n) for key, n, s, d in raw if index[key] == track), key=lambda t: (t[0], -t[1]))
+        mine = sorted(((s, d, n, k) for key, n, k, s, d in raw if index[key] == track), key=lambda t: (t[0], -t[1]))
         ends: list[float] = []
-        for start, dur, name in mine:
+        for start, dur, name, kind in mine:
             while ends and ends[-1] <= start:
                 ends.pop()
-            slices.append(Slice(track, name, start, dur, len(ends)))
+            slices.append(Slice(track, name, kind, start, dur, len(ends)))
             ends.append(start + dur)
-    return Trace(labels, slices, skipped)
+    other = data.get("otherData") if isinstance(data, dict) else None
+    title = ""
+    if isinstance(other, dict) and isinstance(other.get("program"), str):
+        title = other["program"] + (f" — world {other['world']}" if _number(other.get("world")) else "")
+    return Trace(labels, slices, skipped, title)
 
 
 def _number(v) -> bool:
@@ -743,7 +750,8 @@ def _sortable(v) -> tuple:
 
 
 def timeline_png(trace: Trace, title: str) -> bytes:
-    """A Gantt chart, one row per track, one colour per event name (the ten commonest; the rest grey)."""
+    """A Gantt chart, one row per track, one colour per event category (`cat`, else name): the ten
+    commonest; the rest grey. Nested slices are drawn thinner over their parents."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -753,7 +761,7 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     unit, scale = ("s", 1e6) if span >= 2e6 else ("ms", 1e3) if span >= 2e3 else ("µs", 1.0)
     counts: dict[str, int] = {}
     for s in trace.slices:
-        counts[s.name] = counts.get(s.name, 0) + 1
+        counts[s.kind] = counts.get(s.kind, 0) + 1
     named = sorted(counts, key=lambda n: (-counts[n], n))[:10]
     palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
                "#9c755f", "#86bcb6"]
@@ -765,8 +773,13 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     for s in trace.slices:
         height = max(0.25, 0.7 - 0.18 * s.depth)
         ax.broken_barh([((s.start - t0) / scale, max(s.dur / scale, span / scale / 2000))],
-                       (s.track - height / 2, height), facecolors=colour.get(s.name, "#bab0ac"),
+                       (s.track - height / 2, height), facecolors=colour.get(s.kind, "#bab0ac"),
                        edgecolors="white", linewidth=0.4)
+        room = int(s.dur / span * 8.0 * 72 / 4.6) if span else 0  # characters that fit in the bar (7 pt)
+        if s.depth == 0 and room >= 6:
+            label = s.name if len(s.name) <= room else s.name[: room - 1] + "…"
+            ax.text((s.start - t0 + s.dur / 2) / scale, s.track, label, ha="center", va="center", fontsize=7,
+                    color="white", clip_on=True)
     ax.set_yticks(range(rows), trace.tracks)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xlim(0, span / scale * 1.01 if span else 1)
@@ -776,7 +789,7 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     ax.set_axisbelow(True)
     handles = [Patch(color=colour[n], label=n) for n in sorted(named)]
     if len(counts) > len(named):
-        handles.append(Patch(color="#bab0ac", label=f"{len(counts) - len(named)} other names"))
+        handles.append(Patch(color="#bab0ac", label=f"{len(counts) - len(named)} others"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     buf = io.BytesIO()
