@@ -1,0 +1,89 @@
+"""Syntax highlighting for `.comm`: a Pygments lexer, and the source lines of diagnostics on a terminal.
+
+Registered through the `pygments.lexers` entry point, so `pygmentize -l commdsl`, Sphinx and MkDocs
+pick it up once commdsl is installed. The token classes follow the grammar (grammar/commdsl.lark):
+header and control keywords, the communication ops, dtypes, reduce ops and built-in names. Keywords
+are contextual in the grammar (`recv all[k]` names a tensor `all`), so the lexer marks `all` as a
+keyword only after `wait`.
+"""
+
+from __future__ import annotations
+
+from pygments.lexer import RegexLexer, bygroups, words
+from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, Text, Whitespace
+
+from commdsl.dtypes import DTYPES
+
+# `world` is a keyword only at the start of its header line; elsewhere it is the built-in world size.
+KEYWORDS = ("program", "backend", "param", "tensor", "group", "mesh", "let", "split", "by", "for", "in",
+            "on", "else", "batch", "to", "from", "tag", "op", "into", "splits", "wait", "expect", "print")
+COMM_OPS = ("send", "recv", "isend", "irecv", "broadcast", "all_reduce", "reduce", "all_gather", "gather",
+            "scatter", "reduce_scatter", "all_to_all", "barrier")
+BUILTINS = ("rank", "world", "i", "min", "max", "abs", "rand", "randn")
+
+
+class CommdslLexer(RegexLexer):
+    """Lexer for commdsl `.comm` programs (torch.distributed communication patterns)."""
+
+    name = "commdsl"
+    aliases = ["commdsl", "comm"]
+    filenames = ["*.comm"]
+    mimetypes = ["text/x-commdsl"]
+    url = "https://github.com/commdsl/commdsl"
+
+    tokens = {
+        "root": [
+            (r"\n", Whitespace),
+            (r"[\t \f]+", Whitespace),
+            (r"\\[\t \f]*\r?\n", Text),  # line continuation
+            (r"#.*$", Comment.Single),
+            (r"^(world)\b", Keyword.Declaration),
+            (r"(wait)(\s+)(all)\b", bygroups(Keyword, Whitespace, Keyword)),
+            (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
+            (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
+            (words(("program", "backend", "param", "tensor", "group", "mesh", "let"), suffix=r"\b"),
+             Keyword.Declaration),
+            (words(COMM_OPS, suffix=r"\b"), Keyword.Reserved),
+            (words(KEYWORDS, suffix=r"\b"), Keyword),
+            (words(("and", "or", "not"), suffix=r"\b"), Operator.Word),
+            (words(("true", "false"), suffix=r"\b"), Keyword.Constant),
+            (words(tuple(DTYPES), suffix=r"\b"), Keyword.Type),
+            (words(BUILTINS, suffix=r"\b"), Name.Builtin),
+            (r"\d+\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+", Number.Float),
+            (r"\d+", Number.Integer),
+            (r"\.\.|\*\*|//|==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/%<>=]", Operator),
+            (r"[()\[\],:]", Punctuation),
+            (r"[A-Za-z_]\w*", Name),
+        ],
+    }
+
+
+# Terminal styles (rich) per token class: the plain ANSI colours, so they follow the user's terminal theme.
+_STYLES = (
+    (Comment, "dim"),
+    (Keyword.Reserved, "bold magenta"),
+    (Keyword.Type, "cyan"),
+    (Keyword.Constant, "yellow"),
+    (Keyword, "magenta"),
+    (Operator.Word, "magenta"),
+    (Name.Builtin, "cyan"),
+    (Name.Constant, "yellow"),
+    (Number, "yellow"),
+)
+
+
+def _style(token) -> str:
+    for kind, style in _STYLES:
+        if token in kind:
+            return style
+    return ""
+
+
+def highlight_line(line: str):
+    """One source line as a rich `Text` with a style per token (for diagnostics on a colour terminal)."""
+    from rich.text import Text
+
+    out = Text()
+    for token, value in CommdslLexer(stripnl=False, ensurenl=False).get_tokens(line):
+        out.append(value, style=_style(token) or None)
+    return out
