@@ -27,7 +27,8 @@ def use_color(choice: str, stream) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def render_text(d: Diagnostic, sources: Mapping[str, SourceFile]) -> Text:
+def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: bool = False) -> Text:
+    """rustc-style text; `highlight` colours the quoted source lines by token (only worth it in colour)."""
     sev = d.severity
     out = Text()
     out.append(f"{sev}[{d.code}]", style=_STYLE[sev])
@@ -53,7 +54,13 @@ def render_text(d: Diagnostic, sources: Mapping[str, SourceFile]) -> Text:
                 out.append("...\n", style="bold blue")
             if span.line != last_line:
                 out.append(f"{span.line:>{width}} | ", style="bold blue")
-                out.append(line_text + "\n")
+                if highlight:
+                    from commdsl.highlight import highlight_line
+
+                    out.append(highlight_line(line_text))
+                    out.append("\n")
+                else:
+                    out.append(line_text + "\n")
             last_line = span.line
             start = span.column - 1
             end = span.end_column - 1 if span.end_line == span.line else len(line_text)
@@ -175,5 +182,6 @@ def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, c
         if fmt == "concise":
             console.print(Text(render_concise(d)), soft_wrap=True)
         else:
-            console.print(render_text(d, sources), soft_wrap=True, end="")
+            colour = console.color_system is not None and not console.no_color
+            console.print(render_text(d, sources, highlight=colour), soft_wrap=True, end="")
             console.print()
