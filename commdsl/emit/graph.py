@@ -400,10 +400,12 @@ def _band_label(inst: Instance) -> tuple[str, bool]:
 # ---- Mermaid --------------------------------------------------------------------------------------
 
 
+_MERMAID_ESCAPES = str.maketrans({"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;", "\n": " "})
+
+
 def _mm(text: str) -> str:
     """Mermaid message text: `#` and `;` start entity codes and statements, `<`/`>` would be HTML."""
-    out = text.replace("#", "#35;").replace(";", "#59;").replace("<", "#lt;").replace(">", "#gt;")
-    return out.replace("\n", " ")
+    return text.translate(_MERMAID_ESCAPES)
 
 
 def to_mermaid(d: Diagram) -> str:
@@ -708,9 +710,12 @@ def load_trace(text: str) -> Trace:
     skipped += sum(len(v) for v in open_.values())
     if not raw:
         raise TraceError("no duration events: expected `ph: \"X\"` events or `B`/`E` pairs")
+    def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
+        index = order.get((kind,) + key)
+        return (0, index) if index is not None else (1, 0)
+
     keys = sorted({key for key, *_ in raw}, key=lambda key: (
-        order.get(("process_sort_index", key[0]), 0), _sortable(key[0]),
-        order.get(("thread_sort_index",) + key, 0), _sortable(key[1])))
+        placed("process_sort_index", key[:1]), _sortable(key[0]), placed("thread_sort_index", key), _sortable(key[1])))
     tids = {}
     for pid, tid in keys:
         tids.setdefault(pid, []).append(tid)

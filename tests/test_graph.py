@@ -1,0 +1,360 @@
+"""`commdsl graph` (the sequence-diagram model, its Mermaid and DOT forms, Graphviz rendering) and
+`commdsl timeline` (Chrome trace → Gantt PNG)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from commdsl.cli.main import main
+from commdsl.diagnostics import CommdslError
+from commdsl.emit import graph
+from commdsl.engine import run_engine
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.schedule import Collective, Send
+from commdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = sorted((ROOT / "programs").glob("*.comm")) + sorted((ROOT / "programs" / "bad").glob("*.comm"))
+HAS_DOT = shutil.which("dot") is not None
+RED = graph.RED
+
+# rank 0 → 1 → 2 by send/recv, then an all_reduce on everyone and a broadcast in a group of two
+SMALL = """\
+program small
+world 3
+tensor x: float32[4] = rank
+group pair = [0, 2]
+on rank == 0:
+    send x to 1
+else on rank == 1:
+    recv x from 0
+    send x to 2
+else:
+    recv x from 1
+all_reduce x op max
+on rank != 1:
+    broadcast x from 2 in pair
+"""
+
+# both ranks send first: a head-to-head deadlock under Gloo's rendezvous sends
+DEADLOCK = """\
+program deadlock
+world 2
+tensor x: float32[4] = rank
+tensor y: float32[4]
+send x to 1 - rank
+recv y from 1 - rank
+"""
+
+
+def diagram(text: str, world: int, name: str = "t.comm") -> graph.Diagram:
+    program = load(SourceFile(name, text))
+    return graph.build(program, expand(program, world))
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def dot_statements(dot: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """Node statements {name: attributes} and edges [(tail, head, attributes)] of our one-per-line DOT."""
+    nodes, edges = {}, []
+    for line in dot.splitlines():
+        if m := re.fullmatch(r"  (\w+) -> (\w+)(?: \[(.*)\])?;", line):
+            edges.append((m[1], m[2], m[3] or ""))
+        elif m := re.fullmatch(r"  (\w+) \[(.*)\];", line):
+            nodes[m[1]] = m[2]
+    return nodes, edges
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+# ---- the model ------------------------------------------------------------------------------------
+
+
+def test_small_program_model():
+    d = diagram(SMALL, 3)
+    assert [lane.rank for lane in d.lanes] == [0, 1, 2] and all(lane.stuck_line is None for lane in d.lanes)
+    assert [(m.send.rank, m.recv.rank) for m in d.messages] == [(0, 1), (1, 2)]
+    first, second = d.messages
+    assert first.send.row < first.recv.row <= second.send.row < second.recv.row
+    reduce_, bcast = d.bands
+    assert reduce_.label == "all_reduce · max · 4 × float32 = 16 B"
+    assert bcast.label == "broadcast · root 2 · 4 × float32 = 16 B · in pair [0, 2]"
+    assert [ev.rank for ev in bcast.calls] == [0, 2] and bcast.row > reduce_.row > second.recv.row
+    assert {ev.row for ev in reduce_.calls} == {reduce_.row}
+    assert [t for _, t in d.gutter[first.send.row]] == ["  6  send x to 1"]
+    assert d.findings == [] and d.cycles == []
+
+
+def test_deadlock_model_has_the_cycle():
+    d = diagram(DEADLOCK, 2)
+    [cycle] = d.cycles
+    assert [(e.src.rank, e.dst.rank) for e in cycle] == [(0, 1), (1, 0)]
+    assert all(e.src.status == "cycle" and type(e.src.op) is Send for e in cycle)
+    assert [lane.stuck_line for lane in d.lanes] == [5, 5]
+    assert [f.code for f in d.findings] == ["D402"]
+
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.parent.name + "/" + p.name)
+def test_every_program_draws_consistently(path):
+    """Rows respect causality; nothing overlaps on a row; both text forms come out for every fixture."""
+    source = SourceFile.read(path)
+    try:
+        program = load(source)
+        world = program.world_sizes(4)[min(2, len(program.world_sizes(4)) - 1)]
+        schedule = expand(program, world)
+    except CommdslError:
+        pytest.skip("does not expand (a syntax, name or shape fixture)")
+    d = graph.build(program, schedule)
+    assert len(d.messages) == len(run_engine(schedule).matches)
+    for m in d.messages:
+        assert m.send.row < m.recv.row
+    for b in d.bands:
+        assert len({ev.row for ev in b.calls}) == 1
+    taken: dict[int, list[tuple[int, int]]] = {}
+    for b in d.bands:
+        ranks = [ev.rank for ev in b.calls] + [r for r, _ in b.missing]
+        taken.setdefault(b.row, []).append((min(ranks), max(ranks)))
+    for ev in d.events:
+        if type(ev.op) is not Collective:
+            taken.setdefault(ev.row, []).append((ev.rank, ev.rank))
+    for row, spans in taken.items():
+        spans.sort()
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"overlap on row {row}"
+    assert 0 <= min(ev.row for ev in d.events) and max(ev.row for ev in d.events) == d.rows - 1 if d.events else True
+    dot, mermaid = graph.to_dot(d), graph.to_mermaid(d)
+    assert dot.startswith("digraph") and mermaid.startswith("sequenceDiagram")
+
+
+def test_too_large_is_refused(monkeypatch):
+    monkeypatch.setattr(graph, "MAX_EVENTS", 5)
+    with pytest.raises(graph.DiagramTooLarge, match="world size 3 gives 9 "):
+        diagram(SMALL, 3)
+
+
+# ---- DOT and Mermaid ------------------------------------------------------------------------------
+
+
+def test_dot_structure_of_small_program():
+    d = diagram(SMALL, 3)
+    nodes, edges = dot_statements(graph.to_dot(d))
+    for r in range(3):
+        assert 'label="rank %d"' % r in nodes[f"h{r}"] and f"f{r}" in nodes
+        assert (f"h{r}", f"f{r}", f'arrowhead=none, color="{graph.GREY}"') in edges  # lifeline
+    ids = {id(ev): f"e{i}" for i, ev in enumerate(d.events)}
+    messages = [(t, h) for t, h, attrs in edges if t.startswith("e") and h.startswith("e") and not attrs]
+    assert messages == [(ids[id(m.send)], ids[id(m.recv)]) for m in d.messages]
+    bands = {name: attrs for name, attrs in nodes.items() if name.startswith("band")}
+    assert len(bands) == 2
+    assert any('label="all_reduce · max · 4 × float32 = 16 B"' in a for a in bands.values())
+    assert any("broadcast · root 2" in a and "in pair [0, 2]" in a for a in bands.values())
+    gutter = [attrs for name, attrs in nodes.items() if re.fullmatch(r"g\d+", name)]
+    assert any("6  send x to 1" in a for a in gutter) and any("12  all_reduce x op max" in a for a in gutter)
+    assert RED not in graph.to_dot(d)
+
+
+def test_dot_draws_the_deadlock_cycle_in_red():
+    d = diagram(DEADLOCK, 2)
+    dot = graph.to_dot(d)
+    assert "layout=neato" in dot  # positions are ours; dot -T… renders them unchanged
+    nodes, edges = dot_statements(dot)
+    red = [(t, h) for t, h, attrs in edges if f'color="{RED}"' in attrs]
+    assert len(red) == 6  # two wait-for edges, each drawn as three segments
+    ids = {id(ev): f"e{i}" for i, ev in enumerate(d.events)}
+    for e in d.cycles[0]:
+        assert any(t == ids[id(e.src)] for t, _ in red) and any(h == ids[id(e.dst)] for _, h in red)
+    stuck = [ids[id(e.src)] for e in d.cycles[0]]
+    assert all(f'fillcolor="{RED}"' in nodes[s] for s in stuck)
+    assert any("rank 0 waits for rank 1" in a for a in nodes.values())
+    assert any("error[D402]" in a for a in nodes.values())
+
+
+def test_dot_marks_unmatched_ops():
+    text = "program u\nworld 2\ntensor x: float32[1]\non rank == 1:\n    recv x from 0\n"
+    d = diagram(text, 2)
+    [ev] = [ev for ev in d.events if ev.status == "unmatched"]
+    assert "rank 0 finishes without a matching `send`" in ev.note
+    nodes, edges = dot_statements(graph.to_dot(d))
+    i = f"e{d.events.index(ev)}"
+    assert 'fillcolor="white"' in nodes[i] and f'color="{RED}"' in nodes[i]
+    assert (f"s{i}", i) in [(t, h) for t, h, _ in edges]  # the dashed stub from the silent peer
+    assert "unmatched: rank 0 finishes" in nodes[f"t{i}"]
+
+
+def test_mermaid_structure():
+    d = diagram(SMALL, 3)
+    lines = graph.to_mermaid(d).splitlines()
+    assert lines[0] == "sequenceDiagram"
+    assert [x for x in lines if "participant" in x] == [f"    participant r{r} as rank {r}" for r in range(3)]
+    assert [x.split(":")[0].strip() for x in lines if "->>" in x] == ["r0->>r1", "r1->>r2"]
+    assert "line 6→8" in lines[[i for i, x in enumerate(lines) if "->>" in x][0]]
+    notes = [x for x in lines if x.strip().startswith("Note over")]
+    assert notes[0].startswith("    Note over r0,r2: all_reduce · max") and "in pair [0, 2]" in notes[1]
+    assert "rect" not in "\n".join(lines)
+
+
+def test_mermaid_deadlock_is_a_red_rect():
+    text = graph.to_mermaid(diagram(DEADLOCK, 2))
+    block = text[text.index("    rect rgb(255, 214, 214)"):]
+    assert "Note over r0,r1: D402:" in block
+    assert "r0--)r1: line 5: rank 0 waits for rank 1" in block and "r1--)r0: line 5: rank 1 waits for rank 0" in block
+    assert "Note over r0: stuck at line 5, 1 op not reached" in text
+
+
+def test_mermaid_escapes_what_it_would_misread():
+    assert graph._mm("a; b # c <d>") == "a#59; b #35; c #lt;d#gt;"
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+
+def test_cli_mermaid_to_stdout_and_exit_codes(tmp_path, capsys):
+    small = tmp_path / "small.comm"
+    small.write_text(SMALL)
+    code, out, _ = run(capsys, "graph", str(small))  # one declared size: --world may be left out
+    assert code == 0 and out.startswith("sequenceDiagram")
+    dead = tmp_path / "dead.comm"
+    dead.write_text(DEADLOCK)
+    code, out, err = run(capsys, "graph", str(dead), "--format", "dot")
+    assert code == 1 and out.startswith("digraph") and "D402" in err
+
+
+def test_cli_usage_errors(tmp_path, capsys):
+    ring = str(ROOT / "programs" / "ring_allreduce.comm")
+    with pytest.raises(SystemExit) as e:
+        main(["graph", ring])
+    assert e.value.code == 2 and "give --world" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["graph", ring, "--world", "2", "-o", str(tmp_path / "x.jpeg")])
+    assert e.value.code == 2 and "cannot tell the format" in capsys.readouterr().err
+    code, out, _ = run(capsys, "graph", ring, "--world", "99")
+    assert code == 1 and "error[N124]" in out
+
+
+def test_cli_world_too_large_for_a_picture(monkeypatch, capsys):
+    monkeypatch.setattr(graph, "MAX_EVENTS", 10)
+    code, _, err = run(capsys, "graph", str(ROOT / "programs" / "ring_allreduce.comm"), "--world", "4")
+    assert code == 2 and "smaller --world" in err
+
+
+def test_cli_without_graphviz_leaves_the_dot_text(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out = tmp_path / "ring.svg"
+    code, _, err = run(capsys, "graph", str(ROOT / "programs" / "ring_allreduce.comm"), "--world", "2", "-o", str(out))
+    assert code == 2 and not out.exists()
+    assert "`dot` program was not found" in err and "apt-get install graphviz" in err
+    assert (tmp_path / "ring.dot").read_text().startswith("digraph")
+
+
+@pytest.mark.skipif(not HAS_DOT, reason="Graphviz `dot` is not installed")
+def test_cli_png_of_ring_allreduce(tmp_path, capsys):
+    out = tmp_path / "ring.png"
+    code, _, _ = run(capsys, "graph", str(ROOT / "programs" / "ring_allreduce.comm"), "--world", "4", "-o", str(out))
+    assert code == 0
+    width, height = png_size(out.read_bytes())
+    assert width > 800 and height > 500
+
+
+@pytest.mark.skipif(not HAS_DOT, reason="Graphviz `dot` is not installed")
+def test_cli_svg_shows_the_cycle_in_red(tmp_path, capsys):
+    path = ROOT / "programs" / "bad" / "head_to_head_send.comm"
+    if not path.exists():
+        path = tmp_path / "head_to_head.comm"
+        path.write_text(DEADLOCK)
+    code, out, _ = run(capsys, "graph", str(path), "--world", "2", "--format", "svg")
+    assert code == 1
+    svg = ET.fromstring(out)
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    red_paths = [p for g in svg.iterfind(".//svg:g[@class='edge']", ns) for p in g.iterfind("svg:path", ns)
+                 if p.get("stroke", "").lower() == RED]
+    assert len(red_paths) == 6
+    texts = " ".join(t.text or "" for t in svg.iterfind(".//svg:text", ns))
+    assert "rank 0 waits for rank 1" in texts and "rank 1 waits for rank 0" in texts
+
+
+# ---- timeline -------------------------------------------------------------------------------------
+
+
+def chrome_trace(ranks: int = 4) -> dict:
+    """What `commdsl run --trace` writes: a process per rank with metadata, `X` events in µs; plus one
+    rank recorded with B/E pairs, as other tools write them."""
+    events = []
+    for r in range(ranks):
+        events += [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}},
+                   {"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}}]
+        t = 100.0 * r
+        for step in range(3):
+            events.append({"name": f"18: send x to {(r + 1) % ranks}", "cat": "send", "ph": "X", "pid": r,
+                           "tid": 0, "ts": t, "dur": 250.0})
+            events.append({"name": "20: all_reduce x", "cat": "collective", "ph": "X", "pid": r, "tid": 0,
+                           "ts": t + 300, "dur": 400.0 + 50 * r})
+            t += 900
+    events += [{"name": "outer", "ph": "B", "pid": "host", "tid": 7, "ts": 0},
+               {"name": "inner", "ph": "B", "pid": "host", "tid": 7, "ts": 10},
+               {"ph": "E", "pid": "host", "tid": 7, "ts": 20},
+               {"ph": "E", "pid": "host", "tid": 7, "ts": 50},
+               {"ph": "E", "pid": "host", "tid": 7, "ts": 60},  # no B for it: skipped
+               {"name": "counter", "ph": "C", "pid": 0, "ts": 5, "args": {"v": 1}}]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"program": "ring", "world": ranks}}
+
+
+def test_load_trace_tracks_pairs_and_nesting():
+    trace = graph.load_trace(json.dumps(chrome_trace()))
+    assert trace.tracks == ["rank 0", "rank 1", "rank 2", "rank 3", "pid host"]
+    assert trace.title == "ring — world 4" and trace.skipped == 1
+    host = [s for s in trace.slices if s.track == 4]
+    assert [(s.name, s.start, s.dur, s.depth) for s in host] == [("outer", 0.0, 50.0, 0), ("inner", 10.0, 10.0, 1)]
+    assert {s.kind for s in trace.slices if s.track == 0} == {"send", "collective"}
+    assert len([s for s in trace.slices if s.track < 4]) == 24
+
+
+def test_load_trace_accepts_a_bare_array():
+    events = [{"name": "a", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1},
+              {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 2}]
+    trace = graph.load_trace(json.dumps(events))
+    assert trace.tracks == ["pid 1 / tid 1", "pid 1 / tid 2"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not JSON"),
+    ('{"traceEvents": 3}', "traceEvents"),
+    ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 0}]}', "no duration events"),
+    ('[{"name": "a", "ph": "X", "ts": "soon", "dur": 1}]', "`ts` is not a number"),
+    ("[1]", "event 0 is not an object"),
+])
+def test_load_trace_errors(text, message):
+    with pytest.raises(graph.TraceError, match=message):
+        graph.load_trace(text)
+
+
+def test_cli_timeline_png(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(chrome_trace()))
+    out = tmp_path / "timeline.png"
+    code, _, err = run(capsys, "timeline", str(path), "--png", str(out))
+    assert code == 0 and "1 event(s) skipped" in err
+    width, height = png_size(out.read_bytes())
+    assert width > 1000 and height > 300
+
+
+def test_cli_timeline_bad_input(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    path.write_text("not json")
+    code, _, err = run(capsys, "timeline", str(path), "--png", str(tmp_path / "t.png"))
+    assert code == 2 and "not JSON" in err
+    code, _, err = run(capsys, "timeline", str(tmp_path / "missing.json"), "--png", str(tmp_path / "t.png"))
+    assert code == 2 and "cannot read" in err
