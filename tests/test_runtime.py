@@ -1,0 +1,372 @@
+"""`commdsl run` on real Gloo process groups: results equal the simulator's, refusals, hang guard, culprits.
+
+Most runs go through `commdsl.cli.main.main` inside this process, so torch is imported once and every
+launch forks from here (about half a second each); the tests about crashes, kills, hangs and
+external launchers start `commdsl` as a subprocess, the way a user does. Every test checks that no
+process it started is left behind: children of this process, and anything carrying the test's
+token in its environment (a worker that outlived its launcher would still carry it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from commdsl.cli.main import main
+from commdsl.resolve import load
+from commdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = sorted((ROOT / "programs").glob("*.comm"))
+SIZES = (2, 4)
+TOKEN_VAR = "COMMDSL_TEST_TOKEN"
+
+
+def _cases():
+    for path in PROGRAMS:
+        program = load(SourceFile.read(path))
+        for n in SIZES:
+            if program.accepts(n):
+                yield pytest.param(path, n, id=f"{path.stem}-{n}")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _carrying(token: str) -> list[int]:
+    needle = f"{TOKEN_VAR}={token}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if needle in Path(f"/proc/{entry}/environ").read_bytes():
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.fixture
+def no_orphans():
+    """A token for subprocess environments; afterwards nothing we started may still run."""
+    token = uuid.uuid4().hex
+    yield token
+    left = [p for p in _carrying(token) + _children(os.getpid())
+            if not Path(f"/proc/{p}/stat").read_text().split(") ")[1].startswith("Z")]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind: {left}"
+
+
+def run_here(argv: list[str], capfd) -> tuple[int, str, str]:
+    """`commdsl ARGV` in this process (torch's agent installs signal handlers: put ours back after)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    try:
+        code = main(argv)
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    captured = capfd.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_cli(argv: list[str], token: str, timeout: float = 120, env: dict | None = None):
+    environ = dict(os.environ, **(env or {}), **{TOKEN_VAR: token})
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "commdsl", *argv], capture_output=True, text=True, env=environ,
+                          timeout=timeout, cwd=ROOT, start_new_session=True)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+HANG = """\
+program hang
+world 4
+tensor x: float32[4] = rank
+tensor y: float32[4]
+on rank < 2:
+    send x to 1 - rank
+    recv y from 1 - rank
+else:
+    recv y from 5 - rank
+    send x to 5 - rank
+"""
+
+
+# ---- every example program, against the simulator ---------------------------------------------------
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("path", "nproc"), list(_cases()))
+def test_program_matches_simulator(path, nproc, tmp_path, capfd, no_orphans):
+    report = tmp_path / "report.json"
+    code, out, err = run_here(["run", str(path), "--nproc", str(nproc), "--backend", "gloo",
+                               "--report", str(report), "--timeout", "60"], capfd)
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert data["ok"] and data["world"] == nproc and data["backend"] == "gloo"
+    assert data["compared_with_simulator"] and data["mismatches"] == [] and data["failures"] == []
+    assert all(e["ok"] for e in data["expects"])
+    assert [r["rank"] for r in data["ranks"]] == list(range(nproc))
+    assert "every rank matches the simulator" in out
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(60)
+def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):
+    trace = tmp_path / "trace.json"
+    code, out, err = run_here(["run", str(ROOT / "programs" / "allreduce.comm"), "--nproc", "2",
+                               "--trace", str(trace)], capfd)
+    assert code == 0, out + err
+    lines = [ln for ln in out.splitlines() if ln.startswith("rank ")]
+    assert lines == ["rank 0: x = tensor([1., 2., 3.])", "rank 0: x = tensor([5., 7., 9.])",
+                     "rank 1: x = tensor([4., 5., 6.])", "rank 1: x = tensor([5., 7., 9.])"]
+    assert "expect at line 10: passed on 2 of 2 ranks" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] != "setup"]
+    assert {e["pid"] for e in slices} == {0, 1}
+    assert {e["name"] for e in slices} >= {"8: all_reduce x op sum", "10: expect x == 2 * i + 5"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
+
+
+# ---- refused, failed, hung, killed ------------------------------------------------------------------
+
+@pytest.mark.gloo
+@pytest.mark.timeout(60)
+def test_deadlock_is_refused_before_launch(tmp_path, no_orphans):
+    code, out, err, _ = run_cli(["run", write(tmp_path, "hang.comm", HANG), "--nproc", "4"], no_orphans)
+    assert code == 1
+    assert "error[D4" in out and "refusing to launch" in err
+    assert "ranks (gloo" not in err  # nothing was launched
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_hang_guard_names_every_rank(tmp_path, no_orphans):
+    code, out, err, elapsed = run_cli(["run", write(tmp_path, "hang.comm", HANG), "--nproc", "4", "--no-check",
+                                       "--timeout", "5"], no_orphans)
+    assert code == 1, out + err
+    assert "hang:" in out and "--timeout 5 s" in out
+    rows = {int(ln.split()[0]): ln for ln in out.splitlines()[2:] if ln.strip()[:1].isdigit()}
+    assert sorted(rows) == [0, 1, 2, 3]
+    for rank, line, text in ((0, 6, "send x to 1 - rank"), (1, 6, "send x to 1 - rank"),
+                             (2, 9, "recv y from 5 - rank"), (3, 9, "recv y from 5 - rank")):
+        assert f"hang.comm:{line}  {text}" in rows[rank] and "blocked" in rows[rank]
+    # the guard, not Gloo's own timeout (--timeout + 30 s), ended the run
+    assert elapsed < 30
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_killed_rank_is_named(tmp_path, no_orphans):
+    path = write(tmp_path, "hang.comm", HANG)
+    environ = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.Popen([sys.executable, "-m", "commdsl", "run", path, "--nproc", "4", "--no-check",
+                             "--timeout", "90", "--verbose"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=environ, cwd=ROOT, start_new_session=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("commdsl: rank 1 is running as pid"):
+                os.kill(int(line.split()[-1]), signal.SIGKILL)
+                break
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1
+    culprit = next(ln for ln in out.splitlines() if ln.startswith("error:"))
+    assert "rank 1" in culprit and "SIGKILL" in culprit and "hang.comm:6" in culprit, out
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_raising_rank_is_the_culprit(tmp_path, no_orphans):
+    # rank 2 sends to itself (torch raises ValueError); the others wait for it at the barrier and then
+    # see "Connection closed by peer" — torch's launcher often blames one of them
+    prog = write(tmp_path, "self.comm", """\
+program self_send
+world 4
+tensor x: float32[1] = rank
+on rank == 2:
+    send x to 2
+barrier
+""")
+    code, out, err, _ = run_cli(["run", prog, "--nproc", "4", "--no-check", "--timeout", "30"], no_orphans)
+    assert code == 1, out + err
+    culprit = next(ln for ln in out.splitlines() if ln.startswith("error:"))
+    assert culprit.startswith("error: rank 2 ") and "self.comm:5" in culprit and "ValueError" in culprit, out
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(60)
+def test_failing_expect_exits_1(tmp_path, capfd, no_orphans):
+    prog = write(tmp_path, "bad_expect.comm", """\
+program bad_expect
+world 2
+tensor x: int32[2] = rank
+all_reduce x
+expect x == rank
+""")
+    code, out, err = run_here(["run", prog, "--nproc", "2", "--no-check"], capfd)
+    assert code == 1
+    assert "expect at line 5: FAILED on 1 of 2 ranks" in out
+    assert "rank 0: element 0: got 1, expected == 0" in out
+    assert "every rank matches the simulator" in out  # the data is right; the expectation is wrong
+
+
+# ---- external launchers -------------------------------------------------------------------------------
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_under_torchrun(no_orphans):
+    environ = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "commdsl", "run",
+                           "programs/allreduce.comm"],
+                          capture_output=True, text=True, env=environ, timeout=100, cwd=ROOT, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rank 1: x = tensor([5., 7., 9.])" in proc.stdout
+    assert "every rank matches the simulator (2 ranks" in proc.stdout
+    assert "(gloo, torchrun)" in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_under_mpirun_variables(no_orphans):
+    base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), **{TOKEN_VAR: no_orphans})
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        base.pop(var, None)
+    procs = [subprocess.Popen([sys.executable, "-m", "commdsl", "run", "programs/p2p.comm"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                              env=dict(base, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE="2",
+                                       OMPI_COMM_WORLD_LOCAL_RANK=str(r), OMPI_COMM_WORLD_LOCAL_SIZE="2"))
+             for r in range(2)]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "rank 0: t = tensor([1.])" in outs[0][0] and "rank 1: t = tensor([1.])" in outs[0][0]
+    assert "(gloo, mpirun)" in outs[0][1]
+    assert outs[1][0] == ""  # rank 0 prints for everyone
+
+
+@pytest.mark.timeout(60)
+def test_disagreeing_launcher_variables_are_an_error(no_orphans):
+    code, out, err, _ = run_cli(["run", "programs/p2p.comm"], no_orphans,
+                                env={"RANK": "0", "WORLD_SIZE": "2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+                                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"})
+    assert code == 2
+    assert "RANK=0" in err and "SLURM_PROCID=1" in err and "unset RANK" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
+def test_cli_does_not_import_torch():
+    code = ("import sys; from commdsl.cli.main import build_parser; build_parser(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=50)
+
+
+# ---- the verdict, without processes ------------------------------------------------------------------
+
+def _sim(path: Path, world: int):
+    from commdsl.expand import expand
+    from commdsl.simulate import simulate
+
+    schedule = expand(load(SourceFile.read(path)), world, {})
+    return schedule, simulate(schedule)
+
+
+def _finished(rank: int, tensors: dict):
+    from commdsl.runtime.records import RankResult
+
+    return RankResult(rank, finished=True, tensors={k: v.reshape(-1).copy() for k, v in tensors.items()})
+
+
+def test_mismatch_with_simulator_is_reported():
+    from commdsl.runtime.outcome import judge_results
+
+    schedule, sim = _sim(ROOT / "programs" / "allreduce.comm", 2)
+    results = {r: _finished(r, sim.tensors[r]) for r in range(2)}
+    results[1].tensors["x"][2] += 1
+    verdict = judge_results(schedule, sim, results, [0, 1])
+    assert not verdict.ok
+    [m] = verdict.mismatches
+    assert (m.rank, m.tensor, m.count, m.index, m.actual, m.expected) == (1, "x", 1, 2, 10.0, 9.0)
+
+
+def test_elements_left_undefined_by_reduce_are_not_compared(tmp_path):
+    from commdsl.runtime.outcome import judge_results
+
+    path = Path(write(tmp_path, "reduce.comm", "program r\nworld 2\ntensor x: int64[3] = rank + 1\nreduce x to 0\n"))
+    schedule, sim = _sim(path, 2)
+    results = {r: _finished(r, sim.tensors[r]) for r in range(2)}
+    results[1].tensors["x"][:] = 99  # Gloo leaves partial sums on non-root ranks
+    assert judge_results(schedule, sim, results, [0, 1]).ok
+
+
+def test_blame_prefers_the_rank_that_raised_over_lost_peers():
+    from commdsl.runtime.outcome import Evidence, blame
+    from commdsl.runtime.records import RankResult
+
+    schedule, _ = _sim(ROOT / "programs" / "allreduce.comm", 2)
+    text = (ROOT / "programs" / "allreduce.comm").read_text()
+    lost = {"index": 1, "type": "RuntimeError", "time_ns": 10,
+            "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1234"}
+    raised = {"index": 1, "type": "RuntimeError", "time_ns": 20, "message": "Cannot use ReduceOp.BAND"}
+    results = {0: RankResult(0, error=lost), 1: RankResult(1, error=raised)}
+    failures = blame(schedule, text, results, Evidence(), [0, 1])
+    assert [(f.rank, f.kind) for f in failures] == [(1, "error"), (0, "peer")]
+    assert failures[0].at.line == 8 and failures[1].cause.startswith("lost a peer: RuntimeError: Connection closed")
+
+
+def test_launcher_variables():
+    from commdsl.runtime.envinfo import EnvError, placement
+
+    master = {"MASTER_ADDR": "h0", "MASTER_PORT": "29500"}
+    p = placement({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "x",
+                   "SLURM_PROCID": "0", "SLURM_NTASKS": "2", **master})
+    assert (p.rank, p.world, p.local_rank, p.source) == (3, 4, 1, "torchrun")  # torchrun under srun: one agent/node
+    p = placement({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                   "SLURM_PROCID": "0", "SLURM_NTASKS": "2", **master})
+    assert (p.rank, p.world, p.local_rank, p.source) == (5, 8, 1, "mpirun")  # mpirun inside an allocation
+    p = placement({"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+                   "SLURM_TASKS_PER_NODE": "2(x2)", **master})
+    assert (p.rank, p.world, p.local_rank, p.local_world, p.source) == (2, 4, 0, 2, "srun")
+    with pytest.raises(EnvError, match="OMPI_COMM_WORLD_RANK=1.*RANK=0|RANK=0.*OMPI_COMM_WORLD_RANK=1"):
+        placement({"RANK": "0", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", **master})
+    with pytest.raises(EnvError, match="MASTER_ADDR and MASTER_PORT.*mpirun -x"):
+        placement({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
+    with pytest.raises(EnvError, match="RANK=4 is not below WORLD_SIZE=4"):
+        placement({"RANK": "4", "WORLD_SIZE": "4", **master})
