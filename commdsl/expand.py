@@ -21,6 +21,8 @@ from commdsl.syntax import nodes as n
 
 MAX_WORLD = 1 << 16
 MAX_TENSOR_ELEMENTS = 1 << 34
+MAX_POWER_BITS = 4096
+"""`a ** b` on integers known per rank stops here: `10 ** 10 ** 10` is an error, not an hour of arithmetic."""
 MAX_STEPS = 20_000_000
 """Loop iterations plus ops over all ranks of one expansion: a hostile `for` bound ends here, not in swap."""
 
@@ -255,6 +257,12 @@ class _Rank:
                 right = self.elem(e.right, reads, target_shape)
                 if left[0] == "c" and right[0] == "c":
                     return ("c", _arith(e, left[1], right[1]))
+                if e.op == "**":
+                    if right[0] != "c":
+                        _fail("N103", "the exponent of `**` must be a number known per rank", e.right,
+                              label="varies per element", help="multiply instead, e.g. `x * x`")
+                    if isinstance(right[1], int) and not isinstance(right[1], bool) and right[1] < 0:
+                        right = ("c", float(right[1]))  # as in `2 ** -1`: a negative power is a fraction
                 return ("b", e.op, left, right)
         return ("c", self.value(e))
 
@@ -586,7 +594,12 @@ def _arith(e: n.Binary, a, b):
             case "%":
                 return a % b
             case "**":
-                return a ** b
+                if isinstance(a, int) and isinstance(b, int) and b > 0 and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS:
+                    _fail("N121", "this value is too large", e, label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits")
+                value = a ** b
+                if isinstance(value, complex):
+                    _fail("N121", "this value is not a real number", e, label=f"`{a} ** {b}` is complex")
+                return value
             case "==":
                 return a == b
             case "!=":

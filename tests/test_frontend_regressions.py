@@ -1,0 +1,51 @@
+"""Front-end bugs found while writing the language reference, one test each (grammar, parser, resolve, expand)."""
+
+from __future__ import annotations
+
+from commdsl.diagnostics import CommdslError
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.simulate import simulate
+from commdsl.source import SourceFile
+from commdsl.syntax import nodes as n
+
+
+def program(text: str):
+    return load(SourceFile("t.comm", text))
+
+
+def errors(text: str, world: int | None = None) -> list[tuple[str, int, int]]:
+    """(code, line, column) of every diagnostic that loading (and, given a world, expanding) gives."""
+    try:
+        prog = program(text)
+        if world is not None:
+            expand(prog, world)
+    except CommdslError as e:
+        return [(d.code, d.span.line, d.span.column) for d in e.diagnostics]
+    return []
+
+
+# `**` never lexed: MUL_OP's "*" matched first, so `2 ** 3` was "expected an expression, found `*`".
+def test_power_operator_parses_right_associative():
+    prog = program("let k = 2 ** 3 ** 2\n")
+    value = prog.body[0].value
+    assert isinstance(value, n.Binary) and value.op == "**"
+    assert isinstance(value.right, n.Binary) and value.right.op == "**"
+
+
+def test_power_values_per_rank_and_element_wise():
+    text = ("world 2\nparam k = 2 ** 3 ** 2\ntensor x: float32[2 ** 2] = (i + 1) ** -1\n"
+            "tensor y: int64[k // 128] = k\nexpect x == 1 / (i + 1)\nexpect y == 512\n")
+    s = expand(program(text), 2)
+    assert s.tensors[0]["x"].shape == (4,) and s.tensors[0]["y"].shape == (4,)
+    result = simulate(s)
+    assert len(result.expects) == 4 and all(e.ok for e in result.expects)
+
+
+def test_power_too_large_or_complex_is_n121_not_a_hang():
+    assert errors("world 2\nlet k = 10 ** 10 ** 10\n", 2) == [("N121", 2, 9)]
+    assert errors("world 2\ntensor x: float32[4]\nlet k = (0 - 8) ** 0.5\nsend x[k] to 1\n", 2) == [("N121", 3, 9)]
+
+
+def test_element_wise_power_needs_a_known_exponent():
+    assert errors("world 2\ntensor x: float32[4] = 2 ** i\n", 2) == [("N103", 2, 29)]
