@@ -49,3 +49,16 @@ def test_power_too_large_or_complex_is_n121_not_a_hang():
 
 def test_element_wise_power_needs_a_known_exponent():
     assert errors("world 2\ntensor x: float32[4] = 2 ** i\n", 2) == [("N103", 2, 29)]
+
+
+# `splits [a], [b, c, d]` was cut in the middle of the flat list: in (a, b), out (c, d), no error.
+def test_all_to_all_splits_keep_their_lists():
+    prog = program("world 2\ntensor x: float32[4]\ntensor y: float32[4]\n"
+                   "all_to_all x into y splits [1, 3], [2, 2]\n")
+    op = prog.body[0]
+    assert [e.value for e in op.in_splits] == [1, 3] and [e.value for e in op.out_splits] == [2, 2]
+
+
+def test_all_to_all_split_lists_of_different_lengths_are_n107_on_the_splits():
+    text = "world 2\ntensor x: float32[4]\ntensor y: float32[4]\nall_to_all x into y splits [4], [2, 1, 1]\n"
+    assert errors(text) == [("N107", 4, 21)]

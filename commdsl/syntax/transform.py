@@ -126,8 +126,16 @@ class _ToAst(Transformer):
     def redop(self, meta, name, scale):
         return n.RedOp(span=self._span(meta), name=self._ident(name), scale=scale)
 
-    def splits(self, meta, *exprs):
-        return exprs
+    def splits(self, meta, in_sizes, out_sizes):
+        if len(in_sizes) != len(out_sizes):
+            raise _Invalid(Diagnostic(
+                code="N107", message="`splits` needs two lists of the same length (input, output)",
+                span=self._span(meta), label=f"{len(in_sizes)} input sizes, {len(out_sizes)} output sizes",
+                help="give one input and one output size per member of the group"))
+        return in_sizes, out_sizes
+
+    def split_sizes(self, meta, *exprs):
+        return tuple(exprs)
 
     def one_buffer(self, meta, view):
         return (view,), False
@@ -169,13 +177,7 @@ class _ToAst(Transformer):
     def all_to_all_op(self, meta, src, dst, splits, group):
         fields = {}
         if splits is not None:
-            half = len(splits)
-            # `splits [a, b], [c, d]`: the grammar gives one flat list; the comma between lists is ours.
-            fields = {"in_splits": tuple(splits[: half // 2]), "out_splits": tuple(splits[half // 2 :])}
-            if half % 2:
-                raise _Invalid(Diagnostic(
-                    code="N107", message="`splits` needs two lists of the same length (input, output)",
-                    span=self._span(meta), label="the two split lists differ in length"))
+            fields = {"in_splits": splits[0], "out_splits": splits[1]}
         return self._coll(meta, "all_to_all", inputs=(src,), outputs=(dst,), group=group, **fields)
 
     def barrier_op(self, meta, group):
