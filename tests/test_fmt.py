@@ -198,7 +198,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 MESSY = "program t\nworld 2\ntensor x:float32[4]=rank\non rank==0 :\n  send x to 1 # c\nelse:\n  recv x from 0\n"
-CLEAN = "program t\nworld 2\ntensor x: float32[4] = rank\non rank == 0:\n    send x to 1  # c\nelse:\n    recv x from 0\n"
+CLEAN = ("program t\nworld 2\ntensor x: float32[4] = rank\non rank == 0:\n    send x to 1  # c\nelse:\n"
+         "    recv x from 0\n")
 
 
 def test_cli_check_diff_and_in_place(tmp_path, capsys):
