@@ -62,3 +62,19 @@ def test_all_to_all_splits_keep_their_lists():
 def test_all_to_all_split_lists_of_different_lengths_are_n107_on_the_splits():
     text = "world 2\ntensor x: float32[4]\ntensor y: float32[4]\nall_to_all x into y splits [4], [2, 1, 1]\n"
     assert errors(text) == [("N107", 4, 21)]
+
+
+# Deep nesting overflowed Python's stack in the transformer or in resolve: "internal error: RecursionError".
+def test_deep_nesting_is_s001_not_a_recursion_error():
+    assert errors("let a = " + "-" * 5000 + "1\n") == [("S001", 1, 108)]  # the 100th `-`
+    assert errors("let a = " + "(1 + " * 3000 + "1" + ")" * 3000 + "\n")[0][0] == "S001"
+    assert errors("let a = " + " + ".join(["1"] * 20000) + "\n")[0][0] == "S001"
+    blocks = "".join("    " * k + f"for s{k} in 0 .. 1:\n" for k in range(300)) + "    " * 300 + "barrier\n"
+    assert errors(blocks)[0][0] == "S001"
+
+
+def test_nesting_up_to_the_limit_goes_through_every_pass():
+    text = ("world 2\ntensor x: float32[4] = " + "-" * 90 + "i\nexpect x == " + "-" * 90 + "i\n"
+            + "".join("    " * k + f"for s{k} in 0 .. 0:\n" for k in range(40)) + "    " * 40 + "x += 1\n")
+    result = simulate(expand(program(text), 2))
+    assert [e.ok for e in result.expects] == [True, True]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lark import Token, Transformer, v_args
+from lark import Token, Transformer, Tree, v_args
 from lark.exceptions import VisitError
 from lark.tree import Meta
 
@@ -276,7 +276,33 @@ class _ToAst(Transformer):
         return n.Binary(span=self._span(meta), op="**", left=base, right=exponent)
 
 
+MAX_NESTING = 100
+"""Deepest nesting the passes after the parser take (each recurses once per level): a deeper input is S001."""
+
+_CHAINS = {"arith": 2, "term": 2, "and_expr": 1, "or_expr": 1}  # children per operator: `a + b + c` nests 2 deep
+
+
+def _too_deep(tree: Tree) -> Tree | Token | None:
+    """The first node found nested deeper than MAX_NESTING (a left-folded chain counts each operator)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return node
+        if isinstance(node, Tree):
+            per_op = _CHAINS.get(node.data)
+            inner = depth + 1 + ((len(node.children) - 1) // per_op if per_op else 0)
+            stack.extend((child, inner) for child in node.children if child is not None)
+    return None
+
+
 def to_ast(tree, source: SourceFile) -> n.Module:
+    deep = _too_deep(tree)
+    if deep is not None:
+        start = deep.start_pos if isinstance(deep, Token) else deep.meta.start_pos
+        raise CommdslError([Diagnostic(
+            code="S001", message=f"this is nested more than {MAX_NESTING} levels deep", span=source.span(start, start + 1),
+            label="too deeply nested", help="split the expression with `let`, or flatten the blocks")])
     try:
         return _ToAst(source).transform(tree)
     except VisitError as err:
