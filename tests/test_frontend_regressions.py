@@ -78,3 +78,9 @@ def test_nesting_up_to_the_limit_goes_through_every_pass():
             + "".join("    " * k + f"for s{k} in 0 .. 0:\n" for k in range(40)) + "    " * 40 + "x += 1\n")
     result = simulate(expand(program(text), 2))
     assert [e.ok for e in result.expects] == [True, True]
+
+
+# An integer literal over Python's 4300-digit str→int limit escaped the transformer as a ValueError.
+def test_huge_integer_literal_is_n121():
+    assert errors("let a = " + "9" * 5000 + "\n") == [("N121", 1, 9)]
+    assert errors("world " + "9" * 5000 + "\n") == [("N121", 1, 7)]

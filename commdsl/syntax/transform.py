@@ -32,6 +32,13 @@ class _ToAst(Transformer):
     def _ident(self, tok: Token) -> n.Ident:
         return n.Ident(span=self._tok(tok), name=str(tok))
 
+    def _int(self, tok: Token) -> int:
+        try:
+            return int(tok)
+        except ValueError:  # Python converts at most 4300 digits
+            raise _Invalid(Diagnostic(code="N121", message=f"this integer literal is too large ({len(tok)} digits)",
+                                      span=self._tok(tok), label="too many digits")) from None
+
     # top level -----------------------------------------------------------------------------------
     def start(self, meta, *stmts):
         span = self._span(meta) if not meta.empty else self.source.span(0, 0)
@@ -44,16 +51,16 @@ class _ToAst(Transformer):
         return n.ProgramDecl(span=self._span(meta), name=str(name))
 
     def world_one(self, meta, size):
-        return n.WorldDecl(span=self._span(meta), sizes=(int(size),))
+        return n.WorldDecl(span=self._span(meta), sizes=(self._int(size),))
 
     def world_range(self, meta, lo, hi):
-        return n.WorldDecl(span=self._span(meta), lo=int(lo), hi=int(hi))
+        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), hi=self._int(hi))
 
     def world_open(self, meta, lo):
-        return n.WorldDecl(span=self._span(meta), lo=int(lo), open=True)
+        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), open=True)
 
     def world_list(self, meta, *sizes):
-        return n.WorldDecl(span=self._span(meta), sizes=tuple(int(s) for s in sizes))
+        return n.WorldDecl(span=self._span(meta), sizes=tuple(self._int(s) for s in sizes))
 
     def backend_decl(self, meta, *names):
         return n.BackendDecl(span=self._span(meta), names=tuple(self._ident(t) for t in names))
@@ -214,7 +221,7 @@ class _ToAst(Transformer):
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
-        return n.IntLit(span=self._tok(tok), value=int(tok))
+        return n.IntLit(span=self._tok(tok), value=self._int(tok))
 
     def float_lit(self, meta, tok):
         return n.FloatLit(span=self._tok(tok), value=float(tok))
