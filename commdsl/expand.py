@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from commdsl.collectives import fit_problem
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.dtypes import DTYPES
-from commdsl.resolve import Program
+from commdsl.resolve import MAX_WORLD, Program
 from commdsl.schedule import (Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send,
                               TensorSpec, View, Wait)
 from commdsl.syntax import nodes as n
 
-MAX_WORLD = 1 << 16
 MAX_TENSOR_ELEMENTS = 1 << 34
 MAX_POWER_BITS = 4096
 """`a ** b` on integers known per rank stops here: `10 ** 10 ** 10` is an error, not an hour of arithmetic."""

@@ -19,6 +19,8 @@ from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
 from commdsl.syntax.transform import to_ast
 
+MAX_WORLD = 1 << 16
+"""The largest world size a program may declare: every rank is expanded in memory."""
 OPEN_WORLD_BOUND = 64
 """An open range `world 2..` is checked at every size up to this bound."""
 
@@ -186,6 +188,8 @@ class _Resolver:
                        help=f"write `world {w.hi}..{w.lo}`")
         elif len(set(w.sizes)) != len(w.sizes):
             self.error("N112", "a world size is listed twice", w, label="duplicate size")
+        elif max(sizes) > MAX_WORLD:
+            self.error("N112", f"a world size must be at most {MAX_WORLD}", w, label=f"world size {max(sizes)}")
 
     def check_tensor(self, t: n.TensorDecl):
         if t.dtype.name not in DTYPES:

@@ -84,3 +84,10 @@ def test_nesting_up_to_the_limit_goes_through_every_pass():
 def test_huge_integer_literal_is_n121():
     assert errors("let a = " + "9" * 5000 + "\n") == [("N121", 1, 9)]
     assert errors("world " + "9" * 5000 + "\n") == [("N121", 1, 7)]
+
+
+# `world 2..99999999999` loaded, and `commdsl check` then built a list of every size in the range.
+def test_world_size_over_the_limit_is_n112():
+    assert errors("world 2..99999999999\n") == [("N112", 1, 1)]
+    assert errors("world [2, 100000]\n") == [("N112", 1, 1)]
+    assert errors("world 65536\n") == []
