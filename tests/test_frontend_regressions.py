@@ -91,3 +91,11 @@ def test_world_size_over_the_limit_is_n112():
     assert errors("world 2..99999999999\n") == [("N112", 1, 1)]
     assert errors("world [2, 100000]\n") == [("N112", 1, 1)]
     assert errors("world 65536\n") == []
+
+
+# An indented first line was accepted (`    barrier` alone), and `    x = 1\n    y = 2` blamed line 2.
+def test_indented_first_line_is_s001_on_line_1():
+    assert errors("    barrier\n") == [("S001", 1, 5)]
+    assert errors("    let a = 1\n    let b = 2\n") == [("S001", 1, 5)]
+    assert errors("# comment\n    barrier\n") == [("S001", 2, 5)]
+    assert errors("   # an indented comment is fine\nbarrier\n") == []

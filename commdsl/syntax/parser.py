@@ -160,6 +160,13 @@ def _example_states() -> dict[tuple[int, str], str]:
 def parse_tree(source: SourceFile) -> Tree:
     """Parse a file into a Lark tree; raise CommdslError with one syntax diagnostic on failure."""
     text = source.text if source.text.endswith("\n") else source.text + "\n"
+    first = text.split("\n", 1)[0]
+    code = first.lstrip(" \t\f")
+    if code != first and code.strip() and not code.startswith("#"):  # the indenter only sees indents after a newline
+        col = len(first) - len(code)
+        raise CommdslError([Diagnostic(code="S001", message="expected a statement, found an unexpected indent",
+                                       span=source.span(col, col), label="unexpected here",
+                                       help="a file's first statement starts in column 1")])
     try:
         return lark_parser().parse(text)
     except _IndentError as err:
