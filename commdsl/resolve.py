@@ -223,6 +223,11 @@ class _Resolver:
             self.check_stmt(stmt, scope, in_batch)
 
     def check_stmt(self, s, scope: _Scope, in_batch: bool):
+        if in_batch and isinstance(s, (n.Assign, n.Expect, n.Print)):  # also under a `for` or `on` in the batch
+            word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[s.kind]
+            self.error("N111", f"{word} cannot be part of a `batch`", s,
+                       label="only send, recv, isend and irecv batch together",
+                       help="move it after the `batch:` block, which waits for its ops at its end")
         match s:
             case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() \
                     | n.GroupDecl() | n.MeshDecl():
@@ -292,12 +297,6 @@ class _Resolver:
             case n.Batch():
                 if in_batch:
                     self.error("N111", "`batch` blocks do not nest", s, label="inside another batch")
-                for inner in s.body:  # collectives, waits and nested batches are reported by check_stmt
-                    if isinstance(inner, (n.Assign, n.Expect, n.Print)):
-                        word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[inner.kind]
-                        self.error("N111", f"{word} cannot be part of a `batch`", inner,
-                                   label="only send, recv, isend and irecv batch together",
-                                   help="move it after the `batch:` block, which waits for its ops at its end")
                 self.check_block(s.body, _Scope(parent=scope), True)
 
     def check_expect(self, s: n.Expect, scope: _Scope):

@@ -99,3 +99,12 @@ def test_indented_first_line_is_s001_on_line_1():
     assert errors("    let a = 1\n    let b = 2\n") == [("S001", 1, 5)]
     assert errors("# comment\n    barrier\n") == [("S001", 2, 5)]
     assert errors("   # an indented comment is fine\nbarrier\n") == []
+
+
+# An assignment, expect or print under a `for` or `on` inside `batch` passed resolve; expand then put a
+# Compute into the Batch and the engine failed ("'Compute' object has no attribute 'peer'").
+def test_local_statements_nested_in_a_batch_are_n111():
+    text = ("world 2\ntensor x: float32[4]\nbatch:\n    for s in 0 .. 0:\n        x = 1\n"
+            "        send x to (rank + 1) % world\n    on rank == 0:\n        expect x == 1\n        print x\n"
+            "    recv x from (rank + 1) % world\n")
+    assert errors(text) == [("N111", 5, 9), ("N111", 8, 9), ("N111", 9, 9)]
