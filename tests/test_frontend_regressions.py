@@ -108,3 +108,15 @@ def test_local_statements_nested_in_a_batch_are_n111():
             "        send x to (rank + 1) % world\n    on rank == 0:\n        expect x == 1\n        print x\n"
             "    recv x from (rank + 1) % world\n")
     assert errors(text) == [("N111", 5, 9), ("N111", 8, 9), ("N111", 9, 9)]
+
+
+# A `for`, `on` or `batch` span ran on over the blank and comment lines after the block, to the next
+# statement (the `_NL` token swallows them), and an `on`'s first branch spanned the whole statement.
+def test_block_spans_end_with_their_last_statement():
+    prog = program("tensor x: float32[4]\nfor s in 0 .. 1:\n    on rank == 0:\n        barrier\n"
+                   "    else:\n        barrier   # c\n\n# next\nbatch:\n    send x to 1\n\n")
+    loop, batch = prog.body
+    on = loop.body[0]
+    assert (loop.span.line, loop.span.end_line, loop.span.end_column) == (2, 6, 16)
+    assert (on.span.end_line, on.branches[0].span.end_line) == (6, 4)
+    assert (batch.span.line, batch.span.end_line, batch.span.end_column) == (9, 10, 16)

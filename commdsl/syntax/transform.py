@@ -202,22 +202,27 @@ class _ToAst(Transformer):
     def print_stmt(self, meta, *views):
         return n.Print(span=self._span(meta), views=tuple(views))
 
+    def _block(self, meta, body) -> Span:
+        """A compound statement ends with its last statement, not with the blank and comment lines after it."""
+        return self.source.span(meta.start_pos, body[-1].span.end)
+
     def for_stmt(self, meta, var, lo, hi, body):
-        return n.For(span=self._span(meta), var=str(var), lo=lo, hi=hi, body=body)
+        return n.For(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
 
     def on_stmt(self, meta, cond, body, *rest):
         *elifs, orelse = rest
-        first = n.Branch(span=self._span(meta), cond=cond, body=body)
-        return n.On(span=self._span(meta), branches=(first, *elifs), orelse=orelse or ())
+        first = n.Branch(span=self._block(meta, body), cond=cond, body=body)
+        last = orelse or (elifs[-1].body if elifs else body)
+        return n.On(span=self._block(meta, last), branches=(first, *elifs), orelse=orelse or ())
 
     def else_on(self, meta, cond, body):
-        return n.Branch(span=self._span(meta), cond=cond, body=body)
+        return n.Branch(span=self._block(meta, body), cond=cond, body=body)
 
     def else_(self, meta, body):
         return body
 
     def batch_stmt(self, meta, body):
-        return n.Batch(span=self._span(meta), body=body)
+        return n.Batch(span=self._block(meta, body), body=body)
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
