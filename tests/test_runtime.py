@@ -201,8 +201,10 @@ def test_killed_rank_is_named(tmp_path, no_orphans):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1
-    culprit = next(ln for ln in out.splitlines() if ln.startswith("error:"))
-    assert "rank 1" in culprit and "SIGKILL" in culprit and "hang.comm:6" in culprit, out
+    lines = out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("error:"))
+    assert lines[first].startswith("error: rank 1 ") and "SIGKILL" in lines[first], out
+    assert "hang.comm:6  send x to 1 - rank" in lines[first + 1], out
 
 
 @pytest.mark.gloo
@@ -220,8 +222,11 @@ barrier
 """)
     code, out, err, _ = run_cli(["run", prog, "--nproc", "4", "--no-check", "--timeout", "30"], no_orphans)
     assert code == 1, out + err
-    culprit = next(ln for ln in out.splitlines() if ln.startswith("error:"))
-    assert culprit.startswith("error: rank 2 ") and "self.comm:5" in culprit and "ValueError" in culprit, out
+    lines = out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("error:"))
+    assert lines[first].startswith("error: rank 2 raised ValueError"), out
+    assert "self.comm:5  send x to 2" in lines[first + 1], out
+    assert all(ln.startswith("  then rank") and "failed peer" in ln for ln in lines[first + 2 : first + 5]), out
 
 
 @pytest.mark.gloo
@@ -348,7 +353,8 @@ def test_blame_prefers_the_rank_that_raised_over_lost_peers():
     results = {0: RankResult(0, error=lost), 1: RankResult(1, error=raised)}
     failures = blame(schedule, text, results, Evidence(), [0, 1])
     assert [(f.rank, f.kind) for f in failures] == [(1, "error"), (0, "peer")]
-    assert failures[0].at.line == 8 and failures[1].cause.startswith("lost a peer: RuntimeError: Connection closed")
+    assert failures[0].at.line == 8
+    assert failures[1].cause == "lost its connection to a failed peer (RuntimeError: Connection closed by peer [127.0.0.1]:1234)"
 
 
 def test_launcher_variables():

@@ -151,7 +151,9 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
             err = res.error
             kind = classify(err["message"])
             at = where(schedule, source_text, rank, err["index"])
-            cause = {"error": "raised", "timeout": "timed out:", "peer": "lost a peer:"}[kind] + " " + _error_text(err)
+            text = _error_text(err)
+            cause = {"error": f"raised {text}", "timeout": f"timed out ({text})",
+                     "peer": f"lost its connection to a failed peer ({_first_sentence(text)})"}[kind]
             found.append(((_ORDER[kind], err["time_ns"]), Failure(rank, kind, cause, at, pid)))
             continue
         if res is not None and res.finished:
@@ -165,12 +167,13 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
         elif seen and seen.startswith("SIG"):
             kind, cause = "signal", f"was killed by {seen}"
         elif agent.get("exitcode", 0) > 0 or (seen or "").startswith("exit code"):
-            kind, cause = "exit", f"exited with {seen or 'exit code ' + str(agent['exitcode'])} without reporting an error"
+            code = seen or f"exit code {agent['exitcode']}"
+            kind, cause = "exit", f"exited with {code} without reporting an error"
         elif slot is not None and slot.pid > 0 and slot.state not in (progress.DONE, progress.FAILED):
-            kind, cause = "signal", ("died without a word (no error, no crash dump): killed by SIGKILL, "
-                                     "by a user or the OOM killer")
+            kind, cause = "signal", ("died without a word (no error, no crash dump): most likely SIGKILL, "
+                                     "from a user or the OOM killer")
         elif slot is None and res is None:
-            kind, cause = "silent", "sent no report: its process died or its launcher stopped it"
+            kind, cause = "silent", "sent no report (its process died, or the launcher stopped it)"
         else:
             continue
         found.append(((_ORDER[kind], slot.since_ns if slot else 0), Failure(rank, kind, cause, at, pid)))
@@ -184,6 +187,12 @@ def _error_text(err: dict) -> str:
     if message.startswith("[") and "] " in message:
         message = message[message.index("] ") + 2 :]
     return f"{err['type']}: {message}" if message else err["type"]
+
+
+def _first_sentence(text: str) -> str:
+    """Gloo appends advice ("This is typically caused by …") to its messages; keep the facts."""
+    cut = text.find(". ")
+    return text[:cut] if cut > 0 else text.rstrip(".")
 
 
 def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankResult], world: int) -> list[dict]:
