@@ -14,6 +14,7 @@ from commdsl.checker.waits import analyse
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.engine import EngineResult, Observer, run_engine
 from commdsl.expand import expand
+from commdsl.fast import proves_clean
 from commdsl.limits import memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
 
@@ -88,6 +89,8 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
     backends = options.backends or program.backends
     merged: dict[tuple, Diagnostic] = {}
     for world in worlds:
+        if proves_clean(program, world, options.params, backends, options.lints, options.simulate):
+            continue  # the vectorised fast path proved it: nothing to report at this size
         try:
             schedule = expand(program, world, options.params)
         except CommdslError as e:
