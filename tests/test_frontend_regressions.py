@@ -120,3 +120,12 @@ def test_block_spans_end_with_their_last_statement():
     assert (loop.span.line, loop.span.end_line, loop.span.end_column) == (2, 6, 16)
     assert (on.span.end_line, on.branches[0].span.end_line) == (6, 4)
     assert (batch.span.line, batch.span.end_line, batch.span.end_column) == (9, 10, 16)
+
+
+# `else on COND` without `:` and `send x tag 1` (the peer forgotten before a tag) got the generic S001.
+def test_more_named_syntax_mistakes():
+    pre = "tensor x: float32[4]\n"
+    assert errors(pre + "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n") == [("S005", 4, 18)]
+    assert errors(pre + "h = isend x tag 3\n") == [("S006", 2, 13)]
+    assert errors(pre + "recv x tag 1\n") == [("S007", 2, 8)]
+    assert errors(pre + "let b = x tag 1\n")[0][0] == "S001"  # only a send or recv names S006/S007

@@ -128,9 +128,11 @@ def _found(token: Token) -> str:
 # Common mistakes named by LALR state (lark's match_examples): a few whole programs per code.
 _EXAMPLES = {
     "S005": ["for s in 0 .. 3\n    barrier\n", "on rank == 0\n    barrier\n", "batch\n    send x to 1\n",
-             "on rank == 0:\n    barrier\nelse\n    barrier\n"],
-    "S006": ["send x\n", "isend x\n", "h = isend x\n"],
-    "S007": ["recv x\n", "irecv x\n", "h = irecv x\n"],
+             "on rank == 0:\n    barrier\nelse\n    barrier\n",
+             "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n"],
+    # not `send x 1`: an INT after a NAME fails in the state every NAME shares, so it names nothing
+    "S006": [f"{op} x{rest}\n" for op in ("send", "isend", "h = isend") for rest in ("", " tag 1")],
+    "S007": [f"{op} x{rest}\n" for op in ("recv", "irecv", "h = irecv") for rest in ("", " tag 1")],
 }
 _EXAMPLE_TEXT = {
     "S005": ("expected `:` at the end of the block header", "a block header ends with `:`"),
