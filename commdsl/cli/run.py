@@ -235,3 +235,46 @@ def _show_failures(out, schedule, failures, stderr: dict):
         out.print(f"  last lines of rank {culprit.rank}'s stderr:")
         for text in tail:
             out.print("    " + text, markup=False)
+
+
+def run_as_rank(cfg, fmt: str, out, err) -> int:
+    """One rank of a job started by torchrun, mpirun or srun; rank 0 prints for everyone."""
+    from commdsl.runtime.envinfo import EnvError, choose_backend, placement
+    from commdsl.runtime.external import run_rank
+    from commdsl.runtime.outcome import Evidence, blame, judge_results, timeout_rows
+
+    try:
+        place = placement()
+        backend = choose_backend(cfg.backend, place.local_world)
+    except EnvError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    loaded = load_files([cfg.path], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        if place.rank == 0:
+            print_diagnostics(loaded.diagnostics, loaded.sources, fmt, out, err)
+        return EXIT_FINDINGS
+    source = loaded.sources[cfg.path]
+    run = run_rank(cfg, loaded.programs[0], place, backend)
+    if run.refused:
+        if place.rank == 0:
+            print_diagnostics(run.diagnostics, loaded.sources, fmt, out, err)
+            err.print(f"refusing to run: the checks found errors at world size {place.world} "
+                      "(--no-check runs anyway)")
+        return EXIT_FINDINGS
+    if place.rank != 0:
+        return EXIT_FINDINGS if run.failed else EXIT_OK
+    schedule, ranks = run.schedule, list(range(place.world))
+    failures = blame(schedule, source.text, run.results, Evidence(), ranks)
+    hang = None
+    if failures and any(f.kind == "timeout" for f in failures) and all(f.kind in ("timeout", "peer") for f in failures):
+        hang, failures = timeout_rows(schedule, source.text, run.results, place.world), []
+    verdict = judge_results(schedule, run.sim, run.results, ranks)
+    try:
+        return show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
+                    start_method=place.source, verdict=verdict, results=run.results, failures=failures,
+                    hang=hang, stderr={}, wall_s=run.wall_s)
+    finally:
+        run.release()
