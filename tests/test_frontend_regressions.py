@@ -8,6 +8,8 @@ from commdsl.resolve import load
 from commdsl.simulate import simulate
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
+from commdsl.syntax.parser import parse_tree
+from commdsl.syntax.transform import to_ast
 
 
 def program(text: str):
@@ -129,3 +131,22 @@ def test_more_named_syntax_mistakes():
     assert errors(pre + "h = isend x tag 3\n") == [("S006", 2, 13)]
     assert errors(pre + "recv x tag 1\n") == [("S007", 2, 8)]
     assert errors(pre + "let b = x tag 1\n")[0][0] == "S001"  # only a send or recv names S006/S007
+
+
+# A binary expression's span started at its left operand, inside that operand's parentheses:
+# `(rank + 1) % world` was underlined as `rank + 1) % world`.
+def test_binary_spans_include_the_parentheses_of_their_operands():
+    src = "let v = ((a) + b) * (c) - min((d), e) + (f - (g))\n"
+    value = to_ast(parse_tree(SourceFile("t.comm", src)), SourceFile("t.comm", src)).body[0].value
+    found = []
+
+    def walk(e):
+        if isinstance(e, n.Binary):
+            found.append(src[e.span.start:e.span.end])
+            walk(e.left)
+            walk(e.right)
+
+    walk(value)
+    assert found == ["((a) + b) * (c) - min((d), e) + (f - (g))", "((a) + b) * (c) - min((d), e)",
+                     "((a) + b) * (c)", "(a) + b", "f - (g)"]
+    assert errors("world 2\ntensor x: float32[4]\nsend x to (rank + 1) / 2\n", 2) == [("N121", 3, 11)]

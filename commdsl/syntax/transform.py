@@ -260,13 +260,20 @@ class _ToAst(Transformer):
 
     def _chain(self, meta, items, op=None):
         """Fold `a op b op c` left-associatively; `op` given for keyword operators (and/or)."""
-        items = list(items)
-        left = items.pop(0)
-        while items:
-            sym = op or str(items.pop(0))
-            right = items.pop(0)
-            span = self.source.span(left.span.start, right.span.end)
-            left = n.Binary(span=span, op=sym, left=left, right=right)
+        # The chain's meta includes the parentheses round its first and last operands; an operand's own
+        # span does not, so `(rank + 1) % world` would start inside the parenthesis. Each fold ends after
+        # the parentheses its right operand opened.
+        text, k, step = self.source.text, 0, 1 if op else 2
+        left = items[0]
+        while k + step < len(items):
+            sym = op or str(items[k + 1])
+            right = items[k + step]
+            k += step
+            end = right.span.end if k + step < len(items) else meta.end_pos
+            while text.count("(", meta.start_pos, end) > text.count(")", meta.start_pos, end) \
+                    and text.find(")", end) >= 0:
+                end = text.find(")", end) + 1
+            left = n.Binary(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
         return left
 
     def arith(self, meta, *items):
