@@ -30,7 +30,11 @@ MAX_ELEMENTS = 1 << 28
 
 def ragged(starts: np.ndarray, counts) -> np.ndarray:
     """Flat indices of the ranges [start, start + count), one after another."""
+    if np.ndim(counts) and counts.size and counts[0] == counts[-1] and (counts == counts[0]).all():
+        counts = counts[0]
     if np.ndim(counts) == 0:
+        if counts == 1:
+            return starts
         return (starts[:, None] + np.arange(int(counts))).ravel()
     total = int(counts.sum())
     first = np.cumsum(counts) - counts
@@ -69,15 +73,14 @@ class Machine:
         self.tag_span = s.max_tag + 1
         if groups * W * W * self.tag_span >= 1 << 62:
             raise Unknown
-        self.tables = {kind: {"key": np.full((W, slots), -1, dtype=np.int64),
-                              "start": np.zeros((W, slots), dtype=np.int64),
-                              "count": np.zeros((W, slots), dtype=np.int64),
-                              "tensor": np.zeros((W, slots), dtype=np.int64),
-                              "dtype": np.zeros((W, slots), dtype=np.int64)}
+        self.tables = {kind: {"K": slots, "key": np.full(W * slots, -1, dtype=np.int64),
+                              "start": np.zeros(W * slots, dtype=np.int64),
+                              "count": np.zeros(W * slots, dtype=np.int64),
+                              "meta": np.zeros(W * slots, dtype=np.int64)}
                        for kind, slots in s.slots.items()}
         self.fresh = {"send": [], "recv": []}
-        self.codes: dict[str, int] = {}
-        self.names: list[str] = []
+        self.codes: dict[tuple, int] = {}
+        self.names: list[tuple] = []
         if s.instances is not None:
             starts, counts, *_ = s.instances
             self.arrived = np.zeros(starts.size, dtype=np.int64)
@@ -307,72 +310,89 @@ class Machine:
                 else:
                     self.write_access(v.tensor, start, count, idx)
             n = R.size
-            peer = at(sr.peer, p, n) if isinstance(sr.peer, np.ndarray) else sr.peer
+            peer = at(sr.peer, p, n)
             src, dst = (R, peer) if sr.kind == "send" else (peer, R)
-            gid = 0 if sr.gid is None else at(sr.gid, p, n)
-            tag = at(sr.tag, p, n) if isinstance(sr.tag, np.ndarray) else sr.tag
-            key = ((gid * W + src) * W + dst) * self.tag_span + tag
-            j = at(sr.slot, p, n) if isinstance(sr.slot, np.ndarray) else sr.slot
+            key = src * W + dst
+            if sr.gid is not None:
+                key = key + at(sr.gid, p, n) * (W * W)
+            if self.tag_span > 1:
+                key = key * self.tag_span + sr.tag if not isinstance(sr.tag, np.ndarray) else \
+                    key * self.tag_span + at(sr.tag, p, n)
             tab = self.tables[sr.kind]
-            tab["key"][R, j] = key
-            tab["start"][R, j] = start
-            tab["count"][R, j] = count
-            tab["tensor"][R, j] = self.code(v.tensor)
-            tab["dtype"][R, j] = self.code(sr.dtype)
-            self.fresh[sr.kind].append((R, j, peer + 0 * R if sr.kind == "send" else src + 0 * R))
+            K = tab["K"]
+            f = R if K == 1 else R * K + at(sr.slot, p, n)
+            tab["key"][f] = key
+            tab["start"][f] = start
+            tab["count"][f] = count
+            tab["meta"][f] = self.code((v.tensor, sr.dtype))
+            self.fresh[sr.kind].append((f, peer))
 
-    def code(self, name: str) -> int:
-        """A small integer for a tensor or dtype name (posted P2P slots are arrays)."""
-        c = self.codes.get(name)
+    def code(self, meta: tuple) -> int:
+        """A small integer for a (tensor, dtype) pair: posted P2P slots are arrays."""
+        c = self.codes.get(meta)
         if c is None:
-            c = self.codes[name] = len(self.names)
-            self.names.append(name)
+            c = self.codes[meta] = len(self.names)
+            self.names.append(meta)
         return c
 
     def match(self) -> bool:
-        """Match the sends and receives posted this round against every pending one."""
+        """Match the sends and receives posted this round against every pending one: a new send
+        against the receives at its peer, then a new receive against the sends at its peer."""
         sends, recvs = self.fresh["send"], self.fresh["recv"]
         self.fresh = {"send": [], "recv": []}
         S, Rv = self.tables["send"], self.tables["recv"]
         found = False
         for mine, other, new in ((S, Rv, sends), (Rv, S, recvs)):
-            for R, j, peer in new:
-                key = mine["key"][R, j]
+            K = other["K"]
+            for f, peer in new:
+                key = mine["key"][f]
                 live = key >= 0
                 if not live.all():
-                    R, key, peer = R[live], key[live], peer[live]
-                    j = j[live] if isinstance(j, np.ndarray) else j
-                if not R.size:
+                    f, key, peer = f[live], key[live], peer[live]
+                if not f.size:
                     continue
-                ok = other["key"][peer] == key[:, None]
-                hit = ok.any(axis=1)
-                if not hit.any():
+                if K == 1:
+                    hit = other["key"][peer] == key
+                    fo = peer
+                else:
+                    ok = other["key"].reshape(-1, K)[peer] == key[:, None]
+                    hit = ok.any(axis=1)
+                    fo = peer * K + ok.argmax(axis=1)
+                if hit.all():
+                    pair = (f, fo)
+                elif hit.any():
+                    pair = (f[hit], fo[hit])
+                else:
                     continue
-                jo = ok.argmax(axis=1)[hit]
-                a = (R[hit], j[hit] if isinstance(j, np.ndarray) else j)
-                b = (peer[hit], jo)
-                self.pair(*((a, b) if mine is S else (b, a)))
+                self.pair(*(pair if mine is S else pair[::-1]))
                 found = True
         return found
 
-    def pair(self, s, r):
-        """Complete matched sends s and receives r ((ranks, slots) each): sizes, data, bookkeeping."""
+    def pair(self, fs, fr):
+        """Complete matched sends (slots fs) and receives (slots fr): sizes, dtypes, data, bookkeeping."""
         S, Rv = self.tables["send"], self.tables["recv"]
-        count = S["count"][s]
-        if (count != Rv["count"][r]).any() or (S["dtype"][s] != Rv["dtype"][r]).any():
-            raise Unknown  # P205, P206
-        if self.data:
-            ts, tr = S["tensor"][s], Rv["tensor"][r]
-            pairs = ts * len(self.names) + tr
-            for c in ([pairs[0]] if (pairs == pairs[0]).all() else np.unique(pairs)):
-                cs, cr = divmod(int(c), len(self.names))
-                m = pairs == c
-                self.buf[self.names[cr]][ragged(Rv["start"][r][m], count[m])] = \
-                    self.buf[self.names[cs]][ragged(S["start"][s][m], count[m])]
-        S["key"][s] = -1
-        Rv["key"][r] = -1
-        np.subtract.at(self.remaining, s[0], 1)
-        np.subtract.at(self.remaining, r[0], 1)
+        count = S["count"][fs]
+        if (count != Rv["count"][fr]).any():
+            raise Unknown  # P205
+        ms, mr = S["meta"][fs], Rv["meta"][fr]
+        m0, r0 = ms[0], mr[0]
+        combos = [(m0, r0)] if (ms == m0).all() and (mr == r0).all() else \
+            {(int(a), int(b)) for a, b in zip(ms, mr)}
+        for a, b in combos:
+            (src_t, src_d), (dst_t, dst_d) = self.names[a], self.names[b]
+            if src_d != dst_d:
+                raise Unknown  # P206
+            if self.data:
+                m = slice(None) if len(combos) == 1 else (ms == a) & (mr == b)
+                c = count[m]
+                self.buf[dst_t][ragged(Rv["start"][fr][m], c)] = self.buf[src_t][ragged(S["start"][fs][m], c)]
+        S["key"][fs] = -1
+        Rv["key"][fr] = -1
+        for tab, f in ((S, fs), (Rv, fr)):
+            if tab["K"] == 1:
+                self.remaining[f] -= 1
+            else:
+                np.subtract.at(self.remaining, f // tab["K"], 1)
 
     # collectives ---------------------------------------------------------------------------------
     def arrive(self, rec: Rec, G, pos):

@@ -21,7 +21,7 @@ from commdsl.checker.rules.backend import unsupported
 from commdsl.collectives import REDUCING
 from commdsl.expand import MAX_STEPS, MAX_TENSOR_ELEMENTS, _Expander, _Stop
 from commdsl.syntax import nodes as n
-from commdsl.fast.values import Unknown, as_int, at, binary, call, checked, kind, sub, truthy, unary
+from commdsl.fast.values import Unknown, as_int, at, binary, call, checked, kind, sub, truthy, unary, within
 
 MAX_BATCH = 32
 """P2P ops of one batch checked pairwise for races; more gives up."""
@@ -68,6 +68,8 @@ class Spmd:
         self.groups = ex.groups
         self.group_size = np.array([len(g.ranks) for g in ex.groups], dtype=np.int64)
         self.tables: dict = {}
+        self.free: dict = {}
+        self.views: dict = {}
         self.records: list[Rec] = []
         self.mask_ids: dict = {}
         self.mask_keep: list = []
@@ -85,6 +87,7 @@ class Spmd:
             self.run_send = np.zeros(world, dtype=np.int64)
             self.run_recv = np.zeros(world, dtype=np.int64)
             self.last_reduce = np.zeros(world, dtype=bool)
+            self.runs = self.reduced = False
         everyone = np.arange(world, dtype=np.int64)
         env = dict(params, rank=everyone, world=world)
         for v in params.values():
@@ -179,6 +182,21 @@ class Spmd:
 
     # views ---------------------------------------------------------------------------------------
     def view(self, e, env) -> VView:
+        """The view `e` on the active ranks, remembered per node for the values of the names it reads
+        (a statement often names the same chunk two or three times)."""
+        names = self.free.get(id(e))
+        if names is None:
+            names = self.free[id(e)] = (e, tuple(sorted(_names(e))))
+        key = tuple((v, type(v)) if not isinstance(v, np.ndarray) else id(v)
+                    for v in (env.get(k) for k in names[1]))
+        hit = self.views.get(id(e))
+        if hit is not None and hit[0] == key:
+            return hit[2]
+        v = self.make_view(e, env)
+        self.views[id(e)] = (key, [env.get(k) for k in names[1]], v)  # the values stay alive: ids stay theirs
+        return v
+
+    def make_view(self, e, env) -> VView:
         match e:
             case n.Name():
                 _, shape, _ = self.tensors[e.id]
@@ -188,14 +206,14 @@ class Spmd:
                 rows = self.rows(base)
                 lo = 0 if e.lo is None else self.int_value(e.lo, env)
                 hi = rows if e.hi is None else self.int_value(e.hi, env)
-                if not np.all((0 <= lo) & (lo <= hi) & (hi <= rows)):
+                if not (within(lo, 0, hi + 1) and within(hi, lo, rows + 1)):
                     raise Unknown
                 return self.rows_view(base, lo, hi - lo, True)
             case n.Index():
                 base = self.view(e.value, env)
                 rows = self.rows(base)
                 k = self.int_value(e.index, env)
-                if not np.all((0 <= k) & (k < rows)):
+                if not within(k, 0, rows):
                     raise Unknown
                 return self.rows_view(base, k, 1, False)
             case n.Call(func=n.Attr(attr="chunk") as f):
@@ -203,10 +221,12 @@ class Spmd:
                 rows = self.rows(base)
                 k = self.int_value(e.args[0], env)
                 parts = self.int_value(e.args[1], env)
-                if not np.all((parts >= 1) & (0 <= k) & (k < parts)):
+                if not (within(parts, 1, 1 << 62) and within(k, 0, parts)):
                     raise Unknown
                 small, extra = rows // parts, rows % parts
-                if isinstance(k, np.ndarray) or isinstance(extra, np.ndarray):
+                if not isinstance(extra, np.ndarray) and extra == 0:
+                    start, count = (k if small == 1 else k * small), small
+                elif isinstance(k, np.ndarray) or isinstance(extra, np.ndarray):
                     start = k * small + np.minimum(k, extra)
                     count = small + (k < extra).astype(np.int64)
                 else:
@@ -223,7 +243,8 @@ class Spmd:
     @staticmethod
     def rows_view(v: VView, start, count, keep: bool) -> VView:
         row = math.prod(v.rest)
-        off = v.off + start * row
+        step = start if row == 1 else start * row
+        off = step if isinstance(v.off, int) and v.off == 0 else v.off + step
         if keep:
             return VView(v.tensor, off, count, v.rest)
         return VView(v.tensor, off, v.rest[0] if v.rest else None, v.rest[1:])
@@ -391,18 +412,27 @@ class Spmd:
     def idioms(self, rec: Rec):
         """Give up wherever an L70x lint could fire (L705 is watched by the engine)."""
         A, W = rec.ranks, self.W
-        plain = rec.kind in ("send", "recv") and rec.gid is None
-        plain = plain & (np.asarray(rec.tag) == 0) if plain else False
-        self.run_send[A] = np.where(plain & (rec.kind == "send"), self.run_send[A] + 1, 0)
-        self.run_recv[A] = np.where(plain & (rec.kind == "recv"), self.run_recv[A] + 1, 0)
-        if W >= 3 and (self.run_send[A].max() >= W - 1 or self.run_recv[A].max() >= W - 1):
-            raise Unknown  # L701 / L702
+        if rec.kind in ("send", "recv") and rec.gid is None:
+            plain = np.asarray(rec.tag) == 0
+            mine, other = (self.run_send, self.run_recv) if rec.kind == "send" else (self.run_recv, self.run_send)
+            mine[A] = np.where(plain, mine[A] + 1, 0)
+            other[A] = 0
+            self.runs = True
+            if W >= 3 and mine[A].max() >= W - 1:
+                raise Unknown  # L701 / L702: a run of sends (receives) as long as the world
+        elif self.runs:
+            self.run_send[A] = 0
+            self.run_recv[A] = 0
+            self.runs = bool(self.run_send.any() or self.run_recv.any())
         if W >= 3 and rec.kind == "batch" and np.any(rec.count == 2 * (W - 1)):
             raise Unknown  # L703
         op = rec.op if rec.kind == "coll" else None
-        if op == "broadcast" and self.last_reduce[A].any():
-            raise Unknown  # L704
-        self.last_reduce[A] = op == "reduce"
+        if op == "reduce":
+            self.reduced = True
+        if self.reduced:
+            if op == "broadcast" and self.last_reduce[A].any():
+                raise Unknown  # L704
+            self.last_reduce[A] = op == "reduce"
 
     def group_ref(self, ref, A):
         """(gid per rank, index in it per rank) of `in GROUP`, or of the world."""
@@ -418,9 +448,9 @@ class Spmd:
         peer = self.int_value(s.peer, env)
         tag = self.int_value(s.tag, env) if s.tag is not None else 0
         W = self.W
-        if not np.all((0 <= peer) & (peer < W) & (peer != A)):
+        if not within(peer, 0, W) or np.any(peer == A):
             raise Unknown  # P208, P209
-        if np.any(tag < 0):
+        if not within(tag, 0, 1 << 40):
             raise Unknown
         self.max_tag = max(self.max_tag, int(np.max(tag)))
         gid = None
@@ -547,6 +577,33 @@ class Spmd:
         self.instances = (starts, counts, member_rank, rec_of, pos, recs)
 
 
+def _names(e) -> set[str]:
+    """The names an expression reads (its view is a function of their values)."""
+    if isinstance(e, n.Name):
+        return {e.id}
+    out = set()
+    for child in _children(e):
+        out |= _names(child)
+    return out
+
+
+def _children(e):
+    match e:
+        case n.Attr():
+            return [e.value]
+        case n.Call():
+            return [e.func, *e.args]
+        case n.Slice():
+            return [x for x in (e.value, e.lo, e.hi) if x is not None]
+        case n.Index():
+            return [e.value, e.index]
+        case n.Unary():
+            return [e.operand]
+        case n.Binary():
+            return [e.left, e.right]
+    return []
+
+
 def _reads(tree) -> list:
     """The views an element tree reads, in `expand`'s order."""
     out = []
@@ -569,20 +626,25 @@ def _reads(tree) -> list:
 
 def _batch_pair(a: Rec, b: Rec):
     """Unknown if two ops of one batch race on a rank (R503) or share a channel (FIFO order matters)."""
-    common, ia, ib = np.intersect1d(a.ranks, b.ranks, assume_unique=True, return_indices=True)
-    if not common.size:
+    if a.ranks is b.ranks:
+        ia = ib = None
+        count = a.ranks.size
+    else:
+        common, ia, ib = np.intersect1d(a.ranks, b.ranks, assume_unique=True, return_indices=True)
+        count = common.size
+    if not count:
         return
     va, vb = a.view, b.view
     if a.kind == b.kind:
-        same = at(a.peer, ia, 0) == at(b.peer, ib, 0)
-        same &= at(a.tag, ia, 0) == at(b.tag, ib, 0)
+        same = at(a.peer, ia, count) == at(b.peer, ib, count)
+        same &= at(a.tag, ia, count) == at(b.tag, ib, count)
         if a.gid is not None or b.gid is not None:
-            same &= at(-1 if a.gid is None else a.gid, ia, 0) == at(-1 if b.gid is None else b.gid, ib, 0)
+            same &= at(-1 if a.gid is None else a.gid, ia, count) == at(-1 if b.gid is None else b.gid, ib, count)
         if same.any():
             raise Unknown
     if (a.kind == "recv" or b.kind == "recv") and va.tensor == vb.tensor:
-        oa, na = at(va.off, ia, 0), at(va.numel, ia, 0)
-        ob, nb = at(vb.off, ib, 0), at(vb.numel, ib, 0)
+        oa, na = at(va.off, ia, count), at(va.numel, ia, count)
+        ob, nb = at(vb.off, ib, count), at(vb.numel, ib, count)
         if ((oa < ob + nb) & (ob < oa + na) & (na > 0) & (nb > 0)).any():
             raise Unknown
 

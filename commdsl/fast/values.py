@@ -80,6 +80,20 @@ def as_int(v):
     return checked(int(v))
 
 
+def magnitude(v) -> int:
+    """The largest absolute value of a static int (a scalar or an int64 array)."""
+    if isinstance(v, np.ndarray):
+        return max(-int(v.min()), int(v.max())) if v.size else 0
+    return abs(v)
+
+
+def within(v, lo, hi) -> bool:
+    """lo <= v < hi on every rank (bounds scalars or arrays)."""
+    if isinstance(v, np.ndarray) and not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray):
+        return not v.size or (v.min() >= lo and v.max() < hi)
+    return bool(np.all((lo <= v) & (v < hi)))
+
+
 def binary(node, a, b):
     """The static value of `a OP b` (node: the `Binary`, for `_arith`)."""
     op = node.op
@@ -101,26 +115,29 @@ def binary(node, a, b):
     if cmp is not None:
         return cmp(a, b)
     if ka == kb == "i":
-        A, B = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-        if op in ("+", "-", "*"):
-            f = {"+": np.add, "-": np.subtract, "*": np.multiply}[op]
-            if (np.abs(f(A.astype(np.float64), B.astype(np.float64))) >= EXACT).any():
+        if op in ("+", "-"):
+            r = a + b if op == "+" else a - b
+            if r.min() <= -EXACT or r.max() >= EXACT:
                 raise Unknown
-            return f(A, B)
-        if (B == 0).any():
+            return r
+        if op == "*":
+            if magnitude(a) * magnitude(b) >= EXACT:
+                raise Unknown
+            return a * b
+        if (b == 0).any() if isinstance(b, np.ndarray) else b == 0:
             raise Unknown
         if op == "//":
-            return np.floor_divide(A, B)
+            return a // b
         if op == "%":
-            return np.remainder(A, B)
+            return a % b
         if op == "/":
-            q, r = np.divmod(A, B)
+            q, r = np.divmod(a, b)
             exact = r == 0
             if exact.all():
                 return q
             if exact.any():
                 raise Unknown  # an int on some ranks, a float on others
-            return np.true_divide(A, B)
+            return np.true_divide(a, b)
         raise Unknown
     A, B = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if op in ("+", "-", "*"):
