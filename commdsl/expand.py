@@ -690,5 +690,7 @@ def expand(program: Program, world: int, params: Mapping[str, object] | None = N
 
 
 def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:
-    where = f"at world size {world}" + (f", on rank {rank}" if rank is not None else "")
-    return d.model_copy(update={"notes": d.notes + (Note(message=where),), "worlds": (world,)})
+    """The world size goes in `worlds` (merged across sizes by the checker, rendered as a note), the rank
+    in a note of its own: a note saying "at world size 2" would hide the merged list of sizes."""
+    notes = d.notes + ((Note(message=f"on rank {rank}"),) if rank is not None else ())
+    return d.model_copy(update={"notes": notes, "worlds": (world,)})

@@ -150,3 +150,15 @@ def test_binary_spans_include_the_parentheses_of_their_operands():
     assert found == ["((a) + b) * (c) - min((d), e) + (f - (g))", "((a) + b) * (c) - min((d), e)",
                      "((a) + b) * (c)", "(a) + b", "f - (g)"]
     assert errors("world 2\ntensor x: float32[4]\nsend x to (rank + 1) / 2\n", 2) == [("N121", 3, 11)]
+
+
+# An expansion error carried the note "at world size 2", which hid the list of every failing size
+# the checker merges into `worlds` (the text renderer skips that list when a note names a world size).
+def test_expansion_errors_list_every_failing_world_size(tmp_path, capsys):
+    from commdsl.cli.main import main
+
+    path = tmp_path / "w.comm"
+    path.write_text("world 2..\ngroup g = [0, 1, 2, 3, 4, 5, 6]\n")
+    assert main(["check", str(path), "--max-world", "5", "--color", "never"]) == 1
+    out = capsys.readouterr().out
+    assert "= note: at world sizes 2, 3, 4 and 5\n" in out and "at world size 2\n" not in out
