@@ -1,0 +1,301 @@
+"""Every syntax (S) and name/type/shape (N) diagnostic: a program that raises it, where it points, and
+what `commdsl check` prints for it (exit 1, the caret under that place). Also: the AST models refuse
+malformed nodes, `--set` mistakes, and a world size the program does not declare (N124)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from commdsl.checker import CheckOptions, check_program
+from commdsl.cli.main import main
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.diagnostics.codes import CODES
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.source import SourceFile, Span
+from commdsl.syntax import nodes as n
+
+
+@dataclass(frozen=True)
+class Case:
+    text: str
+    line: int | None  # where the primary span starts; None: the diagnostic has no span
+    column: int | None
+    args: tuple[str, ...] = ()  # extra `commdsl check` flags
+    world: int | None = None  # the world size to expand at (default: every declared size)
+    params: dict = field(default_factory=dict)
+
+
+X = "world 2\ntensor x: float32[4]\n"  # most cases start with this
+
+CASES: dict[str, Case] = {
+    # syntax
+    "S001": Case("world 2\nlet a = = 1\n", 2, 9),
+    "S002": Case("world 2\nlet a = 1 @ 2\n", 2, 11),
+    "S003": Case("world 2\nfor s in 0 .. 1:\n    barrier\n  barrier\n", 4, 1),
+    "S004": Case("world 2\non rank == 0:", 2, 14),
+    "S005": Case("world 2\nfor s in 0 .. 1\n    barrier\n", 2, 16),
+    "S006": Case(X + "send x\n", 3, 7),
+    "S007": Case(X + "recv x\n", 3, 7),
+    # names, kinds, dtypes: decided once, without a world size
+    "N101": Case(X + "send x to lfet\n", 3, 11),
+    "N102": Case(X + "tensor x: float32[8]\n", 3, 1),
+    "N103": Case(X + "send x to x\n", 3, 11),
+    "N104": Case("world 2\ntensor x: flaot32[4]\n", 2, 11),
+    "N105": Case(X + "all_reduce x op summ\n", 3, 17),
+    "N106": Case("program p\nlet a = 1\nworld 2\n", 3, 1),
+    "N107": Case(X + "send 3 to 1\n", 3, 6),
+    "N108": Case(X + "h = send x to 1\n", 3, 5),
+    "N109": Case(X + "expect x\n", 3, 8),
+    "N110": Case("world 2\nbackend mpi\n", 2, 9),
+    "N111": Case(X + "batch:\n    all_reduce x\n", 4, 5),
+    "N112": Case("world 4..2\n", 1, 1),
+    # sizes and values: decided per world size, at expansion
+    "N120": Case(X + "send x[5] to 1 - rank\n", 3, 6),
+    "N121": Case(X + "send x to (rank + 1) / 2\n", 3, 11),
+    "N122": Case(X + "send x to rank % 0\n", 3, 11),
+    "N123": Case(X + "tensor y: float32[3]\nx = y\n", 4, 5),
+    "N124": Case("world 2\n", 1, 1, args=("--world", "3"), world=3),
+    "N125": Case("world 2\nparam n = 4\n", None, None, args=("--set", "m=1"), params={"m": "1"}),
+    "N126": Case("world 4\nmesh m = (dp=2, tp=3)\n", 2, 1),
+    "N127": Case("world 2\ngroup g = [0, 5]\n", 2, 1),
+    "N128": Case("world 2\ntensor x: float32[0 - 1]\n", 2, 1),
+    "N129": Case(X + "on rank == 0:\n    h = isend x to 1\nelse:\n    irecv x from 0\nwait h\n", 7, 6),
+    "N130": Case(X + "tensor y: int32[8]\nall_gather x into y\n", 4, 1),
+    "N131": Case(X + "tensor y: float32[4]\nall_gather x into y\n", 4, 1),
+    "N132": Case("world 64\ntensor huge: float64[2 ** 34]\n", 2, 1),
+    "N133": Case("world 2\nfor s in 0 .. 100000000:\n    barrier\n", 2, 1),
+}
+
+FRONT_END_CODES = sorted(c for c in CODES if c[0] in "SN")
+
+
+def test_every_syntax_and_name_code_has_a_case():
+    assert sorted(CASES) == FRONT_END_CODES
+
+
+def diagnostics(case: Case) -> list[Diagnostic]:
+    """What the library reports for a case: load, then expand or check at its world sizes."""
+    source = SourceFile("case.comm", case.text)
+    try:
+        program = load(source)
+        if case.world is not None or case.params:
+            expand(program, case.world or program.world_sizes()[0], case.params)
+            return []
+        return check_program(program, CheckOptions())
+    except CommdslError as e:
+        return e.diagnostics
+
+
+@pytest.mark.parametrize("code", FRONT_END_CODES)
+def test_code_and_span(code):
+    case = CASES[code]
+    found = diagnostics(case)
+    assert [d.code for d in found] == [code], [d.message for d in found]
+    (d,) = found
+    if case.line is None:
+        assert d.span is None
+    else:
+        assert (d.span.line, d.span.column) == (case.line, case.column)
+        assert d.span.path == "case.comm"
+    assert d.message and not d.message[0].isupper() and not d.message.endswith(".")  # style.md (e)
+
+
+def check_cli(text: str, args, tmp_path: Path, capsys) -> tuple[int, str, str]:
+    path = tmp_path / "case.comm"
+    path.write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    rc = main(["check", str(path), "--color", "never", *args])
+    out, err = capsys.readouterr()
+    return rc, out.replace(str(path), "case.comm"), err
+
+
+def caret(out: str, line: int) -> int:
+    """The column of the first `^` under source line `line` in rustc-style text output."""
+    rows = out.splitlines()
+    for k, row in enumerate(rows):
+        m = re.match(rf"^\s*{line} \| ", row)
+        if m:
+            for below in rows[k + 1:]:
+                hit = re.match(r"^\s*\| ( *)\^", below)
+                if hit:
+                    return len(hit.group(1)) + 1
+    raise AssertionError(f"no caret under line {line} in:\n{out}")
+
+
+@pytest.mark.parametrize("code", FRONT_END_CODES)
+def test_commdsl_check_prints_it_with_the_caret_in_place(code, tmp_path, capsys):
+    case = CASES[code]
+    rc, out, err = check_cli(case.text, case.args, tmp_path, capsys)
+    assert rc == 1, err
+    assert out.startswith(f"error[{code}]: ")
+    assert "Traceback" not in out + err
+    if case.line is not None:
+        assert f"--> case.comm:{case.line}:{case.column}\n" in out
+        assert caret(out, case.line) == case.column
+    assert "Found 1 error." in err
+
+
+def test_every_resolve_error_is_reported_at_once():
+    text = "world 2\ntensor x: flaot32[4]\nsend x to lfet\nall_reduce x op summ\n"
+    found = diagnostics(Case(text, 0, 0))
+    assert sorted((d.code, d.span.line) for d in found) == [("N101", 3), ("N104", 2), ("N105", 4)]
+
+
+def test_expansion_errors_name_the_world_size_and_rank():
+    (d,) = diagnostics(CASES["N120"])
+    assert d.worlds == (2,) and [note.message for note in d.notes] == ["on rank 0"]
+
+
+def test_a_world_dependent_error_lists_the_failing_sizes_once():
+    text = "world [2, 3, 5, 8]\nparam n = 12\ntensor x: float32[n / world]\n"  # 12 / 5 and 12 / 8 are not integers
+    found = diagnostics(Case(text, 0, 0))
+    assert [(d.code, d.worlds) for d in found] == [("N121", (5, 8))]
+
+
+def test_help_and_label_of_an_undefined_name(tmp_path, capsys):
+    text = "world 2\ntensor x: float32[4]\nlet left = (rank - 1) % world\nsend x to lfet\n"
+    rc, out, _ = check_cli(text, [], tmp_path, capsys)
+    assert rc == 1
+    assert out == (
+        "error[N101]: undefined name `lfet`\n"
+        " --> case.comm:4:11\n"
+        "  |\n"
+        "4 | send x to lfet\n"
+        "  |           ^^^^ not declared\n"
+        "  |\n"
+        "  = help: a name `left` exists\n\n"
+    )
+
+
+# ---- `--set` and the world size -------------------------------------------------------------------------
+
+
+PARAMS = "world [2, 4]\nparam n = 4\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+
+
+def test_set_overrides_a_param(tmp_path, capsys):
+    rc, out, err = check_cli(PARAMS, ["--set", "n=8"], tmp_path, capsys)
+    assert rc == 0 and out == "" and "All checks passed" in err
+    assert expand(load(SourceFile("p.comm", PARAMS)), 2, {"n": "8"}).tensors[0]["x"].shape == (8,)
+
+
+def test_set_of_an_unknown_param_is_n125(tmp_path, capsys):
+    rc, out, _ = check_cli(PARAMS, ["--set", "m=8"], tmp_path, capsys)
+    assert rc == 1
+    assert out.startswith("error[N125]: `--set m`: the program has no param `m`\n")
+    assert "= note: its params: n" in out
+
+
+def test_set_with_a_value_that_is_not_a_number_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "p.comm"
+    path.write_text(PARAMS)
+    with pytest.raises(SystemExit) as info:
+        main(["check", str(path), "--set", "n=four"])
+    assert info.value.code == 2
+    assert "--set n=four: the value is not an integer, number or true/false" in capsys.readouterr().err
+
+
+def test_a_bad_value_through_the_api_is_n125_at_the_param():
+    with pytest.raises(CommdslError) as info:
+        expand(load(SourceFile("p.comm", PARAMS)), 2, {"n": "four"})
+    (d,) = info.value.diagnostics
+    assert d.code == "N125" and (d.span.line, d.span.column) == (2, 1)
+
+
+def test_a_param_that_makes_a_size_wrong_is_reported_at_its_use(tmp_path, capsys):
+    rc, out, _ = check_cli(PARAMS, ["--set", "n=2.5"], tmp_path, capsys)
+    assert rc == 1 and out.startswith("error[N121]: a tensor dimension must be an integer, but it is 2.5")
+    assert "--> case.comm:3:19" in out
+
+
+@pytest.mark.parametrize("world", [1, 3, 5])
+def test_a_world_size_outside_the_declared_set_is_n124(world, tmp_path, capsys):
+    with pytest.raises(CommdslError) as info:
+        expand(load(SourceFile("p.comm", PARAMS)), world)
+    (d,) = info.value.diagnostics
+    assert d.code == "N124" and (d.span.line, d.span.column) == (1, 1)
+    assert f"world size {world} is outside the program's declared sizes (2, 4)" == d.message
+    rc, out, _ = check_cli(PARAMS, ["--world", str(world)], tmp_path, capsys)
+    assert rc == 1 and out.startswith("error[N124]") and caret(out, 1) == 1
+
+
+@pytest.mark.parametrize("world_line, inside, outside", [
+    ("world 4", [4], [3, 5]),
+    ("world 2..16", [2, 16], [1, 17]),
+    ("world 2..", [2, 64, 1000], [1]),
+    ("world [2, 4, 8]", [2, 8], [3, 16]),
+])
+def test_which_sizes_a_world_line_accepts(world_line, inside, outside):
+    program = load(SourceFile("w.comm", world_line + "\n"))
+    assert all(program.accepts(w) for w in inside) and not any(program.accepts(w) for w in outside)
+
+
+def test_open_world_ranges_are_checked_up_to_max_world(tmp_path, capsys):
+    program = load(SourceFile("w.comm", "world 2..\n"))
+    assert program.world_sizes() == list(range(2, 65)) and program.world_sizes(bound=5) == [2, 3, 4, 5]
+    text = "world 2..\ngroup g = [0, 1, 2, 3, 4, 5, 6]\n"  # names rank 6: wrong below world 7
+    rc, out, _ = check_cli(text, ["--max-world", "5"], tmp_path, capsys)
+    assert rc == 1 and "N127" in out and "at world sizes 2, 3, 4 and 5" in out
+
+
+# ---- the AST models refuse malformed nodes ------------------------------------------------------
+
+
+def span() -> Span:
+    return SourceFile("t.comm", "send x to 1\n").span(0, 11)
+
+
+def name(id_: str) -> n.Name:
+    return n.Name(span=span(), id=id_)
+
+
+def test_a_well_formed_node_builds_through_the_api():
+    send = n.Send(span=span(), buffer=name("x"), peer=n.IntLit(span=span(), value=1))
+    assert send.kind == "send" and send.blocking and send.tag is None
+
+
+def test_a_node_missing_a_field_is_refused():
+    with pytest.raises(ValidationError) as info:
+        n.Send(span=span(), buffer=name("x"))
+    assert [(e["type"], e["loc"]) for e in info.value.errors()] == [("missing", ("peer",))]
+
+
+def test_a_node_with_an_extra_field_is_refused():
+    with pytest.raises(ValidationError) as info:
+        n.Send(span=span(), buffer=name("x"), peer=name("right"), root=name("r"))
+    assert [(e["type"], e["loc"]) for e in info.value.errors()] == [("extra_forbidden", ("root",))]
+
+
+def test_a_child_of_the_wrong_kind_is_refused():
+    with pytest.raises(ValidationError) as info:
+        n.For(span=span(), var="s", lo=n.IntLit(span=span(), value=0), hi=name("k"), body=(name("x"),))
+    assert info.value.errors()[0]["type"] == "union_tag_invalid"
+    with pytest.raises(ValidationError):
+        n.Assign(span=span(), target=name("x"), op="**=", value=name("y"))
+    with pytest.raises(ValidationError):
+        n.Collective(span=span(), op="all_reduce_sum")
+
+
+def test_nodes_are_frozen_and_hashable():
+    send = n.Send(span=span(), buffer=name("x"), peer=name("right"))
+    with pytest.raises(ValidationError) as info:
+        send.peer = name("left")
+    assert info.value.errors()[0]["type"] == "frozen_instance"
+    assert hash(send) == hash(send.model_copy()) and send.model_copy(update={"tag": None}) == send
+
+
+def test_a_statement_union_validates_from_plain_data():
+    from pydantic import TypeAdapter
+
+    data = n.Send(span=span(), buffer=name("x"), peer=name("right")).model_dump()
+    assert TypeAdapter(n.Stmt).validate_python(data).kind == "send"
+    data["kind"] = "sned"
+    with pytest.raises(ValidationError) as info:
+        TypeAdapter(n.Stmt).validate_python(data)
+    assert info.value.errors()[0]["type"] == "union_tag_invalid"
