@@ -127,19 +127,19 @@ def main() -> None:
         sys.exit("--iters needs one count per size")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n, it in zip(sizes, iters):
+        for n, it in zip(sizes, iters, strict=True):
             warmup = max(1, it // 10)
             commdsl, hand = [], []
             for _ in range(args.repeat):
                 commdsl.append(run_commdsl(args.nproc, n, it, warmup, tmp))
                 hand.append(run_hand(args.nproc, n, it, warmup, tmp))
             c, h = statistics.median(commdsl), statistics.median(hand)
-            ratio = statistics.median(a / b for a, b in zip(commdsl, hand))
+            pairs = [a / b for a, b in zip(commdsl, hand, strict=True)]
+            ratio = statistics.median(pairs)
             results.append({"n": n, "iters": it, "commdsl_us": commdsl, "hand_us": hand, "ratio": ratio})
             print(f"n={n:>8} float32, {it} all_reduces x {args.repeat} pairs, world {args.nproc}: "
                   f"commdsl {c:10.1f} us/op   hand-written {h:10.1f} us/op   ratio {ratio:.3f} "
-                  f"(pairs {min(a / b for a, b in zip(commdsl, hand)):.2f}..{max(a / b for a, b in zip(commdsl, hand)):.2f})",
-                  flush=True)
+                  f"(pairs {min(pairs):.2f}..{max(pairs):.2f})", flush=True)
     cost = loop_cost()
     print(f"commdsl's timed loop adds {cost:.2f} us per op (no-op steps, best of 5)")
     if args.json:

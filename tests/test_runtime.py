@@ -70,8 +70,7 @@ def no_orphans():
     """A token for subprocess environments; afterwards nothing we started may still run."""
     token = uuid.uuid4().hex
     yield token
-    left = [p for p in _carrying(token) + _children(os.getpid())
-            if not Path(f"/proc/{p}/stat").read_text().split(") ")[1].startswith("Z")]
+    left = [p for p in _carrying(token) + _children(os.getpid()) if _running(p)]
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -354,7 +353,8 @@ def test_blame_prefers_the_rank_that_raised_over_lost_peers():
     failures = blame(schedule, text, results, Evidence(), [0, 1])
     assert [(f.rank, f.kind) for f in failures] == [(1, "error"), (0, "peer")]
     assert failures[0].at.line == 8
-    assert failures[1].cause == "lost its connection to a failed peer (RuntimeError: Connection closed by peer [127.0.0.1]:1234)"
+    assert failures[1].cause == ("lost its connection to a failed peer "
+                                 "(RuntimeError: Connection closed by peer [127.0.0.1]:1234)")
 
 
 def test_launcher_variables():
@@ -376,3 +376,36 @@ def test_launcher_variables():
         placement({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
     with pytest.raises(EnvError, match="RANK=4 is not below WORLD_SIZE=4"):
         placement({"RANK": "4", "WORLD_SIZE": "4", **master})
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_killed_launcher_takes_its_workers_along(tmp_path, no_orphans):
+    path = write(tmp_path, "hang.comm", HANG)
+    environ = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.Popen([sys.executable, "-m", "commdsl", "run", path, "--nproc", "4", "--no-check",
+                             "--timeout", "90", "--verbose"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=environ, cwd=ROOT, start_new_session=True)
+    workers = []
+    try:
+        for line in proc.stderr:
+            if line.startswith("commdsl: rank ") and " is running as pid " in line:
+                workers.append(int(line.split()[-1]))
+                if len(workers) == 4:
+                    break
+        proc.kill()  # SIGKILL: no chance to clean up; the workers' parent-death signal must end them
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_running(p) for p in workers):
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert len(workers) == 4 and not any(_running(p) for p in workers)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return False

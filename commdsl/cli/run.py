@@ -74,6 +74,9 @@ def config_from_args(args):
         raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
     if args.nproc is None and args.nnodes > 1:
         raise UsageError("--nnodes needs --nproc (under torchrun, give the node flags to torchrun instead)")
+    for flag, path in (("--report", args.report), ("--trace", args.trace)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"{flag} {path}: the directory does not exist")
     endpoint = args.rdzv_endpoint or "127.0.0.1:0"
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -103,7 +106,7 @@ def run(args) -> int:
     try:
         backend = choose_backend(cfg.backend, cfg.nproc)
     except EnvError as e:
-        err.print(f"[bold red]error[/]: {e}")
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     world = cfg.nproc * cfg.nnodes
     try:
@@ -143,8 +146,8 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err) -> int:
     code = show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
                 start_method=run.start_method, verdict=verdict, results=run.results, failures=failures,
                 hang=hang, stderr=run.stderr, wall_s=run.wall_s, interrupted=run.interrupted)
-    if cfg.nnodes > 1:
-        err.print(f"(this node's ranks {ranks[0]}..{ranks[-1]} only: every node reports its own)" if ranks else "")
+    if cfg.nnodes > 1 and ranks:
+        err.print(f"(ranks {ranks[0]}..{ranks[-1]} of this node only: every node reports its own)")
     return code
 
 
@@ -177,12 +180,16 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
     else:
         _show_comparison(out, verdict, schedule)
     ok = verdict.ok and not failures and not hang and not interrupted
-    if cfg.report:
-        write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
-                                            start_method=start_method, verdict=verdict, results=results,
-                                            failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s))
-    if cfg.trace:
-        write_json(cfg.trace, chrome_trace(schedule, source_text, results))
+    try:
+        if cfg.report:
+            write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
+                                                start_method=start_method, verdict=verdict, results=results,
+                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s))
+        if cfg.trace:
+            write_json(cfg.trace, chrome_trace(schedule, source_text, results))
+    except OSError as e:
+        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+        return EXIT_FAILURE
     how = backend + (f", {start_method}" if start_method else "")
     verdict_text = "[green]passed[/]" if ok else "[red]failed[/]"
     err.print(f"{escape(schedule.program)}: {schedule.world} rank{'s' * (schedule.world != 1)} ({how}) in "

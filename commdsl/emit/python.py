@@ -128,7 +128,8 @@ def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", s
     if any(isinstance(op, Collective) and op.kind == "reduce_scatter" and not op.inputs_listed
            for ops in schedule.ops for op in ops):
         parts.append("\n# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
-                     'reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor')
+                     "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) "
+                     "or dist.reduce_scatter_tensor")
     parts.append(_groups(schedule))
     for rank in range(schedule.world):
         parts.append(_Rank(schedule, source, rank).function())

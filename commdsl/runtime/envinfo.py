@@ -86,12 +86,6 @@ def _found(env: Mapping[str, str]) -> list[_Found]:
     return out
 
 
-def launched_externally(env: Mapping[str, str] | None = None) -> bool:
-    """Whether some launcher started this process as one rank of a job."""
-    env = os.environ if env is None else env
-    return bool(_found(env))
-
-
 def placement(env: Mapping[str, str] | None = None) -> Placement:
     """This process's rank and world from the launcher's variables; EnvError when they disagree."""
     env = os.environ if env is None else env

@@ -59,7 +59,9 @@ def run_rank(cfg: RunConfig, program: Program, place: Placement, backend: str) -
     started = time.perf_counter()
     run = RankRun(place, backend)
     timeout = timedelta(seconds=cfg.timeout)
-    store, _, _ = next(dist.rendezvous("env://", place.rank, place.world, timeout=timedelta(seconds=max(cfg.timeout, 300))))
+    # the store outlives rank 0's check and every rank's run: give it more than one op's timeout
+    store_timeout = timedelta(seconds=max(cfg.timeout, 300))
+    store, _, _ = next(dist.rendezvous("env://", place.rank, place.world, timeout=store_timeout))
     ours = dist.PrefixStore(_PREFIX, store)
     if place.rank == 0:
         try:

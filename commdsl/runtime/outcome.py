@@ -44,9 +44,6 @@ class Where:
     line: int | None
     text: str
 
-    def describe(self) -> str:
-        return f"line {self.line} `{self.text}`" if self.line else self.text
-
 
 def where(schedule: Schedule, source_text: str, rank: int, index: int, state: int | None = None) -> Where:
     ops = schedule.ops[rank] if 0 <= rank < len(schedule.ops) else []
@@ -210,8 +207,9 @@ def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankRe
             continue
         at = where(schedule, source_text, rank, r.error["index"])
         kind = classify(r.error["message"])
-        rows.append({"rank": rank, "pid": r.pid, "state": {"timeout": "timed out", "peer": "lost peer"}.get(kind, "failed"),
-                     "seconds": None, "line": at.line, "op": at.text, "stuck": kind == "timeout"})
+        state = {"timeout": "timed out", "peer": "lost peer"}.get(kind, "failed")
+        rows.append({"rank": rank, "pid": r.pid, "state": state, "seconds": None, "line": at.line, "op": at.text,
+                     "stuck": kind == "timeout"})
     return rows
 
 

@@ -20,12 +20,17 @@ from commdsl.schedule import Schedule
 REPORT_VERSION = 1
 
 
+def _scalar(v):
+    """A JSON value; non-finite floats become the strings "nan", "inf", "-inf" (JSON has no such numbers)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
 def _json_values(a: np.ndarray):
-    """Nested lists for JSON; non-finite floats become the strings "nan", "inf", "-inf"."""
+    """Nested lists for JSON, with non-finite floats as strings."""
     if a.dtype.kind == "f" and not np.isfinite(a).all():
-        flat = [v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-                for v in a.reshape(-1).tolist()]
-        return np.array(flat, dtype=object).reshape(a.shape).tolist()
+        return np.array([_scalar(v) for v in a.reshape(-1).tolist()], dtype=object).reshape(a.shape).tolist()
     return a.tolist()
 
 
@@ -76,7 +81,7 @@ def build_report(*, schedule: Schedule, source_text: str, backend: str, start_me
         "ranks": ranks,
         "expects": verdict.expects,
         "mismatches": [{"rank": m.rank, "tensor": m.tensor, "count": m.count, "first_index": m.index,
-                        "actual": m.actual, "expected": m.expected} for m in verdict.mismatches],
+                        "actual": _scalar(m.actual), "expected": _scalar(m.expected)} for m in verdict.mismatches],
         "failures": [{"rank": f.rank, "kind": f.kind, "cause": f.cause, "line": f.at.line, "op": f.at.text,
                       "pid": f.pid, "culprit": i == 0} for i, f in enumerate(failures)],
         "hang": hang,
