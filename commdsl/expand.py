@@ -442,7 +442,8 @@ class _Expander:
                           label=f"ranks are 0..{self.world - 1}")
                 if len(set(members)) != len(members):
                     _fail("N127", f"group `{g.name}` names a rank twice", g, label="duplicate member")
-                self.named[(g.name, None)] = self.add_group(g.name, tuple(members))
+                # torch's new_group orders a group by global rank, whatever order the list is written in
+                self.named[(g.name, None)] = self.add_group(g.name, tuple(sorted(members)))
             else:
                 keys = []
                 for r in range(self.world):

@@ -162,3 +162,14 @@ def test_expansion_errors_list_every_failing_world_size(tmp_path, capsys):
     assert main(["check", str(path), "--max-world", "5", "--color", "never"]) == 1
     out = capsys.readouterr().out
     assert "= note: at world sizes 2, 3, 4 and 5\n" in out and "at world size 2\n" not in out
+
+
+# `group g = [1, 0]` made rank 1 the group's rank 0, but torch's new_group sorts the ranks: the
+# simulator put rank 1's block first in an all_gather and disagreed with the real run.
+def test_an_explicit_group_is_ordered_by_global_rank():
+    text = ("world 3\ngroup g = [2, 0]\ntensor x: float32[1] = rank\ntensor y: float32[2]\n"
+            "tensor r: int64[1]\non rank != 1:\n    all_gather x into y in g\n    r = g.rank\n")
+    s = expand(program(text), 3)
+    assert s.groups[1].ranks == (0, 2)
+    result = simulate(s)
+    assert list(result.tensors[2]["y"]) == [0.0, 2.0] and list(result.tensors[2]["r"]) == [1]
