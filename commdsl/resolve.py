@@ -199,6 +199,10 @@ class _Resolver:
             self.check_expr(dim, "static", self.top)
         if t.init is not None:
             self.check_expr(t.init, "init", self.top)
+            for call in _random_calls(t.init) if not _random_calls(t.init, top=True) else ():
+                self.error("N103", f"`{call.func.id}` must be the whole initialiser", call,
+                           label="combined with other values",
+                           help=f"write `= {call.func.id}(seed)` alone, then scale it with an assignment")
         self.declare(self.top, t.name, "tensor", t)
 
     def check_group(self, g: n.GroupDecl | n.MeshDecl):
@@ -457,6 +461,30 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
         case n.Call(func=n.Attr(attr="chunk") as f):
             return _is_view_syntax(f.value, scope)
     return False
+
+
+def _random_calls(e, top: bool = False) -> list[n.Call]:
+    """The `rand(...)`/`randn(...)` calls in an expression (only `e` itself when `top`)."""
+    if isinstance(e, n.Call) and isinstance(e.func, n.Name) and e.func.id in INIT_FUNCS:
+        return [e]
+    if top:
+        return []
+    match e:
+        case n.Attr():
+            children = [e.value]
+        case n.Call():
+            children = [e.func, *e.args]
+        case n.Slice():
+            children = [e.value, e.lo, e.hi]
+        case n.Index():
+            children = [e.value, e.index]
+        case n.Unary():
+            children = [e.operand]
+        case n.Binary():
+            children = [e.left, e.right]
+        case _:
+            children = []
+    return [call for c in children if c is not None for call in _random_calls(c)]
 
 
 def n_note(message: str, node: n.Node):

@@ -173,3 +173,11 @@ def test_an_explicit_group_is_ordered_by_global_rank():
     assert s.groups[1].ranks == (0, 2)
     result = simulate(s)
     assert list(result.tensors[2]["y"]) == [0.0, 2.0] and list(result.tensors[2]["r"]) == [1]
+
+
+# `rand(1) * 2` in an initialiser passed resolve, and the evaluator then failed with a ValueError:
+# a seeded random initialiser is only ever the whole initialiser.
+def test_random_initialiser_inside_an_expression_is_n103():
+    assert errors("world 2\ntensor x: float32[4] = rand(1) * 2\n") == [("N103", 2, 24)]
+    assert errors("world 2\ntensor x: float32[4] = min(randn(1), 0)\n") == [("N103", 2, 28)]
+    assert errors("world 2\ntensor x: float32[4] = randn(rank)\n", 2) == []
