@@ -546,3 +546,9 @@ def test_the_s002_for_a_unicode_name_points_at_the_character():
 def test_error_at_the_end_of_a_1mb_line_has_the_right_column():
     d = syntax_error(NASTY["a 1 MB line, error at its end"])
     assert (d.span.line, d.span.column) == (1, 10 + MB)
+
+
+def test_expected_tokens_read_as_one_list():
+    """Multi-token classes (`+=` ... `/=`) are items of the list, not a nested "or" inside it."""
+    d = syntax_error("x 1\n")
+    assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `.`, `=` or `[`, found `1`"

@@ -62,8 +62,8 @@ def lark_parser(strict: bool = False) -> Lark:
 _WORDS = {
     "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of the block",
     "$END": "end of file", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
-    "COMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/`, `//` or `%`",
-    "AUG_OP": "`+=`, `-=`, `*=` or `/=`",
+    "COMP_OP": "a comparison", "ADD_OP": "`+`, `-`", "MUL_OP": "`*`, `/`, `//`, `%`",
+    "AUG_OP": "`+=`, `-=`, `*=`, `/=`",  # no "or": these are items of a longer list
 }
 _STATEMENT_STARTERS = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "WAIT", "FOR", "ON"}
 
