@@ -208,6 +208,7 @@ class _Resolver:
     def check_group(self, g: n.GroupDecl | n.MeshDecl):
         if isinstance(g, n.MeshDecl):
             dims = set()
+            self.check_no_tensor_sizes(tuple(d.size for d in g.dims))
             for d in g.dims:
                 self.check_expr(d.size, "static", self.top)
                 if d.name in dims:
@@ -219,7 +220,16 @@ class _Resolver:
             self.check_expr(m, "static", self.top)
         if g.split_key is not None:
             self.check_expr(g.split_key, "static", self.top)
+        self.check_no_tensor_sizes(g.members + ((g.split_key,) if g.split_key is not None else ()))
         self.declare(self.top, g.name, "group", g)
+
+    def check_no_tensor_sizes(self, exprs):
+        """Groups and meshes are made before any tensor: their expressions cannot use `VIEW.size`/`.rows`."""
+        for e in exprs:
+            for sub in _walk(e):
+                if isinstance(sub, n.Attr) and sub.attr in ("size", "rows") and _is_view_syntax(sub.value, self.top):
+                    self.error("N103", f"a group cannot depend on a tensor's `.{sub.attr}`", sub,
+                               label="tensors are made after groups", help="use a param instead")
 
     # statements ----------------------------------------------------------------------------------
     def check_block(self, stmts: tuple, scope: _Scope, in_batch: bool):
@@ -461,6 +471,29 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
         case n.Call(func=n.Attr(attr="chunk") as f):
             return _is_view_syntax(f.value, scope)
     return False
+
+
+def _walk(e):
+    """`e` and every expression inside it."""
+    yield e
+    match e:
+        case n.Attr():
+            children = [e.value]
+        case n.Call():
+            children = [e.func, *e.args]
+        case n.Slice():
+            children = [e.value, e.lo, e.hi]
+        case n.Index():
+            children = [e.value, e.index]
+        case n.Unary():
+            children = [e.operand]
+        case n.Binary():
+            children = [e.left, e.right]
+        case _:
+            children = []
+    for c in children:
+        if c is not None:
+            yield from _walk(c)
 
 
 def _random_calls(e, top: bool = False) -> list[n.Call]:
