@@ -129,6 +129,13 @@ _STATEMENTS = [
               f"(rank + 1) % world\n        recv y.chunk((rank - s - {k}) % world, world) from (rank - 1) % world\n"
               f"    x.chunk((rank - s - 1) % world, world) += y.chunk((rank - s - 1) % world, world)",
               st.sampled_from(["1", "0"])),
+    st.sampled_from([
+        "for s in 0 .. 2:\n    let k = (rank + s) % 2\n    x.chunk(k, 2) += s / 2\n    expect x >= -100",
+        "for s in 1 .. world - 1:\n    send x to (rank + s) % world\n    recv y from (rank - s) % world",
+        "for s in 0 .. 1:\n    batch:\n        let d = s + 1\n        send x to (rank + d) % world\n"
+        "        recv y from (rank - d) % world\n    y += s\n    print y",
+        "for s in 0 .. world - 1:\n    g.chunk(s, world) = x[0] * s - rank",
+    ]),
 ]
 
 

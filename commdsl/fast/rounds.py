@@ -97,8 +97,7 @@ class Machine:
             seeds = at(tree[1], None, W)
             return np.concatenate([_cast(random_init(int(seeds[r]), r, N, tree[2]), dtype) for r in range(W)]
                                   or [np.zeros(0, dtype=DTYPES[dtype].numpy)])
-        rep, i = layout(N, W)
-        value = self.ev(tree, _Ctx(None, W, rep, i, None))
+        value = self.ev(tree, _Ctx(None, W, N, None))
         return _cast(as_array(value, W * N), dtype).copy()
 
     def sequences(self):
@@ -150,6 +149,9 @@ class Machine:
                         posted[G] = True
                         remaining[G] = 1
                         self.arrive(rec, G, pos)
+                    elif kind == "batch" and pos is None and rec.pairs is not None:
+                        self.exchange(rec, G)
+                        pc[G] += 1
                     elif kind in ("send", "recv", "batch"):
                         posted[G] = True
                         remaining[G] = at(rec.count, pos, 0) if isinstance(rec.count, np.ndarray) else rec.count
@@ -247,8 +249,7 @@ class Machine:
             return
         start, count = self.span(target, G, pos)
         idx = ragged(start, count)
-        rep, i = layout(count, G.size)
-        value = self.ev(rec.tree, _Ctx(pos, G.size, rep, i, G))
+        value = self.ev(rec.tree, _Ctx(pos, G.size, count, G))
         t = target.tensor
         current = self.buf[t][idx]
         if rec.kind == "expect":
@@ -326,6 +327,26 @@ class Machine:
             tab["count"][f] = count
             tab["meta"][f] = self.code((v.tensor, sr.dtype))
             self.fresh[sr.kind].append((f, peer))
+
+    def exchange(self, rec: Rec, G):
+        """A self-matched batch posted by all its ranks at once: accesses, then every message moves."""
+        for sd, rv, q in rec.pairs:
+            for sr, writes in ((sd, False), (rv, True)):
+                if self.tracked(sr.view.tensor):
+                    start, count = self.span(sr.view, G, None)
+                    idx = ragged(start, count)
+                    if writes:
+                        self.write_access(sr.view.tensor, start, count, idx)
+                    else:
+                        self.read_access(sr.view.tensor, idx)
+        if not self.data:
+            return
+        for sd, rv, q in rec.pairs:
+            start, count = self.span(sd.view, G, None)
+            dst, dcount = self.span(rv.view, G, None)
+            if isinstance(dst, np.ndarray):
+                dst = dst[q]
+            self.buf[rv.view.tensor][ragged(dst, count)] = self.buf[sd.view.tensor][ragged(start, count)]
 
     def code(self, meta: tuple) -> int:
         """A small integer for a (tensor, dtype) pair: posted P2P slots are arrays."""
@@ -493,12 +514,25 @@ class Machine:
 
 
 class _Ctx:
-    """Where an element tree is evaluated: record positions, rank count, per-element rank and `i`."""
+    """Where an element tree is evaluated: record positions, rank count, element counts; each
+    element's rank position (`rep`) and index (`i`) are made on first use."""
 
-    __slots__ = ("pos", "n", "rep", "i", "G")
+    __slots__ = ("pos", "n", "count", "G", "_layout")
 
-    def __init__(self, pos, n, rep, i, G):
-        self.pos, self.n, self.rep, self.i, self.G = pos, n, rep, i, G
+    def __init__(self, pos, n, count, G):
+        self.pos, self.n, self.count, self.G, self._layout = pos, n, count, G, None
+
+    @property
+    def rep(self):
+        if self._layout is None:
+            self._layout = layout(self.count, self.n)
+        return self._layout[0]
+
+    @property
+    def i(self):
+        if self._layout is None:
+            self._layout = layout(self.count, self.n)
+        return self._layout[1]
 
 
 def _by_head(heads: np.ndarray, free: np.ndarray):

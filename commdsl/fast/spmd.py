@@ -336,7 +336,6 @@ class Spmd:
             case n.Send() | n.Recv():
                 rec = self.p2p(s, A, env)
                 if self.batch is not None:
-                    self.steps += A.size
                     self.batch.append(rec)
                 else:
                     self.emit(rec)
@@ -375,6 +374,16 @@ class Spmd:
         if self.steps > MAX_STEPS:
             raise Unknown  # N133
         if not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray):
+            if hi > lo and self.batch is None and _flat(s.body):
+                try:
+                    makers = self.plan(s, A, env, lo, hi - lo + 1)
+                except Unknown:
+                    makers = None  # e.g. an int on one iteration and a float on another: walk them one by one
+                if makers is not None:
+                    for t in range(hi - lo + 1):
+                        for make in makers:
+                            self.emit(make(t))
+                    return
             for v in range(lo, hi + 1):
                 self.block(s.body, A, dict(env, **{s.var: v}))
             return
@@ -388,6 +397,46 @@ class Spmd:
                 self.block(s.body, A, dict(env, **{s.var: v}))
             elif m.any():
                 self.block(s.body, A[m], dict({k: sub(x, m) for k, x in env.items()}, **{s.var: v}))
+
+    def plan(self, s: n.For, A, env, lo: int, T: int) -> list:
+        """Evaluate a flat loop body once for all T iterations (the loop variable a column, the ranks
+        a row); returns, per statement, a function building iteration t's record from row t."""
+        env = {k: v[None, :] if isinstance(v, np.ndarray) else v for k, v in env.items()}
+        env[s.var] = np.arange(lo, lo + T, dtype=np.int64)[:, None]
+        makers = []
+        for st in s.body:
+            match st:
+                case n.Let():
+                    env[st.name] = self.value(st.value, env)
+                case n.Assign():
+                    target = self.view(st.target, env)
+                    tree = self.elem(st.value, env, target)
+                    makers.append(lambda t, st=st, v=target, tree=tree: Rec(
+                        "compute", st, A, target=_view_row(v, t), tree=(tr := _tree_row(tree, t)), op=st.op,
+                        reads=_reads(tr)))
+                case n.Expect():
+                    view = self.view(st.cond.left, env)
+                    tree = self.elem(st.cond.right, env, view)
+                    makers.append(lambda t, st=st, v=view, tree=tree: Rec(
+                        "expect", st, A, view=_view_row(v, t), tree=(tr := _tree_row(tree, t)), cmp=st.cond.op,
+                        reads=_reads(tr)))
+                case n.Print():
+                    views = [self.view(v, env) for v in st.views]
+                    makers.append(lambda t, st=st, views=views: Rec("print", st, A,
+                                                                    views=[_view_row(v, t) for v in views]))
+                case n.Send() | n.Recv():
+                    rec = self.p2p(st, A, env)
+                    makers.append(lambda t, rec=rec: _p2p_row(rec, t))
+                case n.Batch():
+                    benv, subs = dict(env), []
+                    for x in st.body:
+                        if isinstance(x, n.Let):
+                            benv[x.name] = self.value(x.value, benv)
+                        else:
+                            subs.append(self.p2p(x, A, benv))
+                    if subs:
+                        makers.append(lambda t, st=st, subs=subs: self.make_batch(st, [_p2p_row(r, t) for r in subs]))
+        return makers
 
     # records -------------------------------------------------------------------------------------
     def emit(self, rec: Rec):
@@ -468,6 +517,7 @@ class Spmd:
         rank's sends, or receives, in the batch)."""
         if len(subs) > MAX_BATCH:
             raise Unknown
+        self.steps += sum(sr.ranks.size for sr in subs)
         ranks = subs[0].ranks
         if all(sr.ranks is ranks for sr in subs):
             count = len(subs)
@@ -489,7 +539,35 @@ class Spmd:
         for a in range(len(subs)):
             for b in range(a + 1, len(subs)):
                 _batch_pair(subs[a], subs[b])
-        return Rec("batch", node, ranks, subs=subs, count=count)
+        return Rec("batch", node, ranks, subs=subs, count=count, pairs=self.self_matched(ranks, subs))
+
+    def self_matched(self, ranks, subs: list[Rec]):
+        """[(send, receive, position of each send's receiver)] when every op of the batch meets its
+        partner inside the batch itself (a ring step, a pairwise swap); else None. When all its ranks
+        post it together, nothing else can be pending on those channels, so it completes at once."""
+        if not all(sr.ranks is ranks for sr in subs):
+            return None
+        sends = [sr for sr in subs if sr.kind == "send"]
+        recvs = [sr for sr in subs if sr.kind == "recv"]
+        if len(sends) != len(recvs):
+            return None
+        n_ = ranks.size
+        pairs = []
+        for sd in sends:
+            dst = at(sd.peer, None, n_)
+            q = dst if n_ == self.W else np.searchsorted(ranks, dst)
+            if n_ != self.W and ((q >= n_).any() or (ranks[np.minimum(q, n_ - 1)] != dst).any()):
+                return None
+            for rv in recvs:
+                if (rv.dtype == sd.dtype and _agree(rv.peer, q, ranks) and _agree(rv.tag, q, sd.tag)
+                        and _agree(-1 if rv.gid is None else rv.gid, q, -1 if sd.gid is None else sd.gid)
+                        and _agree(rv.view.numel, q, sd.view.numel)):
+                    pairs.append((sd, rv, q))
+                    recvs.remove(rv)
+                    break
+            else:
+                return None
+        return pairs
 
     def collective(self, s: n.Collective, A, env) -> Rec:
         if s.handle is not None or s.in_splits or s.out_splits:
@@ -575,6 +653,56 @@ class Spmd:
             rec.inst = mine
         member_rank = np.concatenate([rec.ranks for rec in recs])[order]
         self.instances = (starts, counts, member_rank, rec_of, pos, recs)
+
+
+def _agree(theirs, q, mine) -> bool:
+    """Does the partner's value (a scalar, or per rank: taken at the partners q) equal mine everywhere?"""
+    if not isinstance(theirs, np.ndarray):
+        return bool(np.all(theirs == mine))
+    return bool(np.all(theirs[q] == mine))
+
+
+def _flat(body) -> bool:
+    """A loop body `plan` can evaluate for all iterations at once: no nested control, no collectives."""
+    for st in body:
+        if isinstance(st, n.Batch):
+            if not all(isinstance(x, (n.Let, n.Send, n.Recv)) for x in st.body):
+                return False
+        elif not isinstance(st, (n.Let, n.Assign, n.Expect, n.Print, n.Send, n.Recv)):
+            return False
+    return True
+
+
+def _row(v, t: int):
+    """Iteration t's value of a planned value: a scalar, or an array over the ranks."""
+    if not isinstance(v, np.ndarray) or v.ndim < 2:
+        return v
+    r = v[t] if v.shape[0] > 1 else v[0]
+    return r.item() if r.shape[0] == 1 else r
+
+
+def _view_row(v: VView, t: int) -> VView:
+    return VView(v.tensor, _row(v.off, t), None if v.lead is None else _row(v.lead, t), v.rest)
+
+
+def _tree_row(tree, t: int):
+    tag = tree[0]
+    if tag == "c":
+        return ("c", _row(tree[1], t))
+    if tag == "v":
+        return ("v", _view_row(tree[1], t), tree[2])
+    if tag == "u":
+        return ("u", _tree_row(tree[1], t))
+    if tag == "b":
+        return ("b", tree[1], _tree_row(tree[2], t), _tree_row(tree[3], t))
+    if tag == "f":
+        return ("f", tree[1], tuple(_tree_row(a, t) for a in tree[2]))
+    return tree
+
+
+def _p2p_row(rec: Rec, t: int) -> Rec:
+    return Rec(rec.kind, rec.node, rec.ranks, view=_view_row(rec.view, t), peer=_row(rec.peer, t),
+               tag=_row(rec.tag, t), gid=_row(rec.gid, t), dtype=rec.dtype, slot=0, count=1)
 
 
 def _names(e) -> set[str]:
