@@ -1,10 +1,14 @@
 """How fast `lint` is: ring_allreduce at growing world sizes (cost per op), and all of programs/.
 
-    python benchmarks/lint_speed.py                 # worlds 16 64 128 256
-    python benchmarks/lint_speed.py --worlds 64 256 1024
+    python benchmarks/lint_speed.py                         # worlds 16 64 256 1024
+    python benchmarks/lint_speed.py --worlds 64 256 1024 --precise-max 256
 
-The ring program declares `world 1..16`; this script checks it at larger sizes by widening that line
-in memory (nothing is written). Prints a markdown table for docs/benchmarks.md.
+For each world size: `lint` as `check_program` runs it (the vectorised fast path, which proves the
+ring clean), the fast path alone split into its expansion and its engine, and the precise pipeline
+(`expand` + `analyse_schedule`, what runs when the fast path cannot decide) up to --precise-max,
+since it takes minutes at 1024. The ring program declares `world 1..16`; this script checks it at
+larger sizes by widening that line in memory (nothing is written). Prints markdown tables for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ import gc
 import glob
 import time
 
+import numpy as np
+
 from commdsl.checker import CheckOptions, analyse_schedule, check_program
-from commdsl.expand import expand
+from commdsl.expand import expand, resolve_params
+from commdsl.fast.rounds import Machine
+from commdsl.fast.spmd import Spmd
 from commdsl.resolve import load
 from commdsl.source import SourceFile
 
@@ -25,30 +33,50 @@ def ring(n: int):
     return load(SourceFile("programs/ring_allreduce.comm", text.replace("param n = 1024", f"param n = {n}")))
 
 
+def ops_of(spmd: Spmd) -> int:
+    """P2P and local ops over all ranks, counting each op of a batch (as the Schedule would)."""
+    return sum(sum(s.ranks.size for s in r.subs) if r.kind == "batch" else r.ranks.size for r in spmd.records)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--worlds", type=int, nargs="+", default=[16, 64, 128, 256])
+    ap.add_argument("--worlds", type=int, nargs="+", default=[16, 64, 256, 1024])
+    ap.add_argument("--precise-max", type=int, default=256, help="largest world to time the precise pipeline at")
     args = ap.parse_args()
     program = ring(1024)
-    print("| world | ops (P2P + local) | expand s | analyse s | total s | µs per op |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| world | ops (P2P + local) | lint s | fast: expand s | fast: engine s | µs per op | precise s | speed-up |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for world in args.worlds:
         gc.collect()
         t0 = time.perf_counter()
-        schedule = expand(program, world)
-        t1 = time.perf_counter()
-        diags, _ = analyse_schedule(program, schedule, ("gloo",), True, False)
-        t2 = time.perf_counter()
-        ops = sum(len(op.ops) if hasattr(op, "ops") else 1 for rank in schedule.ops for op in rank)
+        diags = check_program(program, CheckOptions(worlds=(world,), lints=True))
+        lint = time.perf_counter() - t0
         assert not diags, diags
-        print(f"| {world} | {ops} | {t1 - t0:.2f} | {t2 - t1:.2f} | {t2 - t0:.2f} | {(t2 - t0) / ops * 1e6:.1f} |")
+        with np.errstate(all="raise"):
+            t0 = time.perf_counter()
+            spmd = Spmd(program, world, resolve_params(program, {}), ("gloo",), True)
+            t1 = time.perf_counter()
+            assert Machine(spmd, True).run()
+            t2 = time.perf_counter()
+        ops = ops_of(spmd)
+        precise = speedup = "—"
+        if world <= args.precise_max:
+            gc.collect()
+            t3 = time.perf_counter()
+            found, _ = analyse_schedule(program, expand(program, world), ("gloo",), True, True)
+            p = time.perf_counter() - t3
+            assert not found, found
+            precise, speedup = f"{p:.2f}", f"{p / lint:.0f}×"
+        print(f"| {world} | {ops:,} | {lint:.2f} | {t1 - t0:.2f} | {t2 - t1:.2f} | {lint / ops * 1e6:.2f} | "
+              f"{precise} | {speedup} |")
     t0 = time.perf_counter()
     count = 0
     for path in sorted(glob.glob("programs/*.comm")):
         program = load(SourceFile.read(path))
         count += len(program.world_sizes())
         assert not [d for d in check_program(program, CheckOptions(lints=True)) if d.severity == "error"]
-    print(f"\nall of programs/ ({count} program × world-size expansions, with data): {time.perf_counter() - t0:.2f} s")
+    print(f"\nall of programs/ ({count} program × world-size expansions, lint with data): "
+          f"{time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":
