@@ -197,6 +197,7 @@ class _Resolver:
                        help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
         for dim in t.shape:
             self.check_expr(dim, "static", self.top)
+        self.check_no_tensor_sizes(t.shape, "a tensor's shape")
         if t.init is not None:
             self.check_expr(t.init, "init", self.top)
             for call in _random_calls(t.init) if not _random_calls(t.init, top=True) else ():
@@ -208,7 +209,7 @@ class _Resolver:
     def check_group(self, g: n.GroupDecl | n.MeshDecl):
         if isinstance(g, n.MeshDecl):
             dims = set()
-            self.check_no_tensor_sizes(tuple(d.size for d in g.dims))
+            self.check_no_tensor_sizes(tuple(d.size for d in g.dims), "a mesh")
             for d in g.dims:
                 self.check_expr(d.size, "static", self.top)
                 if d.name in dims:
@@ -220,16 +221,16 @@ class _Resolver:
             self.check_expr(m, "static", self.top)
         if g.split_key is not None:
             self.check_expr(g.split_key, "static", self.top)
-        self.check_no_tensor_sizes(g.members + ((g.split_key,) if g.split_key is not None else ()))
+        self.check_no_tensor_sizes(g.members + ((g.split_key,) if g.split_key is not None else ()), "a group")
         self.declare(self.top, g.name, "group", g)
 
-    def check_no_tensor_sizes(self, exprs):
-        """Groups and meshes are made before any tensor: their expressions cannot use `VIEW.size`/`.rows`."""
+    def check_no_tensor_sizes(self, exprs, what: str):
+        """Groups, meshes and shapes are settled before any tensor exists: no `VIEW.size`/`.rows` in them."""
         for e in exprs:
             for sub in _walk(e):
                 if isinstance(sub, n.Attr) and sub.attr in ("size", "rows") and _is_view_syntax(sub.value, self.top):
-                    self.error("N103", f"a group cannot depend on a tensor's `.{sub.attr}`", sub,
-                               label="tensors are made after groups", help="use a param instead")
+                    self.error("N103", f"{what} cannot depend on a tensor's `.{sub.attr}`", sub,
+                               label="not known before the tensors are made", help="use a param instead")
 
     # statements ----------------------------------------------------------------------------------
     def check_block(self, stmts: tuple, scope: _Scope, in_batch: bool):

@@ -183,11 +183,12 @@ def test_random_initialiser_inside_an_expression_is_n103():
     assert errors("world 2\ntensor x: float32[4] = randn(rank)\n", 2) == []
 
 
-# `group g = [a.size - 4]` (or a split key or mesh size using a tensor's size) passed resolve and ended
-# in an internal KeyError: groups are made before tensors.
-def test_a_group_using_a_tensor_size_is_n103():
+# `group g = [a.size - 4]` (or a split key, mesh size or tensor shape using a tensor's size) passed
+# resolve and ended in an internal KeyError: groups and shapes are settled before any tensor exists.
+def test_a_group_or_shape_using_a_tensor_size_is_n103():
     pre = "world 2\ntensor a: float32[4]\n"
     assert errors(pre + "group g = [a.size - 4]\n") == [("N103", 3, 12)]
     assert errors(pre + "group g = split by a.rows\n") == [("N103", 3, 20)]
     assert errors(pre + "mesh m = (dp=a.rows // 2, tp=1)\n") == [("N103", 3, 14)]
-    assert errors(pre + "tensor b: float32[a.size * 2]\n", 2) == []  # a tensor may size itself by another
+    assert errors(pre + "tensor b: float32[a.size * 2]\n", 2) == [("N103", 3, 19)]  # shapes come first too
+    assert errors(pre + "tensor b: float32[4] = a.size\n", 2) == []  # an initialiser may use it
