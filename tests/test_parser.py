@@ -499,9 +499,11 @@ def test_no_input_gets_a_traceback(name):
     """Parse and resolve: a Module, a Program or syntax/name diagnostics — never any other exception."""
     text = NASTY[name]
     try:
-        load(SourceFile("t.comm", text))
+        program = load(SourceFile("t.comm", text))
     except CommdslError as e:
         assert e.diagnostics and all(d.code[0] in "SN" and d.span is not None for d in e.diagnostics)
+    else:
+        assert isinstance(program.body, tuple) and program.path == "t.comm"
 
 
 @pytest.mark.parametrize("name, code", [
