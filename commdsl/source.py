@@ -35,8 +35,9 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str | Path) -> "SourceFile":
-        """Read a file as UTF-8; raises OSError or UnicodeDecodeError for the CLI to report."""
-        return cls(str(path), Path(path).read_bytes().decode("utf-8"))
+        """Read a file as UTF-8 (a leading byte-order mark is dropped, as editors write one); raises OSError
+        or UnicodeDecodeError for the CLI to report."""
+        return cls(str(path), Path(path).read_bytes().decode("utf-8-sig"))
 
     @cached_property
     def _line_starts(self) -> list[int]:

@@ -146,3 +146,9 @@ def test_sim_prints_brackets_of_nan_and_inf_literally(tmp_path, capsys):
     path.write_text("world 1\ntensor y: float32[2] = i / 0\n")
     code, out, _ = run(capsys, "sim", str(path), "--world", "1", "--color", "never")
     assert code == 0 and "y = tensor([nan, inf])" in out
+
+
+def test_a_byte_order_mark_is_not_a_syntax_error(tmp_path, capsys):
+    path = tmp_path / "bom.comm"
+    path.write_bytes(b"\xef\xbb\xbfworld 2\ntensor x: float32[1]\nall_reduce x\n")
+    assert run(capsys, "check", str(path))[0] == 0

@@ -41,7 +41,7 @@ _TABLE = [
     Code("N109", "invalid-expect", "error", "`expect` without a comparison"),
     Code("N110", "unknown-backend", "error", "a backend other than gloo or nccl"),
     Code("N111", "invalid-batch", "error", "a statement that cannot be part of a `batch` block"),
-    Code("N112", "invalid-world", "error", "an empty or non-positive `world` declaration"),
+    Code("N112", "invalid-world", "error", "an empty `world` declaration, or a size below 1 or above 65536"),
     Code("N120", "view-out-of-bounds", "error", "a slice, index or chunk outside its tensor"),
     Code("N121", "not-an-integer", "error", "a non-integer value where a rank, size or index is needed"),
     Code("N122", "division-by-zero", "error", "a division or modulo by zero"),

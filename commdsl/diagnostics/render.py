@@ -78,7 +78,7 @@ def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: boo
         out.append(f"{pad} = ", style="bold blue")
         out.append("note", style="bold")
         out.append(f": {note.message}{where}\n")
-    if d.worlds and not any("world size" in nt.message for nt in d.notes):
+    if d.worlds:
         out.append(f"{pad} = ", style="bold blue")
         out.append("note", style="bold")
         out.append(f": at world size{'s' if len(d.worlds) > 1 else ''} {_sizes(d.worlds)}\n")
