@@ -1,17 +1,21 @@
 """Per-op overhead of `commdsl run`: `iters` all_reduces of n float32 versus a hand-written torch loop.
 
 Both sides run N ranks on Gloo, started the same way (torch's elastic launcher, fork), and time the
-same window: from the start of all_reduce number `warmup` to the end of the last one, on rank 0,
-divided by the number of all_reduces in it. commdsl's figure comes from its own `--trace` (the op
+same all_reduces on rank 0, from number `warmup` to the last: the median duration of one op (robust
+to the scheduling hiccups of a shared machine) and the mean over the window (end of the last minus
+start of the first, divided by their number). commdsl's figures come from its own `--trace` (the op
 timings it records anyway); the hand-written loop is the plain
 
     for _ in range(iters):
         dist.all_reduce(x)
 
-Runs alternate (commdsl, hand, commdsl, …) so both see the same machine load; the reported ratio
-is the median of the ratios of adjacent pairs, which cancels slow drifts in load. On a shared
-2-core machine a single pair varies by ±20 %, so the script also measures the cost commdsl adds to
-each op directly: its timed loop (`worker.run_steps`) around no-op steps versus a bare loop.
+with a clock read on each side of the call.
+
+Each repetition runs hand, commdsl, hand; commdsl's time is divided by the geometric mean of its two
+neighbours (which cancels slow drifts in machine load), and hand/hand is reported as the control:
+it shows how far two identical runs differ on this machine. On a shared 2-core machine that is tens
+of percent, so the script also measures the cost commdsl adds to each op directly: its timed loop
+(`worker.run_steps`) around no-op steps versus a bare loop.
 
     python benchmarks/overhead.py --nproc 4 --sizes 1,4194304 --iters 2000,60 --repeat 5 [--json out.json]
 """
@@ -47,23 +51,28 @@ def hand_worker(n: int, iters: int, warmup: int, out: str) -> None:
     x = torch.zeros(n, dtype=torch.float32)
     for _ in range(warmup):
         dist.all_reduce(x)
-    start = time.time_ns()
-    for _ in range(iters - warmup):
+    durations = [0] * (iters - warmup)
+    clock = time.time_ns
+    start = clock()
+    for i in range(iters - warmup):
+        t0 = clock()
         dist.all_reduce(x)
-    end = time.time_ns()
+        durations[i] = clock() - t0
+    end = clock()
     dist.barrier()
     if dist.get_rank() == 0:
         with open(out, "w") as f:
-            json.dump({"per_op_us": (end - start) / 1e3 / (iters - warmup)}, f)
+            json.dump({"mean_us": (end - start) / 1e3 / (iters - warmup),
+                       "median_us": statistics.median(durations) / 1e3}, f)
     dist.destroy_process_group()
 
 
-def run_hand(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> float:
+def run_hand(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
     out = os.path.join(tmp, "hand.json")
     subprocess.run([sys.executable, __file__, "--hand", str(nproc), str(n), str(iters), str(warmup), out],
                    check=True, capture_output=True)
     with open(out) as f:
-        return json.load(f)["per_op_us"]
+        return json.load(f)
 
 
 def hand_main(nproc: int, n: int, iters: int, warmup: int, out: str) -> None:
@@ -78,7 +87,7 @@ def hand_main(nproc: int, n: int, iters: int, warmup: int, out: str) -> None:
     elastic_launch(config, hand_worker)(n, iters, warmup, out)
 
 
-def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> float:
+def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
     prog, trace = os.path.join(tmp, "loop.comm"), os.path.join(tmp, "trace.json")
     with open(prog, "w") as f:
         f.write(PROGRAM)
@@ -89,7 +98,8 @@ def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> float:
     ops = sorted((e for e in events if e["ph"] == "X" and e["pid"] == 0 and e["cat"] == "collective"),
                  key=lambda e: e["ts"])
     window = ops[warmup:]
-    return (window[-1]["ts"] + window[-1]["dur"] - window[0]["ts"]) / len(window)
+    return {"mean_us": (window[-1]["ts"] + window[-1]["dur"] - window[0]["ts"]) / len(window),
+            "median_us": statistics.median(e["dur"] for e in window)}
 
 
 def loop_cost(count: int = 200_000) -> float:
@@ -129,17 +139,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n, it in zip(sizes, iters, strict=True):
             warmup = max(1, it // 10)
-            commdsl, hand = [], []
-            for _ in range(args.repeat):
-                commdsl.append(run_commdsl(args.nproc, n, it, warmup, tmp))
-                hand.append(run_hand(args.nproc, n, it, warmup, tmp))
-            c, h = statistics.median(commdsl), statistics.median(hand)
-            pairs = [a / b for a, b in zip(commdsl, hand, strict=True)]
-            ratio = statistics.median(pairs)
-            results.append({"n": n, "iters": it, "commdsl_us": commdsl, "hand_us": hand, "ratio": ratio})
-            print(f"n={n:>8} float32, {it} all_reduces x {args.repeat} pairs, world {args.nproc}: "
-                  f"commdsl {c:10.1f} us/op   hand-written {h:10.1f} us/op   ratio {ratio:.3f} "
-                  f"(pairs {min(pairs):.2f}..{max(pairs):.2f})", flush=True)
+            runs: dict[str, list[dict]] = {"hand": [], "commdsl": [], "hand again": []}
+            for _ in range(args.repeat):  # hand, commdsl, hand: commdsl is compared with both neighbours
+                runs["hand"].append(run_hand(args.nproc, n, it, warmup, tmp))
+                runs["commdsl"].append(run_commdsl(args.nproc, n, it, warmup, tmp))
+                runs["hand again"].append(run_hand(args.nproc, n, it, warmup, tmp))
+            row = {"n": n, "iters": it, "runs": runs}
+            print(f"n={n} float32, {it} all_reduces, {args.repeat} x (hand, commdsl, hand), world {args.nproc}:",
+                  flush=True)
+            for stat, label in (("median_us", "median op"), ("mean_us", "mean op (window)")):
+                h1, c, h2 = ([r[stat] for r in runs[k]] for k in ("hand", "commdsl", "hand again"))
+                ratio = [ci / (a * b) ** 0.5 for a, ci, b in zip(h1, c, h2, strict=True)]
+                control = [b / a for a, b in zip(h1, h2, strict=True)]
+                row[stat] = {"commdsl": statistics.median(c), "hand": statistics.median(h1 + h2),
+                             "ratio": statistics.median(ratio), "ratio_range": [min(ratio), max(ratio)],
+                             "control": statistics.median(control), "control_range": [min(control), max(control)]}
+                r = row[stat]
+                lo, hi = r["ratio_range"]
+                clo, chi = r["control_range"]
+                print(f"  {label:<17} commdsl {r['commdsl']:9.1f} us  hand-written {r['hand']:9.1f} us  "
+                      f"ratio {r['ratio']:.3f} ({lo:.2f}..{hi:.2f})  hand/hand control {r['control']:.3f} "
+                      f"({clo:.2f}..{chi:.2f})", flush=True)
+            results.append(row)
     cost = loop_cost()
     print(f"commdsl's timed loop adds {cost:.2f} us per op (no-op steps, best of 5)")
     if args.json:
