@@ -409,3 +409,21 @@ def _running(pid: int) -> bool:
         return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except OSError:
         return False
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_two_nodes_on_one_machine(no_orphans):
+    endpoint = f"127.0.0.1:{_free_port()}"
+    environ = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    argv = [sys.executable, "-m", "commdsl", "run", "programs/collectives.comm", "--nproc", "2", "--nnodes", "2",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", no_orphans]
+    nodes = [subprocess.Popen(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ,
+                              start_new_session=True) for _ in range(2)]
+    outs = [p.communicate(timeout=100) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outs
+    assert sorted(err.strip().splitlines()[-1] for _, err in outs) == [
+        "(ranks 0..1 of this node only: every node reports its own)",
+        "(ranks 2..3 of this node only: every node reports its own)"]
+    for out, err in outs:
+        assert "4 ranks (gloo, fork)" in err and "every rank matches the simulator (2 ranks" in out
