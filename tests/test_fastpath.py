@@ -42,7 +42,7 @@ def precise_clean(program, world: int, lints: bool) -> bool:
 
 
 def fast_clean(program, world: int, lints: bool) -> bool:
-    return proves_clean(program, world, {}, program.backends, lints, True)
+    return proves_clean(program, world, {}, program.backends, lints, True, strict=True)
 
 
 def _cases():
@@ -136,6 +136,11 @@ _STATEMENTS = [
         "        recv y from (rank - d) % world\n    y += s\n    print y",
         "for s in 0 .. world - 1:\n    g.chunk(s, world) = x[0] * s - rank",
     ]),
+    st.sampled_from(["all_gather x into [p0, p1]", "scatter [p0, p1] into y from 1", "reduce_scatter [p0, p1] into y op max",
+                     "gather y into [p0, p1] to 0", "all_reduce x op premul_sum(0.5)", "all_reduce x op bxor",
+                     "m[rank % 2] = rank + i", "send m[0] to (rank + 1) % world\nrecv m[1] from (rank - 1) % world",
+                     "batch:\n    send m[0] to (rank + 1) % world\n    recv m[1] from (rank - 1) % world",
+                     "all_reduce m op min", "m[1] += m[0]", "expect m[0] == rank + i", "broadcast m[1] from 0"]),
 ]
 
 
@@ -146,9 +151,11 @@ def spmd_programs(draw):
     n = draw(st.sampled_from([2, 4, 6, 12]))
     dtype = draw(st.sampled_from(["float32", "float64", "int32", "int64", "float16", "bfloat16", "uint8"]))
     body = draw(st.lists(st.one_of(_STATEMENTS), min_size=1, max_size=6))
-    head = [f"world {world}", "group pairs = split by rank // 2", f"tensor x: {dtype}[{n}] = rank * 3 + i",
+    backend = draw(st.sampled_from(["", "backend nccl", "backend gloo, nccl"]))
+    head = [f"world {world}", backend, "group pairs = split by rank // 2", f"tensor x: {dtype}[{n}] = rank * 3 + i",
             f"tensor y: {dtype}[{n}] = {n} - i", f"tensor g: {dtype}[world * {n}] = i",
-            f"tensor h: {dtype}[world * {n}]"]
+            f"tensor h: {dtype}[world * {n}]", f"tensor p0: {dtype}[{n}] = rank", f"tensor p1: {dtype}[{n}] = 1",
+            f"tensor m: {dtype}[2, {n // 2}] = i + rank"]
     return world, "\n".join(head + body) + "\n"
 
 
@@ -181,7 +188,8 @@ def test_spmd_programs_with_every_result_expected(case, wrong):
     lines = []
     for r in range(world):
         for name, values in sim.tensors[r].items():
-            for k, v in enumerate(np.asarray(values).reshape(-1)):
+            values = np.asarray(values)
+            for k, v in enumerate(values.reshape(-1)):
                 if sim.undefined[r][name].reshape(-1)[k]:
                     continue
                 v = v.item()
@@ -189,5 +197,6 @@ def test_spmd_programs_with_every_result_expected(case, wrong):
                     continue
                 if len(lines) == wrong:
                     v = v + 1
-                lines.append(f"on rank == {r}:\n    expect {name}[{k}] == {v!r}")
+                where = "".join(f"[{x}]" for x in np.unravel_index(k, values.shape))
+                lines.append(f"on rank == {r}:\n    expect {name}{where} == {v!r}")
     _check(world, text + "\n".join(lines) + "\n")

@@ -111,6 +111,8 @@ class Spmd:
             if t.init is not None:
                 self.inits[t.name] = self.init_tree(t.init, env)
         self.block(program.body, everyone, env)
+        if self.steps > MAX_STEPS:
+            raise Unknown  # N133 can fire at a later rank's loop in `expand`, which counts rank by rank
         self.finish_collectives()
 
     # static values -------------------------------------------------------------------------------
