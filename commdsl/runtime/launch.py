@@ -64,8 +64,11 @@ def _quiet_torch_logs(verbose: bool) -> None:
         log.propagate = False
 
 
-def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig) -> LocalRun:
-    """Launch this node's `opts.nproc` workers on `schedule` (already checked) and wait for them."""
+def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entry=local_entry) -> LocalRun:
+    """Launch this node's `opts.nproc` workers on `schedule` (already checked) and wait for them.
+
+    `entry(job)` is what each worker runs (`commdsl bench` passes its own loop); it keeps the slot
+    and record conventions of `local_entry`, so the guard and the blame work unchanged."""
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # LaunchConfig asks about CUDA: through NVML, fork stays safe
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -94,7 +97,7 @@ def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig) -> L
     started = time.perf_counter()
     guard.start()
     try:
-        elastic_launch(config, local_entry)(job)
+        elastic_launch(config, entry)(job)
     except ChildFailedError as e:
         run.evidence.agent = {rank: {"pid": f.pid, "exitcode": f.exitcode,
                                      "signal": f.signal_name() if f.exitcode < 0 else None}

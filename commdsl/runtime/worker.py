@@ -101,15 +101,18 @@ def local_entry(job: Job) -> None:
         os._exit(1)  # at once: a clean interpreter exit could block in teardown with peers still waiting
 
 
-def run_steps(steps, slot: progress.Slot, times: list) -> int:
+def run_steps(steps, slot: progress.Slot, times: list, base: int = 0) -> int:
     """The timed loop: before each step its index and start time go to the progress slot (where the
     hang guard looks), after it the (start, end) pair goes to `times`. Nothing else, so a step costs
-    about a microsecond more than the bare torch call (benchmarks/overhead.py measures it)."""
+    about a microsecond more than the bare torch call (benchmarks/overhead.py measures it).
+
+    `base` is added to the index the slot shows: `commdsl bench` runs several programs' steps in
+    one launch and lays their ops end to end in the Schedule the hang guard reads."""
     s, clock, since, at = slot.s, time.time_ns, progress.SINCE, progress.OP
     for index, step in enumerate(steps):
         t0 = clock()
         s[since] = t0
-        s[at] = index
+        s[at] = base + index
         step()
         times[index] = (t0, clock())
     return len(steps)
