@@ -1,0 +1,202 @@
+"""Which collective a program stands for, so its sweep gets that collective's size and bus-bandwidth factor.
+
+Two ways, the first that answers wins:
+
+* a pragma the author writes, in the statement's own words:
+  `# bench: all_reduce x op sum`, `# bench: broadcast x from 0`, `# bench: all_gather out`, `# bench: sendrecv x`;
+* a proof from the `expect`s the program ends with: simulated at the bench's world size, a final `==`
+  expect covers a whole tensor on every rank that a built-in would write, and the value it holds there is exactly what
+  that built-in computes from the program's initial tensors (and not simply the initial value). The
+  ring's `expect x == world * (world + 1) / 2` over `x = rank + 1` is all_reduce's sum, so the ring is
+  an all_reduce.
+
+The size the sweep sets is that of the tensor nccl-tests would size: the reduced buffer for
+all_reduce and reduce, the whole gathered buffer for all_gather and gather, the whole input for
+reduce_scatter and scatter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from commdsl.bench.busbw import KINDS
+from commdsl.dtypes import DTYPES
+from commdsl.expand import expand
+from commdsl.resolve import Program
+from commdsl.schedule import Expect, Print
+from commdsl.simulate import close, initial_value, simulate
+
+PRAGMA = re.compile(r"^\s*#\s*bench\s*:(.*)$")
+_PRAGMA_BODY = re.compile(r"^\s*(\w+)\s+(\w+)(?:\s+op\s+(\w+))?(?:\s+(?:from|to)\s+(\d+))?\s*$")
+_REDOPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+
+
+class BenchError(Exception):
+    """A problem with what the user asked to measure (exit 2), with a message that stands alone."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a variant's sizes and bus bandwidth refer to."""
+
+    kind: str | None  # a busbw.KINDS entry; None when nothing is known (busbw = algbw)
+    tensor: str  # the tensor whose bytes are the size
+    redop: str | None = None
+    root: int | None = None
+    how: str = ""  # for the table's header: "built-in", "declared at line 3", "proved by its expects"
+
+
+def pragma(program: Program) -> Measure | None:
+    """The `# bench:` line of the program, if it has one; BenchError when it does not parse."""
+    found = None
+    for number, text in enumerate(program.source.text.splitlines(), 1):
+        m = PRAGMA.match(text)
+        if not m:
+            continue
+        where = f"{program.path}:{number}"
+        if found is not None:
+            raise BenchError(f"{where}: a second `# bench:` line (the first is line {found[0]}); keep one")
+        body = _PRAGMA_BODY.match(m.group(1))
+        if not body:
+            raise BenchError(f"{where}: `# bench:` expects KIND TENSOR [op OP] [from|to ROOT], "
+                             f"for example `# bench: all_reduce x op sum`")
+        kind, tensor, op, root = body.groups()
+        if kind not in KINDS:
+            raise BenchError(f"{where}: `# bench: {kind}`: not a collective the bench knows; one of {', '.join(KINDS)}")
+        if tensor not in {t.name for t in program.tensors}:
+            raise BenchError(f"{where}: `# bench:` names tensor `{tensor}`, which the program does not declare")
+        if op is not None and op not in _REDOPS:
+            raise BenchError(f"{where}: `# bench:` reduce op `{op}` is not one of {', '.join(_REDOPS)}")
+        found = (number, Measure(kind, tensor, op or ("sum" if kind in ("all_reduce", "reduce", "reduce_scatter")
+                                                      else None),
+                                 int(root) if root is not None else None, f"declared at line {number}"))
+    return found[1] if found else None
+
+
+def prove(program: Program, world: int, params: dict) -> Measure | None:
+    """The built-in collective the program's expects show it computes at `world`, or None."""
+    schedule = expand(program, world, params)
+    sim = simulate(schedule)
+    if not sim.ok or world < 2:
+        return None
+    specs = schedule.tensors
+    names = [name for name, spec in specs[0].items()
+             if all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)]
+    covered = {(r, op.view.tensor) for r, ops in enumerate(schedule.ops) for op in _final_checks(ops)
+               if type(op) is Expect and op.cmp == "==" and op.view.offset == 0
+               and op.view.numel == specs[r][op.view.tensor].numel}
+    init = [{name: initial_value(s[name], r, world) for name in names} for r, s in enumerate(specs)]
+    final = [{name: sim.tensors[r][name].reshape(-1) for name in names} for r in range(world)]
+    for kind, src, dst, redop, root, expected in _candidates(names, specs[0], init, world):
+        ranks = (root,) if kind in ("reduce", "gather") else range(world)
+        dtype = specs[0][dst].dtype
+        if not all((r, dst) in covered and _close(final[r][dst], expected(r), dtype) for r in ranks):
+            continue
+        if all(_close(final[r][dst], init[r][dst], dtype) for r in ranks):
+            continue  # the expected value is what the tensor held anyway: nothing is shown
+        tensor = dst if kind in ("all_reduce", "reduce", "broadcast", "all_gather", "gather") else src
+        return Measure(kind, tensor, redop, root, "proved by its expects")
+    return None
+
+
+def _final_checks(ops):
+    """The `expect`s (and `print`s) a rank's op list ends with: what the program promises at the end."""
+    out = []
+    for op in reversed(ops):
+        if type(op) not in (Expect, Print):
+            break
+        out.append(op)
+    return out
+
+
+def _close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> bool:
+    return actual.shape == expected.shape and bool(close(actual, expected, dtype).all())
+
+
+def _reduce(arrays: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
+    """What a reducing collective computes from every rank's values (bool: sum is OR, product is AND)."""
+    stacked = np.stack(arrays)
+    d = DTYPES[dtype]
+    if d.is_bool:
+        return stacked.any(0) if op in ("sum", "max", "bor") else stacked.all(0)
+    if d.is_float:
+        stacked = stacked.astype(np.float64)
+    match op:
+        case "sum":
+            return stacked.sum(0, dtype=stacked.dtype)
+        case "avg":
+            return stacked.sum(0) / len(arrays)
+        case "product":
+            return stacked.prod(0, dtype=stacked.dtype)
+        case "min":
+            return stacked.min(0)
+        case "max":
+            return stacked.max(0)
+        case "band":
+            return np.bitwise_and.reduce(stacked, 0)
+        case "bor":
+            return np.bitwise_or.reduce(stacked, 0)
+        case _:
+            return np.bitwise_xor.reduce(stacked, 0)
+
+
+def _candidates(names, spec, init, world):
+    """(kind, src, dst, redop, root, expected(rank)) for every built-in that could produce `dst`, in the
+    order ties are settled: the collectives that involve every rank's data first."""
+    def ops_for(name):
+        d = DTYPES[spec[name].dtype]
+        return ("sum", "avg", "max", "min", "product") if d.is_float else ("sum", "max", "min", "product", "bor",
+                                                                             "band", "bxor")
+
+    def chunk(a, r, parts):
+        m = a.size // parts
+        return a[r * m : (r + 1) * m]
+
+    def same(a, b):
+        return spec[a].dtype == spec[b].dtype
+
+    for t in names:
+        for op in ops_for(t):
+            if op == "avg" and not DTYPES[spec[t].dtype].is_float:
+                continue
+            value = _reduce([init[r][t] for r in range(world)], op, spec[t].dtype)
+            yield "all_reduce", t, t, op, None, (lambda r, v=value: v)
+    for a in names:
+        for b in names:
+            if not same(a, b):
+                continue
+            na, nb = spec[a].numel, spec[b].numel
+            if na == world * nb and nb > 0:
+                for op in ops_for(a):
+                    if op == "avg" and not DTYPES[spec[a].dtype].is_float:
+                        continue
+                    yield ("reduce_scatter", a, b, op, None,
+                           lambda r, a=a, op=op: _reduce([chunk(init[j][a], r, world) for j in range(world)], op,
+                                                         spec[a].dtype))
+            if nb == world * na and na > 0:
+                yield ("all_gather", a, b, None, None,
+                       lambda r, a=a: np.concatenate([init[j][a] for j in range(world)]))
+            if na == nb and na % world == 0 and na > 0:
+                yield ("all_to_all", a, b, None, None,
+                       lambda r, a=a: np.concatenate([chunk(init[j][a], r, world) for j in range(world)]))
+    for root in range(world):
+        for t in names:
+            yield "broadcast", t, t, None, root, (lambda r, t=t, root=root: init[root][t])
+            for op in ops_for(t):
+                if op == "avg" and not DTYPES[spec[t].dtype].is_float:
+                    continue
+                value = _reduce([init[r][t] for r in range(world)], op, spec[t].dtype)
+                yield "reduce", t, t, op, root, (lambda r, v=value: v)
+        for a in names:
+            for b in names:
+                if not same(a, b):
+                    continue
+                na, nb = spec[a].numel, spec[b].numel
+                if nb == world * na and na > 0:
+                    yield ("gather", a, b, None, root,
+                           lambda r, a=a: np.concatenate([init[j][a] for j in range(world)]))
+                if na == world * nb and nb > 0:
+                    yield ("scatter", a, b, None, root, lambda r, a=a, root=root: chunk(init[root][a], r, world))

@@ -1,0 +1,117 @@
+"""The table as nccl-tests prints it, and the same rows as JSON, CSV and a plot of busbw against size."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from commdsl.bench.results import Row, Summary
+from commdsl.bench.sizes import format_size
+
+_LEFT = f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>5}"
+_UNITS = f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>5}"
+_GROUP = f"  {'time':>9}  {'algbw':>7}  {'busbw':>7}  {'#wrong':>6}"
+_GROUP_UNITS = f"  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}  {'':>6}"
+
+
+def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> list[str]:
+    """nccl-tests' layout for `variants` side by side (a ratio column when there are two), then the averages."""
+    width = len(_GROUP)
+    lines = []
+    if len(variants) > 1:
+        heads = "".join(f"{summaries[v].label[: width - 2]:>{width}}" for v in variants)
+        lines.append(f"#{'':>{len(_LEFT) - 1}}{heads}")
+    ratio = len(variants) == 2
+    lines.append(_LEFT + _GROUP * len(variants) + (f"  {'ratio':>6}" if ratio else ""))
+    lines.append(_UNITS + _GROUP_UNITS * len(variants) + (f"  {'busbw':>6}" if ratio else ""))
+    by_size: dict[int, dict[int, Row]] = {}
+    for r in rows:
+        if r.variant in variants:
+            by_size.setdefault(r.requested, {})[r.variant] = r
+    for requested in sorted(by_size):
+        got = by_size[requested]
+        first = got.get(variants[0]) or next(iter(got.values()))
+        text = (f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
+                f"{-1 if first.root is None else first.root:>5}")
+        for v in variants:
+            r = got.get(v)
+            if r is None:
+                text += f"  {'':>9}  {'':>7}  {'':>7}  {'':>6}"
+                continue
+            wrong = "N/A" if r.wrong is None else str(r.wrong)
+            text += f"  {_time(r.time_us):>9}  {r.algbw:>7.3f}  {r.busbw:>7.3f}  {wrong:>6}"
+        if ratio:
+            a, b = got.get(variants[0]), got.get(variants[1])
+            text += f"  {a.busbw / b.busbw:>6.2f}" if a and b and b.busbw > 0 else f"  {'':>6}"
+        lines.append(text)
+    for v in variants:
+        s = summaries[v]
+        lines.append(f"# Avg bus bandwidth    : {s.avg_busbw:.3f} GB/s" + (f"  {s.label}" if len(variants) > 1 else ""))
+    if ratio and summaries[variants[1]].avg_busbw > 0:
+        lines.append(f"# Avg busbw ratio      : {summaries[variants[0]].avg_busbw / summaries[variants[1]].avg_busbw:.2f}"
+                     f"  ({summaries[variants[0]].label} / {summaries[variants[1]].label})")
+    return lines
+
+
+def _time(us: float) -> str:
+    return f"{us:.1f}" if us < 1e5 else f"{us:.0f}"
+
+
+def as_dict(meta: dict, rows: list[Row], summaries: list[Summary]) -> dict:
+    return {"version": 1, **meta,
+            "variants": [{"label": s.label, "program": s.program, "collective": s.kind, "how": s.how,
+                          "busbw_factor": s.factor, "baseline": s.baseline, "avg_busbw_gbps": s.avg_busbw}
+                         for s in summaries],
+            "rows": [_row(r) for r in rows]}
+
+
+def _row(r: Row) -> dict:
+    return {"variant": r.label, "collective": r.kind, "size_bytes": r.size, "requested_bytes": r.requested,
+            "count": r.count, "dtype": r.dtype, "redop": r.redop, "root": r.root, "param": r.param, "value": r.value,
+            "time_us": r.time_us, "algbw_gbps": r.algbw, "busbw_gbps": r.busbw, "wrong": r.wrong,
+            "rank_time_us": r.rank_us, "lines": r.lines}
+
+
+CSV_FIELDS = ("variant", "collective", "size_bytes", "requested_bytes", "count", "dtype", "redop", "root", "param",
+              "value", "time_us", "algbw_gbps", "busbw_gbps", "wrong")
+
+
+def write_json(path: str, data: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def write_csv(path: str, rows: list[Row]) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in _row(r).items()})
+
+
+def plot(path: str, rows: list[Row], summaries: list[Summary], title: str) -> None:
+    """busbw against size on a log2 axis, one line per variant (matplotlib's Agg: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    sizes = sorted({r.size for r in rows})
+    for i, s in enumerate(summaries):
+        mine = sorted((r for r in rows if r.variant == i), key=lambda r: r.size)
+        if mine:
+            ax.plot([r.size for r in mine], [r.busbw for r in mine], marker="o", markersize=3, label=s.label)
+    ax.set_xscale("log", base=2)
+    if sizes:
+        ticks = sizes if len(sizes) <= 12 else sizes[:: (len(sizes) + 11) // 12]
+        ax.set_xticks(ticks, [format_size(t).replace(" ", "") for t in ticks], rotation=45)
+    ax.set_xlabel("size (bytes of the measured buffer)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

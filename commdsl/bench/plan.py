@@ -1,0 +1,238 @@
+"""From what the user asked to a Plan: the variants to time, and for each size one checked Schedule.
+
+A variant is a program (the user's, or a generated built-in) plus what it measures. Its sweep sets
+one integer param (`n` unless `--param` says otherwise) so that the measured tensor has the requested
+number of bytes, as near as the program's shapes allow; the table shows the bytes actually moved.
+Every size is expanded and checked like `commdsl run` checks a program, before anything is launched.
+`expect` and `print` are left out of the timed ops: the bench times communication and compute, and
+`--check` compares every rank's tensors with the simulator after each iteration instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from commdsl.bench.builtin import Builtin
+from commdsl.bench.identify import BenchError, Measure, pragma, prove
+from commdsl.checker import analyse_schedule
+from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.dtypes import DTYPES
+from commdsl.expand import expand, resolve_params
+from commdsl.resolve import Program, load
+from commdsl.schedule import Expect, Print, Schedule
+from commdsl.source import SourceFile
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str  # its column heading and plot legend
+    program: Program
+    measure: Measure
+    param: str  # the integer param the sweep sets
+    params: dict  # the other params (--set)
+    baseline: bool = False  # a reference (--compare): shown, never gated by --min-busbw
+
+
+@dataclass(frozen=True)
+class Case:
+    """One variant at one size: what the workers run and what the table says about it."""
+
+    variant: int
+    requested: int  # bytes asked for
+    size: int  # bytes of the measured tensor at `value`
+    count: int
+    dtype: str
+    value: int  # of the variant's size param
+    schedule: Schedule  # the timed ops only (no expect, no print)
+    bases: tuple[int, ...]  # per rank: index of its first op in the Plan's guard schedule
+
+
+@dataclass(frozen=True)
+class Plan:
+    world: int
+    backend: str
+    iters: int
+    warmup: int
+    check: bool
+    out_dir: str  # the workers' result files, and the simulator's tensors with --check
+    variants: tuple[Variant, ...]
+    cases: tuple[Case, ...]
+    guard: Schedule  # every case's ops end to end, per rank: what the hang guard and the blame read
+
+    def locate(self, rank: int, index: int) -> tuple[Case, int] | None:
+        """The case and the op within it at `index` of `rank`'s ops in the guard schedule."""
+        for case in self.cases:
+            base = case.bases[rank]
+            if base <= index < base + len(case.schedule.ops[rank]):
+                return case, index - base
+        return None
+
+
+class Refused(Exception):
+    """The checks found errors in a variant at some size: nothing is launched."""
+
+    def __init__(self, variant: Variant, value: int, diagnostics: list[Diagnostic]):
+        super().__init__(variant.label)
+        self.variant, self.value, self.diagnostics = variant, value, diagnostics
+
+
+def builtin_variant(b: Builtin, baseline: bool = False, label: str | None = None) -> Variant:
+    program = load(SourceFile(b.path, b.text))
+    return Variant(label or b.kind, program, Measure(b.kind, b.tensor, b.redop, b.root, "built-in"), "n", {},
+                   baseline)
+
+
+def program_variant(program: Program, world: int, param: str, params: dict, dtype: str | None,
+                    baseline: bool = False) -> Variant:
+    """The user's program as a variant: what it measures from its pragma, else its expects, else its
+    largest tensor with busbw = algbw. BenchError when it cannot be swept at this world size."""
+    if not program.accepts(world):
+        raise BenchError(f"{program.path}: runs at world sizes {program.describe_world()}; "
+                         f"--nproc {world} is not one of them")
+    declared = {p.name for p in program.params}
+    if param not in declared:
+        raise BenchError(f"{program.path}: no param `{param}` to sweep (its params: "
+                         f"{', '.join(sorted(declared)) or 'none'}); --param NAME picks another")
+    if param in params:
+        raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
+    try:
+        measure = pragma(program) or prove(program, world, params) or _largest(program, world, params)
+        if dtype is not None:
+            program = _with_dtype(program, measure.tensor, dtype)
+            measure = pragma(program) or prove(program, world, params) or measure
+    except CommdslError as e:
+        raise Refused(Variant(program.name, program, Measure(None, ""), param, params), -1, e.diagnostics) from None
+    return Variant(program.name, program, measure, param, params, baseline)
+
+
+def _largest(program: Program, world: int, params: dict) -> Measure:
+    specs = expand(program, world, params).tensors[0]
+    if not specs:
+        raise BenchError(f"{program.path}: rank 0 has no tensor to size the sweep by")
+    name = max(specs, key=lambda t: specs[t].numel * DTYPES[specs[t].dtype].itemsize)
+    return Measure(None, name)
+
+
+def _with_dtype(program: Program, tensor: str, dtype: str) -> Program:
+    """`--dtype` for a program: every tensor declared with the measured tensor's dtype takes the new one."""
+    old = next(t.dtype.name for t in program.tensors if t.name == tensor)
+    tensors = tuple(t.model_copy(update={"dtype": t.dtype.model_copy(update={"name": dtype})})
+                    if t.dtype.name == old else t for t in program.tensors)
+    return program.model_copy(update={"tensors": tensors})
+
+
+def build(variants: list[Variant], sizes: list[int], world: int, backend: str, iters: int, warmup: int,
+          check: bool, out_dir: str, notes: list[str]) -> Plan:
+    """Expand and check every variant at every size; Refused on the first size the checks reject.
+
+    With `check`, the simulator's tensors of every case are written to `out_dir` (one file per rank),
+    so the parent never holds a whole sweep's expectations in memory. Sizes a variant cannot reach
+    (its shapes round two requests to the same value, or make the measured tensor empty) are dropped,
+    with a line in `notes`.
+    """
+    cases: list[Case] = []
+    tops = [0] * world
+    for vi, v in enumerate(variants):
+        seen = set()
+        base_value, base_numel = _reference(v, world)
+        for requested in sizes:
+            value, schedule = _fit(v, world, requested, base_value, base_numel)
+            spec = schedule.tensors[_holder(schedule, v.measure.tensor)][v.measure.tensor]
+            if spec.numel == 0:
+                notes.append(f"{v.label}: {requested} B leaves `{v.measure.tensor}` empty; size skipped")
+                continue
+            if value in seen:
+                notes.append(f"{v.label}: {requested} B gives `{v.param} = {value}` again; size skipped")
+                continue
+            seen.add(value)
+            diags, sim = analyse_schedule(v.program, schedule, (backend,), False, check)
+            errors = [d.model_copy(update={"worlds": (world,)}) for d in diags if d.severity == "error"]
+            if errors:
+                raise Refused(v, value, errors)
+            if check and not sim.engine.completed:
+                raise BenchError(f"{v.label}: --check needs the simulation to complete, and at `{v.param} = {value}` "
+                                 f"it does not (`commdsl check` says why)")
+            timed = dataclasses.replace(schedule, ops=[[op for op in ops if type(op) not in (Expect, Print)]
+                                                       for ops in schedule.ops])
+            itemsize = DTYPES[spec.dtype].itemsize
+            cases.append(Case(vi, requested, spec.numel * itemsize, spec.numel, spec.dtype, value, timed,
+                              tuple(tops)))
+            tops = [t + len(ops) for t, ops in zip(tops, timed.ops)]
+            if check:
+                _write_expected(out_dir, len(cases) - 1, sim)
+            del sim
+    if not cases:
+        raise BenchError("no size left to measure: every requested size was skipped (see the notes above)")
+    guard = Schedule(program="bench", path="bench", world=world, params={}, backends=(backend,),
+                     groups=cases[0].schedule.groups[:1] if cases else [], tensors=[{} for _ in range(world)],
+                     ops=[[op for c in cases for op in c.schedule.ops[r]] for r in range(world)])
+    return Plan(world, backend, iters, warmup, check, out_dir, tuple(variants), tuple(cases), guard)
+
+
+def _holder(schedule: Schedule, tensor: str) -> int:
+    """A rank that has the tensor (a tensor may be declared on some ranks only)."""
+    return next((r for r, specs in enumerate(schedule.tensors) if tensor in specs), 0)
+
+
+def _reference(v: Variant, world: int) -> tuple[int, int]:
+    """The size param's value at the program's defaults and the measured tensor's elements there."""
+    try:
+        value = resolve_params(v.program, v.params)[v.param]
+        schedule = expand(v.program, world, v.params)
+    except CommdslError as e:
+        raise Refused(v, -1, e.diagnostics) from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BenchError(f"{v.program.path}: param `{v.param}` = {value!r} is not an integer; the sweep sets an "
+                         f"integer param (--param NAME picks another)")
+    numel = schedule.tensors[_holder(schedule, v.measure.tensor)][v.measure.tensor].numel
+    if numel == 0:
+        raise BenchError(f"{v.program.path}: `{v.measure.tensor}` is empty at `{v.param} = {value}`, so the sweep "
+                         f"cannot tell how its size follows `{v.param}`")
+    return value, numel
+
+
+def _fit(v: Variant, world: int, requested: int, base_value: int, base_numel: int) -> tuple[int, Schedule]:
+    """The size param's value whose measured tensor is nearest `requested` bytes, and its Schedule.
+
+    Shapes are usually linear in the param (`n`, `n // world * world`): scale the reference, then
+    correct once with the size that value really gives."""
+    def at(value: int) -> tuple[int, Schedule]:
+        try:
+            s = expand(v.program, world, {**v.params, v.param: value})
+        except CommdslError as e:
+            raise Refused(v, value, e.diagnostics) from None
+        spec = s.tensors[_holder(s, v.measure.tensor)][v.measure.tensor]
+        return spec.numel * DTYPES[spec.dtype].itemsize, s
+
+    itemsize = DTYPES[_dtype(v)].itemsize
+    value = max(1, round(requested / itemsize * base_value / base_numel))
+    size, schedule = at(value)
+    if size != requested and size > 0:
+        better = max(1, round(value * requested / size))
+        if better != value:
+            size2, schedule2 = at(better)
+            if abs(size2 - requested) < abs(size - requested):
+                value, schedule = better, schedule2
+    return value, schedule
+
+
+def _dtype(v: Variant) -> str:
+    return next(t.dtype.name for t in v.program.tensors if t.name == v.measure.tensor)
+
+
+def expected_path(out_dir: str, case: int, rank: int) -> str:
+    """The simulator's tensors of one rank in one case: `t_NAME` values and `u_NAME` undefined masks."""
+    return os.path.join(out_dir, f"expect-{case}-{rank}.npz")
+
+
+def _write_expected(out_dir: str, case: int, sim) -> None:
+    for rank in range(sim.schedule.world):
+        arrays = {}
+        for name, values in sim.tensors[rank].items():
+            arrays["t_" + name] = values.reshape(-1)
+            arrays["u_" + name] = sim.undefined[rank][name].reshape(-1)
+        np.savez(expected_path(out_dir, case, rank), **arrays)

@@ -1,0 +1,84 @@
+"""Rows of the table from what the ranks measured: the slowest rank's time per iteration, algbw, busbw."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commdsl.bench import busbw as bw
+from commdsl.bench.plan import Plan
+
+
+@dataclass
+class Row:
+    variant: int
+    label: str
+    kind: str | None  # the collective whose busbw factor applies; None: busbw = algbw
+    requested: int  # bytes asked for with --sizes
+    size: int  # bytes of the measured tensor
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    param: str
+    value: int
+    time_us: float  # mean time per timed iteration of the slowest rank
+    algbw: float  # GB/s
+    busbw: float  # GB/s
+    wrong: int | None  # elements differing from the simulator, all ranks and iterations; None without --check
+    rank_us: list[float] = field(default_factory=list)  # every rank's mean time per iteration
+    lines: list[dict] = field(default_factory=list)  # the slowest rank's time per source line: line, text, us
+
+
+@dataclass
+class Summary:
+    label: str
+    program: str
+    kind: str | None
+    how: str
+    factor: float
+    baseline: bool
+    avg_busbw: float  # mean over the sizes, as nccl-tests' "Avg bus bandwidth"
+
+
+def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
+    """One row per case every rank reported on."""
+    out = []
+    for number, case in enumerate(plan.cases):
+        per_rank = results.get(number, {})
+        if len(per_rank) < plan.world:
+            continue
+        v = plan.variants[case.variant]
+        means = [_mean(per_rank[r]["durations_ns"]) / 1e3 for r in range(plan.world)]
+        slowest = max(range(plan.world), key=lambda r: means[r])
+        seconds = means[slowest] / 1e6
+        wrong = None if not plan.check else sum(per_rank[r]["wrong"] for r in range(plan.world))
+        out.append(Row(case.variant, v.label, v.measure.kind, case.requested, case.size, case.count, case.dtype,
+                       v.measure.redop, v.measure.root, v.param, case.value, means[slowest],
+                       bw.algbw(case.size, seconds), bw.busbw(v.measure.kind or "", plan.world, case.size, seconds),
+                       wrong, means, _by_line(plan, case, slowest, per_rank[slowest]["op_ns"])))
+    return out
+
+
+def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
+    out = []
+    for i, v in enumerate(plan.variants):
+        mine = [r.busbw for r in table if r.variant == i]
+        out.append(Summary(v.label, v.program.path, v.measure.kind, v.measure.how,
+                           bw.factor(v.measure.kind or "", plan.world), v.baseline,
+                           sum(mine) / len(mine) if mine else 0.0))
+    return out
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _by_line(plan: Plan, case, rank: int, op_ns: list[int]) -> list[dict]:
+    """Where the slowest rank's iteration goes, per source line (mean µs per iteration)."""
+    text = plan.variants[case.variant].program.source.text
+    totals: dict[int, list] = {}
+    for op, ns in zip(case.schedule.ops[rank], op_ns):
+        span = op.span
+        entry = totals.setdefault(span.line, [" ".join(text[span.start : span.end].split()), 0])
+        entry[1] += ns
+    return [{"line": line, "text": t, "us": ns / 1e3 / max(plan.iters, 1)} for line, (t, ns) in sorted(totals.items())]

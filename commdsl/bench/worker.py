@@ -1,0 +1,146 @@
+"""One rank of a bench launch: every case of the Plan, `warmup + iters` times each, timed by the runtime's loop.
+
+The rank sets up torch.distributed once for the whole sweep (a launch per size would cost a second or
+more of start-up each) and keeps the runtime's conventions, so its hang guard and blame work as in
+`commdsl run`: the progress slot shows the op (numbered in the Plan's guard schedule), errors and the
+end go to the runtime's record file. What the bench measures goes, one line per case, to
+`<out_dir>/rank<r>.jsonl`: the duration of each timed iteration (first op's start to last op's end),
+the time spent in each op summed over the timed iterations, and with `--check` the number of elements
+that differed from the simulator, over every iteration, warm-up included.
+
+Between iterations, `--check` restores the initial tensors (so every iteration computes the same
+thing), compares afterwards, and lines the ranks up with a barrier; none of that is timed. Without
+`--check` the iterations run back to back, as in nccl-tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+
+from commdsl.bench.plan import Plan, expected_path
+from commdsl.runtime import progress
+from commdsl.runtime.records import line
+from commdsl.runtime.worker import BACKSTOP_S, Job, die_with_parent, leave_evidence, run_steps
+
+
+def entry(plan: Plan, job: Job) -> None:
+    """What the elastic agent runs in each worker (through functools.partial); exits non-zero on failure."""
+    die_with_parent()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    leave_evidence(job.run_dir, rank)
+    board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
+    slot = progress.Slot(board.slots[local_rank])
+    slot.start(rank)
+    with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records, \
+         open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results:
+        def emit(kind: str, payload: dict):
+            records.write(line(kind, payload))
+            records.flush()
+
+        def result(payload: dict):
+            results.write(json.dumps(payload, separators=(",", ":")) + "\n")
+            results.flush()
+
+        failed = measure(plan, rank, local_rank, job.timeout + BACKSTOP_S, slot, emit, result)
+    if failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # at once, as the runtime's workers do: peers may still be waiting on this rank
+
+
+def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: progress.Slot, emit, result) -> bool:
+    """Run every case on this rank; True if it failed (the error record says where and why)."""
+    import torch
+    import torch.distributed as dist
+
+    from commdsl.runtime.ops import Context, allocate, build_steps
+
+    emit("start", {"pid": os.getpid(), "host": socket.gethostname()})
+    try:
+        torch.set_default_dtype(torch.float64)  # as the runtime: int / int gives float64, as in NumPy
+        if "OMP_NUM_THREADS" not in os.environ and int(os.environ["LOCAL_WORLD_SIZE"]) > 1:
+            torch.set_num_threads(1)  # as torchrun does: ranks × intra-op threads spinning on few cores crawl
+        nccl = plan.backend == "nccl"
+        if nccl:
+            torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank) if nccl else torch.device("cpu")
+        timeout = timedelta(seconds=pg_timeout)
+        store, _, _ = next(dist.rendezvous("env://", rank, plan.world, timeout=timeout))
+        dist.init_process_group(plan.backend, store=store, rank=rank, world_size=plan.world, timeout=timeout)
+        barrier = (lambda: dist.barrier(device_ids=[local_rank])) if nccl else dist.barrier
+        made: dict[tuple[int, ...], object] = {}  # process groups by members, made in Plan order on every rank
+
+        def group(ranks):
+            if ranks not in made:
+                made[ranks] = dist.new_group(list(ranks))
+            return made[ranks]
+
+        for number, case in enumerate(plan.cases):
+            slot.state(progress.RUNNING)  # local work (op -1): the hang guard only times waits
+            s = case.schedule
+            specs = s.tensors[rank]
+            ctx = Context(rank=rank, backend=plan.backend, device=device,
+                          buffers=allocate(specs, rank, plan.world, device),
+                          dtypes={name: spec.dtype for name, spec in specs.items()},
+                          groups=[None] + [group(g.ranks) for g in s.groups[1:]], emit=emit,
+                          sync=torch.cuda.current_stream(device).synchronize if nccl else None)
+            steps = build_steps(s.ops[rank], ctx)
+            base = case.bases[rank]
+            expected = _expected(plan, number, rank) if plan.check else None
+            initial = {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None
+            times, spent, durations, wrong = [(0, 0)] * len(steps), [0] * len(steps), [], 0
+            slot.state(progress.INIT)  # a wait on the others, which the guard times
+            barrier()  # every rank starts the case together
+            for iteration in range(plan.warmup + plan.iters):
+                if plan.check:
+                    slot.state(progress.RUNNING)
+                    for name, b in ctx.buffers.items():
+                        b.copy_(initial[name])
+                    slot.state(progress.INIT)
+                    barrier()
+                slot.s[progress.STATE] = progress.RUNNING
+                run_steps(steps, slot, times, base)
+                if iteration >= plan.warmup and steps:
+                    durations.append(times[-1][1] - times[0][0])
+                    for i, (t0, t1) in enumerate(times):
+                        spent[i] += t1 - t0
+                if plan.check:
+                    slot.state(progress.RUNNING)
+                    wrong += _wrong(ctx, expected)
+            result({"case": number, "durations_ns": durations, "op_ns": spent,
+                    "wrong": wrong if plan.check else None})
+            del ctx, steps, initial, expected
+        slot.state(progress.FINISHING)
+        barrier()  # nobody tears down while a peer still talks to it
+        emit("final", {"tensors": {}, "times": [], "init": [0, 0]})
+        dist.destroy_process_group()
+        slot.state(progress.DONE)
+        return False
+    except Exception as e:  # noqa: BLE001 - any failure of this rank is reported, then the rank exits
+        index = slot.op if slot.s[progress.STATE] == progress.RUNNING else -1
+        emit("error", {"index": index, "type": type(e).__name__, "message": str(e).strip(), "time_ns": time.time_ns()})
+        slot.state(progress.FAILED, index)
+        return True
+
+
+def _expected(plan: Plan, case: int, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    with np.load(expected_path(plan.out_dir, case, rank)) as f:
+        return {key[2:]: (f[key], ~f["u_" + key[2:]]) for key in f.files if key.startswith("t_")}
+
+
+def _wrong(ctx, expected: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
+    """Elements of this rank's tensors that differ from the simulator's (undefined ones are skipped)."""
+    from commdsl.simulate import close
+
+    count = 0
+    for name, (values, defined) in expected.items():
+        actual = ctx.host_flat(name)
+        count += int((~close(actual, values, ctx.dtypes[name]) & defined).sum())
+    return count

@@ -1,0 +1,328 @@
+"""`commdsl bench`: nccl-tests-style sweeps of a program, or of the built-in collectives, on real ranks.
+
+    commdsl bench --collective all_reduce --nproc 4 --sizes 1K:16M
+    commdsl bench programs/ring_allreduce.comm --nproc 4 --compare builtin --plot ring.png
+
+The table goes to stdout, `#` lines included, as nccl-tests prints it; the progress bar and errors
+go to stderr. Exit 0 when everything ran, 1 for findings (the checks refuse a size, a rank failed or
+hung, `--check` found wrong elements, the average busbw is below `--min-busbw`), 2 when the sweep
+could not be run at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+from rich.markup import escape
+
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.cli.run import _env
+
+_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+
+
+def add_parser(sub):
+    from commdsl.bench.builtin import COLLECTIVES
+
+    p = sub.add_parser(
+        "bench", help="time a program or the built-in collectives across sizes, nccl-tests style",
+        description="Sweep a program's size param (or a built-in collective) over message sizes on real "
+                    "torch.distributed ranks and print nccl-tests' table: size, count, type, redop, root, time, "
+                    "algbw, busbw, #wrong.")
+    p.add_argument("file", metavar="FILE", nargs="?", help="the program to sweep (or give --collective)")
+    p.add_argument("--collective", action="append", metavar="NAME",
+                   help=f"sweep a built-in instead of a program: {', '.join(COLLECTIVES)} or all "
+                        "(repeatable, or comma-separated)")
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=_env("nproc", None),
+                   help="ranks to start on this node (required)")
+    p.add_argument("--sizes", default=_env("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
+                   help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
+                        "(default: 1K:16M, FACTOR 2)")
+    p.add_argument("--iters", type=int, default=int(_env("iters", 20)), help="timed iterations per size (default: 20)")
+    p.add_argument("--warmup", type=int, default=int(_env("warmup", 5)),
+                   help="untimed iterations before them (default: 5)")
+    p.add_argument("--dtype", help="element type (built-ins: default float32; a program: replaces the dtype of "
+                                   "every tensor declared like the measured one)")
+    p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
+    p.add_argument("--root", type=int, default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
+    p.add_argument("--param", default="n", metavar="NAME",
+                   help="the program's integer param that sets the size (default: n)")
+    p.add_argument("--check", action="store_true",
+                   help="compare every rank's tensors with the simulator after every iteration (#wrong); "
+                        "the initial tensors are restored before each one")
+    p.add_argument("--compare", metavar="builtin|FILE",
+                   help="time a second variant at the same sizes and show both with their busbw ratio: "
+                        "`builtin` (the collective the program declares or its expects prove) or another program")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=_env("backend", "auto"),
+                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
+    p.add_argument("--timeout", type=float, default=float(_env("timeout", 60)), metavar="S",
+                   help="hang guard: seconds any rank may wait in one op (default: 60)")
+    p.add_argument("--json", metavar="FILE", help="write the rows and averages as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    p.add_argument("--plot", metavar="FILE", help="plot busbw against size, a line per variant (PNG)")
+    p.add_argument("--min-busbw", type=float, metavar="GBPS",
+                   help="exit 1 when a measured variant's average busbw is below GBPS GB/s (a CI gate)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
+    add_program_flags(p)
+    add_output_flags(p)
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args):
+    from commdsl.bench.builtin import COLLECTIVES
+    from commdsl.bench.config import BenchConfig
+    from commdsl.bench.sizes import SizeError, parse_sweep
+    from commdsl.dtypes import DTYPES
+
+    kinds: list[str] = []
+    for item in args.collective or []:
+        for name in filter(None, (s.strip() for s in item.split(","))):
+            if name == "all":
+                kinds.extend(k for k in COLLECTIVES if k not in kinds)
+            elif name not in COLLECTIVES:
+                raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}, all")
+            elif name not in kinds:
+                kinds.append(name)
+    if (args.file is None) == (not kinds):
+        raise UsageError("give either a program FILE or --collective NAME, not both" if kinds else
+                         "give a program FILE, or --collective NAME for a built-in")
+    if args.nproc is None:
+        raise UsageError("--nproc N is required: the ranks to start on this node")
+    nproc = int(args.nproc)
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    if "sendrecv" in kinds and nproc < 2:
+        raise UsageError("--collective sendrecv pings rank 0 to rank 1: it needs --nproc 2 or more")
+    if not 0 <= args.root < nproc:
+        raise UsageError(f"--root {args.root} is not a rank of --nproc {nproc}")
+    try:
+        sizes = parse_sweep(str(args.sizes))
+    except SizeError as e:
+        raise UsageError(str(e)) from None
+    if args.iters < 1:
+        raise UsageError(f"--iters must be at least 1, got {args.iters}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
+    if args.file is not None and args.op != "sum":
+        raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
+    if args.compare == "builtin" and args.file is None:
+        raise UsageError("--compare builtin compares a program with the built-in it stands for: give a FILE")
+    if args.compare not in (None, "builtin") and len(kinds) > 1:
+        raise UsageError("--compare FILE compares with one variant: give one --collective, or a FILE")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.min_busbw is not None and args.min_busbw < 0:
+        raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
+    for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"{flag} {path}: the directory does not exist")
+    return BenchConfig(path=args.file, collectives=tuple(kinds), nproc=nproc, sizes=tuple(sizes), iters=args.iters,
+                       warmup=args.warmup, dtype=args.dtype, op=args.op, root=args.root, param=args.param,
+                       params=parse_sets(args.set), check=args.check, compare=args.compare, backend=args.backend,
+                       timeout=args.timeout, json=args.json, csv=args.csv, plot=args.plot, min_busbw=args.min_busbw,
+                       verbose=args.verbose)
+
+
+def run(args) -> int:
+    cfg = config_from_args(args)
+    out, err = consoles(args)
+    paths = [p for p in (cfg.path, None if cfg.compare in (None, "builtin") else cfg.compare) if p]
+    loaded = load_files(paths, err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.plan import Refused
+    from commdsl.runtime.envinfo import EnvError, choose_backend
+
+    try:
+        backend = choose_backend(cfg.backend, cfg.nproc)
+    except EnvError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    with tempfile.TemporaryDirectory(prefix="commdsl-bench-") as out_dir:
+        try:
+            plan, notes = _plan(cfg, loaded.programs, backend, out_dir)
+        except BenchError as e:
+            err.print(f"[bold red]error[/]: {escape(str(e))}")
+            return EXIT_FAILURE
+        except Refused as e:
+            sources = {**loaded.sources, e.variant.program.path: e.variant.program.source}
+            print_diagnostics(e.diagnostics, sources, args.format, out, err)
+            at = f" with `{e.variant.param} = {e.value}`" if e.value >= 0 else ""
+            err.print(f"refusing to bench {escape(e.variant.label)}: the checks found errors at world size "
+                      f"{cfg.nproc}{at}")
+            return EXIT_FINDINGS
+        for note in notes:
+            err.print(f"note: {escape(note)}")
+        return _measure_and_show(cfg, plan, out, err)
+
+
+def _plan(cfg, programs, backend: str, out_dir: str):
+    from commdsl.bench.builtin import builtin
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.plan import build, builtin_variant, program_variant
+
+    dtype = cfg.dtype or "float32"
+    if cfg.path is not None:
+        variants = [program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, cfg.dtype)]
+    else:
+        variants = [builtin_variant(builtin(k, dtype, cfg.op, cfg.root)) for k in cfg.collectives]
+    if cfg.compare == "builtin":
+        m = variants[0].measure
+        if m.kind is None:
+            raise BenchError(f"--compare builtin: {cfg.path} declares no collective (a `# bench: KIND TENSOR` line) "
+                             "and the expects it ends with prove none")
+        twin = builtin(m.kind, _dtype_of(variants[0]), m.redop or "sum", m.root or 0)
+        variants.append(builtin_variant(twin, baseline=True, label=f"{m.kind} (built-in)"))
+    elif cfg.compare is not None:
+        other = program_variant(programs[-1], cfg.nproc, cfg.param, cfg.params, cfg.dtype, baseline=True)
+        if other.label == variants[0].label:
+            other = dataclasses.replace(other, label=f"{other.label} ({cfg.compare})")
+        variants.append(other)
+    notes: list[str] = []
+    plan = build(variants, list(cfg.sizes), cfg.nproc, backend, cfg.iters, cfg.warmup, cfg.check, out_dir, notes)
+    return plan, notes
+
+
+def _dtype_of(v) -> str:
+    return next(t.dtype.name for t in v.program.tensors if t.name == v.measure.tensor)
+
+
+def _measure_and_show(cfg, plan, out, err) -> int:
+    from commdsl.bench import output
+    from commdsl.bench.launch import run_plan
+    from commdsl.bench.results import rows, summaries
+    from commdsl.runtime.launch import LaunchError
+
+    bar = _Progress(err, len(plan.cases))
+    try:
+        measured = run_plan(plan, cfg.timeout, cfg.verbose, bar.update if bar.enabled else None)
+    except LaunchError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    finally:
+        bar.stop()
+    table = rows(plan, measured.results)
+    sums = summaries(plan, table)
+    for line in _preamble(cfg, plan, measured, sums):
+        out.print(line, markup=False)
+    groups = [list(range(len(plan.variants)))] if cfg.compare else [[i] for i in range(len(plan.variants))]
+    for number, group in enumerate(groups if table else []):
+        if len(groups) > 1:
+            out.print(("#\n" if number else "") + f"# {sums[group[0]].label}", markup=False)
+        for line in output.table(table, sums, group):
+            out.print(line, markup=False)
+    code = EXIT_OK
+    if measured.hang:
+        _show_hang(out, measured.hang, cfg.timeout)
+        code = EXIT_FINDINGS
+    elif measured.failures:
+        _show_failures(out, measured.failures, measured.stderr)
+        code = EXIT_FINDINGS
+    elif measured.interrupted:
+        err.print("interrupted: every worker was stopped")
+        return 130
+    wrong = sum(r.wrong or 0 for r in table)
+    if wrong:
+        out.print(f"[bold red]error[/]: {wrong} element{'s' * (wrong != 1)} differed from the simulator "
+                  "(#wrong counts them over every rank and iteration)")
+        code = EXIT_FINDINGS
+    try:
+        meta = {"world": plan.world, "backend": plan.backend, "iters": plan.iters, "warmup": plan.warmup,
+                "check": plan.check, "complete": len(table) == len(plan.cases)}
+        if cfg.json:
+            output.write_json(cfg.json, output.as_dict(meta, table, sums))
+        if cfg.csv:
+            output.write_csv(cfg.csv, table)
+        if cfg.plot and table:
+            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}")
+    except OSError as e:
+        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+        return EXIT_FAILURE
+    if cfg.min_busbw is not None and code == EXIT_OK:
+        low = [s for s in sums if not s.baseline and s.avg_busbw < cfg.min_busbw]
+        for s in low:
+            out.print(f"[bold red]error[/]: {escape(s.label)}: average bus bandwidth {s.avg_busbw:.3f} GB/s is below "
+                      f"--min-busbw {cfg.min_busbw:g}")
+        if low:
+            code = EXIT_FINDINGS
+    err.print(f"bench: {len(table)} of {len(plan.cases)} sizes measured on {plan.world} rank"
+              f"{'s' * (plan.world != 1)} ({plan.backend}, {measured.start_method}) in {measured.wall_s:.1f} s")
+    return code
+
+
+def _preamble(cfg, plan, measured, sums) -> list[str]:
+    lines = [f"# commdsl bench: {plan.world} rank{'s' * (plan.world != 1)}, {plan.backend} ({measured.start_method}); "
+             f"{plan.iters} iteration{'s' * (plan.iters != 1)} after {plan.warmup} warm-up; "
+             "time = the slowest rank's mean per iteration"
+             + ("; every iteration checked against the simulator" if plan.check else "")]
+    for v, s in zip(plan.variants, sums):
+        m = v.measure
+        if m.kind is None:
+            what = (f"sized by `{m.tensor}` (its largest tensor); no collective declared (`# bench: KIND TENSOR`) "
+                    f"or proved by its expects: busbw = algbw")
+        else:
+            extra = "".join([f" op {m.redop}" if m.redop else "", f" root {m.root}" if m.root is not None else ""])
+            what = f"{m.kind} of `{m.tensor}`{extra}, {m.how}: busbw = algbw × {s.factor:.3g}"
+        source = "" if m.how == "built-in" else f" ({v.program.path}, sweeping `{v.param}`)"
+        lines.append(f"# {s.label}{source}: {what}")
+    lines.append("#")
+    return lines
+
+
+def _show_hang(out, rows, timeout: float):
+    stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"])
+    out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
+              "every rank was stopped[/]")
+    out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
+    for r in rows:
+        rank = "?" if r["rank"] is None else str(r["rank"])
+        secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
+        mark = "  <- stuck" if r["stuck"] else ""
+        out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {r['op']}{mark}", markup=False)
+
+
+def _show_failures(out, failures, stderr: dict):
+    culprit = failures[0]
+    out.print(f"[bold red]error[/]: [bold]rank {culprit.rank} {escape(culprit.cause)}[/]")
+    out.print(f"  --> {escape(culprit.at.text)}  (pid {culprit.pid})")
+    for f in failures[1:]:
+        out.print(f"  then rank {f.rank} at {escape(f.at.text)} {escape(f.cause)}")
+    out.print("  every other worker was stopped")
+    tail = stderr.get(culprit.rank, "").strip().splitlines()[-8:]
+    if tail:
+        out.print(f"  last lines of rank {culprit.rank}'s stderr:")
+        for text in tail:
+            out.print("    " + text, markup=False)
+
+
+class _Progress:
+    """A rich progress bar on stderr (a terminal only), fed from the bench's watcher thread."""
+
+    def __init__(self, err, total: int):
+        self.err, self.total = err, total
+        self.enabled = err.is_terminal
+        self._bar = None
+        self._task = None
+
+    def update(self, done: int):
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("sizes"),
+                                 TimeElapsedColumn(), console=self.err, transient=True)
+            self._task = self._bar.add_task("bench", total=self.total)
+            self._bar.start()
+        self._bar.update(self._task, completed=done)
+
+    def stop(self):
+        if self._bar is not None:
+            self._bar.stop()
