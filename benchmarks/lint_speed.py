@@ -17,6 +17,7 @@ import argparse
 import gc
 import glob
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from commdsl.source import SourceFile
 
 
 def ring(n: int):
-    text = open("programs/ring_allreduce.comm").read().replace("world 1..16", "world 1..")
+    text = Path("programs/ring_allreduce.comm").read_text().replace("world 1..16", "world 1..")
     return load(SourceFile("programs/ring_allreduce.comm", text.replace("param n = 1024", f"param n = {n}")))
 
 

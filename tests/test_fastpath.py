@@ -11,11 +11,13 @@ one of them sometimes wrong). Use: it does answer True for the programs it is bu
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_engine import program_text, programs
 
 from commdsl.checker import analyse_schedule
 from commdsl.diagnostics import CommdslError
@@ -25,7 +27,6 @@ from commdsl.limits import memory_problem
 from commdsl.resolve import load
 from commdsl.simulate import simulate
 from commdsl.source import SourceFile
-from test_engine import program_text, programs
 
 MAX_SIZES = 10
 
@@ -77,7 +78,7 @@ def test_bad_programs_never_take_it():
 
 
 def test_ring_at_world_1024_is_answered_by_the_fast_path():
-    text = open("programs/ring_allreduce.comm").read().replace("world 1..16", "world 1..")
+    text = Path("programs/ring_allreduce.comm").read_text().replace("world 1..16", "world 1..")
     program = load(SourceFile("programs/ring_allreduce.comm", text))
     assert fast_clean(program, 1024, True)
 
@@ -132,8 +133,8 @@ _STATEMENTS = [
     st.sampled_from([
         "for s in 0 .. 2:\n    let k = (rank + s) % 2\n    x.chunk(k, 2) += s / 2\n    expect x >= -100",
         "for s in 1 .. world - 1:\n    send x to (rank + s) % world\n    recv y from (rank - s) % world",
-        "for s in 0 .. 1:\n    batch:\n        let d = s + 1\n        send x to (rank + d) % world\n"
-        "        recv y from (rank - d) % world\n    y += s\n    print y",
+        ("for s in 0 .. 1:\n    batch:\n        let d = s + 1\n        send x to (rank + d) % world\n"
+         "        recv y from (rank - d) % world\n    y += s\n    print y"),
         "for s in 0 .. world - 1:\n    g.chunk(s, world) = x[0] * s - rank",
     ]),
     st.sampled_from(["all_gather x into [p0, p1]", "scatter [p0, p1] into y from 1", "reduce_scatter [p0, p1] into y op max",

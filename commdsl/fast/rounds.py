@@ -82,8 +82,7 @@ class Machine:
         self.codes: dict[tuple, int] = {}
         self.names: list[tuple] = []
         if s.instances is not None:
-            starts, counts, *_ = s.instances
-            self.arrived = np.zeros(starts.size, dtype=np.int64)
+            self.arrived = np.zeros(s.instances[0].size, dtype=np.int64)
         self.sequences()
 
     # set-up --------------------------------------------------------------------------------------
@@ -261,7 +260,7 @@ class Machine:
             value = combine(rec.op[0], current, value)
         self.buf[t][idx] = _cast(np.asarray(as_array(value, idx.size)), self.dtype[t])
 
-    def ev(self, t, ctx: "_Ctx"):
+    def ev(self, t, ctx: _Ctx):
         """An element tree's value on the elements of `ctx` (`elementwise.evaluate`, vectorised)."""
         tag = t[0]
         if tag == "c":
@@ -343,7 +342,7 @@ class Machine:
             return
         for sd, rv, q in rec.pairs:
             start, count = self.span(sd.view, G, None)
-            dst, dcount = self.span(rv.view, G, None)
+            dst, _ = self.span(rv.view, G, None)
             if isinstance(dst, np.ndarray):
                 dst = dst[q]
             self.buf[rv.view.tensor][ragged(dst, count)] = self.buf[sd.view.tensor][ragged(start, count)]
@@ -517,7 +516,7 @@ class _Ctx:
     """Where an element tree is evaluated: record positions, rank count, element counts; each
     element's rank position (`rep`) and index (`i`) are made on first use."""
 
-    __slots__ = ("pos", "n", "count", "G", "_layout")
+    __slots__ = ("G", "_layout", "count", "n", "pos")
 
     def __init__(self, pos, n, count, G):
         self.pos, self.n, self.count, self.G, self._layout = pos, n, count, G, None

@@ -20,8 +20,9 @@ import numpy as np
 from commdsl.checker.rules.backend import unsupported
 from commdsl.collectives import REDUCING
 from commdsl.expand import MAX_STEPS, MAX_TENSOR_ELEMENTS, _Expander, _Stop
+from commdsl.fast.values import (Unknown, as_int, at, binary, call, checked, kind, sub, truthy, unary,
+                                  within)
 from commdsl.syntax import nodes as n
-from commdsl.fast.values import Unknown, as_int, at, binary, call, checked, kind, sub, truthy, unary, within
 
 MAX_BATCH = 32
 """P2P ops of one batch checked pairwise for races; more gives up."""
@@ -30,7 +31,7 @@ MAX_BATCH = 32
 class VView:
     """A view on the ranks of a record: `off`, `lead` (rows, None for 0-d) scalar or per-rank arrays."""
 
-    __slots__ = ("tensor", "off", "lead", "rest")
+    __slots__ = ("lead", "off", "rest", "tensor")
 
     def __init__(self, tensor: str, off, lead, rest: tuple):
         self.tensor, self.off, self.lead, self.rest = tensor, off, lead, rest
@@ -536,8 +537,8 @@ class Spmd:
                 count[sr.bpos] += 1
                 sr.slot = seen[sr.kind][sr.bpos]
                 seen[sr.kind][sr.bpos] += 1
-        for kind in ("send", "recv"):
-            self.slots[kind] = max(self.slots[kind], int(np.max(seen[kind])))
+        for side in ("send", "recv"):
+            self.slots[side] = max(self.slots[side], int(np.max(seen[side])))
         for a in range(len(subs)):
             for b in range(a + 1, len(subs)):
                 _batch_pair(subs[a], subs[b])
@@ -602,6 +603,8 @@ class Spmd:
                 if kind(scale) == "b":
                     raise Unknown
                 scale = scale.astype(np.float64) if isinstance(scale, np.ndarray) else float(scale)
+                if np.isnan(scale).any():
+                    raise Unknown  # NaN never equals itself: members would disagree (C304)
             if any(unsupported(b, redop, dtype) for b in self.backends):
                 raise Unknown  # B601
         elif s.redop is not None:

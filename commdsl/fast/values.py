@@ -39,7 +39,7 @@ def kind(v) -> str:
 
 def checked(v):
     """A Python scalar the vectorised arithmetic can represent exactly."""
-    if isinstance(v, bool) or isinstance(v, float):
+    if isinstance(v, (bool, float)):
         return v
     if isinstance(v, int) and -EXACT < v < EXACT:
         return v
