@@ -5,8 +5,10 @@ Two ways, the first that answers wins:
 * a pragma the author writes, in the statement's own words:
   `# bench: all_reduce x op sum`, `# bench: broadcast x from 0`, `# bench: all_gather out`, `# bench: sendrecv x`;
 * a proof from the `expect`s the program ends with: simulated at the bench's world size, a final `==`
-  expect covers a whole tensor on every rank that a built-in would write, and the value it holds there is exactly what
-  that built-in computes from the program's initial tensors (and not simply the initial value). The
+  expect covers a whole tensor on every rank that a built-in would write, and the value it holds there is
+  exactly what that built-in computes from the program's initial tensors (and not simply the initial
+  value); simulated once more with scrambled integers in the built-in's input, the program still computes
+  what the built-in would, so the program's own data cannot make the match a coincidence. The
   ring's `expect x == world * (world + 1) / 2` over `x = rank + 1` is all_reduce's sum, so the ring is
   an all_reduce.
 
@@ -17,6 +19,7 @@ reduce_scatter and scatter.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -26,7 +29,7 @@ from commdsl.bench.busbw import KINDS
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand
 from commdsl.resolve import Program
-from commdsl.schedule import Expect, Print
+from commdsl.schedule import Expect, Print, Schedule
 from commdsl.simulate import close, initial_value, simulate
 
 PRAGMA = re.compile(r"^\s*#\s*bench\s*:(.*)$")
@@ -77,7 +80,7 @@ def pragma(program: Program) -> Measure | None:
 
 
 def prove(program: Program, world: int, params: dict) -> Measure | None:
-    """The built-in collective the program's expects show it computes at `world`, or None."""
+    """The built-in collective the program's final expects show it computes at `world`, or None."""
     schedule = expand(program, world, params)
     sim = simulate(schedule)
     if not sim.ok or world < 2:
@@ -90,16 +93,36 @@ def prove(program: Program, world: int, params: dict) -> Measure | None:
                and op.view.numel == specs[r][op.view.tensor].numel}
     init = [{name: initial_value(s[name], r, world) for name in names} for r, s in enumerate(specs)]
     final = [{name: sim.tensors[r][name].reshape(-1) for name in names} for r in range(world)]
-    for kind, src, dst, redop, root, expected in _candidates(names, specs[0], init, world):
+    for kind, src, dst, redop, root, expected in _candidates(names, specs[0], world):
         ranks = (root,) if kind in ("reduce", "gather") else range(world)
         dtype = specs[0][dst].dtype
-        if not all((r, dst) in covered and _close(final[r][dst], expected(r), dtype) for r in ranks):
+        if not all((r, dst) in covered and _close(final[r][dst], expected(init, r), dtype) for r in ranks):
             continue
         if all(_close(final[r][dst], init[r][dst], dtype) for r in ranks):
             continue  # the expected value is what the tensor held anyway: nothing is shown
+        if not _holds_for_other_data(schedule, src, dst, ranks, expected):
+            continue  # the program's data made it look so (`x = rank` is also a `reduce x op min` at rank 1)
         tensor = dst if kind in ("all_reduce", "reduce", "broadcast", "all_gather", "gather") else src
         return Measure(kind, tensor, redop, root, "proved by its expects")
     return None
+
+
+def _holds_for_other_data(schedule: Schedule, src: str, dst: str, ranks, expected) -> bool:
+    """The same equality, simulated again with scrambled integers in `src` on every rank."""
+    world = schedule.world
+
+    def scrambled(rank: int):  # ((i * 7919 + c) % 61) - 30: exact in every dtype, different on every rank
+        c = rank * 104729 + 13
+        return ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919)), ("c", c)), ("c", 61)), ("c", 30))
+
+    tensors = [{**specs, src: dataclasses.replace(specs[src], init=scrambled(r))}
+               for r, specs in enumerate(schedule.tensors)]
+    sim = simulate(dataclasses.replace(schedule, tensors=tensors))
+    if not sim.engine.completed:
+        return False
+    init = [{name: initial_value(spec, r, world) for name, spec in specs.items()} for r, specs in enumerate(tensors)]
+    dtype = tensors[0][dst].dtype
+    return all(_close(sim.tensors[r][dst].reshape(-1), expected(init, r), dtype) for r in ranks)
 
 
 def _final_checks(ops):
@@ -143,60 +166,48 @@ def _reduce(arrays: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
             return np.bitwise_xor.reduce(stacked, 0)
 
 
-def _candidates(names, spec, init, world):
-    """(kind, src, dst, redop, root, expected(rank)) for every built-in that could produce `dst`, in the
-    order ties are settled: the collectives that involve every rank's data first."""
+def _candidates(names, spec, world):
+    """(kind, src, dst, redop, root, expected(init, rank)) for every built-in that could produce `dst`, in
+    the order ties are settled: the collectives that involve every rank's data first."""
     def ops_for(name):
         d = DTYPES[spec[name].dtype]
         return ("sum", "avg", "max", "min", "product") if d.is_float else ("sum", "max", "min", "product", "bor",
                                                                              "band", "bxor")
 
-    def chunk(a, r, parts):
-        m = a.size // parts
+    def chunk(a, r):
+        m = a.size // world
         return a[r * m : (r + 1) * m]
 
-    def same(a, b):
-        return spec[a].dtype == spec[b].dtype
+    def reduced(t, op):
+        return lambda init, r: _reduce([init[j][t] for j in range(world)], op, spec[t].dtype)
 
+    def gathered(a):
+        return lambda init, r: np.concatenate([init[j][a] for j in range(world)])
+
+    pairs = [(a, b) for a in names for b in names if spec[a].dtype == spec[b].dtype]
     for t in names:
         for op in ops_for(t):
-            if op == "avg" and not DTYPES[spec[t].dtype].is_float:
-                continue
-            value = _reduce([init[r][t] for r in range(world)], op, spec[t].dtype)
-            yield "all_reduce", t, t, op, None, (lambda r, v=value: v)
-    for a in names:
-        for b in names:
-            if not same(a, b):
-                continue
-            na, nb = spec[a].numel, spec[b].numel
-            if na == world * nb and nb > 0:
-                for op in ops_for(a):
-                    if op == "avg" and not DTYPES[spec[a].dtype].is_float:
-                        continue
-                    yield ("reduce_scatter", a, b, op, None,
-                           lambda r, a=a, op=op: _reduce([chunk(init[j][a], r, world) for j in range(world)], op,
-                                                         spec[a].dtype))
-            if nb == world * na and na > 0:
-                yield ("all_gather", a, b, None, None,
-                       lambda r, a=a: np.concatenate([init[j][a] for j in range(world)]))
-            if na == nb and na % world == 0 and na > 0:
-                yield ("all_to_all", a, b, None, None,
-                       lambda r, a=a: np.concatenate([chunk(init[j][a], r, world) for j in range(world)]))
+            yield "all_reduce", t, t, op, None, reduced(t, op)
+    for a, b in pairs:
+        na, nb = spec[a].numel, spec[b].numel
+        if na == world * nb and nb > 0:
+            for op in ops_for(a):
+                yield ("reduce_scatter", a, b, op, None,
+                       lambda init, r, a=a, op=op: _reduce([chunk(init[j][a], r) for j in range(world)], op,
+                                                           spec[a].dtype))
+        if nb == world * na and na > 0:
+            yield "all_gather", a, b, None, None, gathered(a)
+        if na == nb and na % world == 0 and na > 0:
+            yield ("all_to_all", a, b, None, None,
+                   lambda init, r, a=a: np.concatenate([chunk(init[j][a], r) for j in range(world)]))
     for root in range(world):
         for t in names:
-            yield "broadcast", t, t, None, root, (lambda r, t=t, root=root: init[root][t])
+            yield "broadcast", t, t, None, root, (lambda init, r, t=t, root=root: init[root][t])
             for op in ops_for(t):
-                if op == "avg" and not DTYPES[spec[t].dtype].is_float:
-                    continue
-                value = _reduce([init[r][t] for r in range(world)], op, spec[t].dtype)
-                yield "reduce", t, t, op, root, (lambda r, v=value: v)
-        for a in names:
-            for b in names:
-                if not same(a, b):
-                    continue
-                na, nb = spec[a].numel, spec[b].numel
-                if nb == world * na and na > 0:
-                    yield ("gather", a, b, None, root,
-                           lambda r, a=a: np.concatenate([init[j][a] for j in range(world)]))
-                if na == world * nb and nb > 0:
-                    yield ("scatter", a, b, None, root, lambda r, a=a, root=root: chunk(init[root][a], r, world))
+                yield "reduce", t, t, op, root, reduced(t, op)
+        for a, b in pairs:
+            na, nb = spec[a].numel, spec[b].numel
+            if nb == world * na and na > 0:
+                yield "gather", a, b, None, root, gathered(a)
+            if na == world * nb and nb > 0:
+                yield "scatter", a, b, None, root, (lambda init, r, a=a, root=root: chunk(init[root][a], r))

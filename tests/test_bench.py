@@ -1,0 +1,303 @@
+"""`commdsl bench`: nccl-tests' bandwidth arithmetic, sizes, which collective a program is, and short real sweeps.
+
+The Gloo tests run `commdsl.cli.main.main` inside this process (torch is imported once, workers fork
+from here), with tiny sizes and few iterations; each asserts that no worker outlives its launch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commdsl.bench import busbw as bw
+from commdsl.bench.builtin import COLLECTIVES, builtin
+from commdsl.bench.identify import BenchError, Measure, pragma, prove
+from commdsl.bench.output import table
+from commdsl.bench.plan import build, builtin_variant, program_variant
+from commdsl.bench.results import Row, Summary
+from commdsl.bench.sizes import SizeError, format_size, parse_size, parse_sweep
+from commdsl.cli.main import main
+from commdsl.resolve import load
+from commdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+RING = str(ROOT / "programs" / "ring_allreduce.comm")
+
+
+def program(text: str, path: str = "t.comm"):
+    return load(SourceFile(path, text))
+
+
+# ---- bandwidth arithmetic (nccl-tests' PERFORMANCE.md) -------------------------------------------
+
+@pytest.mark.parametrize("kind, world, factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75), ("all_reduce", 1, 0.0),
+    ("all_gather", 4, 0.75), ("reduce_scatter", 8, 0.875), ("all_to_all", 2, 0.5),
+    ("gather", 4, 0.75), ("scatter", 4, 0.75),
+    ("broadcast", 4, 1.0), ("reduce", 8, 1.0), ("sendrecv", 2, 1.0),
+])
+def test_bus_bandwidth_factor(kind, world, factor):
+    assert bw.factor(kind, world) == pytest.approx(factor)
+
+
+def test_algbw_and_busbw_by_hand():
+    # 16 MiB all_reduce in 26.2 ms at world 4: 16777216 B / 0.0262 s = 0.640352 GB/s; × 2·3/4 = 0.960528
+    assert bw.algbw(16 << 20, 0.0262) == pytest.approx(0.640352, rel=1e-5)
+    assert bw.busbw("all_reduce", 4, 16 << 20, 0.0262) == pytest.approx(0.960528, rel=1e-5)
+    # 1 MiB all_gather in 2 ms at world 8: 0.524288 GB/s, × 7/8
+    assert bw.busbw("all_gather", 8, 1 << 20, 0.002) == pytest.approx(0.458752)
+    assert bw.busbw(None or "", 4, 1000, 1e-6) == pytest.approx(1.0)  # no collective known: busbw = algbw
+    assert bw.algbw(1024, 0.0) == 0.0
+
+
+# ---- sizes ----------------------------------------------------------------------------------------
+
+def test_sizes():
+    assert parse_size("4096") == 4096 and parse_size("1K") == 1024 and parse_size("16M") == 16 << 20
+    assert parse_size("2KiB") == 2048 and parse_size("1g") == 1 << 30
+    assert parse_sweep("1K:16M") == [1 << k for k in range(10, 25)]
+    assert parse_sweep("1K:64M:4") == [1 << k for k in range(10, 27, 2)]
+    assert parse_sweep("8M") == [8 << 20]
+    assert format_size(1 << 20) == "1 MiB" and format_size(3996) == "3996 B"
+    for bad in ("1X", "0", "16M:1K", "1K:2K:1", "1K:2K:x", "1:2:3:4"):
+        with pytest.raises(SizeError):
+            parse_sweep(bad)
+
+
+# ---- which collective a program is ------------------------------------------------------------------
+
+def test_ring_allreduce_is_proved_an_all_reduce():
+    m = prove(load(SourceFile.read(RING)), 4, {})
+    assert (m.kind, m.tensor, m.redop, m.root) == ("all_reduce", "x", "sum", None)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("tensor x: float32[3] = rank * 3 + i\ntensor y: float32[world * 3]\nall_gather x into y\nexpect y == i\n",
+     ("all_gather", "y", None, None)),
+    ("tensor x: int32[world * 2] = i + rank\ntensor y: int32[2]\nreduce_scatter x into y op max\n"
+     "expect y == rank * 2 + i + world - 1\n", ("reduce_scatter", "x", "max", None)),
+    ("tensor x: float32[4] = rank + i\nbroadcast x from 1\nexpect x == 1 + i\n", ("broadcast", "x", None, 1)),
+    ("tensor x: float32[4] = rank + i\nreduce x to 1 op sum\non rank == 1:\n"
+     "    expect x == world * i + world * (world - 1) / 2\n", ("reduce", "x", "sum", 1)),
+    ("tensor x: int64[world] = rank * world + i\ntensor y: int64[world]\nall_to_all x into y\n"
+     "expect y == i * world + rank\n", ("all_to_all", "x", None, None)),
+])
+def test_expects_prove_the_collective(text, expected):
+    m = prove(program("program p\nworld 2..\n" + text), 4, {})
+    assert m is not None and (m.kind, m.tensor, m.redop, m.root) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "tensor x: float32[4] = 1\nbarrier\nexpect x == 1\n",  # nothing moved: equal to its initial value
+    "tensor x: float32[4] = rank + 1\nall_reduce x\nx = rank\nexpect x == rank\n",  # the final expect shows no all_reduce
+    "tensor x: float32[4] = rank + 1\nall_reduce x\nbarrier\n",  # no expect at all
+])
+def test_nothing_is_proved_without_a_final_expect_showing_it(text):
+    assert prove(program("program p\nworld 2..\n" + text), 4, {}) is None
+
+
+def test_pragma_declares_the_collective():
+    p = program("program p\nworld 2..\nparam n = 8\n# bench: broadcast x from 1\ntensor x: float32[n]\nbarrier\n")
+    assert pragma(p) == Measure("broadcast", "x", None, 1, "declared at line 4")
+    p = program("program p\nparam n = 8\ntensor x: float32[n]\n#bench: all_reduce x op max\n")
+    assert pragma(p).redop == "max"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("# bench: allreduce x", "not a collective the bench knows"),
+    ("# bench: all_reduce y", "which the program does not declare"),
+    ("# bench: all_reduce", "expects KIND TENSOR"),
+    ("# bench: all_reduce x op mean", "reduce op `mean`"),
+])
+def test_bad_pragma_is_a_clear_error(line, message):
+    with pytest.raises(BenchError, match=message) as e:
+        pragma(program(f"program p\nparam n = 8\ntensor x: float32[n]\n{line}\n"))
+    assert str(e.value).startswith("t.comm:4: ")
+
+
+# ---- a Plan: the size param fitted to bytes, every size checked ------------------------------------
+
+def test_sizes_are_fitted_through_the_size_param(tmp_path):
+    ring = program_variant(load(SourceFile.read(RING)), 4, "n", {}, None)
+    gather = builtin_variant(builtin("all_gather", "float32", "sum", 0))
+    plan = build([ring, gather], [1024, 3000, 1 << 20], 3, "gloo", 2, 1, False, str(tmp_path), notes := [])
+    got = [(plan.variants[c.variant].label, c.requested, c.value, c.size) for c in plan.cases]
+    assert got[:3] == [("ring_allreduce", 1024, 256, 1024), ("ring_allreduce", 3000, 750, 3000),
+                       ("ring_allreduce", 1 << 20, 262144, 1 << 20)]
+    # all_gather at world 3: y holds n // 3 * 3 elements, so 1 KiB (256 elements) becomes 255
+    assert got[3] == ("all_gather", 1024, 256, 1020) and not notes
+    # the guard schedule holds every case's ops end to end, per rank
+    assert [c.bases[0] for c in plan.cases] == [0, 6, 12, 18, 19, 20]
+    assert plan.locate(0, 19)[0] is plan.cases[4] and plan.locate(0, 19)[1] == 0
+
+
+def test_dtype_replaces_the_measured_tensors_dtype(tmp_path):
+    v = program_variant(load(SourceFile.read(RING)), 4, "n", {}, "bfloat16")
+    assert {t.name: t.dtype.name for t in v.program.tensors} == {"x": "bfloat16", "tmp": "bfloat16"}
+    assert v.measure.kind == "all_reduce"  # still proved in the new dtype
+    plan = build([v], [4096], 4, "gloo", 1, 0, False, str(tmp_path), [])
+    assert (plan.cases[0].count, plan.cases[0].dtype) == (2048, "bfloat16")
+
+
+def test_every_builtin_passes_the_checks(tmp_path):
+    variants = [builtin_variant(builtin(k, "float32", "sum", 1)) for k in COLLECTIVES]
+    plan = build(variants, [4096], 4, "gloo", 1, 0, True, str(tmp_path), [])
+    assert len(plan.cases) == len(COLLECTIVES)
+    assert len(list(tmp_path.glob("expect-*.npz"))) == 4 * len(COLLECTIVES)
+
+
+def test_wrong_elements_are_counted_outside_undefined_ones():
+    from commdsl.bench.worker import _wrong
+
+    class Ctx:
+        dtypes = {"x": "float32"}
+
+        def host_flat(self, name):
+            return np.array([1.0, 2.0, 9.0, 9.0], dtype=np.float32)
+
+    expected = {"x": (np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32), np.array([True, True, True, False]))}
+    assert _wrong(Ctx(), expected) == 1  # element 3 differs but is undefined (a reduce's non-root)
+
+
+def test_table_layout_with_a_ratio_column():
+    rows = [Row(0, "ring", "all_reduce", 1024, 1024, 256, "float32", "sum", None, "n", 256, 100.0, 0.01024,
+                0.01536, None),
+            Row(1, "all_reduce (built-in)", "all_reduce", 1024, 1024, 256, "float32", "sum", None, "n", 256, 50.0,
+                0.02048, 0.03072, 0)]
+    sums = [Summary("ring", "r.comm", "all_reduce", "proved", 1.5, False, 0.01536),
+            Summary("all_reduce (built-in)", "<all_reduce>", "all_reduce", "built-in", 1.5, True, 0.03072)]
+    lines = table(rows, sums, [0, 1])
+    assert "ring" in lines[0] and "all_reduce (built-in)" in lines[0]
+    assert lines[1].split()[1:6] == ["size", "count", "type", "redop", "root"] and lines[1].split()[-1] == "ratio"
+    assert lines[3].split() == ["1024", "256", "float32", "sum", "-1", "100.0", "0.010", "0.015", "N/A",
+                                "50.0", "0.020", "0.031", "0", "0.50"]
+    assert lines[-1].startswith("# Avg busbw ratio      : 0.50")
+    assert lines[-3].startswith("# Avg bus bandwidth    : 0.015 GB/s")
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+def run_here(argv, capfd) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--nproc", "2"], "give a program FILE, or --collective NAME"),
+    (["bench", RING, "--collective", "all_reduce", "--nproc", "2"], "not both"),
+    (["bench", "--collective", "all_reduce"], "--nproc N is required"),
+    (["bench", "--collective", "allreduce", "--nproc", "2"], "not one of all_reduce"),
+    (["bench", "--collective", "sendrecv", "--nproc", "1"], "needs --nproc 2 or more"),
+    (["bench", RING, "--nproc", "2", "--op", "max"], "a program states its own"),
+    (["bench", "--collective", "all_reduce", "--nproc", "2", "--compare", "builtin"], "give a FILE"),
+    (["bench", "--collective", "all_reduce", "--nproc", "2", "--sizes", "4M:1K"], "MAX is below MIN"),
+    (["bench", "--collective", "broadcast", "--nproc", "2", "--root", "2"], "--root 2 is not a rank"),
+])
+def test_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_compare_builtin_needs_a_known_collective(tmp_path, capfd):
+    prog = tmp_path / "p.comm"
+    prog.write_text("program p\nworld 2..\nparam n = 16\ntensor x: float32[n] = rank\nall_reduce x\nbarrier\n")
+    code, out, err = run_here(["bench", str(prog), "--nproc", "2", "--compare", "builtin"], capfd)
+    assert code == 2 and "declares no collective" in err and "Traceback" not in err
+
+
+def test_refused_program_is_not_launched(tmp_path, capfd):
+    prog = tmp_path / "p.comm"
+    prog.write_text("program p\nworld 2\nparam n = 4\ntensor x: float32[n]\nsend x to (rank + 1) % world\n"
+                    "recv x from (rank + 1) % world\n")
+    code, out, err = run_here(["bench", str(prog), "--nproc", "2", "--sizes", "1K"], capfd)
+    assert code == 1 and "error[D4" in out and "refusing to bench p" in err
+
+
+# ---- real sweeps on Gloo ---------------------------------------------------------------------------
+
+def _children() -> list[int]:
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+@pytest.fixture
+def no_orphans():
+    yield
+    left = _children()
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_sweep_with_check_and_every_output(tmp_path, capfd, no_orphans):
+    files = {k: str(tmp_path / f"out.{k}") for k in ("json", "csv", "png")}
+    code, out, err = run_here(["bench", "--collective", "all_reduce,sendrecv", "--nproc", "2", "--sizes", "1K:4K",
+                               "--iters", "3", "--warmup", "1", "--check", "--backend", "gloo",
+                               "--json", files["json"], "--csv", files["csv"], "--plot", files["png"]], capfd)
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert any(line.split()[1:10] == ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+               for line in lines)
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [r[:5] for r in rows] == [["1024", "256", "float32", "sum", "-1"], ["2048", "512", "float32", "sum", "-1"],
+                                     ["4096", "1024", "float32", "sum", "-1"], ["1024", "256", "float32", "none", "-1"],
+                                     ["2048", "512", "float32", "none", "-1"], ["4096", "1024", "float32", "none", "-1"]]
+    assert all(r[-1] == "0" for r in rows)  # #wrong: every iteration matched the simulator
+    assert sum(line.startswith("# Avg bus bandwidth    : ") for line in lines) == 2
+
+    data = json.loads(Path(files["json"]).read_text())
+    assert data["world"] == 2 and data["check"] and data["complete"]
+    assert [v["busbw_factor"] for v in data["variants"]] == [1.0, 1.0]
+    for r in data["rows"]:
+        assert r["wrong"] == 0 and r["time_us"] > 0 and len(r["rank_time_us"]) == 2
+        assert r["time_us"] == max(r["rank_time_us"])
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bw.factor(r["collective"], 2))
+    with open(files["csv"], newline="") as f:
+        table_rows = list(csv.DictReader(f))
+    assert len(table_rows) == 6 and {r["variant"] for r in table_rows} == {"all_reduce", "sendrecv"}
+    assert float(table_rows[0]["busbw_gbps"]) == pytest.approx(data["rows"][0]["busbw_gbps"])
+    import matplotlib.image
+
+    assert Path(files["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(files["png"]).shape[0] > 100
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans):
+    report = tmp_path / "ring.json"
+    code, out, err = run_here(["bench", RING, "--nproc", "4", "--compare", "builtin", "--sizes", "1K:2K",
+                               "--iters", "2", "--warmup", "1", "--check", "--backend", "gloo",
+                               "--min-busbw", "1000", "--json", str(report)], capfd)
+    assert code == 1, out + err  # no 1 KiB all_reduce on Gloo reaches 1000 GB/s
+    assert "ring_allreduce: average bus bandwidth" in out and "below --min-busbw 1000" in out
+    assert "all_reduce (built-in): average" not in out  # the reference is shown, never gated
+    assert "all_reduce of `x` op sum, proved by its expects: busbw = algbw × 1.5" in out
+    heads = next(line for line in out.splitlines() if "ring_allreduce" in line and "built-in" in line)
+    assert heads.startswith("#")
+    assert "# Avg busbw ratio      : " in out
+    data = json.loads(report.read_text())
+    assert [v["label"] for v in data["variants"]] == ["ring_allreduce", "all_reduce (built-in)"]
+    assert [v["baseline"] for v in data["variants"]] == [False, True]
+    assert all(r["wrong"] == 0 for r in data["rows"]) and len(data["rows"]) == 4
+    ring = data["rows"][0]
+    assert [line["line"] for line in ring["lines"]] == [17, 20, 22]  # where the ring's time goes, per source line
