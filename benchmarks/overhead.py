@@ -75,18 +75,6 @@ def run_hand(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
         return json.load(f)
 
 
-def hand_main(nproc: int, n: int, iters: int, warmup: int, out: str) -> None:
-    import uuid
-
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
-                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-                          monitor_interval=0.05, start_method="fork")
-    elastic_launch(config, hand_worker)(n, iters, warmup, out)
-
-
 def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
     prog, trace = os.path.join(tmp, "loop.comm"), os.path.join(tmp, "trace.json")
     with open(prog, "w") as f:
@@ -100,6 +88,67 @@ def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
     window = ops[warmup:]
     return {"mean_us": (window[-1]["ts"] + window[-1]["dur"] - window[0]["ts"]) / len(window),
             "median_us": statistics.median(e["dur"] for e in window)}
+
+
+def interleaved_worker(n: int, block: int, blocks: int, out: str) -> None:
+    """Both loops in the same processes, alternating blocks: commdsl's steps (built by `ops.build_steps`
+    from the program and run by `worker.run_steps`) and the bare torch loop. Load changes between
+    runs cancel; what is left is what commdsl's execution adds per op."""
+    import torch
+    import torch.distributed as dist
+
+    from commdsl.expand import expand
+    from commdsl.resolve import load
+    from commdsl.runtime.ops import Context, allocate, build_steps
+    from commdsl.runtime.progress import Slot
+    from commdsl.runtime.worker import run_steps
+    from commdsl.source import SourceFile
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    schedule = expand(load(SourceFile("loop.comm", PROGRAM)), world, {"n": n, "iters": block})
+    specs = schedule.tensors[rank]
+    ctx = Context(rank=rank, backend="gloo", device=torch.device("cpu"),
+                  buffers=allocate(specs, rank, world, torch.device("cpu")),
+                  dtypes={k: v.dtype for k, v in specs.items()}, groups=[None], emit=lambda kind, payload: None)
+    steps, slot, x = build_steps(schedule.ops[rank], ctx), Slot(), torch.zeros(n, dtype=torch.float32)
+    clock, pairs = time.perf_counter, []
+    for b in range(blocks + 1):
+        dist.barrier()
+        t0 = clock()
+        run_steps(steps, slot, [(0, 0)] * block)
+        t1 = clock()
+        dist.barrier()
+        t2 = clock()
+        for _ in range(block):
+            dist.all_reduce(x)
+        t3 = clock()
+        if b:  # the first pair warms up
+            pairs.append(((t1 - t0) / block * 1e6, (t3 - t2) / block * 1e6))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(pairs, f)
+    dist.destroy_process_group()
+
+
+def run_interleaved(nproc: int, n: int, block: int, blocks: int, tmp: str) -> list[tuple[float, float]]:
+    out = os.path.join(tmp, "interleaved.json")
+    subprocess.run([sys.executable, __file__, "--interleaved", str(nproc), str(n), str(block), str(blocks), out],
+                   check=True, capture_output=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def launch(nproc: int, fn, *args) -> None:
+    import uuid
+
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+                          monitor_interval=0.05, start_method="fork")
+    elastic_launch(config, fn)(*args)
 
 
 def loop_cost(count: int = 200_000) -> float:
@@ -128,7 +177,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--sizes", default="1,4194304", help="element counts, comma-separated")
     ap.add_argument("--iters", default="2000,60", help="all_reduces per run, one per size")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5, help="end-to-end repetitions (0: only the in-process figures)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -137,7 +186,7 @@ def main() -> None:
         sys.exit("--iters needs one count per size")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n, it in zip(sizes, iters, strict=True):
+        for n, it in zip(sizes, iters, strict=True) if args.repeat else ():
             warmup = max(1, it // 10)
             runs: dict[str, list[dict]] = {"hand": [], "commdsl": [], "hand again": []}
             for _ in range(args.repeat):  # hand, commdsl, hand: commdsl is compared with both neighbours
@@ -161,6 +210,16 @@ def main() -> None:
                       f"ratio {r['ratio']:.3f} ({lo:.2f}..{hi:.2f})  hand/hand control {r['control']:.3f} "
                       f"({clo:.2f}..{chi:.2f})", flush=True)
             results.append(row)
+        for n, it in zip(sizes, iters, strict=True):
+            block = max(1, it // 4)
+            pairs = run_interleaved(args.nproc, n, block, 8, tmp)
+            ratio = statistics.median(c / h for c, h in pairs)
+            results.append({"n": n, "interleaved_block": block, "interleaved_pairs_us": pairs,
+                            "interleaved_ratio": ratio})
+            print(f"n={n}: same processes, 8 alternating blocks of {block}: commdsl steps "
+                  f"{statistics.median(c for c, _ in pairs):.1f} us/op, bare loop "
+                  f"{statistics.median(h for _, h in pairs):.1f} us/op, ratio {ratio:.3f} "
+                  f"({min(c / h for c, h in pairs):.2f}..{max(c / h for c, h in pairs):.2f})", flush=True)
     cost = loop_cost()
     print(f"commdsl's timed loop adds {cost:.2f} us per op (no-op steps, best of 5)")
     if args.json:
@@ -170,6 +229,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "--hand":
-        hand_main(*map(int, sys.argv[2:6]), sys.argv[6])
+        launch(int(sys.argv[2]), hand_worker, *map(int, sys.argv[3:6]), sys.argv[6])
+    elif len(sys.argv) == 7 and sys.argv[1] == "--interleaved":
+        launch(int(sys.argv[2]), interleaved_worker, *map(int, sys.argv[3:6]), sys.argv[6])
     else:
         main()

@@ -258,6 +258,8 @@ class _Rank:
                 return [f"{target}.fill_({value})"]
             if op.op != "=":
                 value = f"{target} {op.op[0]} {value}"
+            elif op.value[0] == "v":
+                value += ".clone()"  # the source may overlap the target, which copy_ refuses
             return [f"{target}.copy_({value})"]
         if isinstance(op, Expect):
             return [f"expect(failures, {op.span.line}, {self.view(op.view)}, {op.cmp!r}, "

@@ -119,8 +119,12 @@ def _compute(op: Compute, index: int, ctx: Context) -> Step:
     lib, read, shape, value, kind = torch_lib(ctx.device), ctx.view, op.target.shape, op.value, op.op
     combine = {"+=": torch.add, "-=": torch.sub, "*=": torch.mul, "/=": torch.true_divide}.get(kind)
 
+    copy_first = value[0] == "v"  # `x[1:3] = x[0:2]`: torch refuses to copy between overlapping views
+
     def step():
         v = evaluate(value, read, shape, lib)
+        if copy_first:
+            v = v.clone()
         if combine is not None:
             v = combine(target, v)  # promotes like NumPy (int += 0.5 computes in float), cast back below
         if torch.is_tensor(v):
