@@ -254,7 +254,7 @@ def _measure_and_show(cfg, plan, out, err) -> int:
                       f"--min-busbw {cfg.min_busbw:g}")
         if low:
             code = EXIT_FINDINGS
-    err.print(f"bench: {len(table)} of {len(plan.cases)} sizes measured on {plan.world} rank"
+    err.print(f"bench: {len(table)} of {len(plan.cases)} cases (variant × size) measured on {plan.world} rank"
               f"{'s' * (plan.world != 1)} ({plan.backend}, {measured.start_method}) in {measured.wall_s:.1f} s")
     return code
 
@@ -317,7 +317,7 @@ class _Progress:
         if self._bar is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("sizes"),
+            self._bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"),
                                  TimeElapsedColumn(), console=self.err, transient=True)
             self._task = self._bar.add_task("bench", total=self.total)
             self._bar.start()
