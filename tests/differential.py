@@ -6,8 +6,8 @@ For each random program (2–4 ranks; blocking and async P2P with tags, waits, c
 * the simulator: clean ⇔ it completes with no leftover message and no unwaited request;
 * real Gloo (`commdsl run --no-check`): a clean program completes with every tensor equal to the
   simulator's; a stalled one is stopped by the hang guard, whose table names exactly the ranks the
-  engine found stuck, at the same source lines. Programs with other errors (e.g. collective kind
-  mismatches: Gloo may crash or hang) are not run.
+  engine found stuck, at the same source lines. Programs with other errors (collective mismatches:
+  Gloo may crash, hang or compute garbage) are judged statically only.
 
     python tests/differential.py --count 1000 --seed 1     # the tally in docs/reliability.md
 """
@@ -32,6 +32,9 @@ from commdsl.resolve import load
 from commdsl.source import SourceFile
 
 STALLS = {"D401", "D402", "C307", "C308", "P201", "P202", "P204"}
+# Members disagreeing about a collective: the engine pairs the calls and goes on, a real backend hangs,
+# crashes or computes garbage, depending on the algorithm. Such programs are judged statically only.
+MISMATCHES = {"C301", "C302", "C303", "C304", "C305", "C306", "C309", "C312"}
 
 
 def generate(rng: random.Random) -> tuple[int, str]:
@@ -123,7 +126,7 @@ def static_verdict(world: int, text: str) -> Verdict:
         raise AssertionError(f"checker and simulator disagree: codes {codes}, completed {result.completed}\n{text}")
     if not errors:
         return Verdict("clean", {}, codes)
-    if result.stalled:
+    if result.stalled and not set(codes) & MISMATCHES:
         assert set(codes) & STALLS, f"a stall reported without a stall code: {codes}\n{text}"
         rooted = frozenset(r for r, b in result.stalled.items() if getattr(b.op, "kind", None) in EARLY_RELEASE)
         return Verdict("stall", {r: b.op.span.line for r, b in result.stalled.items()}, codes, rooted)
