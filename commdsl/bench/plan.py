@@ -208,7 +208,7 @@ def _fit(v: Variant, world: int, requested: int, base_value: int, base_numel: in
         spec = s.tensors[_holder(s, v.measure.tensor)][v.measure.tensor]
         return spec.numel * DTYPES[spec.dtype].itemsize, s
 
-    itemsize = DTYPES[_dtype(v)].itemsize
+    itemsize = DTYPES[measured_dtype(v)].itemsize
     value = max(1, round(requested / itemsize * base_value / base_numel))
     size, schedule = at(value)
     if size != requested and size > 0:
@@ -220,7 +220,8 @@ def _fit(v: Variant, world: int, requested: int, base_value: int, base_numel: in
     return value, schedule
 
 
-def _dtype(v: Variant) -> str:
+def measured_dtype(v: Variant) -> str:
+    """The declared dtype of the tensor a variant's sizes refer to."""
     return next(t.dtype.name for t in v.program.tensors if t.name == v.measure.tensor)
 
 

@@ -168,7 +168,7 @@ def run(args) -> int:
 def _plan(cfg, programs, backend: str, out_dir: str):
     from commdsl.bench.builtin import builtin
     from commdsl.bench.identify import BenchError
-    from commdsl.bench.plan import build, builtin_variant, program_variant
+    from commdsl.bench.plan import build, builtin_variant, measured_dtype, program_variant
 
     dtype = cfg.dtype or "float32"
     if cfg.path is not None:
@@ -180,7 +180,7 @@ def _plan(cfg, programs, backend: str, out_dir: str):
         if m.kind is None:
             raise BenchError(f"--compare builtin: {cfg.path} declares no collective (a `# bench: KIND TENSOR` line) "
                              "and the expects it ends with prove none")
-        twin = builtin(m.kind, _dtype_of(variants[0]), m.redop or "sum", m.root or 0)
+        twin = builtin(m.kind, measured_dtype(variants[0]), m.redop or "sum", m.root or 0)
         variants.append(builtin_variant(twin, baseline=True, label=f"{m.kind} (built-in)"))
     elif cfg.compare is not None:
         other = program_variant(programs[-1], cfg.nproc, cfg.param, cfg.params, cfg.dtype, baseline=True)
@@ -190,10 +190,6 @@ def _plan(cfg, programs, backend: str, out_dir: str):
     notes: list[str] = []
     plan = build(variants, list(cfg.sizes), cfg.nproc, backend, cfg.iters, cfg.warmup, cfg.check, out_dir, notes)
     return plan, notes
-
-
-def _dtype_of(v) -> str:
-    return next(t.dtype.name for t in v.program.tensors if t.name == v.measure.tensor)
 
 
 def _measure_and_show(cfg, plan, out, err) -> int:
