@@ -12,6 +12,8 @@ Whatever happens, every worker is gone when `run_local` returns.
 
 from __future__ import annotations
 
+import dataclasses
+
 import glob
 import logging
 import os
@@ -86,12 +88,16 @@ def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entr
     rdzv_configs: dict = {"timeout": rdzv_timeout, "join_timeout": rdzv_timeout}
     if opts.rdzv_backend == "static":
         rdzv_configs["rank"] = opts.node_rank
-    config = LaunchConfig(
+    fields = dict(
         min_nodes=opts.nnodes, max_nodes=opts.nnodes, nproc_per_node=opts.nproc,
         run_id=opts.rdzv_id or ("commdsl" if opts.nnodes > 1 else f"commdsl-{uuid.uuid4().hex[:12]}"), role="commdsl",
         rdzv_backend=opts.rdzv_backend, rdzv_endpoint=opts.rdzv_endpoint, rdzv_configs=rdzv_configs,
         max_restarts=0, monitor_interval=0.05, start_method=start_method, shutdown_timeout=5,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL), local_addr=None)
+    # LaunchConfig grew fields across releases (shutdown_timeout is new in 2.13; torch 2.11 rejects it):
+    # pass the ones this torch has, the others keep their (older) behaviour
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}
+    config = LaunchConfig(**{k: v for k, v in fields.items() if k in known})
     run = LocalRun(backend=backend, start_method=start_method, results={})
     guard = Guard(board, schedule, opts.timeout, opts.verbose)
     started = time.perf_counter()
