@@ -127,13 +127,16 @@ def test_sizes_are_fitted_through_the_size_param(tmp_path):
     gather = builtin_variant(builtin("all_gather", "float32", "sum", 0))
     plan = build([ring, gather], [1024, 3000, 1 << 20], 3, "gloo", 2, 1, False, str(tmp_path), notes := [])
     got = [(plan.variants[c.variant].label, c.requested, c.value, c.size) for c in plan.cases]
-    assert got[:3] == [("ring_allreduce", 1024, 256, 1024), ("ring_allreduce", 3000, 750, 3000),
-                       ("ring_allreduce", 1 << 20, 262144, 1 << 20)]
-    # all_gather at world 3: y holds n // 3 * 3 elements, so 1 KiB (256 elements) becomes 255
-    assert got[3] == ("all_gather", 1024, 256, 1020) and not notes
-    # the guard schedule holds every case's ops end to end, per rank
-    assert [c.bases[0] for c in plan.cases] == [0, 6, 12, 18, 19, 20]
-    assert plan.locate(0, 19)[0] is plan.cases[4] and plan.locate(0, 19)[1] == 0
+    # size by size, the variants in turn; all_gather at world 3: y holds n // 3 * 3 elements, so 1 KiB
+    # (256 elements) becomes 255
+    assert got == [("ring_allreduce", 1024, 256, 1024), ("all_gather", 1024, 256, 1020),
+                   ("ring_allreduce", 3000, 750, 3000), ("all_gather", 3000, 751, 3000),
+                   ("ring_allreduce", 1 << 20, 262144, 1 << 20), ("all_gather", 1 << 20, 262146, 1048584)]
+    assert not notes
+    # the guard schedule holds every case's ops end to end, per rank (the ring: 6 ops at world 3)
+    assert [c.bases[0] for c in plan.cases] == [0, 6, 7, 13, 14, 20]
+    assert plan.locate(0, 13)[0] is plan.cases[3] and plan.locate(0, 13)[1] == 0
+    assert plan.locate(0, 16)[0] is plan.cases[4] and plan.locate(0, 16)[1] == 2
 
 
 def test_dtype_replaces_the_measured_tensors_dtype(tmp_path):

@@ -136,19 +136,20 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
     """
     cases: list[Case] = []
     tops = [0] * world
-    for vi, v in enumerate(variants):
-        seen = set()
-        base_value, base_numel = _reference(v, world)
-        for requested in sizes:
+    references = [_reference(v, world) for v in variants]
+    seen: list[set] = [set() for _ in variants]
+    for requested in sizes:  # size by size, the variants one after the other: a --compare sees the same load
+        for vi, v in enumerate(variants):
+            base_value, base_numel = references[vi]
             value, schedule = _fit(v, world, requested, base_value, base_numel)
             spec = schedule.tensors[_holder(schedule, v.measure.tensor)][v.measure.tensor]
             if spec.numel == 0:
                 notes.append(f"{v.label}: {requested} B leaves `{v.measure.tensor}` empty; size skipped")
                 continue
-            if value in seen:
+            if value in seen[vi]:
                 notes.append(f"{v.label}: {requested} B gives `{v.param} = {value}` again; size skipped")
                 continue
-            seen.add(value)
+            seen[vi].add(value)
             diags, sim = analyse_schedule(v.program, schedule, (backend,), False, check)
             errors = [d.model_copy(update={"worlds": (world,)}) for d in diags if d.severity == "error"]
             if errors:
@@ -168,7 +169,7 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
     if not cases:
         raise BenchError("no size left to measure: every requested size was skipped (see the notes above)")
     guard = Schedule(program="bench", path="bench", world=world, params={}, backends=(backend,),
-                     groups=cases[0].schedule.groups[:1] if cases else [], tensors=[{} for _ in range(world)],
+                     groups=cases[0].schedule.groups[:1], tensors=[{} for _ in range(world)],
                      ops=[[op for c in cases for op in c.schedule.ops[r]] for r in range(world)])
     return Plan(world, backend, iters, warmup, check, out_dir, tuple(variants), tuple(cases), guard)
 
