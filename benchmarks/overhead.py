@@ -91,9 +91,9 @@ def run_commdsl(nproc: int, n: int, iters: int, warmup: int, tmp: str) -> dict:
 
 
 def interleaved_worker(n: int, block: int, blocks: int, out: str) -> None:
-    """Both loops in the same processes, alternating blocks: commdsl's steps (built by `ops.build_steps`
-    from the program and run by `worker.run_steps`) and the bare torch loop. Load changes between
-    runs cancel; what is left is what commdsl's execution adds per op."""
+    """Both loops in the same processes, in alternating blocks: commdsl's steps (built by
+    `ops.build_steps` from the program and run by `worker.run_steps`) and the bare torch loop.
+    Differences between launches cancel; what is left is what commdsl's execution adds per op."""
     import torch
     import torch.distributed as dist
 
@@ -112,19 +112,24 @@ def interleaved_worker(n: int, block: int, blocks: int, out: str) -> None:
                   buffers=allocate(specs, rank, world, torch.device("cpu")),
                   dtypes={k: v.dtype for k, v in specs.items()}, groups=[None], emit=lambda kind, payload: None)
     steps, slot, x = build_steps(schedule.ops[rank], ctx), Slot(), torch.zeros(n, dtype=torch.float32)
-    clock, pairs = time.perf_counter, []
-    for b in range(blocks + 1):
-        dist.barrier()
-        t0 = clock()
+
+    def commdsl_block():
         run_steps(steps, slot, [(0, 0)] * block)
-        t1 = clock()
-        dist.barrier()
-        t2 = clock()
+
+    def bare_block():
         for _ in range(block):
             dist.all_reduce(x)
-        t3 = clock()
-        if b:  # the first pair warms up
-            pairs.append(((t1 - t0) / block * 1e6, (t3 - t2) / block * 1e6))
+
+    clock, pairs = time.perf_counter, []
+    for b in range(blocks + 2):  # ABBA order: neither loop always runs first; the first two blocks warm up
+        took = {}
+        for name, run in (("commdsl", commdsl_block), ("bare", bare_block))[:: 1 if b % 2 == 0 else -1]:
+            dist.barrier()
+            t0 = clock()
+            run()
+            took[name] = (clock() - t0) / block * 1e6
+        if b >= 2:
+            pairs.append((took["commdsl"], took["bare"]))
     if rank == 0:
         with open(out, "w") as f:
             json.dump(pairs, f)
@@ -212,14 +217,14 @@ def main() -> None:
             results.append(row)
         for n, it in zip(sizes, iters, strict=True):
             block = max(1, it // 4)
-            pairs = run_interleaved(args.nproc, n, block, 8, tmp)
-            ratio = statistics.median(c / h for c, h in pairs)
+            pairs = run_interleaved(args.nproc, n, block, 12, tmp)
+            c, h = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+            ratios = [p[0] / p[1] for p in pairs]
             results.append({"n": n, "interleaved_block": block, "interleaved_pairs_us": pairs,
-                            "interleaved_ratio": ratio})
-            print(f"n={n}: same processes, 8 alternating blocks of {block}: commdsl steps "
-                  f"{statistics.median(c for c, _ in pairs):.1f} us/op, bare loop "
-                  f"{statistics.median(h for _, h in pairs):.1f} us/op, ratio {ratio:.3f} "
-                  f"({min(c / h for c, h in pairs):.2f}..{max(c / h for c, h in pairs):.2f})", flush=True)
+                            "interleaved_ratio": c / h})
+            print(f"n={n}: same processes, 12 blocks of {block} each, ABBA order: commdsl steps {c:.1f} us/op, "
+                  f"bare loop {h:.1f} us/op, ratio {c / h:.3f} (block pairs {min(ratios):.2f}..{max(ratios):.2f})",
+                  flush=True)
     cost = loop_cost()
     print(f"commdsl's timed loop adds {cost:.2f} us per op (no-op steps, best of 5)")
     if args.json:

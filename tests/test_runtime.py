@@ -427,3 +427,25 @@ def test_two_nodes_on_one_machine(no_orphans):
         "(ranks 2..3 of this node only: every node reports its own)"]
     for out, err in outs:
         assert "4 ranks (gloo, fork)" in err and "every rank matches the simulator (2 ranks" in out
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_crashed_rank_is_the_culprit(tmp_path, no_orphans):
+    # Gloo aborts the receiving process (SIGABRT) when a message is longer than the posted receive
+    prog = write(tmp_path, "crash.comm", """\
+program crash
+world 2
+tensor x: float32[4] = 1
+tensor y: float32[2]
+on rank == 0:
+    send x to 1
+else:
+    recv y from 0
+""")
+    code, out, err, _ = run_cli(["run", prog, "--nproc", "2", "--no-check", "--timeout", "30"], no_orphans)
+    assert code == 1, out + err
+    lines = out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("error:"))
+    assert lines[first].startswith("error: rank 1 crashed (Fatal Python error: Aborted)"), out
+    assert "crash.comm:8  recv y from 0" in lines[first + 1], out

@@ -40,7 +40,9 @@ WORLD_SIZE = {world}
 BACKEND = "{backend}"
 TIMEOUT = timedelta(seconds=60)
 # float comparisons use torch.testing.assert_close's tolerances (rtol, atol); integers compare exactly
-TOLERANCE = {{{tolerance}}}
+TOLERANCE = {{
+    {tolerance},
+}}
 
 
 def flat(t, start, stop, *shape):
@@ -121,7 +123,7 @@ def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", s
     """The script's text."""
     uses_rand = any(spec.init is not None and spec.init[0] == "rand"
                     for specs in schedule.tensors for spec in specs.values())
-    tolerance = ", ".join(f"torch.{name}: {tol}" for name, tol in TOLERANCE.items())
+    tolerance = ",\n    ".join(f"torch.{name}: {tol}" for name, tol in TOLERANCE.items())
     parts = [_HEADER.format(program=schedule.program, path=schedule.path, world=schedule.world, script=script,
                             backend=backend, tolerance=tolerance, numpy=" and NumPy" if uses_rand else "",
                             numpy_import="import numpy as np\n" if uses_rand else "")]
@@ -202,7 +204,8 @@ class _Rank:
         shape = ", ".join(map(str, v.shape)) if v.shape else "()"
         return f"flat({v.tensor}, {v.offset}, {v.stop}, {shape})"
 
-    def expr(self, e, shape: tuple[int, ...]) -> str:
+    def expr(self, e, shape: tuple[int, ...], top: bool = True) -> str:
+        """Python for an element expression; `0 +` and `* 1` that expansion left behind are dropped."""
         tag = e[0]
         if tag == "c":
             return repr(e[1])
@@ -213,9 +216,18 @@ class _Rank:
             return f"torch.arange({n}, device=DEVICE)" + (f".view({', '.join(map(str, shape))})" if len(shape) != 1
                                                           else "")
         if tag == "u":
-            return f"({'~' if e[1] not in '+-' else e[1]}{self.expr(e[2], shape)})"
+            text = f"{'~' if e[1] not in '+-' else e[1]}{self.expr(e[2], shape, False)}"
+            return text if top else f"({text})"
         if tag == "b":
-            return f"({self.expr(e[2], shape)} {e[1]} {self.expr(e[3], shape)})"
+            op, a, b = e[1], e[2], e[3]
+            if op == "+" and _is_int(a, 0):
+                return self.expr(b, shape, top)
+            if op in "+-" and _is_int(b, 0) or op == "*" and _is_int(b, 1):
+                return self.expr(a, shape, top)
+            if op == "*" and _is_int(a, 1):
+                return self.expr(b, shape, top)
+            text = f"{self.expr(a, shape, False)} {op} {self.expr(b, shape, False)}"
+            return text if top else f"({text})"
         if tag == "f":
             args = ", ".join(self.expr(a, shape) for a in e[2])
             return {"min": "minimum", "max": "maximum", "abs": "abs"}[e[1]] + f"({args})"
@@ -234,8 +246,8 @@ class _Rank:
         value = self.expr(spec.init, spec.shape)
         if spec.init[0] == "c":
             return f"torch.full(({shape}{',' if len(spec.shape) == 1 else ''}), {value}, dtype={dtype}, device=DEVICE)"
-        return f"torch.as_tensor({value}, device=DEVICE).broadcast_to(({shape}{',' if len(spec.shape) == 1 else ''}))" \
-               f".to({dtype}).contiguous()"
+        # not a constant, so it involves `i`: a tensor of the full shape, computed as the simulator does
+        return f"({value}).to({dtype})"
 
     def group(self, g) -> str:
         return "None" if g is None or g.id == 0 else f"groups[{g.id}]"
@@ -339,6 +351,10 @@ class _Rank:
             args.append("async_op=True")
         call = f"{'' if fn == 'reduce_scatter_single' else 'dist.'}{fn}({', '.join(args)})"
         return f"r{op.req} = {call}" if op.req is not None else call
+
+
+def _is_int(e, value: int) -> bool:
+    return e[0] == "c" and type(e[1]) is int and e[1] == value
 
 
 def _key(op):
