@@ -125,7 +125,8 @@ def test_bad_pragma_is_a_clear_error(line, message):
 def test_sizes_are_fitted_through_the_size_param(tmp_path):
     ring = program_variant(load(SourceFile.read(RING)), 4, "n", {}, None)
     gather = builtin_variant(builtin("all_gather", "float32", "sum", 0))
-    plan = build([ring, gather], [1024, 3000, 1 << 20], 3, "gloo", 2, 1, False, str(tmp_path), notes := [])
+    plan = build([ring, gather], [1024, 3000, 1 << 20], 3, "gloo", 2, 1, False, str(tmp_path), notes := [],
+                 interleave=True)
     got = [(plan.variants[c.variant].label, c.requested, c.value, c.size) for c in plan.cases]
     # size by size, the variants in turn; all_gather at world 3: y holds n // 3 * 3 elements, so 1 KiB
     # (256 elements) becomes 255
@@ -137,6 +138,7 @@ def test_sizes_are_fitted_through_the_size_param(tmp_path):
     assert [c.bases[0] for c in plan.cases] == [0, 6, 7, 13, 14, 20]
     assert plan.locate(0, 13)[0] is plan.cases[3] and plan.locate(0, 13)[1] == 0
     assert plan.locate(0, 16)[0] is plan.cases[4] and plan.locate(0, 16)[1] == 2
+    assert plan.rounds == ((0, 1), (2, 3), (4, 5))  # --compare: the variants of a size alternate
 
 
 def test_dtype_replaces_the_measured_tensors_dtype(tmp_path):

@@ -62,6 +62,7 @@ class Plan:
     variants: tuple[Variant, ...]
     cases: tuple[Case, ...]
     guard: Schedule  # every case's ops end to end, per rank: what the hang guard and the blame read
+    rounds: tuple[tuple[int, ...], ...]  # cases set up together whose iterations alternate (--compare)
 
     def locate(self, rank: int, index: int) -> tuple[Case, int] | None:
         """The case and the op within it at `index` of `rank`'s ops in the guard schedule."""
@@ -126,8 +127,12 @@ def _with_dtype(program: Program, tensor: str, dtype: str) -> Program:
 
 
 def build(variants: list[Variant], sizes: list[int], world: int, backend: str, iters: int, warmup: int,
-          check: bool, out_dir: str, notes: list[str]) -> Plan:
+          check: bool, out_dir: str, notes: list[str], interleave: bool = False) -> Plan:
     """Expand and check every variant at every size; Refused on the first size the checks reject.
+
+    `interleave` (for --compare) makes the variants of each size one round: their iterations
+    alternate, so a ratio is taken under the same load. Otherwise each case runs alone (several
+    collectives at 64 MiB would not fit in memory together).
 
     With `check`, the simulator's tensors of every case are written to `out_dir` (one file per rank),
     so the parent never holds a whole sweep's expectations in memory. Sizes a variant cannot reach
@@ -171,7 +176,12 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
     guard = Schedule(program="bench", path="bench", world=world, params={}, backends=(backend,),
                      groups=cases[0].schedule.groups[:1], tensors=[{} for _ in range(world)],
                      ops=[[op for c in cases for op in c.schedule.ops[r]] for r in range(world)])
-    return Plan(world, backend, iters, warmup, check, out_dir, tuple(variants), tuple(cases), guard)
+    if interleave:
+        rounds = [tuple(i for i, c in enumerate(cases) if c.requested == size) for size in sizes]
+    else:
+        rounds = [(i,) for i in range(len(cases))]
+    return Plan(world, backend, iters, warmup, check, out_dir, tuple(variants), tuple(cases), guard,
+                tuple(r for r in rounds if r))
 
 
 def _holder(schedule: Schedule, tensor: str) -> int:

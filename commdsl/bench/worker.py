@@ -8,9 +8,11 @@ end go to the runtime's record file. What the bench measures goes, one line per 
 the time spent in each op summed over the timed iterations, and with `--check` the number of elements
 that differed from the simulator, over every iteration, warm-up included.
 
-Between iterations, `--check` restores the initial tensors (so every iteration computes the same
-thing), compares afterwards, and lines the ranks up with a barrier; none of that is timed. Without
-`--check` the iterations run back to back, as in nccl-tests.
+The cases of one round (the variants of `--compare` at one size) are set up together and alternate
+iteration by iteration, so a load that comes and goes on a shared machine weighs on both sides of
+the ratio alike. Between iterations, `--check` restores the initial tensors (so every iteration
+computes the same thing), compares afterwards, and lines the ranks up with a barrier; none of that
+is timed. Without `--check` the iterations run back to back, as in nccl-tests.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
@@ -82,41 +85,45 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
                 made[ranks] = dist.new_group(list(ranks))
             return made[ranks]
 
-        for number, case in enumerate(plan.cases):
-            slot.state(progress.RUNNING)  # local work (op -1): the hang guard only times waits
-            s = case.schedule
-            specs = s.tensors[rank]
+        def prepare(number: int) -> _Live:
+            case = plan.cases[number]
+            s, specs = case.schedule, case.schedule.tensors[rank]
             ctx = Context(rank=rank, backend=plan.backend, device=device,
                           buffers=allocate(specs, rank, plan.world, device),
                           dtypes={name: spec.dtype for name, spec in specs.items()},
                           groups=[None] + [group(g.ranks) for g in s.groups[1:]], emit=emit,
                           sync=torch.cuda.current_stream(device).synchronize if nccl else None)
             steps = build_steps(s.ops[rank], ctx)
-            base = case.bases[rank]
-            expected = _expected(plan, number, rank) if plan.check else None
-            initial = {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None
-            times, spent, durations, wrong = [(0, 0)] * len(steps), [0] * len(steps), [], 0
+            return _Live(number, ctx, steps, case.bases[rank], [(0, 0)] * len(steps), [0] * len(steps),
+                         _expected(plan, number, rank) if plan.check else None,
+                         {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None)
+
+        for numbers in plan.rounds:
+            slot.state(progress.RUNNING)  # local work (op -1): the hang guard only times waits
+            live = [prepare(number) for number in numbers]
             slot.state(progress.INIT)  # a wait on the others, which the guard times
-            barrier()  # every rank starts the case together
+            barrier()  # every rank starts the round together
             for iteration in range(plan.warmup + plan.iters):
-                if plan.check:
-                    slot.state(progress.RUNNING)
-                    for name, b in ctx.buffers.items():
-                        b.copy_(initial[name])
-                    slot.state(progress.INIT)
-                    barrier()
-                slot.s[progress.STATE] = progress.RUNNING
-                run_steps(steps, slot, times, base)
-                if iteration >= plan.warmup and steps:
-                    durations.append(times[-1][1] - times[0][0])
-                    for i, (t0, t1) in enumerate(times):
-                        spent[i] += t1 - t0
-                if plan.check:
-                    slot.state(progress.RUNNING)
-                    wrong += _wrong(ctx, expected)
-            result({"case": number, "durations_ns": durations, "op_ns": spent,
-                    "wrong": wrong if plan.check else None})
-            del ctx, steps, initial, expected
+                for c in live:  # a round's cases alternate iteration by iteration: they see the same load
+                    if plan.check:
+                        slot.state(progress.RUNNING)
+                        for name, b in c.ctx.buffers.items():
+                            b.copy_(c.initial[name])
+                        slot.state(progress.INIT)
+                        barrier()
+                    slot.s[progress.STATE] = progress.RUNNING
+                    run_steps(c.steps, slot, c.times, c.base)
+                    if iteration >= plan.warmup and c.steps:
+                        c.durations.append(c.times[-1][1] - c.times[0][0])
+                        for i, (t0, t1) in enumerate(c.times):
+                            c.spent[i] += t1 - t0
+                    if plan.check:
+                        slot.state(progress.RUNNING)
+                        c.wrong += _wrong(c.ctx, c.expected)
+            for c in live:
+                result({"case": c.number, "durations_ns": c.durations, "op_ns": c.spent,
+                        "wrong": c.wrong if plan.check else None})
+            del live
         slot.state(progress.FINISHING)
         barrier()  # nobody tears down while a peer still talks to it
         emit("final", {"tensors": {}, "times": [], "init": [0, 0]})
@@ -128,6 +135,22 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         emit("error", {"index": index, "type": type(e).__name__, "message": str(e).strip(), "time_ns": time.time_ns()})
         slot.state(progress.FAILED, index)
         return True
+
+
+@dataclass
+class _Live:
+    """One case set up on this rank: its tensors and steps, and what was measured so far."""
+
+    number: int
+    ctx: object  # runtime.ops.Context
+    steps: list
+    base: int  # its first op's index in the guard schedule
+    times: list
+    spent: list[int]  # ns per op, summed over the timed iterations
+    expected: dict | None  # the simulator's tensors (--check)
+    initial: dict | None  # the tensors to restore before each iteration (--check)
+    durations: list[int] = field(default_factory=list)
+    wrong: int = 0
 
 
 def _expected(plan: Plan, case: int, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -188,7 +188,8 @@ def _plan(cfg, programs, backend: str, out_dir: str):
             other = dataclasses.replace(other, label=f"{other.label} ({cfg.compare})")
         variants.append(other)
     notes: list[str] = []
-    plan = build(variants, list(cfg.sizes), cfg.nproc, backend, cfg.iters, cfg.warmup, cfg.check, out_dir, notes)
+    plan = build(variants, list(cfg.sizes), cfg.nproc, backend, cfg.iters, cfg.warmup, cfg.check, out_dir, notes,
+                 interleave=cfg.compare is not None)
     return plan, notes
 
 
