@@ -225,7 +225,9 @@ barrier
     first = next(i for i, ln in enumerate(lines) if ln.startswith("error:"))
     assert lines[first].startswith("error: rank 2 raised ValueError"), out
     assert "self.comm:5  send x to 2" in lines[first + 1], out
-    assert all(ln.startswith("  then rank") and "failed peer" in ln for ln in lines[first + 2 : first + 5]), out
+    # the others either noticed the lost peer or were stopped by the launcher first
+    for ln in lines[first + 2 : lines.index("  every other worker was stopped")]:
+        assert ln.startswith("  then rank") and ("failed peer" in ln or "stopped by SIGTERM" in ln), out
 
 
 @pytest.mark.gloo
