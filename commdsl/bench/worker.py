@@ -77,7 +77,13 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         timeout = timedelta(seconds=pg_timeout)
         store, _, _ = next(dist.rendezvous("env://", rank, plan.world, timeout=timeout))
         dist.init_process_group(plan.backend, store=store, rank=rank, world_size=plan.world, timeout=timeout)
-        barrier = (lambda: dist.barrier(device_ids=[local_rank])) if nccl else dist.barrier
+        # the bench's own barriers run on a Gloo group of their own, as the runtime's closing barrier does:
+        # never paired with a program's `barrier`, and no device to name under NCCL
+        own = dist.new_group(list(range(plan.world)), backend="gloo")
+
+        def barrier():
+            dist.barrier(group=own)
+
         made: dict[tuple[int, ...], object] = {}  # process groups by members, made in Plan order on every rank
 
         def group(ranks):
