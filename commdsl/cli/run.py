@@ -20,7 +20,8 @@ from commdsl.diagnostics import CommdslError
 
 
 def _env(flag: str, default):
-    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default)."""
+    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default). Defaults stay
+    strings: argparse converts them with the flag's type and reports a bad value as a usage error."""
     return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)
 
 
@@ -35,14 +36,14 @@ def add_parser(sub):
                    help="ranks to start on this node (without it: run as one rank of an externally launched job)")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=_env("backend", "auto"),
                    help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=float(_env("timeout", 60)), metavar="S",
+    p.add_argument("--timeout", type=float, default=_env("timeout", "60"), metavar="S",
                    help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="launch even when the static checks find errors (to watch a hang or a crash for real)")
-    p.add_argument("--nnodes", type=int, default=int(_env("nnodes", 1)), help="nodes in the job (default: 1)")
-    p.add_argument("--node-rank", type=int, default=int(_env("node_rank", 0)),
+    p.add_argument("--nnodes", type=int, default=_env("nnodes", "1"), help="nodes in the job (default: 1)")
+    p.add_argument("--node-rank", type=int, default=_env("node_rank", "0"),
                    help="this node's rank (used by --rdzv-backend static)")
     p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=_env("rdzv_backend", "c10d"),
                    help="rendezvous of the nodes (default: c10d)")
