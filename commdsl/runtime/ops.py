@@ -126,7 +126,7 @@ def _compute(op: Compute, index: int, ctx: Context) -> Step:
         update, source = getattr(target, in_place), ctx.view(value[1])
         return lambda: update(source)
 
-    copy_first = value[0] == "v"  # `x[1:3] = x[0:2]`: torch refuses to copy between overlapping views
+    copy_first = kind == "=" and value[0] == "v"  # `x[1:3] = x[0:2]`: copy_ refuses overlapping views
 
     def step():
         v = evaluate(value, read, shape, lib)
