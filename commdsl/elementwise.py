@@ -6,6 +6,7 @@ thing in both; only the array library differs (`NUMPY` here, a torch adapter in 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import numpy as np
@@ -55,35 +56,19 @@ def evaluate(e: Elem, read: Callable[[View], object], shape: tuple[int, ...], li
     raise ValueError(f"element expression {tag!r} is not allowed here")
 
 
+BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": operator.pow, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
+    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+"""The arithmetic and comparison operators, shared by element expressions and per-rank integers."""
+
+
 def _binary(op: str, a, b):
-    match op:
-        case "+":
-            return a + b
-        case "-":
-            return a - b
-        case "*":
-            return a * b
-        case "/":
-            return a / b
-        case "//":
-            return a // b
-        case "%":
-            return a % b
-        case "**":
-            return a ** b
-        case "==":
-            return a == b
-        case "!=":
-            return a != b
-        case "<":
-            return a < b
-        case "<=":
-            return a <= b
-        case ">":
-            return a > b
-        case ">=":
-            return a >= b
-    raise ValueError(f"operator {op!r} is not elementwise")
+    try:
+        return BINARY[op](a, b)
+    except KeyError:
+        raise ValueError(f"operator {op!r} is not elementwise") from None
 
 
 def random_init(seed: int, rank: int, numel: int, normal: bool) -> np.ndarray:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from commdsl.collectives import fit_problem
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.dtypes import DTYPES
+from commdsl.elementwise import BINARY
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.schedule import (Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send,
                               TensorSpec, View, Wait)
@@ -526,24 +527,7 @@ class _Expander:
 def _mentions(e, name: str) -> bool:
     if isinstance(e, n.Name):
         return e.id == name
-    return any(_mentions(c, name) for c in _expr_children(e))
-
-
-def _expr_children(e):
-    match e:
-        case n.Attr():
-            return [e.value]
-        case n.Call():
-            return [e.func, *e.args]
-        case n.Slice():
-            return [x for x in (e.value, e.lo, e.hi) if x is not None]
-        case n.Index():
-            return [e.value, e.index]
-        case n.Unary():
-            return [e.operand]
-        case n.Binary():
-            return [e.left, e.right]
-    return []
+    return any(_mentions(c, name) for c in n.children(e))
 
 
 def _batched_starts(stmts) -> set[int]:
@@ -576,47 +560,24 @@ def _unravel(rank: int, sizes: list[int]) -> tuple[int, ...]:
 
 
 def _arith(e: n.Binary, a, b):
+    """Python semantics for per-rank integers, with `/` exact when it divides and guarded powers."""
     op = e.op
+    if op == "/" and isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
+        return a // b
+    if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 \
+            and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS:
+        _fail("N121", "this value is too large", e, label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits")
+    if op not in BINARY:
+        _fail("N107", f"unknown operator `{op}`", e)
     try:
-        match op:
-            case "+":
-                return a + b
-            case "-":
-                return a - b
-            case "*":
-                return a * b
-            case "/":
-                if isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
-                    return a // b
-                return a / b
-            case "//":
-                return a // b
-            case "%":
-                return a % b
-            case "**":
-                if isinstance(a, int) and isinstance(b, int) and b > 0 and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS:
-                    _fail("N121", "this value is too large", e, label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits")
-                value = a ** b
-                if isinstance(value, complex):
-                    _fail("N121", "this value is not a real number", e, label=f"`{a} ** {b}` is complex")
-                return value
-            case "==":
-                return a == b
-            case "!=":
-                return a != b
-            case "<":
-                return a < b
-            case "<=":
-                return a <= b
-            case ">":
-                return a > b
-            case ">=":
-                return a >= b
+        value = BINARY[op](a, b)
     except ZeroDivisionError:
         _fail("N122", f"division by zero in `{op}`", e, label="the right-hand side is 0 here")
     except OverflowError:
         _fail("N121", "this value is too large", e, label="overflow")
-    _fail("N107", f"unknown operator `{op}`", e)
+    if isinstance(value, complex):
+        _fail("N121", "this value is not a real number", e, label=f"`{a} ** {b}` is complex")
+    return value
 
 
 def _text(r: _Rank, e) -> str:

@@ -477,24 +477,8 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
 def _walk(e):
     """`e` and every expression inside it."""
     yield e
-    match e:
-        case n.Attr():
-            children = [e.value]
-        case n.Call():
-            children = [e.func, *e.args]
-        case n.Slice():
-            children = [e.value, e.lo, e.hi]
-        case n.Index():
-            children = [e.value, e.index]
-        case n.Unary():
-            children = [e.operand]
-        case n.Binary():
-            children = [e.left, e.right]
-        case _:
-            children = []
-    for c in children:
-        if c is not None:
-            yield from _walk(c)
+    for c in n.children(e):
+        yield from _walk(c)
 
 
 def _random_calls(e, top: bool = False) -> list[n.Call]:
@@ -503,22 +487,7 @@ def _random_calls(e, top: bool = False) -> list[n.Call]:
         return [e]
     if top:
         return []
-    match e:
-        case n.Attr():
-            children = [e.value]
-        case n.Call():
-            children = [e.func, *e.args]
-        case n.Slice():
-            children = [e.value, e.lo, e.hi]
-        case n.Index():
-            children = [e.value, e.index]
-        case n.Unary():
-            children = [e.operand]
-        case n.Binary():
-            children = [e.left, e.right]
-        case _:
-            children = []
-    return [call for c in children if c is not None for call in _random_calls(c)]
+    return [call for c in n.children(e) for call in _random_calls(c)]
 
 
 def n_note(message: str, node: n.Node):

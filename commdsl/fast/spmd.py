@@ -715,26 +715,9 @@ def _names(e) -> set[str]:
     if isinstance(e, n.Name):
         return {e.id}
     out = set()
-    for child in _children(e):
+    for child in n.children(e):
         out |= _names(child)
     return out
-
-
-def _children(e):
-    match e:
-        case n.Attr():
-            return [e.value]
-        case n.Call():
-            return [e.func, *e.args]
-        case n.Slice():
-            return [x for x in (e.value, e.lo, e.hi) if x is not None]
-        case n.Index():
-            return [e.value, e.index]
-        case n.Unary():
-            return [e.operand]
-        case n.Binary():
-            return [e.left, e.right]
-    return []
 
 
 def _reads(tree) -> list:

@@ -310,5 +310,23 @@ class Module(Node):
     body: tuple[Stmt, ...]
 
 
+def children(e) -> list:
+    """The sub-expressions of an expression node (none for literals and names)."""
+    match e:
+        case Attr():
+            return [e.value]
+        case Call():
+            return [e.func, *e.args]
+        case Slice():
+            return [x for x in (e.value, e.lo, e.hi) if x is not None]
+        case Index():
+            return [e.value, e.index]
+        case Unary():
+            return [e.operand]
+        case Binary():
+            return [e.left, e.right]
+    return []
+
+
 for _model in (Attr, Call, Slice, Index, Unary, Binary, For, Branch, On, Batch, Module):
     _model.model_rebuild()
