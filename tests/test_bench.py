@@ -203,6 +203,7 @@ def run_here(argv, capfd) -> tuple[int, str, str]:
     (["bench", "--collective", "all_reduce", "--nproc", "2", "--compare", "builtin"], "give a FILE"),
     (["bench", "--collective", "all_reduce", "--nproc", "2", "--sizes", "4M:1K"], "MAX is below MIN"),
     (["bench", "--collective", "broadcast", "--nproc", "2", "--root", "2"], "--root 2 is not a rank"),
+    (["bench", "--collective", "broadcast", "--nproc", "2", "--plot", "out.xyz"], "name a .png, .svg or .pdf"),
 ])
 def test_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

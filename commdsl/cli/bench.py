@@ -121,6 +121,8 @@ def config_from_args(args):
     for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"{flag} {path}: the directory does not exist")
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
     return BenchConfig(path=args.file, collectives=tuple(kinds), nproc=nproc, sizes=tuple(sizes), iters=args.iters,
                        warmup=args.warmup, dtype=args.dtype, op=args.op, root=args.root, param=args.param,
                        params=parse_sets(args.set), check=args.check, compare=args.compare, backend=args.backend,
