@@ -131,6 +131,8 @@ def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_tim
     from commdsl.runtime.ops import Context, allocate, build_steps
 
     emit("start", {"pid": os.getpid(), "host": socket.gethostname()})
+    if "OMP_NUM_THREADS" not in os.environ and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1:
+        torch.set_num_threads(1)  # as torchrun does: ranks × intra-op threads on few cores crawl
     index = -1
     ops = schedule.ops[rank]
     try:
