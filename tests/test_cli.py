@@ -152,3 +152,12 @@ def test_a_byte_order_mark_is_not_a_syntax_error(tmp_path, capsys):
     path = tmp_path / "bom.comm"
     path.write_bytes(b"\xef\xbb\xbfworld 2\ntensor x: float32[1]\nall_reduce x\n")
     assert run(capsys, "check", str(path))[0] == 0
+
+
+def test_a_bad_environment_default_only_concerns_its_own_flag(monkeypatch, capsys):
+    """COMMDSL_TIMEOUT=abc once crashed every command while the parser was built."""
+    monkeypatch.setenv("COMMDSL_TIMEOUT", "abc")
+    assert run(capsys, "check", str(ROOT / "programs" / "allreduce.comm"))[0] == 0
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(ROOT / "programs" / "allreduce.comm"), "--nproc", "2"])
+    assert e.value.code == 2 and "invalid float value: 'abc'" in capsys.readouterr().err

@@ -17,9 +17,8 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
-from commdsl.cli.run import _env
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -36,13 +35,13 @@ def add_parser(sub):
     p.add_argument("--collective", action="append", metavar="NAME",
                    help=f"sweep a built-in instead of a program: {', '.join(COLLECTIVES)} or all "
                         "(repeatable, or comma-separated)")
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=_env("nproc", None),
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
                    help="ranks to start on this node (required)")
-    p.add_argument("--sizes", default=_env("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
+    p.add_argument("--sizes", default=env_default("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
                    help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
                         "(default: 1K:16M, FACTOR 2)")
-    p.add_argument("--iters", type=int, default=int(_env("iters", 20)), help="timed iterations per size (default: 20)")
-    p.add_argument("--warmup", type=int, default=int(_env("warmup", 5)),
+    p.add_argument("--iters", type=int, default=env_default("iters", 20), help="timed iterations per size (default: 20)")
+    p.add_argument("--warmup", type=int, default=env_default("warmup", 5),
                    help="untimed iterations before them (default: 5)")
     p.add_argument("--dtype", help="element type (built-ins: default float32; a program: replaces the dtype of "
                                    "every tensor declared like the measured one)")
@@ -56,9 +55,9 @@ def add_parser(sub):
     p.add_argument("--compare", metavar="builtin|FILE",
                    help="time a second variant at the same sizes and show both with their busbw ratio: "
                         "`builtin` (the collective the program declares or its expects prove) or another program")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=_env("backend", "auto"),
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
                    help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=float(_env("timeout", 60)), metavar="S",
+    p.add_argument("--timeout", type=float, default=env_default("timeout", 60), metavar="S",
                    help="hang guard: seconds any rank may wait in one op (default: 60)")
     p.add_argument("--json", metavar="FILE", help="write the rows and averages as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -93,3 +94,9 @@ def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Console, 
             parts = [f"{errors} error{'s' * (errors != 1)}"] if errors else []
             parts += [f"{warnings} warning{'s' * (warnings != 1)}"] if warnings else []
             err.print(f"Found {' and '.join(parts)}.")
+
+
+def env_default(flag: str, default):
+    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default). Defaults stay
+    strings: argparse converts them with the flag's type and reports a bad value as a usage error."""
+    return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)

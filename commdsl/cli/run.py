@@ -14,15 +14,9 @@ import os
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
-
-
-def _env(flag: str, default):
-    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default). Defaults stay
-    strings: argparse converts them with the flag's type and reports a bad value as a usage error."""
-    return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)
 
 
 def add_parser(sub):
@@ -32,27 +26,27 @@ def add_parser(sub):
                     "rank under torchrun, mpirun or srun when --nproc is not given), execute every op with "
                     "torch.distributed, and compare each rank's tensors with the simulator.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=_env("nproc", None),
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
                    help="ranks to start on this node (without it: run as one rank of an externally launched job)")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=_env("backend", "auto"),
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
                    help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=_env("timeout", "60"), metavar="S",
+    p.add_argument("--timeout", type=float, default=env_default("timeout", "60"), metavar="S",
                    help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="launch even when the static checks find errors (to watch a hang or a crash for real)")
-    p.add_argument("--nnodes", type=int, default=_env("nnodes", "1"), help="nodes in the job (default: 1)")
-    p.add_argument("--node-rank", type=int, default=_env("node_rank", "0"),
+    p.add_argument("--nnodes", type=int, default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
+    p.add_argument("--node-rank", type=int, default=env_default("node_rank", "0"),
                    help="this node's rank (used by --rdzv-backend static)")
-    p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=_env("rdzv_backend", "c10d"),
+    p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=env_default("rdzv_backend", "c10d"),
                    help="rendezvous of the nodes (default: c10d)")
-    p.add_argument("--rdzv-endpoint", default=_env("rdzv_endpoint", None), metavar="HOST:PORT",
+    p.add_argument("--rdzv-endpoint", default=env_default("rdzv_endpoint", None), metavar="HOST:PORT",
                    help="rendezvous address, the same on every node (default: 127.0.0.1 and a free port)")
-    p.add_argument("--rdzv-id", default=_env("rdzv_id", None), help="job id shared by every node (default: random)")
-    p.add_argument("--start-method", choices=("fork", "spawn"), default=_env("start_method", None),
+    p.add_argument("--rdzv-id", default=env_default("rdzv_id", None), help="job id shared by every node (default: random)")
+    p.add_argument("--start-method", choices=("fork", "spawn"), default=env_default("start_method", None),
                    help="how workers start (default: fork, or spawn when CUDA is initialised in this process)")
-    p.add_argument("--log-dir", default=_env("log_dir", None),
+    p.add_argument("--log-dir", default=env_default("log_dir", None),
                    help="keep every worker's stdout/stderr and records here (default: a temporary directory)")
     p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
     add_program_flags(p)
