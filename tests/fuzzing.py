@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     tally = {"ok": 0, "diagnostic": 0}
-    slowest = (0.0, "")
+    slowest: list[tuple[float, str]] = []
     times = []
     start = time.perf_counter()
     for text in inputs(args.count, args.seed):
@@ -87,14 +87,24 @@ def main() -> None:
         tally[exercise(text)] += 1  # any other exception propagates: that is the bug
         dt = time.perf_counter() - t0
         times.append(dt)
-        if dt > slowest[0]:
-            slowest = (dt, text)
+        slowest = sorted(slowest + [(dt, text)], reverse=True)[:5]
     times.sort()
+    # a shared machine stalls now and then: time the five slowest inputs again, best of three
+    retimed = []
+    for _, text in slowest:
+        best = min(_timed(text) for _ in range(3))
+        retimed.append(best)
     print(f"inputs: {args.count} (seed {args.seed}) in {time.perf_counter() - start:.0f} s")
     print(f"loaded and checked: {tally['ok']}, rejected with a diagnostic: {tally['diagnostic']}, exceptions: 0")
     print(f"time per input: median {times[len(times) // 2] * 1e3:.1f} ms, p99 {times[int(len(times) * .99)] * 1e3:.1f} ms, "
-          f"max {slowest[0] * 1e3:.0f} ms")
-    print(f"slowest input: {slowest[1][:200]!r}")
+          f"max {slowest[0][0] * 1e3:.0f} ms")
+    print(f"the five slowest, timed again (best of 3): {', '.join(f'{t * 1e3:.0f} ms' for t in retimed)}")
+
+
+def _timed(text: str) -> float:
+    t0 = time.perf_counter()
+    exercise(text)
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
