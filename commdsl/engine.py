@@ -17,7 +17,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from commdsl import collectives
 from commdsl.schedule import Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send, Wait
 
 Buffering = Literal["zero", "infinite"]

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 from commdsl.collectives import fit_problem
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
-from commdsl.dtypes import DTYPES
 from commdsl.elementwise import BINARY
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.schedule import (Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send,

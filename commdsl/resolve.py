@@ -111,7 +111,7 @@ class _Resolver:
         if existing is not None and not (kind == "let" and existing[0] == "let" and name not in scope.names):
             what, where = existing
             label = "already declared" if where is None else f"already declared as a {what}"
-            notes = [] if where is None else [n_note(f"first declared here", where)]
+            notes = [] if where is None else [n_note("first declared here", where)]
             msg = f"`{name}` is a built-in name" if where is None else f"`{name}` is declared twice"
             self.error("N102", msg, node, label=label, notes=notes,
                        help=None if where else f"`{name}` always means the built-in; choose another name")

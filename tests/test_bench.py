@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -227,29 +226,6 @@ def test_refused_program_is_not_launched(tmp_path, capfd):
 
 
 # ---- real sweeps on Gloo ---------------------------------------------------------------------------
-
-def _children() -> list[int]:
-    me, out = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == me and fields[0] != "Z":
-                out.append(int(entry))
-    return out
-
-
-@pytest.fixture
-def no_orphans():
-    yield
-    left = _children()
-    for pid in left:
-        os.kill(pid, 9)
-    assert not left, f"processes left behind: {left}"
-
 
 @pytest.mark.gloo
 @pytest.mark.timeout(90)

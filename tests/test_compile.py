@@ -3,40 +3,16 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
 from commdsl.cli.main import main
+from processes import TOKEN_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN_VAR = "COMMDSL_TEST_TOKEN"
-
-
-@pytest.fixture
-def no_orphans():
-    """A token for subprocess environments; afterwards no process carrying it may still run."""
-    token = uuid.uuid4().hex
-    yield token
-    needle = f"{TOKEN_VAR}={token}".encode()
-    left = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                if needle in Path(f"/proc/{entry}/environ").read_bytes():
-                    left.append(int(entry))
-            except OSError:
-                continue
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert not left, f"processes left behind: {left}"
 
 
 def compile_to(tmp_path: Path, program: str, world: int, *extra: str) -> tuple[int, str]:

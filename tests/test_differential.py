@@ -1,26 +1,11 @@
 """Checker, simulator and real Gloo agree on generated programs (a bounded share of tests/differential.py)."""
 
-import os
 import random
-from pathlib import Path
 
 import pytest
 
 from differential import compare, generate, real_run, static_verdict
-
-
-def _children() -> set[int]:
-    me = os.getpid()
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == me:
-                out.add(int(entry))
-    return out
+from processes import children
 
 
 def test_checker_and_simulator_agree_on_200_programs():
@@ -34,7 +19,7 @@ def test_checker_and_simulator_agree_on_200_programs():
 @pytest.mark.gloo
 @pytest.mark.timeout(400)
 def test_real_gloo_agrees_with_the_checker_on_30_programs():
-    before = _children()
+    before = set(children())
     rng = random.Random(7)
     ran = {"clean": 0, "stall": 0}
     problems = []
@@ -49,7 +34,7 @@ def test_real_gloo_agrees_with_the_checker_on_30_programs():
             problems.append(f"{text}{detail}")
     assert problems == []
     assert ran["stall"] >= 5
-    assert _children() - before == set(), "a worker outlived its run"
+    assert set(children()) - before == set(), "a worker outlived its run"
 
 
 MISSING_BARRIER = """world 3

@@ -16,19 +16,18 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from commdsl.cli.main import main
+from processes import TOKEN_VAR, running as _running
 from commdsl.resolve import load
 from commdsl.source import SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted((ROOT / "programs").glob("*.comm"))
 SIZES = (2, 4)
-TOKEN_VAR = "COMMDSL_TEST_TOKEN"
 
 
 def _cases():
@@ -37,46 +36,6 @@ def _cases():
         for n in SIZES:
             if program.accepts(n):
                 yield pytest.param(path, n, id=f"{path.stem}-{n}")
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def _carrying(token: str) -> list[int]:
-    needle = f"{TOKEN_VAR}={token}".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                if needle in Path(f"/proc/{entry}/environ").read_bytes():
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
-
-
-@pytest.fixture
-def no_orphans():
-    """A token for subprocess environments; afterwards nothing we started may still run."""
-    token = uuid.uuid4().hex
-    yield token
-    left = [p for p in _carrying(token) + _children(os.getpid()) if _running(p)]
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert not left, f"processes left behind: {left}"
 
 
 def run_here(argv: list[str], capfd) -> tuple[int, str, str]:
@@ -404,13 +363,6 @@ def test_killed_launcher_takes_its_workers_along(tmp_path, no_orphans):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert len(workers) == 4 and not any(_running(p) for p in workers)
-
-
-def _running(pid: int) -> bool:
-    try:
-        return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
-    except OSError:
-        return False
 
 
 @pytest.mark.gloo

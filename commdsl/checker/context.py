@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from commdsl.collectives import reads_writes
 from commdsl.engine import Call, EngineResult, Instance, Observer, Posted, Request
 from commdsl.resolve import Program
-from commdsl.schedule import Collective, Compute, Expect, Print, Recv, Schedule, Send, View
+from commdsl.schedule import Collective, Compute, Expect, Print, Recv, Schedule, View
 
 
 @dataclass

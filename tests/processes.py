@@ -1,0 +1,62 @@
+"""What the tests that start processes share: finding what they left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+TOKEN_VAR = "COMMDSL_TEST_TOKEN"
+"""Set in the environment of every process a test starts, so a survivor can be found by it."""
+
+
+def children(pid: int | None = None) -> list[int]:
+    """Live (not zombie) children of `pid`, default this process."""
+    pid = os.getpid() if pid is None else pid
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def carrying(token: str) -> list[int]:
+    """Processes other than this one whose environment holds the test's token."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if needle in Path(f"/proc/{entry}/environ").read_bytes():
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return False
+
+
+def orphan_guard():
+    """Generator for the `no_orphans` fixture: yields a token; afterwards nothing started may run."""
+    token = uuid.uuid4().hex
+    before = set(children())
+    yield token
+    left = [p for p in set(carrying(token)) | (set(children()) - before) if running(p)]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind: {left}"
