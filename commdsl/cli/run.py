@@ -11,6 +11,7 @@ when the job could not be run at all.
 from __future__ import annotations
 
 import os
+import socket
 
 from rich.markup import escape
 
@@ -76,11 +77,25 @@ def config_from_args(args):
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise UsageError(f"--rdzv-endpoint expects HOST:PORT, got {endpoint!r}")
+    if args.nnodes == 1 and args.nproc is not None and int(port) != 0:
+        _check_port_free(host, int(port))
     return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
                      backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
                      trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
                      rdzv_backend=args.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=args.rdzv_id,
                      start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """On one node our own agent hosts the rendezvous store, so its port must be free: torch's c10d
+    agent would otherwise take whatever listens there for a store and wait for it far past --timeout."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as e:
+            raise UsageError(f"--rdzv-endpoint {host}:{port}: the port is not available here "
+                             f"({e.strerror or e}); pick a free port, or omit the flag for one") from None
 
 
 def run(args) -> int:

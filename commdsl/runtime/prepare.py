@@ -28,11 +28,17 @@ class Prepared:
 
 
 def prepare(program: Program, world: int, params: dict, backend: str) -> Prepared:
-    """Raises CommdslError when the program does not expand at this size (no Schedule to run)."""
+    """Raises CommdslError when the program does not expand at this size, or its tensors cannot fit in
+    this machine's memory (both stop a run even under --no-check: there is nothing that could run)."""
     from commdsl.checker import analyse_schedule
+    from commdsl.diagnostics import CommdslError
     from commdsl.expand import expand
+    from commdsl.limits import memory_problem
 
     schedule = expand(program, world, params)
+    too_big = memory_problem(schedule, what="a run (simulator and ranks)")
+    if too_big is not None:
+        raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
     diags, sim = analyse_schedule(program, schedule, (backend,), False, True)
     diags = [d.model_copy(update={"worlds": (world,)}) for d in diags]
     return Prepared(schedule, sim, diags)
