@@ -22,13 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"commdsl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
     for name in VERB_MODULES:
-        try:
-            module = importlib.import_module(f"commdsl.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"commdsl.cli.{name}":  # a verb not built yet in this checkout
-                continue
-            raise
-        module.add_parser(sub)
+        importlib.import_module(f"commdsl.cli.{name}").add_parser(sub)
     return parser
 
 
