@@ -52,6 +52,19 @@ def load_files(paths: list[str], err: Console) -> Loaded:
     return out
 
 
+def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = True) -> "Loaded | int":
+    """The program of a verb that takes one FILE, or the exit code when there is none to work on:
+    2 when the file cannot be read, 1 after printing its diagnostics (unless `report` is false)."""
+    loaded = load_files([path], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        if report:
+            print_diagnostics(loaded.diagnostics, loaded.sources, fmt, out, err)
+        return EXIT_FINDINGS
+    return loaded
+
+
 def parse_sets(values: list[str] | None) -> dict[str, str]:
     """`--set k=v` (repeatable) → {k: "v"}; values are checked against the program by `expand`."""
     out = {}

@@ -11,7 +11,7 @@ import os
 from rich.markup import escape
 
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+                                add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
 
@@ -38,12 +38,9 @@ def run(args) -> int:
     if args.world < 1:
         raise UsageError(f"--world must be at least 1, got {args.world}")
     out, err = consoles(args)
-    loaded = load_files([args.file], err)
-    if loaded.io_failed:
-        return EXIT_FAILURE
-    if loaded.diagnostics:
-        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
-        return EXIT_FINDINGS
+    loaded = load_one(args.file, args.format, out, err)
+    if isinstance(loaded, int):
+        return loaded
     program, source = loaded.programs[0], loaded.sources[args.file]
     backend = args.backend or program.backends[0]
     try:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
-                                load_files, parse_sets, print_diagnostics)
+                                load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
 FORMATS = ("mermaid", "dot", "svg", "png")
@@ -65,12 +65,9 @@ def run_graph(args) -> int:
     if fmt == "png" and not args.output and sys.stdout.isatty():
         raise UsageError("PNG is binary: give -o FILE.png (or redirect stdout)")
     params = parse_sets(args.set)
-    loaded = load_files([args.file], err)
-    if loaded.io_failed:
-        return EXIT_FAILURE
-    if loaded.diagnostics:
-        print_diagnostics(loaded.diagnostics, loaded.sources, "text", out, err)
-        return EXIT_FINDINGS
+    loaded = load_one(args.file, "text", out, err)
+    if isinstance(loaded, int):
+        return loaded
     program = loaded.programs[0]
     world = args.world
     if world is None:

@@ -16,7 +16,7 @@ import socket
 from rich.markup import escape
 
 from commdsl.cli.common import (env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+                                add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
 
@@ -103,12 +103,9 @@ def run(args) -> int:
     out, err = consoles(args)
     if cfg.nproc is None:
         return run_as_rank(cfg, args.format, out, err)
-    loaded = load_files([cfg.path], err)
-    if loaded.io_failed:
-        return EXIT_FAILURE
-    if loaded.diagnostics:
-        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
-        return EXIT_FINDINGS
+    loaded = load_one(cfg.path, args.format, out, err)
+    if isinstance(loaded, int):
+        return loaded
     program, source = loaded.programs[0], loaded.sources[cfg.path]
     from commdsl.runtime.envinfo import EnvError, choose_backend
     from commdsl.runtime.prepare import prepare
@@ -266,13 +263,9 @@ def run_as_rank(cfg, fmt: str, out, err) -> int:
     except EnvError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    loaded = load_files([cfg.path], err)
-    if loaded.io_failed:
-        return EXIT_FAILURE
-    if loaded.diagnostics:
-        if place.rank == 0:
-            print_diagnostics(loaded.diagnostics, loaded.sources, fmt, out, err)
-        return EXIT_FINDINGS
+    loaded = load_one(cfg.path, fmt, out, err, report=place.rank == 0)
+    if isinstance(loaded, int):
+        return loaded
     source = loaded.sources[cfg.path]
     run = run_rank(cfg, loaded.programs[0], place, backend)
     if run.refused:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles,
-                                load_files, parse_sets, print_diagnostics)
+from commdsl.cli.common import (EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles,
+                                load_one, parse_sets, print_diagnostics)
 from rich.markup import escape
 
 from commdsl.diagnostics import CommdslError
@@ -27,12 +27,9 @@ def run(args) -> int:
     from commdsl.simulate import format_tensor, simulate
 
     out, err = consoles(args)
-    loaded = load_files([args.file], err)
-    if loaded.io_failed:
-        return EXIT_FAILURE
-    if loaded.diagnostics:
-        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
-        return EXIT_FINDINGS
+    loaded = load_one(args.file, args.format, out, err)
+    if isinstance(loaded, int):
+        return loaded
     program = loaded.programs[0]
     try:
         schedule = expand(program, args.world, parse_sets(args.set))
