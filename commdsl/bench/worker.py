@@ -30,17 +30,12 @@ import numpy as np
 from commdsl.bench.plan import Plan, expected_path
 from commdsl.runtime import progress
 from commdsl.runtime.records import line
-from commdsl.runtime.worker import BACKSTOP_S, Job, die_with_parent, leave_evidence, run_steps
+from commdsl.runtime.worker import BACKSTOP_S, Job, attach, run_steps
 
 
 def entry(plan: Plan, job: Job) -> None:
     """What the elastic agent runs in each worker (through functools.partial); exits non-zero on failure."""
-    die_with_parent()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    leave_evidence(job.run_dir, rank)
-    board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
-    slot = progress.Slot(board.slots[local_rank])
-    slot.start(rank)
+    rank, local_rank, slot = attach(job)
     with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records, \
          open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results:
         def emit(kind: str, payload: dict):

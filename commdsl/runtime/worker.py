@@ -80,14 +80,21 @@ def leave_evidence(run_dir: str, rank: int) -> None:
                           all_threads=False, chain=True)
 
 
-def local_entry(job: Job) -> None:
-    """Entry point the elastic agent calls in each worker process; exits non-zero on failure."""
+def attach(job: Job) -> tuple[int, int, progress.Slot]:
+    """A worker's first steps: die with the launcher, leave crash evidence, claim its progress slot.
+    Returns (rank, local rank, slot)."""
     die_with_parent()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     leave_evidence(job.run_dir, rank)
     board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
     slot = progress.Slot(board.slots[local_rank])
     slot.start(rank)
+    return rank, local_rank, slot
+
+
+def local_entry(job: Job) -> None:
+    """Entry point the elastic agent calls in each worker process; exits non-zero on failure."""
+    rank, local_rank, slot = attach(job)
     with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as f:
         def emit(kind: str, payload: dict):
             f.write(line(kind, payload))
