@@ -403,3 +403,15 @@ else:
     first = next(i for i, ln in enumerate(lines) if ln.startswith("error:"))
     assert lines[first].startswith("error: rank 1 crashed (Fatal Python error: Aborted)"), out
     assert "crash.comm:8  recv y from 0" in lines[first + 1], out
+
+
+def test_failure_causes_are_one_line_without_cpp_locations():
+    """Regression: a peer's message with a line break and Gloo's `[…/pair.cc:553]` split the culprit
+    report over two lines; c10 backtraces stay out of it."""
+    from commdsl.runtime.outcome import _error_text
+
+    text = _error_text({"type": "RuntimeError", "message": "Gloo connectFullMesh failed with \n [/__w/pytorch/"
+                        "third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9358"})
+    assert text == "RuntimeError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:9358"
+    text = _error_text({"type": "DistBackendError", "message": "boom\nException raised from f at x.cpp:1\nframe #0: y"})
+    assert text == "DistBackendError: boom"

@@ -80,10 +80,11 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
 
 def consoles(args) -> tuple[Console, Console]:
     color = getattr(args, "color", "auto")
+    # soft_wrap: output is line-oriented (grepped, parsed): never break a long line, let a terminal wrap it
     out = Console(file=sys.stdout, force_terminal=use_color(color, sys.stdout), no_color=not use_color(color, sys.stdout),
-                  highlight=False, width=200 if not sys.stdout.isatty() else None)
+                  highlight=False, soft_wrap=True)
     err = Console(file=sys.stderr, force_terminal=use_color(color, sys.stderr), no_color=not use_color(color, sys.stderr),
-                  highlight=False, width=200 if not sys.stderr.isatty() else None)
+                  highlight=False, soft_wrap=True)
     return out, err
 
 

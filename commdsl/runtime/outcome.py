@@ -10,6 +10,8 @@ then to errors that merely report a peer's death, earliest first.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,11 +179,18 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
     return [f for _, f in found]
 
 
+_CPP_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+
+
 def _error_text(err: dict) -> str:
-    """`Type: message`, without the C++ source location Gloo and c10d put in front of their messages."""
-    message = err["message"].splitlines()[0] if err["message"] else ""
-    if message.startswith("[") and "] " in message:
-        message = message[message.index("] ") + 2 :]
+    """`Type: message` on one line, without the C++ source locations (`[…/pair.cc:553] `) that Gloo and
+    c10d put into their messages, wherever they stand."""
+    lines = []
+    for ln in (err["message"] or "").splitlines():
+        if ln.lstrip().startswith(("Exception raised from", "frame #")):  # c10's C++ backtrace follows
+            break
+        lines.append(ln)
+    message = " ".join(_CPP_LOCATION.sub("", " ".join(lines)).split())
     return f"{err['type']}: {message}" if message else err["type"]
 
 
