@@ -17,7 +17,7 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -35,8 +35,7 @@ def add_parser(sub):
     p.add_argument("--collective", action="append", metavar="NAME",
                    help=f"sweep a built-in instead of a program: {', '.join(COLLECTIVES)} or all "
                         "(repeatable, or comma-separated)")
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
-                   help="ranks to start on this node (required)")
+    add_launch_flags(p, "ranks to start on this node (required)")
     p.add_argument("--sizes", default=env_default("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
                    help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
                         "(default: 1K:16M, FACTOR 2)")
@@ -55,16 +54,11 @@ def add_parser(sub):
     p.add_argument("--compare", metavar="builtin|FILE",
                    help="time a second variant at the same sizes and show both with their busbw ratio: "
                         "`builtin` (the collective the program declares or its expects prove) or another program")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
-                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=env_default("timeout", 60), metavar="S",
-                   help="hang guard: seconds any rank may wait in one op (default: 60)")
     p.add_argument("--json", metavar="FILE", help="write the rows and averages as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE", help="plot busbw against size, a line per variant (PNG)")
     p.add_argument("--min-busbw", type=float, metavar="GBPS",
                    help="exit 1 when a measured variant's average busbw is below GBPS GB/s (a CI gate)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)

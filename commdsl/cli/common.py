@@ -94,6 +94,17 @@ def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS):
                    help="colour the text output (default: auto — on a TTY, unless NO_COLOR is set)")
 
 
+def add_launch_flags(p: argparse.ArgumentParser, nproc_help: str):
+    """The flags `run` and `bench` share, meaning the same on both (COMMDSL_<FLAG> as defaults)."""
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
+                   help=nproc_help)
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
+                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
+    p.add_argument("--timeout", type=float, default=env_default("timeout", "60"), metavar="S",
+                   help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
+
+
 def add_program_flags(p: argparse.ArgumentParser):
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param (repeatable)")
 

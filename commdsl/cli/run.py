@@ -15,7 +15,7 @@ import socket
 
 from rich.markup import escape
 
-from commdsl.cli.common import (env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
@@ -27,12 +27,7 @@ def add_parser(sub):
                     "rank under torchrun, mpirun or srun when --nproc is not given), execute every op with "
                     "torch.distributed, and compare each rank's tensors with the simulator.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
-                   help="ranks to start on this node (without it: run as one rank of an externally launched job)")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
-                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=env_default("timeout", "60"), metavar="S",
-                   help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
+    add_launch_flags(p, "ranks to start on this node (without it: run as one rank of an externally launched job)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
@@ -49,7 +44,6 @@ def add_parser(sub):
                    help="how workers start (default: fork, or spawn when CUDA is initialised in this process)")
     p.add_argument("--log-dir", default=env_default("log_dir", None),
                    help="keep every worker's stdout/stderr and records here (default: a temporary directory)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)
