@@ -1,0 +1,110 @@
+"""Golden verdicts: every shipped program's `lint --format json`, and its simulated tensors.
+
+Pinned before the checker became one engine (issue 11), so a change to what any program means shows
+up here as a diff: `pytest tests/test_golden.py --bless` rewrites the files under tests/golden/, and
+the commit that does so names the fix that moved the verdict.
+
+* `lint/<stem>.json`: `commdsl lint FILE --format json` at every declared world size (open ranges up
+  to the default bound), for programs/ and programs/bad/.
+* `sim/<stem>.json`: for programs/, the final tensors of every rank at each declared world size up to
+  `SIM_MAX_WORLD`, with the elements a `reduce` left undefined as `null`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commdsl.checker import CheckOptions, check_program
+from commdsl.diagnostics.render import to_json
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.simulate import simulate
+from commdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GOOD = sorted((ROOT / "programs").glob("*.comm"))
+BAD = sorted((ROOT / "programs" / "bad").glob("*.comm"))
+SIM_MAX_WORLD = 8
+
+
+def _source(path: Path) -> SourceFile:
+    return SourceFile(path.relative_to(ROOT).as_posix(), path.read_text())
+
+
+def _compare(golden: Path, actual: str, bless: bool) -> None:
+    if bless or not golden.exists():
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(actual)
+    assert actual == golden.read_text(), f"{golden.relative_to(ROOT)} moved: run `pytest --bless` and review the diff"
+
+
+def lint_json(path: Path) -> str:
+    source = _source(path)
+    diags = check_program(load(source), CheckOptions(lints=True))
+    return json.dumps([to_json(d, {source.path: source}) for d in diags], indent=1) + "\n"
+
+
+@pytest.mark.parametrize("path", GOOD + BAD, ids=lambda p: p.relative_to(ROOT / "programs").as_posix())
+def test_lint_verdict_is_pinned(path: Path, bless: bool):
+    name = path.stem if path.parent.name == "programs" else f"bad-{path.stem}"
+    _compare(GOLDEN / "lint" / f"{name}.json", lint_json(path), bless)
+
+
+def _values(values: np.ndarray, undefined: np.ndarray) -> list:
+    flat = [None if u else (v.item() if not isinstance(v.item(), float) or np.isfinite(v) else repr(v.item()))
+            for v, u in zip(values.reshape(-1), undefined.reshape(-1))]
+    return flat
+
+
+def sim_json(path: Path) -> str:
+    program = load(_source(path))
+    out = {}
+    for world in program.world_sizes():
+        if world > SIM_MAX_WORLD:
+            break
+        result = simulate(expand(program, world))
+        out[str(world)] = {
+            "completed": result.engine.completed,
+            "expects": [[e.rank, e.op.span.line, e.ok] for e in result.expects],
+            "tensors": [{name: _values(arr, result.undefined[r][name]) for name, arr in result.tensors[r].items()}
+                        for r in range(world)],
+        }
+    return json.dumps(out, separators=(",", ":")) + "\n"
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
+def test_simulated_tensors_are_pinned(path: Path, bless: bool):
+    _compare(GOLDEN / "sim" / f"{path.stem}.json", sim_json(path), bless)
+
+
+GENERATED = 400
+
+
+def generated_verdicts() -> str:
+    """Codes with their lines, and where each rank stopped, for the differential harness's programs."""
+    import random
+
+    from differential import generate
+
+    from commdsl.engine import run_engine
+
+    rng = random.Random(20261123)
+    lines = []
+    for k in range(GENERATED):
+        world, text = generate(rng)
+        program = load(SourceFile("gen.comm", text))
+        diags = check_program(program, CheckOptions(worlds=(world,), lints=True))
+        result = run_engine(expand(program, world), "zero")
+        stuck = {r: b.op.span.line for r, b in sorted(result.stalled.items())}
+        found = sorted({(d.code, d.span.line if d.span else 0) for d in diags})
+        lines.append(json.dumps({"k": k, "world": world, "codes": found, "stuck": stuck}))
+    return "\n".join(lines) + "\n"
+
+
+def test_generated_program_verdicts_are_pinned(bless: bool):
+    _compare(GOLDEN / "generated.jsonl", generated_verdicts(), bless)
