@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from commdsl.checker import CheckOptions, check_program
-from commdsl.checker.registry import FAMILIES, LINTS  # noqa: F401 - registers every checker code
-from commdsl.diagnostics.codes import CODES
 from commdsl.diagnostics.render import render_text
 from commdsl.resolve import load
+from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent

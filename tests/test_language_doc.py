@@ -11,8 +11,8 @@ import pytest
 
 from commdsl.checker import CheckOptions, check_program
 from commdsl.diagnostics import CommdslError
-from commdsl.diagnostics.codes import CODES
 from commdsl.resolve import load
+from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile
 from commdsl.syntax.parser import grammar_text, parse_tree
 from commdsl.syntax.transform import to_ast

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from commdsl.checker import CheckOptions, check_program
 from commdsl.cli.main import main
 from commdsl.diagnostics import CommdslError, Diagnostic
-from commdsl.diagnostics.codes import CODES
 from commdsl.expand import expand
 from commdsl.resolve import load
+from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile, Span
 from commdsl.syntax import nodes as n
 

@@ -1,4 +1,4 @@
-"""The checker's rule families, in the order they run. Importing them registers their codes."""
+"""The checker's rule families, in the order they run (the table of codes is `commdsl/rules/registry.py`)."""
 
 from commdsl.checker.rules import backend, collective, deadlock, idioms, p2p, requests, verify
 

@@ -43,7 +43,7 @@ def _codes(text: str | None) -> tuple[str, ...]:
 
 def run(args) -> int:
     from commdsl.checker import CheckOptions, check_program
-    from commdsl.diagnostics.codes import CODES
+    from commdsl.rules.registry import CODES
 
     out, err = consoles(args)
     select, ignore = _codes(args.select), _codes(args.ignore)

@@ -27,44 +27,44 @@ def add_parser(sub):
     p.set_defaults(handler=run)
 
 
-def _entry(code) -> dict:
-    from commdsl.diagnostics.explain import explanation
+def _entry(rule) -> dict:
+    from commdsl.rules.docs import explanation
 
-    return {"code": code.code, "name": code.name, "severity": code.severity, "summary": code.summary,
-            "explanation": explanation(code)}
+    return {"code": rule.code, "name": rule.name, "severity": rule.severity, "summary": rule.summary(),
+            "explanation": explanation(rule)}
 
 
 def run(args) -> int:
-    from commdsl.diagnostics.explain import all_codes, explanation, lookup, render_docs
+    from commdsl.rules.docs import explanation, render_docs
+    from commdsl.rules.registry import CODES, RULES, lookup
 
     out, _ = consoles(args)
     if args.code is not None and (args.list or args.all):
         raise UsageError("give either CODE or --list/--all, not both")
     if args.list or args.all:
-        codes = list(all_codes().values())
         if args.format == "json":
-            out.file.write(json.dumps([_entry(c) for c in codes], indent=2) + "\n")
+            out.file.write(json.dumps([_entry(r) for r in RULES], indent=2) + "\n")
         elif args.all:
             out.file.write(render_docs())
         else:
-            wide = max(len(c.name) for c in codes)
-            for c in codes:
-                out.file.write(f"{c.code}  {c.name:<{wide}}  {c.severity:<7}  {c.summary}\n")
+            wide = max(len(r.name) for r in RULES)
+            for r in RULES:
+                out.file.write(f"{r.code}  {r.name:<{wide}}  {r.severity:<7}  {r.summary()}\n")
         return EXIT_OK
     if args.code is None:
         raise UsageError("give a code to explain (e.g. `commdsl explain P201`), or --list")
-    code = lookup(args.code)
-    if code is None:
-        raise UsageError(f"unknown code `{args.code}`{_closest(args.code, all_codes())}; "
+    rule = lookup(args.code)
+    if rule is None:
+        raise UsageError(f"unknown code `{args.code}`{_closest(args.code, CODES)}; "
                          "`commdsl explain --list` lists them")
     if args.format == "json":
-        out.file.write(json.dumps(_entry(code), indent=2) + "\n")
+        out.file.write(json.dumps(_entry(rule), indent=2) + "\n")
     elif out.is_terminal and not out.no_color:
         from rich.markdown import Markdown
 
-        out.print(Markdown(explanation(code)))
+        out.print(Markdown(explanation(rule)))
     else:
-        out.file.write(explanation(code))
+        out.file.write(explanation(rule))
     return EXIT_OK
 
 

@@ -42,7 +42,7 @@ class Diagnostic(BaseModel):
 
     @property
     def name(self) -> str:
-        from commdsl.diagnostics.codes import CODES
+        from commdsl.rules.registry import CODES  # here, not at the top: the rules import this module
 
         return CODES[self.code].name if self.code in CODES else ""
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.text import Text
 
 from commdsl import __version__
-from commdsl.diagnostics.codes import CODES
 from commdsl.diagnostics.model import Diagnostic
+from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile, Span
 
 FORMATS = ("text", "concise", "json", "sarif")
@@ -134,7 +134,7 @@ def to_json(d: Diagnostic, sources: Mapping[str, SourceFile]) -> dict:
 def to_sarif(diags: list[Diagnostic]) -> dict:
     used = sorted({d.code for d in diags})
     rules = [{"id": c, "name": CODES[c].name if c in CODES else c,
-              "shortDescription": {"text": CODES[c].summary if c in CODES else c},
+              "shortDescription": {"text": CODES[c].summary() if c in CODES else c},
               "helpUri": f"https://github.com/commdsl/commdsl/blob/main/docs/diagnostics.md#{c.lower()}"}
              for c in used]
     results = []

@@ -1,2 +1,2 @@
-"""Checker rules, one module per family. Each module registers its codes and yields diagnostics from a
-`Context`; the engine reports what happened, a rule decides what to say."""
+"""Checker rules, one module per family. Each module yields diagnostics from a `Context` (their codes and
+docs are the `Rule` classes of `commdsl/rules/`); the engine reports what happened, a rule decides what to say."""

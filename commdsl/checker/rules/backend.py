@@ -6,13 +6,8 @@ from collections.abc import Iterator
 
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Note
-from commdsl.diagnostics.codes import Code, register
 from commdsl.dtypes import DTYPES
 from commdsl.schedule import Collective
-
-register(
-    Code("B601", "unsupported-reduce-op", "error", "a reduce op the backend rejects for this dtype"),
-)
 
 
 def unsupported(backend: str, redop: str, dtype: str) -> str | None:

@@ -7,23 +7,7 @@ from collections.abc import Iterator
 from commdsl import collectives
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.diagnostics.codes import Code, register
 from commdsl.schedule import Collective
-
-register(
-    Code("C301", "collective-kind-mismatch", "error", "members of a group call different collectives at the same step"),
-    Code("C302", "collective-order-swap", "error", "members of a group call the same collectives in different orders"),
-    Code("C303", "root-mismatch", "error", "members disagree on the root (src/dst) of a rooted collective"),
-    Code("C304", "reduce-op-mismatch", "error", "members reduce with different reduce ops"),
-    Code("C305", "collective-dtype-mismatch", "error", "members pass buffers of different dtypes"),
-    Code("C306", "collective-size-mismatch", "error", "members contribute different numbers of elements"),
-    Code("C307", "missing-participant", "error", "a member of the group never calls the collective"),
-    Code("C308", "cross-group-order", "error", "collectives on two groups issued in different orders: a cycle"),
-    Code("C309", "async-mismatch", "warning", "some members call a collective blocking, others async"),
-    Code("C310", "group-nonmember", "error", "a rank calls a collective on a group it is not in"),
-    Code("C311", "root-not-in-group", "error", "the root of a rooted collective is not a member of its group"),
-    Code("C312", "all-to-all-splits-mismatch", "error", "uneven all_to_all splits that disagree between ranks"),
-)
 
 
 def check(ctx: Context) -> Iterator[Diagnostic]:

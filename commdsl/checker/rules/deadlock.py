@@ -7,13 +7,7 @@ from collections.abc import Iterator
 
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.diagnostics.codes import Code, register
 from commdsl.engine import Instance
-
-register(
-    Code("D401", "deadlock", "error", "a wait-for cycle that hangs whatever the buffering"),
-    Code("D402", "buffering-hazard", "error", "a cycle of blocking sends: hangs when sends wait for their receive"),
-)
 
 
 def _what(ctx: Context, e) -> str:

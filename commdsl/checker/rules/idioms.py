@@ -6,16 +6,7 @@ from collections.abc import Iterator
 
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Label
-from commdsl.diagnostics.codes import Code, register
 from commdsl.schedule import Batch, Collective, Recv, Send
-
-register(
-    Code("L701", "send-loop-is-broadcast", "warning", "one rank sends the same buffer to every other rank"),
-    Code("L702", "recv-loop-is-gather", "warning", "one rank receives a piece from every other rank"),
-    Code("L703", "pairwise-exchange-is-all-to-all", "warning", "every rank exchanges with every other rank by P2P"),
-    Code("L704", "reduce-then-broadcast", "warning", "`reduce` to a root followed by `broadcast` from it"),
-    Code("L705", "collective-result-unused", "warning", "a collective's result overwritten before it is read"),
-)
 
 
 def _runs(ops, kind):

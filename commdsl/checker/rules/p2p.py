@@ -7,20 +7,7 @@ from collections.abc import Iterator
 
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.diagnostics.codes import Code, register
 from commdsl.schedule import Recv, Send
-
-register(
-    Code("P201", "unmatched-send", "error", "a send that no receive ever matches"),
-    Code("P202", "unmatched-recv", "error", "a receive that no send ever matches"),
-    Code("P204", "tag-mismatch", "error", "a send and a receive between the same ranks that differ only in tag"),
-    Code("P205", "message-size-mismatch", "error", "a matched send and receive with different element counts"),
-    Code("P206", "message-dtype-mismatch", "error", "a matched send and receive with different dtypes"),
-    Code("P207", "nccl-tag-reorder", "error", "tags that reorder messages on Gloo, which NCCL ignores"),
-    Code("P208", "peer-out-of-range", "error", "a peer or root rank outside 0..world-1"),
-    Code("P209", "p2p-with-self", "error", "a send to or a receive from the rank itself"),
-    Code("P210", "peer-not-in-group", "error", "a P2P op `in GROUP` whose peer or sender is not a member"),
-)
 
 
 _KEYWORD = re.compile(r"^(?:\w+\s*=\s*)?(i?send|i?recv)\b")

@@ -6,15 +6,7 @@ from collections.abc import Iterator
 
 from commdsl.checker.context import Context
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.diagnostics.codes import Code, register
 from commdsl.schedule import Collective, Send
-
-register(
-    Code("R501", "request-never-waited", "error", "an async op whose request is never waited"),
-    Code("R502", "request-waited-twice", "error", "a request waited a second time"),
-    Code("R503", "buffer-in-flight", "error", "a buffer read or written while an async op on it is in flight"),
-    Code("R504", "read-after-reduce", "error", "a non-root buffer read after `reduce` left it undefined"),
-)
 
 
 def _word(op) -> str:

@@ -5,11 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from commdsl.diagnostics import Diagnostic, Note
-from commdsl.diagnostics.codes import Code, register
-
-register(
-    Code("V801", "expect-failed", "error", "an `expect` that does not hold in the simulation"),
-)
 
 
 def check_expects(result) -> Iterator[Diagnostic]:

@@ -1,0 +1,107 @@
+"""Every diagnostic code is a `Rule` class whose docstring is its documentation, as ruff's rules are.
+
+Why classes: a code's name, severity, one-line summary and long explanation then sit together, one module
+per family, instead of in a code table here and a dict of markdown elsewhere; and a raise site names the class
+(`UnmatchedSend.diagnostic(...)`), so a typo in a code is an import error, not a silent unknown code. Why
+docstrings: `commdsl explain` and docs/diagnostics.md are generated from them (`rules/docs.py`), and the tests
+run every `## Example`, so the documentation cannot drift from what the checker says.
+
+Defining a class registers nothing: `registry.py` is the one table of codes, and a test fails on a class it
+does not list. For now the classes are documentation only; the checks that raise them are elsewhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterable
+from typing import ClassVar, NamedTuple
+
+from commdsl.diagnostics.model import Diagnostic, Label, Note, Severity
+from commdsl.source import Span
+
+REQUIRED_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead")
+OPTIONAL_SECTIONS = ("Backend notes", "References")
+
+
+class Family(NamedTuple):
+    letter: str
+    title: str
+    blurb: str
+
+
+# In pipeline order, which is the order of `commdsl explain --list` and docs/diagnostics.md.
+FAMILIES = (
+    Family("S", "Syntax", "The file does not parse. Nothing else is checked until it does."),
+    Family("N", "Names, types and shapes",
+           "The program parses but does not mean anything yet: a name, a kind, a dtype or a size is wrong. "
+           "Names and kinds are checked once; sizes at every declared world size."),
+    Family("P", "Point-to-point", "A `send` and a `recv` that never meet, or meet with the wrong size, dtype or peer."),
+    Family("C", "Collectives", "Members of a group that do not call the same collective, with the same arguments, "
+                               "in the same order."),
+    Family("D", "Deadlock and buffering", "Ranks that wait for each other in a cycle."),
+    Family("R", "Requests and local races", "Async requests never or twice waited, and buffers touched while an "
+                                            "async op may still be using them."),
+    Family("B", "Backend support", "Operations the chosen backend cannot run."),
+    Family("L", "Idiom lints (warnings)", "Hand-written patterns a built-in collective does better, and wasted "
+                                          "results. Reported by `commdsl lint` only."),
+    Family("V", "Verification", "What the simulator proves with data: every `expect` holds on every rank."),
+)
+
+
+class Rule:
+    """One diagnostic code. The docstring is the summary line, a blank line, then the markdown sections.
+
+    The summary follows the message style (lowercase, no final period) because `--list`, SARIF and the
+    docs table print it as is. The sections are `REQUIRED_SECTIONS` then any of `OPTIONAL_SECTIONS`;
+    an example that needs flags shows them in a `console` block (`$ commdsl check example.comm --world 3`).
+
+    Everything is a class attribute or classmethod: a rule has no state until it gets a `check(ctx)`.
+    """
+
+    code: ClassVar[str]
+    """Family letter + three digits ("P201"); never reused, even after the rule is retired."""
+    name: ClassVar[str]
+    """Kebab-case, naming the bad thing ("unmatched-send"), so "allow `unmatched-send`" reads right."""
+    severity: ClassVar[Severity] = "error"
+    """Error for anything that hangs, crashes or gives wrong data; warning for idiom lints and the like."""
+    removed: ClassVar[bool] = False
+    """A retired rule stays in the registry with this set, so its code keeps its meaning (see registry.py)."""
+
+    @classmethod
+    def _text(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def summary(cls) -> str:
+        return cls._text().partition("\n")[0]
+
+    @classmethod
+    def docs(cls) -> str:
+        """The markdown sections, without the summary line."""
+        return cls._text().partition("\n\n")[2]
+
+    @classmethod
+    def sections(cls) -> dict[str, str]:
+        return sections(cls.docs())
+
+    @classmethod
+    def diagnostic(cls, message: str, *, span: Span | None = None, label: str = "", labels: Iterable[Label] = (),
+                   notes: Iterable[Note] = (), help: str | None = None) -> Diagnostic:
+        """A finding of this rule: the code and severity come from the class, so a raise site cannot misspell them."""
+        return Diagnostic(code=cls.code, severity=cls.severity, message=message, span=span, label=label,
+                          labels=tuple(labels), notes=tuple(notes), help=help)
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """`## Title` → body (stripped), in order."""
+    out: dict[str, str] = {}
+    title = None
+    for line in markdown.splitlines(keepends=True):
+        m = re.match(r"## (.+?)\s*$", line)
+        if m:
+            title = m.group(1)
+            out[title] = ""
+        elif title is not None:
+            out[title] += line
+    return {k: v.strip() for k, v in out.items()}

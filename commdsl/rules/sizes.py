@@ -1,0 +1,586 @@
+"""N120–N133: bounds, shapes and sizes, which depend on the world size and params.
+
+Raised by `expand.py` at each declared world size, by `limits.py` (N132, before anything allocates)
+and by `syntax/transform.py` (N121 for an integer literal too long to convert).
+"""
+
+from commdsl.rules import Rule
+
+
+class ViewOutOfBounds(Rule):
+    """a slice, index or chunk outside its tensor
+
+    ## What it does
+
+    Reports a slice, index or chunk outside its tensor at some world size and rank: `x[0:8]` of a
+    4-element tensor, `x[k]` with `k` past the last row, a chunk index not below the number of parts.
+
+    ## Why is this bad?
+
+    In Python, `x[0:8]` of a 4-element tensor silently gives 4 elements, so the message is smaller than
+    the program says; a receiver that posts the size the program says keeps the rest of its buffer
+    untouched (on Gloo, silently). An index past the end raises `IndexError` on the ranks that reach it,
+    while the others wait for them.
+
+    ## Example
+
+    ```comm
+    program bounds
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        send x[0:8] to 1
+    else:
+        recv x[0:8] from 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program bounds
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        send x[0:4] to 1
+    else:
+        recv x[0:4] from 0
+    ```
+    """
+
+    code = "N120"
+    name = "view-out-of-bounds"
+
+
+class NotAnInteger(Rule):
+    """a non-integer value where a rank, size or index is needed
+
+    ## What it does
+
+    Reports a value that must be an integer (a tensor dimension, a rank, a tag, a loop bound, a slice
+    bound, a split size) but is not at some world size: `n / world` with `n = 10` and 4 ranks is 2.5, or
+    a condition used as a number.
+
+    ## Why is this bad?
+
+    `/` is true division. A shape that divides evenly at the sizes you tried fails at the next one; in
+    Python, `torch.empty(n / world)` raises `TypeError`, and `int(n / world)` silently drops the
+    remainder, so some elements are never sent.
+
+    ## Example
+
+    ```comm
+    program shards
+    world 1..4
+    param n = 10
+    tensor shard: float32[n / world] = rank
+    all_reduce shard
+    ```
+
+    ## Use instead
+
+    ```comm
+    program shards
+    world 1..4
+    param n = 10
+    tensor shard: float32[(n + world - 1) // world] = rank
+    all_reduce shard
+    ```
+    """
+
+    code = "N121"
+    name = "not-an-integer"
+
+
+class DivisionByZero(Rule):
+    """a division or modulo by zero
+
+    ## What it does
+
+    Reports a division or modulo by zero at some world size, rank or param value: `n // (world - 1)` at
+    world size 1, `(rank + 1) % k` with `k = 0`.
+
+    ## Why is this bad?
+
+    The program has no meaning at that size. In a Python script it is a `ZeroDivisionError`, often only at
+    the one world size nobody tried (a single-process debug run is the usual one).
+
+    ## Example
+
+    ```comm
+    program stages
+    world 1..4
+    param layers = 12
+    tensor stage: float32[layers // (world - 1)] = rank
+    all_reduce stage
+    ```
+
+    ## Use instead
+
+    ```comm
+    program stages
+    world 2..4
+    param layers = 12
+    tensor stage: float32[layers // (world - 1)] = rank
+    all_reduce stage
+    ```
+    """
+
+    code = "N122"
+    name = "division-by-zero"
+
+
+class ShapeMismatch(Rule):
+    """element-expression operands whose shape differs from the target's
+
+    ## What it does
+
+    Reports an element expression (an assignment or an `expect`) reading a view whose shape differs from
+    the target's. An operand must have the target's shape or hold a single element.
+
+    ## Why is this bad?
+
+    Elementwise arithmetic needs one value per element. In torch, `y += x` with shapes `[2]` and `[4]`
+    raises a `RuntimeError` on the ranks that run it, and the others then wait for them.
+
+    ## Example
+
+    ```comm
+    program accumulate
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[2] = 0
+    on rank == 0:
+        send x to 1
+    else:
+        recv x from 0
+        y += x
+    ```
+
+    ## Use instead
+
+    ```comm
+    program accumulate
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[2] = 0
+    on rank == 0:
+        send x to 1
+    else:
+        recv x from 0
+        y += x[0:2]
+    ```
+    """
+
+    code = "N123"
+    name = "shape-mismatch"
+
+
+class WorldSizeNotDeclared(Rule):
+    """a world size outside the program's `world` line
+
+    ## What it does
+
+    Reports a world size asked for on the command line (`--world N`, `--nproc N`) that the program's
+    `world` line does not declare.
+
+    ## Why is this bad?
+
+    The `world` line is the program's contract: the sizes it is written and checked for. An algorithm
+    written for two ranks (a ping-pong, a pairwise exchange) usually leaves a third rank with no partner,
+    so commdsl refuses to run or check a program at a size it does not declare. Widen the `world` line
+    once the program is correct at the new sizes.
+
+    ## Example
+
+    ```console
+    $ commdsl check example.comm --world 3
+    ```
+
+    ```comm
+    program sums
+    world 2
+    tensor x: float32[4] = rank
+    all_reduce x
+    ```
+
+    ## Use instead
+
+    ```console
+    $ commdsl check example.comm --world 3
+    ```
+
+    ```comm
+    program sums
+    world 2..4
+    tensor x: float32[4] = rank
+    all_reduce x
+    ```
+    """
+
+    code = "N124"
+    name = "world-size-not-declared"
+
+
+class BadParamValue(Rule):
+    """`--set` of an unknown param or with a value that is not a number
+
+    ## What it does
+
+    Reports a `--set KEY=VALUE` whose key is not a `param` of the program, or (from the library API) whose
+    value is not an integer, a number or `true`/`false`; on the command line such a value is a usage error
+    (exit 2) before any program is read.
+
+    ## Why is this bad?
+
+    A misspelt key would otherwise be ignored, and the program would be checked (or run, or benchmarked)
+    with the default value while you believe it used yours.
+
+    ## Example
+
+    ```console
+    $ commdsl check example.comm --set size=8
+    ```
+
+    ```comm
+    program sized
+    world 2
+    param n = 4
+    tensor x: float32[n] = rank
+    all_reduce x
+    ```
+
+    ## Use instead
+
+    ```console
+    $ commdsl check example.comm --set n=8
+    ```
+
+    ```comm
+    program sized
+    world 2
+    param n = 4
+    tensor x: float32[n] = rank
+    all_reduce x
+    ```
+    """
+
+    code = "N125"
+    name = "bad-param-value"
+
+
+class MeshDoesNotTileWorld(Rule):
+    """a mesh whose dimensions do not multiply to the world size
+
+    ## What it does
+
+    Reports a `mesh` whose dimensions do not multiply to the world size, at some declared size.
+
+    ## Why is this bad?
+
+    A device mesh arranges every rank exactly once: `mesh m = (dp=2, tp=2)` covers four ranks. At any
+    other size some ranks would have no coordinates (or coordinates no rank has), so the groups `m.dp` and
+    `m.tp` do not exist for them. Size the dimensions from `world`, or declare only the sizes the mesh fits.
+
+    ## Example
+
+    ```comm
+    program mesh2d
+    world 4..8
+    mesh m = (dp=2, tp=2)
+    tensor x: float32[4] = rank
+    all_reduce x in m.tp
+    ```
+
+    ## Use instead
+
+    ```comm
+    program mesh2d
+    world [4, 6, 8]
+    mesh m = (dp=world // 2, tp=2)
+    tensor x: float32[4] = rank
+    all_reduce x in m.tp
+    ```
+    """
+
+    code = "N126"
+    name = "mesh-does-not-tile-world"
+
+
+class InvalidGroup(Rule):
+    """a group naming a rank outside the world or twice
+
+    ## What it does
+
+    Reports a group that names a rank outside the world (at some declared size) or a rank twice, and
+    `GROUP.rank` evaluated on a rank that is not a member of the group.
+
+    ## Why is this bad?
+
+    A group is a set of existing ranks. A member outside the world can never arrive, so every collective
+    on the group would wait for it forever; a duplicate member would be counted twice.
+
+    ## Example
+
+    ```comm
+    program subgroup
+    world 4
+    group g = [0, 4]
+    tensor x: float32[4] = rank
+    on rank == 0 or rank == 3:
+        all_reduce x in g
+    ```
+
+    ## Use instead
+
+    ```comm
+    program subgroup
+    world 4
+    group g = [0, 3]
+    tensor x: float32[4] = rank
+    on rank == 0 or rank == 3:
+        all_reduce x in g
+    ```
+    """
+
+    code = "N127"
+    name = "invalid-group"
+
+
+class InvalidTensorSize(Rule):
+    """a tensor with a negative shape or too many elements
+
+    ## What it does
+
+    Reports a tensor whose shape is negative at some world size or rank, or which would hold more elements
+    than commdsl allows (2^34).
+
+    ## Why is this bad?
+
+    torch refuses to create a tensor with a negative dimension (`RuntimeError: Trying to create tensor
+    with negative dimension`), on the ranks where it happens; the other ranks then wait for them. Shapes
+    computed from `world` or `rank` are the usual cause: fine at small sizes, negative at large ones.
+
+    ## Example
+
+    ```comm
+    program halo
+    world 1..8
+    tensor x: float32[6 - world] = rank
+    all_reduce x
+    ```
+
+    ## Use instead
+
+    ```comm
+    program halo
+    world 1..6
+    tensor x: float32[6 - world] = rank
+    all_reduce x
+    ```
+    """
+
+    code = "N128"
+    name = "invalid-tensor-size"
+
+
+class HandleNotAssigned(Rule):
+    """`wait` on a handle this rank never assigned
+
+    ## What it does
+
+    Reports a `wait h` on a rank that never assigned `h` before that point, typically because the async
+    op is inside `on rank == 0:` while the `wait` is outside it.
+
+    ## Why is this bad?
+
+    On that rank there is no request to wait for. In a Python script it is an `UnboundLocalError` or
+    `NameError` on those ranks only; they die, and the ranks that did post the op lose their message
+    (`Connection closed by peer` on Gloo).
+
+    ## Example
+
+    ```comm
+    program handles
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        h = isend x to 1
+    else:
+        recv x from 0
+    wait h
+    ```
+
+    ## Use instead
+
+    ```comm
+    program handles
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        h = isend x to 1
+        wait h
+    else:
+        recv x from 0
+    ```
+    """
+
+    code = "N129"
+    name = "handle-not-assigned"
+
+
+class MixedDtypes(Rule):
+    """one collective's buffers with different dtypes
+
+    ## What it does
+
+    Reports one collective whose input and output buffers have different dtypes, such as `all_gather x
+    into y` with `x: float32` and `y: int64`.
+
+    ## Why is this bad?
+
+    Collectives copy elements between buffers without converting them: a `float32` value placed in an
+    `int64` buffer is reinterpreted bits, not a number. Give every buffer of one op the same dtype, and
+    convert with an assignment before or after.
+
+    ## Example
+
+    ```comm
+    program gather_dtypes
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: int64[8] = 0
+    all_gather x into y
+    ```
+
+    ## Use instead
+
+    ```comm
+    program gather_dtypes
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[8] = 0
+    all_gather x into y
+    ```
+    """
+
+    code = "N130"
+    name = "mixed-dtypes"
+
+
+class BufferDoesNotFit(Rule):
+    """a collective's buffers sized wrongly for its group
+
+    ## What it does
+
+    Reports a collective whose buffers are sized wrongly for its group on some rank: an `all_gather` or
+    `gather` output that is not group size × input, a `reduce_scatter` or `scatter` input that is not
+    group size × output, a buffer list of the wrong length, `all_to_all` buffers that do not split evenly,
+    or `splits` that do not sum to the buffers' rows.
+
+    ## Why is this bad?
+
+    The collective would write past the end of the output or leave part of it unwritten. torch checks
+    some of these sizes and raises on the ranks that get them wrong, leaving the rest of the group
+    waiting; the sizes it does not check give wrong data.
+
+    ## Example
+
+    ```comm
+    program gather_sizes
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = 0
+    all_gather x into y
+    ```
+
+    ## Use instead
+
+    ```comm
+    program gather_sizes
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[world * 4] = 0
+    all_gather x into y
+    ```
+    """
+
+    code = "N131"
+    name = "buffer-does-not-fit"
+
+
+class TensorsExceedMemory(Rule):
+    """the tensors of all ranks need more memory than this machine has
+
+    ## What it does
+
+    Reports a program whose tensors, summed over every rank, need more memory than commdsl may use on
+    this machine (half of its physical memory). The simulator holds all ranks' tensors in one process,
+    and `commdsl run` starts every local rank on this node, so both need the sum.
+
+    ## Why is this bad?
+
+    Allocating it would push the machine into swap or get the run killed by the OOM killer halfway
+    through, with no word on why. commdsl refuses before allocating and names the size and the limit.
+
+    ## Example
+
+    ```comm
+    program too_big
+    world 2
+    param n = 100000
+    tensor x: float32[n, n]
+    all_reduce x
+    ```
+
+    ## Use instead
+
+    ```comm
+    program too_big
+    world 2
+    param n = 1000
+    tensor x: float32[n, n]
+    all_reduce x
+    ```
+    """
+
+    code = "N132"
+    name = "tensors-exceed-memory"
+
+
+class ExpansionTooLarge(Rule):
+    """a program that expands to more loop steps and ops than commdsl holds
+
+    ## What it does
+
+    Reports a program that expands to more than 20,000,000 loop steps and ops at one world size, usually
+    because a loop bound or a param is far larger than meant.
+
+    ## Why is this bad?
+
+    commdsl expands every rank's op list in memory before checking, simulating or running it; a runaway
+    loop would take minutes and gigabytes before anything useful happens. The expansion stops at the
+    limit and points at the loop that crossed it.
+
+    ## Example
+
+    ```comm
+    program runaway
+    world 2
+    tensor x: float32[1]
+    for s in 0 .. 1000000000:
+        x += 1
+    ```
+
+    ## Use instead
+
+    ```comm
+    program runaway
+    world 2
+    tensor x: float32[1]
+    for s in 0 .. 9:
+        x += 1
+    ```
+    """
+
+    code = "N133"
+    name = "expansion-too-large"
