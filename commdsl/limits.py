@@ -11,6 +11,7 @@ import os
 
 from commdsl.diagnostics import Diagnostic, Note
 from commdsl.dtypes import DTYPES
+from commdsl.rules.sizes import TensorsExceedMemory
 from commdsl.schedule import Schedule
 
 MEMORY_SHARE = 0.5
@@ -41,8 +42,8 @@ def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator") 
         return None
     biggest = max(((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in (ranks or range(schedule.world))
                    for spec in schedule.tensors[r].values()), key=lambda x: x[0])[1]
-    return Diagnostic(
-        code="N132", span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
-        message=f"the tensors need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
+    return TensorsExceedMemory.diagnostic(
+        f"the tensors need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
+        span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
         notes=(Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it"),),
         help="lower the size params with `--set`, or run on more machines")

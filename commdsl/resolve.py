@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES, REDUCE_OPS
+from commdsl.rules import Rule
+from commdsl.rules.names import (BadReduceOp, DuplicateDeclaration, InvalidBatch, InvalidExpect, InvalidView,
+                                 InvalidWorld, MisplacedDeclaration, UndefinedName, UnknownBackend, UnknownDtype,
+                                 WrongKindOfName)
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
@@ -101,9 +105,8 @@ class _Resolver:
         self.diags: list[Diagnostic] = []
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
 
-    def error(self, code: str, message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
-        self.diags.append(Diagnostic(code=code, message=message, span=node.span, label=label, help=help,
-                                     notes=tuple(notes)))
+    def error(self, rule: type[Rule], message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
+        self.diags.append(rule.diagnostic(message, span=node.span, label=label, help=help, notes=notes))
 
     # declarations --------------------------------------------------------------------------------
     def declare(self, scope: _Scope, name: str, kind: str, node: n.Node):
@@ -113,7 +116,7 @@ class _Resolver:
             label = "already declared" if where is None else f"already declared as a {what}"
             notes = [] if where is None else [n_note("first declared here", where)]
             msg = f"`{name}` is a built-in name" if where is None else f"`{name}` is declared twice"
-            self.error("N102", msg, node, label=label, notes=notes,
+            self.error(DuplicateDeclaration, msg, node, label=label, notes=notes,
                        help=None if where else f"`{name}` always means the built-in; choose another name")
             return
         scope.names[name] = (kind, node)
@@ -124,17 +127,17 @@ class _Resolver:
         handles = _collect_handles(self.module.body)
         for name, node in handles.items():
             if name in BUILTINS:
-                self.error("N102", f"`{name}` is a built-in name", node, label="cannot name a handle")
+                self.error(DuplicateDeclaration, f"`{name}` is a built-in name", node, label="cannot name a handle")
         seen_statement = False
         for stmt in self.module.body:
             if isinstance(stmt, (n.ProgramDecl, n.WorldDecl, n.BackendDecl)):
                 key = stmt.kind
                 if key in header:
-                    self.error("N102", f"`{key}` is declared twice", stmt, label="second declaration",
+                    self.error(DuplicateDeclaration, f"`{key}` is declared twice", stmt, label="second declaration",
                                notes=[n_note("first declared here", header[key])])
                     continue
                 if seen_statement:
-                    self.error("N106", f"`{key}` must come before the program's statements", stmt,
+                    self.error(MisplacedDeclaration, f"`{key}` must come before the program's statements", stmt,
                                label="header line after a statement",
                                help="move the header (program, world, backend, param) to the top")
                 header[key] = stmt
@@ -143,7 +146,7 @@ class _Resolver:
                 if isinstance(stmt, n.BackendDecl):
                     for ident in stmt.names:
                         if ident.name not in BACKENDS:
-                            self.error("N110", f"unknown backend `{ident.name}`", ident,
+                            self.error(UnknownBackend, f"unknown backend `{ident.name}`", ident,
                                        label="not a backend", help="backends are `gloo` and `nccl`")
                 continue
             if isinstance(stmt, n.ParamDecl):
@@ -182,18 +185,18 @@ class _Resolver:
     def check_world(self, w: n.WorldDecl):
         sizes = list(w.sizes) + [x for x in (w.lo, w.hi) if x is not None]
         if any(s < 1 for s in sizes):
-            self.error("N112", "a world size must be at least 1", w, label="world size 0")
+            self.error(InvalidWorld, "a world size must be at least 1", w, label="world size 0")
         elif w.hi is not None and w.lo > w.hi:
-            self.error("N112", f"empty world range `{w.lo}..{w.hi}`", w, label="the range is empty",
+            self.error(InvalidWorld, f"empty world range `{w.lo}..{w.hi}`", w, label="the range is empty",
                        help=f"write `world {w.hi}..{w.lo}`")
         elif len(set(w.sizes)) != len(w.sizes):
-            self.error("N112", "a world size is listed twice", w, label="duplicate size")
+            self.error(InvalidWorld, "a world size is listed twice", w, label="duplicate size")
         elif max(sizes) > MAX_WORLD:
-            self.error("N112", f"a world size must be at most {MAX_WORLD}", w, label=f"world size {max(sizes)}")
+            self.error(InvalidWorld, f"a world size must be at most {MAX_WORLD}", w, label=f"world size {max(sizes)}")
 
     def check_tensor(self, t: n.TensorDecl):
         if t.dtype.name not in DTYPES:
-            self.error("N104", f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
+            self.error(UnknownDtype, f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
                        help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
         for dim in t.shape:
             self.check_expr(dim, "static", self.top)
@@ -201,7 +204,7 @@ class _Resolver:
         if t.init is not None:
             self.check_expr(t.init, "init", self.top)
             for call in _random_calls(t.init) if not _random_calls(t.init, top=True) else ():
-                self.error("N103", f"`{call.func.id}` must be the whole initialiser", call,
+                self.error(WrongKindOfName, f"`{call.func.id}` must be the whole initialiser", call,
                            label="combined with other values",
                            help=f"write `= {call.func.id}(seed)` alone, then scale it with an assignment")
         self.declare(self.top, t.name, "tensor", t)
@@ -213,7 +216,8 @@ class _Resolver:
             for d in g.dims:
                 self.check_expr(d.size, "static", self.top)
                 if d.name in dims:
-                    self.error("N102", f"mesh dimension `{d.name}` is declared twice", d, label="duplicate")
+                    self.error(DuplicateDeclaration, f"mesh dimension `{d.name}` is declared twice", d,
+                               label="duplicate")
                 dims.add(d.name)
             self.declare(self.top, g.name, "mesh", g)
             return
@@ -229,7 +233,7 @@ class _Resolver:
         for e in exprs:
             for sub in _walk(e):
                 if isinstance(sub, n.Attr) and sub.attr in ("size", "rows") and _is_view_syntax(sub.value, self.top):
-                    self.error("N103", f"{what} cannot depend on a tensor's `.{sub.attr}`", sub,
+                    self.error(WrongKindOfName, f"{what} cannot depend on a tensor's `.{sub.attr}`", sub,
                                label="not known before the tensors are made", help="use a param instead")
 
     # statements ----------------------------------------------------------------------------------
@@ -240,13 +244,13 @@ class _Resolver:
     def check_stmt(self, s, scope: _Scope, in_batch: bool):
         if in_batch and isinstance(s, (n.Assign, n.Expect, n.Print)):  # also under a `for` or `on` in the batch
             word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[s.kind]
-            self.error("N111", f"{word} cannot be part of a `batch`", s,
+            self.error(InvalidBatch, f"{word} cannot be part of a `batch`", s,
                        label="only send, recv, isend and irecv batch together",
                        help="move it after the `batch:` block, which waits for its ops at its end")
         match s:
             case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() \
                     | n.GroupDecl() | n.MeshDecl():
-                self.error("N106", f"`{s.kind}` declarations belong at the top level", s,
+                self.error(MisplacedDeclaration, f"`{s.kind}` declarations belong at the top level", s,
                            label="declared inside a block",
                            help="declare tensors, groups, params and the header at the top of the file")
             case n.Let():
@@ -262,11 +266,11 @@ class _Resolver:
                     self.check_expr(s.tag, "static", scope)
                 self.check_group_ref(s.group, scope)
                 if in_batch and s.handle is not None:
-                    self.error("N111", "a P2P op inside `batch` has no handle of its own", s,
+                    self.error(InvalidBatch, "a P2P op inside `batch` has no handle of its own", s,
                                label="the batch waits for all its ops at its end")
             case n.Collective():
                 if in_batch:
-                    self.error("N111", f"`{s.op}` cannot be part of a `batch`", s,
+                    self.error(InvalidBatch, f"`{s.op}` cannot be part of a `batch`", s,
                                label="only send, recv, isend and irecv batch together",
                                help="move the collective out of the `batch:` block")
                 for v in s.inputs + s.outputs:
@@ -277,22 +281,22 @@ class _Resolver:
                     self.check_expr(e, "static", scope)
                 if s.redop is not None:
                     if s.redop.name.name not in REDUCE_OPS:
-                        self.error("N105", f"unknown reduce op `{s.redop.name.name}`", s.redop.name,
+                        self.error(BadReduceOp, f"unknown reduce op `{s.redop.name.name}`", s.redop.name,
                                    label="not a reduce op",
                                    help=_suggest(s.redop.name.name, REDUCE_OPS,
                                                  "reduce ops are " + ", ".join(REDUCE_OPS)))
                     elif s.redop.name.name == "premul_sum" and s.redop.scale is None:
-                        self.error("N105", "`premul_sum` needs a scale factor", s.redop,
+                        self.error(BadReduceOp, "`premul_sum` needs a scale factor", s.redop,
                                    label="write `op premul_sum(0.5)`")
                     elif s.redop.scale is not None and s.redop.name.name != "premul_sum":
-                        self.error("N105", f"`{s.redop.name.name}` takes no argument", s.redop.scale,
+                        self.error(BadReduceOp, f"`{s.redop.name.name}` takes no argument", s.redop.scale,
                                    label="only `premul_sum` takes a scale")
                     if s.redop.scale is not None:
                         self.check_expr(s.redop.scale, "static", scope)
                 self.check_group_ref(s.group, scope)
             case n.Wait():
                 if in_batch:
-                    self.error("N111", "`wait` inside `batch`", s, label="the batch waits at its end by itself")
+                    self.error(InvalidBatch, "`wait` inside `batch`", s, label="the batch waits at its end by itself")
             case n.Expect():
                 self.check_expect(s, scope)
             case n.Print():
@@ -311,13 +315,13 @@ class _Resolver:
                 self.check_block(s.orelse, _Scope(parent=scope), in_batch)
             case n.Batch():
                 if in_batch:
-                    self.error("N111", "`batch` blocks do not nest", s, label="inside another batch")
+                    self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
                 self.check_block(s.body, _Scope(parent=scope), True)
 
     def check_expect(self, s: n.Expect, scope: _Scope):
         c = s.cond
         if not (isinstance(c, n.Binary) and c.op in COMPARISONS):
-            self.error("N109", "`expect` takes a comparison `VIEW == VALUE`", c,
+            self.error(InvalidExpect, "`expect` takes a comparison `VIEW == VALUE`", c,
                        label="not a comparison", help="write e.g. `expect x == world * (world - 1) / 2`")
             return
         self.check_view(c.left, scope)
@@ -336,19 +340,19 @@ class _Resolver:
         if kind == "mesh":
             dims = [d.name for d in decl.dims]
             if g.dim is None:
-                self.error("N103", f"`{g.name}` is a mesh; name one of its dimensions", g,
+                self.error(WrongKindOfName, f"`{g.name}` is a mesh; name one of its dimensions", g,
                            label="a mesh is not a group", help=f"write `in {g.name}.{dims[0]}`")
             elif g.dim not in dims:
-                self.error("N101", f"mesh `{g.name}` has no dimension `{g.dim}`", g, label="unknown dimension",
+                self.error(UndefinedName, f"mesh `{g.name}` has no dimension `{g.dim}`", g, label="unknown dimension",
                            help=f"its dimensions are {', '.join(dims)}")
             return
-        self.error("N103", f"`{g.text}` is not a group", g, label=f"`{g.name}` is a {kind}")
+        self.error(WrongKindOfName, f"`{g.text}` is not a group", g, label=f"`{g.name}` is a {kind}")
 
     # expressions ---------------------------------------------------------------------------------
     def undefined(self, name: str, node: n.Node, scope: _Scope, what: str = "name"):
         close = difflib.get_close_matches(name, sorted(scope.all_names()), n=1)
         help = f"a name `{close[0]}` exists" if close else None
-        self.error("N101", f"undefined {what} `{name}`", node, label="not declared", help=help)
+        self.error(UndefinedName, f"undefined {what} `{name}`", node, label="not declared", help=help)
 
     def check_view(self, e, scope: _Scope):
         """A view: a tensor name, optionally followed by `[lo:hi]`, `[k]` and `.chunk(k, parts)`."""
@@ -358,7 +362,7 @@ class _Resolver:
                 if found is None:
                     self.undefined(e.id, e, scope, "tensor")
                 elif found[0] != "tensor":
-                    self.error("N103", f"`{e.id}` is not a tensor", e, label=f"`{e.id}` is a {found[0]}",
+                    self.error(WrongKindOfName, f"`{e.id}` is not a tensor", e, label=f"`{e.id}` is a {found[0]}",
                                help="communication ops and assignments work on declared tensors")
             case n.Slice():
                 self.check_view(e.value, scope)
@@ -371,12 +375,12 @@ class _Resolver:
             case n.Call(func=n.Attr(attr="chunk") as f):
                 self.check_view(f.value, scope)
                 if len(e.args) != 2:
-                    self.error("N107", "`chunk` takes two arguments: `chunk(k, parts)`", e,
+                    self.error(InvalidView, "`chunk` takes two arguments: `chunk(k, parts)`", e,
                                label=f"{len(e.args)} given")
                 for a in e.args:
                     self.check_expr(a, "static", scope)
             case _:
-                self.error("N107", "expected a tensor view", e, label="not a tensor or a view of one",
+                self.error(InvalidView, "expected a tensor view", e, label="not a tensor or a view of one",
                            help="a view is `x`, `x[lo:hi]`, `x[k]` or `x.chunk(k, parts)`")
 
     def check_expr(self, e, ctx: str, scope: _Scope):
@@ -391,40 +395,40 @@ class _Resolver:
                     return
                 kind = found[0]
                 if kind == "index" and ctx == "static":
-                    self.error("N103", "`i` (the element index) is only defined in element expressions", e,
+                    self.error(WrongKindOfName, "`i` (the element index) is only defined in element expressions", e,
                                label="not an integer known per rank",
                                help="use `i` in tensor initialisers, assignments and `expect`")
                 elif kind == "tensor" and ctx != "elem":
                     where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
-                    self.error("N103", f"tensor `{e.id}` used where {where} is expected", e,
+                    self.error(WrongKindOfName, f"tensor `{e.id}` used where {where} is expected", e,
                                label="a tensor, not a number")
                 elif kind in ("group", "mesh", "handle"):
-                    self.error("N103", f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+                    self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
             case n.Attr():
                 self.check_attr(e, scope)
             case n.Call(func=n.Name(id=fname)) if fname in ELEMENT_FUNCS or fname in INIT_FUNCS:
                 arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
                 if fname in INIT_FUNCS and ctx != "init":
-                    self.error("N103", f"`{fname}` is only allowed in tensor initialisers", e,
+                    self.error(WrongKindOfName, f"`{fname}` is only allowed in tensor initialisers", e,
                                label="random values come from the initialiser")
                 if len(e.args) != arity:
-                    self.error("N107", f"`{fname}` takes {arity} argument{'s' * (arity > 1)}", e,
+                    self.error(InvalidView, f"`{fname}` takes {arity} argument{'s' * (arity > 1)}", e,
                                label=f"{len(e.args)} given")
                 for a in e.args:
                     self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
-                    self.error("N103", "a tensor view is not allowed here", e, label="expected a number")
+                    self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
                     return
                 self.check_view(e, scope)
             case n.Call(func=n.Name(id=fname)):
-                self.error("N101", f"unknown function `{fname}`", e.func, label="not a function",
+                self.error(UndefinedName, f"unknown function `{fname}`", e.func, label="not a function",
                            help="functions are min, max, abs (and rand, randn in initialisers)")
             case n.Call():
-                self.error("N107", "this cannot be called", e, label="not a function")
+                self.error(InvalidView, "this cannot be called", e, label="not a function")
             case n.Unary(op="not") | n.Binary(op="and" | "or") if ctx != "static":
                 word = e.op
-                self.error("N103", f"`{word}` is not an element-wise operator", e,
+                self.error(WrongKindOfName, f"`{word}` is not an element-wise operator", e,
                            label="conditions are for `on`, per rank",
                            help="compare element-wise with `==`, `<`, ... and combine with `*` (and) or `max` (or)")
             case n.Unary():
@@ -442,7 +446,7 @@ class _Resolver:
         if isinstance(base, n.Attr) and isinstance(base.value, n.Name):
             base, dim = base.value, base.attr
         if not isinstance(base, n.Name):
-            self.error("N107", "unexpected attribute", e, label="expected `GROUP.rank` or `GROUP.size`")
+            self.error(InvalidView, "unexpected attribute", e, label="expected `GROUP.rank` or `GROUP.size`")
             return
         found = scope.lookup(base.id)
         if found is None:
@@ -451,13 +455,13 @@ class _Resolver:
         kind, decl = found
         if e.attr not in ("rank", "size"):
             extra = " (a tensor has `.size`, `.rows` and `.chunk(k, parts)`)" if kind == "tensor" else ""
-            self.error("N107", f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
+            self.error(InvalidView, f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
             return
         if kind == "group" and dim is None:
             return
         if kind == "mesh" and dim is not None and dim in [d.name for d in decl.dims]:
             return
-        self.error("N103", f"`.{e.attr}` needs a group or a mesh dimension", e,
+        self.error(WrongKindOfName, f"`.{e.attr}` needs a group or a mesh dimension", e,
                    label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`")
 
 

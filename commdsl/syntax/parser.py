@@ -14,6 +14,9 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.indenter import Indenter
 
 from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.rules import Rule
+from commdsl.rules.syntax import (InconsistentDedent, MissingColon, RecvWithoutSource, SendWithoutDestination,
+                                  UnexpectedCharacter, UnexpectedEndOfFile, UnexpectedToken as UnexpectedTokenRule)
 from commdsl.source import SourceFile
 
 
@@ -125,37 +128,37 @@ def _found(token: Token) -> str:
     return f"`{token.value}`"
 
 
-# Common mistakes named by LALR state (lark's match_examples): a few whole programs per code.
-_EXAMPLES = {
-    "S005": ["for s in 0 .. 3\n    barrier\n", "on rank == 0\n    barrier\n", "batch\n    send x to 1\n",
-             "on rank == 0:\n    barrier\nelse\n    barrier\n",
-             "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n"],
+# Common mistakes named by LALR state (lark's match_examples): a few whole programs per rule.
+_EXAMPLES: dict[type[Rule], list[str]] = {
+    MissingColon: ["for s in 0 .. 3\n    barrier\n", "on rank == 0\n    barrier\n", "batch\n    send x to 1\n",
+                   "on rank == 0:\n    barrier\nelse\n    barrier\n",
+                   "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n"],
     # not `send x 1`: an INT after a NAME fails in the state every NAME shares, so it names nothing
-    "S006": [f"{op} x{rest}\n" for op in ("send", "isend", "h = isend") for rest in ("", " tag 1")],
-    "S007": [f"{op} x{rest}\n" for op in ("recv", "irecv", "h = irecv") for rest in ("", " tag 1")],
+    SendWithoutDestination: [f"{op} x{rest}\n" for op in ("send", "isend", "h = isend") for rest in ("", " tag 1")],
+    RecvWithoutSource: [f"{op} x{rest}\n" for op in ("recv", "irecv", "h = irecv") for rest in ("", " tag 1")],
 }
 _EXAMPLE_TEXT = {
-    "S005": ("expected `:` at the end of the block header", "a block header ends with `:`"),
-    "S006": ("`send` needs a destination: `send VIEW to RANK`", "the destination rank goes after `to`"),
-    "S007": ("`recv` needs a source: `recv VIEW from RANK`", "the source rank goes after `from`"),
+    MissingColon: ("expected `:` at the end of the block header", "a block header ends with `:`"),
+    SendWithoutDestination: ("`send` needs a destination: `send VIEW to RANK`", "the destination rank goes after `to`"),
+    RecvWithoutSource: ("`recv` needs a source: `recv VIEW from RANK`", "the source rank goes after `from`"),
 }
 
 
 @lru_cache(maxsize=1)
-def _example_states() -> dict[tuple[int, str], str]:
-    """(LALR state, token type) where each example fails → its code.
+def _example_states() -> dict[tuple[int, str], type[Rule]]:
+    """(LALR state, token type) where each example fails → its rule.
 
     Lark's own `match_examples` also compares the parser's stack depth, so an example written as a
     one-statement file would only match mistakes in a file's first statement; the top state and the
     offending token are what identify the mistake.
     """
-    states: dict[tuple[int, str], str] = {}
-    for code, examples in _EXAMPLES.items():
+    states: dict[tuple[int, str], type[Rule]] = {}
+    for rule, examples in _EXAMPLES.items():
         for example in examples:
             try:
                 lark_parser().parse(example)
             except UnexpectedToken as e:
-                states.setdefault((e.state.position, e.token.type), code)
+                states.setdefault((e.state.position, e.token.type), rule)
     return states
 
 
@@ -166,17 +169,17 @@ def parse_tree(source: SourceFile) -> Tree:
     code = first.lstrip(" \t\f")
     if code != first and code.strip() and not code.startswith("#"):  # the indenter only sees indents after a newline
         col = len(first) - len(code)
-        raise CommdslError([Diagnostic(code="S001", message="expected a statement, found an unexpected indent",
-                                       span=source.span(col, col), label="unexpected here",
-                                       help="a file's first statement starts in column 1")])
+        raise CommdslError([UnexpectedTokenRule.diagnostic("expected a statement, found an unexpected indent",
+                                                           span=source.span(col, col), label="unexpected here",
+                                                           help="a file's first statement starts in column 1")])
     try:
         return lark_parser().parse(text)
     except _IndentError as err:
         tok = err.token
         end = tok.end_pos
         sp = source.span(end - len(tok.rsplit("\n", 1)[1]), end)
-        raise CommdslError([Diagnostic(
-            code="S003", message="unindent does not match any outer indentation level", span=sp,
+        raise CommdslError([InconsistentDedent.diagnostic(
+            "unindent does not match any outer indentation level", span=sp,
             label="this line's indentation matches no enclosing block",
             help="indent the line exactly as the block it belongs to")]) from None
     except UnexpectedInput as err:
@@ -187,13 +190,14 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
     if isinstance(err, UnexpectedCharacters):
         sp = source.span(err.pos_in_stream, err.pos_in_stream + 1)
         char = text[err.pos_in_stream]
-        return Diagnostic(code="S002", message=f"unexpected character `{char}`", span=sp,
-                          label="not part of the language", help=f"expected {_expected(set(err.allowed))}")
+        return UnexpectedCharacter.diagnostic(f"unexpected character `{char}`", span=sp,
+                                              label="not part of the language",
+                                              help=f"expected {_expected(set(err.allowed))}")
     token = getattr(err, "token", None)
     if isinstance(err, UnexpectedEOF) or token is None or token.type == "$END":
         end = len(source.text.rstrip())
-        return Diagnostic(code="S004", message="unexpected end of file", span=source.span(end, end),
-                          label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}")
+        return UnexpectedEndOfFile.diagnostic("unexpected end of file", span=source.span(end, end),
+                                              label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}")
     assert isinstance(err, UnexpectedToken)
     matched = _example_states().get((err.state.position, token.type))
     start = token.start_pos if token.start_pos is not None else len(text)
@@ -207,6 +211,6 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
     sp = source.span(start, end if end > start else start)
     if matched:
         message, help_text = _EXAMPLE_TEXT[matched]
-        return Diagnostic(code=matched, message=message, span=sp, label=f"found {_found(token)}", help=help_text)
-    return Diagnostic(code="S001", message=f"expected {expected}, found {_found(token)}", span=sp,
-                      label="unexpected here")
+        return matched.diagnostic(message, span=sp, label=f"found {_found(token)}", help=help_text)
+    return UnexpectedTokenRule.diagnostic(f"expected {expected}, found {_found(token)}", span=sp,
+                                          label="unexpected here")

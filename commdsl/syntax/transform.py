@@ -7,6 +7,9 @@ from lark.exceptions import VisitError
 from lark.tree import Meta
 
 from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.rules.names import InvalidView, MisusedHandle
+from commdsl.rules.sizes import NotAnInteger
+from commdsl.rules.syntax import UnexpectedToken
 from commdsl.source import SourceFile, Span
 from commdsl.syntax import nodes as n
 
@@ -36,8 +39,8 @@ class _ToAst(Transformer):
         try:
             return int(tok)
         except ValueError:  # Python converts at most 4300 digits
-            raise _Invalid(Diagnostic(code="N121", message=f"this integer literal is too large ({len(tok)} digits)",
-                                      span=self._tok(tok), label="too many digits")) from None
+            raise _Invalid(NotAnInteger.diagnostic(f"this integer literal is too large ({len(tok)} digits)",
+                                                   span=self._tok(tok), label="too many digits")) from None
 
     # top level -----------------------------------------------------------------------------------
     def start(self, meta, *stmts):
@@ -93,14 +96,14 @@ class _ToAst(Transformer):
         span = self._span(meta)
         if isinstance(value, (n.Send, n.Recv, n.Collective)):
             if op != "=" or not isinstance(target, n.Name):
-                raise _Invalid(Diagnostic(
-                    code="N108", message="a communication op can only be bound to a handle with `h = OP`",
+                raise _Invalid(MisusedHandle.diagnostic(
+                    "a communication op can only be bound to a handle with `h = OP`",
                     span=target.span, label="expected a plain handle name and `=`",
                     help="write `h = isend x to 1`, then `wait h`"))
             if isinstance(value, (n.Send, n.Recv)) and value.blocking:
                 word = "send" if isinstance(value, n.Send) else "recv"
-                raise _Invalid(Diagnostic(
-                    code="N108", message=f"a blocking `{word}` returns no handle", span=value.span,
+                raise _Invalid(MisusedHandle.diagnostic(
+                    f"a blocking `{word}` returns no handle", span=value.span,
                     label=f"`{word}` completes before the next statement",
                     help=f"use `i{word}` for a request you `wait` on later"))
             return value.model_copy(update={"handle": n.Ident(span=target.span, name=target.id), "span": span})
@@ -135,8 +138,8 @@ class _ToAst(Transformer):
 
     def splits(self, meta, in_sizes, out_sizes):
         if len(in_sizes) != len(out_sizes):
-            raise _Invalid(Diagnostic(
-                code="N107", message="`splits` needs two lists of the same length (input, output)",
+            raise _Invalid(InvalidView.diagnostic(
+                "`splits` needs two lists of the same length (input, output)",
                 span=self._span(meta), label=f"{len(in_sizes)} input sizes, {len(out_sizes)} output sizes",
                 help="give one input and one output size per member of the group"))
         return in_sizes, out_sizes
@@ -319,8 +322,8 @@ def to_ast(tree, source: SourceFile) -> n.Module:
     deep = _too_deep(tree)
     if deep is not None:
         start = deep.start_pos if isinstance(deep, Token) else deep.meta.start_pos
-        raise CommdslError([Diagnostic(
-            code="S001", message=f"this is nested more than {MAX_NESTING} levels deep", span=source.span(start, start + 1),
+        raise CommdslError([UnexpectedToken.diagnostic(
+            f"this is nested more than {MAX_NESTING} levels deep", span=source.span(start, start + 1),
             label="too deeply nested", help="split the expression with `let`, or flatten the blocks")])
     try:
         return _ToAst(source).transform(tree)
