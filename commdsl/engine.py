@@ -1,346 +1,574 @@
-"""The stepping engine: runs a Schedule's ranks against each other, without data.
+"""The round engine: every rank's program run against every other's, record by record, without data.
 
-One machine for the checker and the simulator (which adds data through an `Observer`). Each rank
-runs until it blocks; a match or a completed collective wakes the ranks it concerns. When no rank
-can move, every unfinished rank is stuck: the result records where each one stopped and on whom it
-waits, which is all the deadlock analysis needs. Cost is linear in the number of ops.
+One machine for the checker, the simulator (which adds data through an `Observer`), `graph` and the
+runtime's pre-flight. In each round every rank that is not waiting runs on until it has to wait:
+local ops execute, sends and receives are posted, collectives are called. Then posted sends meet
+posted receives, collective calls that every member has made complete, and the ranks they release
+go on in the next round. A round in which nothing moves is a stall: every unfinished rank is stuck,
+and the outcome records where each one stopped and on what it waits — all the deadlock analysis
+needs. Ranks at the same record are handled together, as arrays, so a ring all-reduce at world 1024
+costs a few thousand rounds of NumPy calls, not five million Python steps.
 
-Semantics (design.md §4): P2P messages match FIFO per channel (group, src, dst, tag) — tags dropped
-for NCCL; under zero buffering a blocking send completes only when its receive is posted (what Gloo
-does at every size), under infinite buffering at once. A collective completes when every member of
-its group has posted its k-th collective on that group.
+Semantics (design.md §4). Messages match first-in first-out per channel (group, source, destination,
+tag); the `Model` says whether tags count (NCCL ignores them) and whether a blocking send waits for
+its receive (zero buffering: what Gloo does at every size) or completes when posted (infinite
+buffering, the model under which a remaining deadlock is definite). The k-th collective a member
+calls on a group meets the k-th call of every other member; it completes when all have called it.
+A bad parameter (a peer outside the world, a non-member calling a group's collective) is recorded
+and the op counts as done, so the rest of the program is still checked.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property
 
-from commdsl.schedule import Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send, Wait
+import numpy as np
 
-Buffering = Literal["zero", "infinite"]
+from commdsl.schedule import (BatchRec, CollectiveRec, LOCAL_RECORDS, P2PRec, Schedule, WaitRec)
+from commdsl.values import at
 
 
-@dataclass(slots=True, eq=False)
-class Posted:
-    """A send or receive that a rank has posted."""
+@dataclass(frozen=True)
+class Model:
+    """What the backend does, as far as who waits for whom is concerned."""
 
-    rank: int
-    op: Send | Recv
-    index: int
-    channel: tuple
-    matched: "Posted | None" = None
-    done: bool = False
-    payload: object = None
+    name: str
+    tags: bool = True  # messages match by (peer, tag); False: by peer only, in posting order (NCCL)
+    eager_sends: bool = False  # a send completes when posted, without waiting for its receive
 
     @property
-    def is_send(self) -> bool:
-        return isinstance(self.op, Send)
+    def buffering(self) -> str:
+        return "infinite" if self.eager_sends else "zero"
 
 
-@dataclass(slots=True, eq=False)
-class Call:
-    """One member's call of a collective."""
+GLOO = Model("gloo")
+EAGER = Model("eager", eager_sends=True)
+NCCL = Model("nccl", tags=False)
 
-    rank: int
-    op: Collective
-    index: int
-
-
-@dataclass(slots=True, eq=False)
-class Instance:
-    """The k-th collective on a group: complete once every member has called it."""
-
-    group: Group
-    seq: int
-    calls: dict[int, Call] = field(default_factory=dict)
-    done: bool = False
-
-    def missing(self) -> list[int]:
-        return [r for r in self.group.ranks if r not in self.calls]
+# bad parameters
+PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = range(5)
+PROBLEMS = ("peer-out-of-range", "self", "not-member", "peer-not-in-group", "root-not-in-group")
 
 
-@dataclass(slots=True)
-class Request:
-    rank: int
-    req: int
-    op: object
-    index: int
-    thing: Posted | Instance | None = None  # None: skipped for a bad parameter, counts as complete
-    waited_at: object = None
+class Rows:
+    """A table of equal-length int64 columns (posted messages, collective calls)."""
 
-    @property
-    def done(self) -> bool:
-        t = self.thing
-        if t is None:
-            return True
-        return t.done
+    COLUMNS: tuple[str, ...] = ()
+
+    def __init__(self, **cols):
+        for name in self.COLUMNS:
+            setattr(self, name, cols[name])
+
+    @classmethod
+    def empty(cls):
+        return cls(**{c: np.zeros(0, dtype=np.int64) for c in cls.COLUMNS})
+
+    @classmethod
+    def concat(cls, parts: list):
+        if len(parts) == 1:
+            return parts[0]
+        return cls(**{c: np.concatenate([getattr(p, c) for p in parts]) for c in cls.COLUMNS})
+
+    def take(self, idx):
+        return type(self)(**{c: getattr(self, c)[idx] for c in self.COLUMNS})
+
+    def __len__(self) -> int:
+        return int(getattr(self, self.COLUMNS[0]).size)
 
 
-@dataclass(slots=True)
-class Blocked:
-    """Where a stuck rank stopped, and the ranks it waits for (with the thing it waits on)."""
+class Posts(Rows):
+    """Posted sends and receives. `via`: the record the rank was at when it posted (a batch, or the op);
+    `req`: the request id of an async op, else -1; `early`: a send already complete (eager sends)."""
 
-    rank: int
-    op: object
-    index: int
-    waits_on: list[tuple[int, object]]
+    COLUMNS = ("send", "gid", "src", "dst", "tag", "rank", "rec", "pos", "req", "via", "order", "numel",
+               "dtype", "offset", "tensor", "early")
 
 
-@dataclass(slots=True)
-class BadParam:
-    rank: int
-    op: object
-    index: int
-    problem: str  # "peer-out-of-range", "self", "peer-not-in-group", "not-member", "root-not-in-group"
+class Calls(Rows):
+    """Collective calls: instance (gid, seq), the caller's index in the group, what members must agree on."""
+
+    COLUMNS = ("gid", "seq", "me", "rank", "rec", "pos", "req", "kind", "root", "redop", "scale", "dtype",
+               "contribution")
 
 
 @dataclass
-class EngineResult:
-    schedule: Schedule
-    buffering: Buffering
-    ignore_tags: bool
-    finished: list[bool]
-    stalled: dict[int, Blocked]
-    matches: list[tuple[Posted, Posted]]
-    unmatched: list[Posted]
-    instances: list[Instance]
-    never_waited: list[Request]
-    double_waits: list[tuple[Request, object, int]]
-    bad_params: list[BadParam]
-    positions: list[int]
+class Instance:
+    """A complete collective, or one whose members never all came: its calls in group order."""
 
-    @property
-    def completed(self) -> bool:
-        return not self.stalled
+    gid: int
+    seq: int
+    calls: Calls  # sorted by member index
 
 
 class Observer:
-    """Hooks for the simulator (data) and the checker's access tracking. All default to no-ops."""
+    """Hooks for the simulator's data and the checker's access tracking; all default to nothing."""
 
-    def local(self, rank: int, op, index: int) -> None: ...
-    def posted(self, p: Posted) -> None: ...
-    def matched(self, send: Posted, recv: Posted) -> None: ...
-    def called(self, call: Call) -> None: ...
-    def completed(self, inst: Instance) -> None: ...
-    def waited(self, rank: int, reqs: list[Request], op, index: int) -> None: ...
+    def local(self, rec, G: np.ndarray, pos) -> None: ...
+    def posted(self, rows: Posts) -> None: ...
+    def matched(self, sends: Posts, recvs: Posts) -> None: ...
+    def called(self, rec: CollectiveRec, G: np.ndarray, pos, me: np.ndarray) -> None: ...
+    def completed(self, calls: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
+        """Complete instances: calls[starts[i] : starts[i] + counts[i]] is instance i, in group order."""
+    def waited(self, reqs: np.ndarray) -> None: ...
+
+
+@dataclass(frozen=True)
+class Stop:
+    op: object  # the rank's concrete op it never got past
+    index: int  # its index in the rank's ops
+
+
+@dataclass
+class Outcome:
+    """What happened: who finished, where the others stopped, what never met, what disagreed."""
+
+    schedule: Schedule
+    model: Model
+    finished: np.ndarray  # per rank
+    pc: np.ndarray  # per rank: the index in its sequence it reached
+    unmatched: Posts  # sends and receives that never met
+    waiting: Calls  # calls of collectives whose members never all came
+    mismatched_messages: tuple[Posts, Posts]  # matched pairs whose sizes or dtypes differ
+    disagreements: list[Instance]  # complete collectives whose members disagree
+    bad: list[tuple[int, int, int, int]]  # (rank, record id, position, problem)
+    req_done: np.ndarray
+    req_waited: np.ndarray  # per request: the op id of its first wait, or -1
+    double_waits: list[tuple[int, int, int]]  # (request, record id of the second wait, position)
+    matches: tuple[Posts, Posts] | None = None  # every matched pair, when asked for
+    instances: list[Instance] | None = None  # every complete collective, when asked for
+    calls_seen: int = 0
+
+    @property
+    def completed(self) -> bool:
+        return bool(self.finished.all())
+
+    @property
+    def stalled(self) -> np.ndarray:
+        """The ranks that never finished."""
+        return np.flatnonzero(~self.finished)
+
+    @cached_property
+    def stops(self) -> dict[int, "Stop"]:
+        """Where each unfinished rank stopped: its op there and its index in the rank's ops."""
+        out = {}
+        for r in self.stalled.tolist():
+            rid, pos = self.head(r)
+            out[r] = Stop(self.schedule.op_at(self.schedule.records[rid], pos), int(self.pc[r]))
+        return out
+
+    def head(self, rank: int) -> tuple[int, int]:
+        """(record id, position) where an unfinished rank stopped."""
+        seq = self.schedule.sequence(rank)
+        rid = int(seq[self.pc[rank]])
+        rec = self.schedule.records[rid]
+        return rid, int(np.searchsorted(rec.ranks, rank))
+
+    @property
+    def never_waited(self) -> np.ndarray:
+        """Requests of finished ranks that no `wait` ever took."""
+        req = self.schedule.requests
+        return np.flatnonzero((self.req_waited < 0) & self.finished[req.rank]) if req.count else np.zeros(0, np.int64)
 
 
 class Engine:
-    def __init__(self, schedule: Schedule, buffering: Buffering = "zero", ignore_tags: bool = False,
-                 observer: Observer | None = None):
+    def __init__(self, schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
+                 record_matches: bool = False):
         self.s = schedule
-        self.buffering = buffering
-        self.ignore_tags = ignore_tags
+        self.model = model
         self.obs = observer or Observer()
         W = schedule.world
-        self.pc = [0] * W
-        self.visited = [-1] * W  # pc of the blocking op a rank has already posted / entered
-        self.current: list[object] = [None] * W
-        self.sends: dict[tuple, deque[Posted]] = {}
-        self.recvs: dict[tuple, deque[Posted]] = {}
-        self.seq: dict[tuple[int, int], int] = {}
-        self.instances: dict[tuple[int, int], Instance] = {}
-        self.requests: list[dict[int, Request]] = [dict() for _ in range(W)]
-        self.matches: list[tuple[Posted, Posted]] = []
-        self.bad: list[BadParam] = []
-        self.double_waits: list[tuple[Request, object, int]] = []
-        self.ready: deque[int] = deque()
-        self.queued = [False] * W
+        self.W = W
+        seq = schedule.sequences
+        self.flat, self.first, self.length = seq.flat, seq.starts[seq.cohort], seq.length
+        self.pc = np.zeros(W, dtype=np.int64)
+        self.blocked = np.zeros(W, dtype=bool)
+        self.remaining = np.zeros(W, dtype=np.int64)
+        self.pending = Posts.empty()
+        self.fresh: list[Posts] = []
+        self.arrivals = Calls.empty()
+        self.fresh_calls: list[Calls] = []
+        self.order = 0
+        R = schedule.requests.count
+        self.req_done = np.zeros(R, dtype=bool)
+        self.req_waited = np.full(R, -1, dtype=np.int64)
+        self.req_in_wait = np.zeros(R, dtype=bool)
+        self.double_waits: list[tuple[int, int, int]] = []
+        self.bad: list[tuple[int, int, int, int]] = []
+        self.bad_msgs: list[tuple[Posts, Posts]] = []
+        self.disagreements: list[Instance] = []
+        self.record_matches = record_matches
+        self.matches: list[tuple[Posts, Posts]] = []
+        self.instances: list[Instance] = []
+        self.tensor_ids = {name: i for i, name in enumerate(schedule.infos)}
+        self.dtype_ids = {name: i for i, name in enumerate(sorted({i.dtype for i in schedule.infos.values()}))}
+        self.kind_ids: dict[str, int] = {}
+        self.redop_ids: dict[str | None, int] = {None: -1}
+        self.group_size = np.array([len(g.ranks) for g in schedule.groups], dtype=np.int64)
+        self.families = {key: i for i, key in enumerate(schedule.group_of)}
+        self.coll_seq = np.zeros((len(self.families) + 1, W), dtype=np.int64)
+        self.calls_seen = 0
+        self.uneven = np.array([bool(getattr(r, "in_splits", ())) for r in schedule.records], dtype=bool)
 
-    # ---------------------------------------------------------------------------------------------
-    def run(self) -> EngineResult:
-        for r in range(self.s.world):
-            self.wake(r)
-        while self.ready:
-            r = self.ready.popleft()
-            self.queued[r] = False
-            self.advance(r)
-        return self.result()
+    # ---- the rounds ------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        while True:
+            moved = self.run_ready()
+            moved |= self.match()
+            moved |= self.complete_calls()
+            moved |= self.wake()
+            if not moved or not (self.pc < self.length).any():
+                break
+        return self.outcome()
 
-    def wake(self, r: int):
-        if not self.queued[r]:
-            self.queued[r] = True
-            self.ready.append(r)
+    def run_ready(self) -> bool:
+        """Every rank that is not waiting runs until it must wait (or finishes)."""
+        moved = False
+        while True:
+            R = np.flatnonzero(~self.blocked & (self.pc < self.length))
+            if not R.size:
+                return moved
+            moved = True
+            heads = self.flat[self.first[R] + self.pc[R]]
+            for rid, G in _by_head(heads, R):
+                rec = self.s.records[rid]
+                pos = rec.positions(G)
+                self.step(rec, G, pos)
 
-    def advance(self, r: int):
-        ops = self.s.ops[r]
-        pc = self.pc[r]
-        n = len(ops)
-        obs = self.obs
-        while pc < n:
-            op = ops[pc]
-            t = type(op)
-            if t is Compute or t is Expect or t is Print:
-                obs.local(r, op, pc)
-                pc += 1
-            elif t is Send or t is Recv:
-                if op.blocking:
-                    if self.visited[r] != pc:
-                        self.visited[r] = pc
-                        self.current[r] = self.post(r, op, pc)
-                    p = self.current[r]
-                    if p is not None and not p.done:
-                        break
-                else:
-                    self.post(r, op, pc)
-                pc += 1
-            elif t is Collective:
-                if self.visited[r] != pc:
-                    self.visited[r] = pc
-                    self.current[r] = self.call(r, op, pc)
-                inst = self.current[r]
-                if op.req is None and inst is not None and not inst.done:
-                    break
-                pc += 1
-            elif t is Wait or t is Batch:
-                if self.visited[r] != pc:
-                    self.visited[r] = pc
-                    self.current[r] = self.enter_wait(r, op, pc)
-                reqs = self.current[r]
-                if any(not q.done for q in reqs):
-                    break
-                obs.waited(r, reqs, op, pc)
-                pc += 1
-            else:  # pragma: no cover - the Schedule has no other op kinds
-                raise TypeError(t)
-        self.pc[r] = pc
-
-    # P2P -----------------------------------------------------------------------------------------
-    def post(self, r: int, op: Send | Recv, index: int) -> Posted | None:
-        problem = self.p2p_problem(r, op)
-        if problem:
-            self.bad.append(BadParam(r, op, index, problem))
-            if op.req is not None:
-                self.requests[r][op.req] = Request(r, op.req, op, index, None)
-            return None
-        is_send = type(op) is Send
-        src, dst = (r, op.peer) if is_send else (op.peer, r)
-        gid = op.group.id if op.group is not None else 0
-        ch = (gid, src, dst) if self.ignore_tags else (gid, src, dst, op.tag)
-        p = Posted(r, op, index, ch)
-        if op.req is not None:
-            self.requests[r][op.req] = Request(r, op.req, op, index, p)
-        self.obs.posted(p)
-        mine, theirs = (self.sends, self.recvs) if is_send else (self.recvs, self.sends)
-        queue = theirs.get(ch)
-        if queue:
-            other = queue.popleft()
-            self.match(p, other) if is_send else self.match(other, p)
-        else:
-            mine.setdefault(ch, deque()).append(p)
-            if is_send and self.buffering == "infinite":
-                p.done = True
-        return p
-
-    def p2p_problem(self, r: int, op: Send | Recv) -> str | None:
-        peer = op.peer
-        if not 0 <= peer < self.s.world:
-            return "peer-out-of-range"
-        if peer == r:
-            return "self"
-        g = op.group
-        if g is not None:
-            if r not in g.ranks:
-                return "not-member"
-            if peer not in g.ranks:
-                return "peer-not-in-group"
-        return None
-
-    def match(self, s: Posted, q: Posted):
-        s.matched, q.matched = q, s
-        s.done = q.done = True
-        self.matches.append((s, q))
-        self.obs.matched(s, q)
-        self.wake(s.rank)
-        self.wake(q.rank)
-
-    # collectives ---------------------------------------------------------------------------------
-    def call(self, r: int, op: Collective, index: int) -> Instance | None:
-        g = op.group
-        problem = None
-        if r not in g.ranks:
-            problem = "not-member"
-        elif op.root is not None and op.root not in g.ranks:
-            problem = "root-not-in-group" if 0 <= op.root < self.s.world else "peer-out-of-range"
-        if problem:
-            self.bad.append(BadParam(r, op, index, problem))
-            if op.req is not None:
-                self.requests[r][op.req] = Request(r, op.req, op, index, None)
-            return None
-        key = (g.id, r)
-        k = self.seq.get(key, 0)
-        self.seq[key] = k + 1
-        inst = self.instances.get((g.id, k))
-        if inst is None:
-            inst = self.instances[(g.id, k)] = Instance(g, k)
-        c = Call(r, op, index)
-        inst.calls[r] = c
-        if op.req is not None:
-            self.requests[r][op.req] = Request(r, op.req, op, index, inst)
-        self.obs.called(c)
-        if len(inst.calls) == len(g.ranks):
-            inst.done = True
-            self.obs.completed(inst)
-            for m in g.ranks:
-                self.wake(m)
-        return inst
-
-    # requests ------------------------------------------------------------------------------------
-    def enter_wait(self, r: int, op: Wait | Batch, index: int) -> list[Request]:
-        if type(op) is Batch:
-            for p in op.ops:
-                self.post(r, p, index)
-            reqs = [self.requests[r][p.req] for p in op.ops]
-            for q in reqs:
-                q.waited_at = op
-            return reqs
-        reqs = []
-        for req in op.reqs:
-            q = self.requests[r].get(req)
-            if q is None:
-                continue
-            if q.waited_at is not None:
-                self.double_waits.append((q, op, index))
-                continue
-            q.waited_at = op
-            reqs.append(q)
-        return reqs
-
-    # ---------------------------------------------------------------------------------------------
-    def result(self) -> EngineResult:
-        W = self.s.world
-        finished = [self.pc[r] >= len(self.s.ops[r]) for r in range(W)]
-        stalled = {r: self.blocked(r) for r in range(W) if not finished[r]}
-        unmatched = [p for qs in (self.sends, self.recvs) for q in qs.values() for p in q]
-        unmatched.sort(key=lambda p: (p.rank, p.index))
-        never = [q for r in range(W) if finished[r] for q in self.requests[r].values() if q.waited_at is None]
-        insts = sorted(self.instances.values(), key=lambda i: (i.group.id, i.seq))
-        return EngineResult(self.s, self.buffering, self.ignore_tags, finished, stalled, self.matches, unmatched,
-                            insts, never, self.double_waits, self.bad, list(self.pc))
-
-    def blocked(self, r: int) -> Blocked:
-        index = self.pc[r]
-        op = self.s.ops[r][index]
-        waits: list[tuple[int, object]] = []
-        cur = self.current[r]
-        if type(op) in (Send, Recv):
-            waits.append((op.peer, cur))
-        elif type(op) is Collective:
-            waits.extend((m, cur) for m in cur.missing())
-        else:
-            for q in cur:
-                if q.done:
+    def step(self, rec, G: np.ndarray, pos) -> None:
+        t = type(rec)
+        if t in LOCAL_RECORDS:
+            self.obs.local(rec, G, pos)
+            self.pc[G] += 1
+        elif t is P2PRec:
+            done = self.post([(rec, G, pos)], rec.id, G)
+            if rec.blocking:
+                self.block(G, 1 - done)
+            else:
+                self.pc[G] += 1
+        elif t is BatchRec:
+            parts, count = [], np.zeros(G.size, dtype=np.int64)
+            for op in rec.ops:
+                if G.size == rec.ranks.size and op.ranks is rec.ranks:
+                    parts.append((op, G, None))
+                    count += 1
                     continue
-                t = q.thing
-                if isinstance(t, Posted):
-                    waits.append((t.op.peer, t))
-                else:
-                    waits.extend((m, t) for m in t.missing())
-        return Blocked(r, op, index, waits)
+                inside = np.isin(op.ranks, G, assume_unique=True)
+                if inside.any():
+                    mine = op.ranks[inside]
+                    parts.append((op, mine, None if inside.all() else np.flatnonzero(inside)))
+                    count[np.searchsorted(G, mine)] += 1
+            done = self.post(parts, rec.id, G)
+            self.block(G, count - done)
+        elif t is CollectiveRec:
+            done = self.call(rec, G, pos)
+            if rec.blocking:
+                self.block(G, 1 - done)
+            else:
+                self.pc[G] += 1
+        elif t is WaitRec:
+            self.enter_wait(rec, G, pos)
+        else:  # pragma: no cover - the Schedule has no other records
+            raise TypeError(t)
+
+    def block(self, G: np.ndarray, outstanding) -> None:
+        """Ranks G wait for `outstanding` things each (ranks with none go on at once)."""
+        outstanding = np.broadcast_to(np.asarray(outstanding, dtype=np.int64), G.shape)
+        waiting = outstanding > 0
+        if waiting.all():
+            self.blocked[G] = True
+            self.remaining[G] = outstanding
+            return
+        self.pc[G[~waiting]] += 1
+        W_ = G[waiting]
+        self.blocked[W_] = True
+        self.remaining[W_] = outstanding[waiting]
+
+    def wake(self) -> bool:
+        """Ranks whose last wait is over go on."""
+        ready = np.flatnonzero(self.blocked & (self.remaining <= 0))
+        if not ready.size:
+            return False
+        self.blocked[ready] = False
+        self.pc[ready] += 1
+        return True
+
+    # ---- point to point --------------------------------------------------------------------------
+    def post(self, parts, via: int, owners: np.ndarray) -> np.ndarray:
+        """Post sends and receives (`parts`: (record, ranks, their positions in it or None for all));
+        returns, per rank of `owners`, how many of its posts are done already: a bad parameter counts
+        as done, and so does a send under eager sends."""
+        done = np.zeros(owners.size, dtype=np.int64)
+        chunks = []
+        for rec, G, pos in parts:
+            rows, void = self.rows(rec, G, pos, via)
+            finished = G[void]
+            if rows is not None:
+                chunks.append(rows)
+                if self.model.eager_sends and rec.is_send:
+                    self.finish_requests(rows.req[rows.req >= 0])
+                    finished = G
+            if finished.size:
+                np.add.at(done, np.searchsorted(owners, finished), 1)
+        if chunks:
+            rows = Posts.concat(chunks)
+            self.obs.posted(rows)
+            self.fresh.append(rows)
+        return done
+
+    def rows(self, rec: P2PRec, G: np.ndarray, pos, via: int) -> tuple[Posts | None, np.ndarray]:
+        """The posts of one P2P record by ranks G, and which of G post nothing (a bad parameter)."""
+        W, n = self.W, G.size
+        peer = at(rec.peer, pos, n).astype(np.int64)
+        problem = np.full(n, -1, dtype=np.int64)
+        problem[(peer < 0) | (peer >= W)] = PEER_OUT_OF_RANGE
+        problem[(problem < 0) & (peer == G)] = SELF
+        gid = np.zeros(n, dtype=np.int64)
+        if rec.gid is not None:
+            gid = at(rec.gid, pos, n).astype(np.int64)
+            gid_of, idx_in = self.s.group_of[(rec.node.group.name, rec.node.group.dim)]
+            safe = np.where((peer >= 0) & (peer < W), peer, 0)
+            problem[(problem < 0) & (idx_in[G] < 0)] = NOT_MEMBER
+            problem[(problem < 0) & ((idx_in[safe] < 0) | (gid_of[safe] != gid))] = PEER_NOT_IN_GROUP
+        req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
+        p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
+        void = problem >= 0
+        if void.any():
+            for k in np.flatnonzero(void):
+                self.bad.append((int(G[k]), rec.id, int(p[k]), int(problem[k])))
+            self.finish_requests(req[void & (req >= 0)])
+            good = ~void
+            if not good.any():
+                return None, void
+            G, peer, gid, req, p = G[good], peer[good], gid[good], req[good], p[good]
+            n = G.size
+        src, dst = (G, peer) if rec.is_send else (peer, G)
+        tag = at(rec.tag, p, n).astype(np.int64) if self.model.tags else np.zeros(n, dtype=np.int64)
+        rows = Posts(send=np.full(n, int(rec.is_send), dtype=np.int64), gid=gid, src=src, dst=dst, tag=tag, rank=G,
+                     rec=np.full(n, rec.id, dtype=np.int64), pos=p, req=req, via=np.full(n, via, dtype=np.int64),
+                     order=np.arange(self.order, self.order + n, dtype=np.int64),
+                     numel=at(rec.view.numel, p, n).astype(np.int64),
+                     dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64),
+                     offset=at(rec.view.offset, p, n).astype(np.int64),
+                     tensor=np.full(n, self.tensor_ids[rec.view.tensor], dtype=np.int64),
+                     early=np.full(n, int(rec.is_send and self.model.eager_sends), dtype=np.int64))
+        self.order += n
+        return rows, void
+
+    def match(self) -> bool:
+        """New posts meet pending ones: on each channel the j-th send meets the j-th receive."""
+        if not self.fresh:
+            return False
+        rows = Posts.concat([self.pending] + self.fresh if len(self.pending) else self.fresh)
+        self.fresh = []
+        keys = (rows.gid, rows.src, rows.dst, rows.tag)
+        order = np.lexsort((rows.order, rows.send) + tuple(reversed(keys)))
+        srt = rows.take(order)
+        n = len(srt)
+        cols = (srt.gid, srt.src, srt.dst, srt.tag)
+        new_chan = np.ones(n, dtype=bool)
+        if n > 1:
+            diff = np.zeros(n - 1, dtype=bool)
+            for c in cols:
+                diff |= c[1:] != c[:-1]
+            new_chan[1:] = diff
+        chan_start = np.maximum.accumulate(np.where(new_chan, np.arange(n), 0))
+        is_recv = srt.send == 0
+        recv_count = np.add.reduceat(is_recv.astype(np.int64), np.flatnonzero(new_chan))
+        chan_id = np.cumsum(new_chan) - 1
+        recvs_here = recv_count[chan_id]
+        j = np.arange(n) - chan_start - np.where(is_recv, 0, recvs_here)
+        matched_send = ~is_recv & (j < recvs_here)
+        if not matched_send.any():
+            self.pending = srt
+            return False
+        s_idx = np.flatnonzero(matched_send)
+        r_idx = chan_start[s_idx] + j[s_idx]
+        keep = np.ones(n, dtype=bool)
+        keep[s_idx] = False
+        keep[r_idx] = False
+        self.pending = srt.take(keep)
+        sends, recvs = srt.take(s_idx), srt.take(r_idx)
+        self.met(sends, recvs)
+        return True
+
+    def met(self, sends: Posts, recvs: Posts) -> None:
+        bad = (sends.numel != recvs.numel) | (sends.dtype != recvs.dtype)
+        if bad.any():
+            self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
+        if self.record_matches:
+            self.matches.append((sends, recvs))
+        self.obs.matched(sends, recvs)
+        for side, skip_early in ((sends, True), (recvs, False)):
+            live = side.early == 0 if skip_early else np.ones(len(side), dtype=bool)
+            req = side.req[live]
+            self.finish_requests(req[req >= 0])
+            np.subtract.at(self.remaining, side.rank[live & (side.req < 0)], 1)
+
+    # ---- requests ----------------------------------------------------------------------------------
+    def finish_requests(self, reqs: np.ndarray) -> None:
+        if not reqs.size:
+            return
+        self.req_done[reqs] = True
+        waited = reqs[self.req_in_wait[reqs]]
+        if waited.size:
+            self.req_in_wait[waited] = False
+            np.subtract.at(self.remaining, self.s.requests.rank[waited], 1)
+
+    def enter_wait(self, rec: WaitRec, G: np.ndarray, pos) -> None:
+        p = np.arange(G.size) if pos is None else pos
+        lo, hi = rec.starts[p], rec.starts[p + 1]
+        counts = hi - lo
+        idx = _ragged(lo, counts)
+        reqs = rec.reqs[idx]
+        owner = np.repeat(np.arange(G.size), counts)
+        again = self.req_waited[reqs] >= 0
+        if again.any():
+            for q, k in zip(reqs[again], owner[again]):
+                self.double_waits.append((int(q), rec.id, int(p[k])))
+            reqs, owner = reqs[~again], owner[~again]
+        self.req_waited[reqs] = rec.base + p[owner]
+        self.obs.waited(reqs)
+        open_ = ~self.req_done[reqs]
+        self.req_in_wait[reqs[open_]] = True
+        self.block(G, np.bincount(owner[open_], minlength=G.size))
+
+    # ---- collectives -------------------------------------------------------------------------------
+    def call(self, rec: CollectiveRec, G: np.ndarray, pos) -> np.ndarray:
+        """Members call; returns 1 for ranks whose call is void (a bad parameter)."""
+        n, W = G.size, self.W
+        gid = at(rec.gid, pos, n).astype(np.int64)
+        ref = rec.node.group
+        fam = 0 if ref is None else self.families[(ref.name, ref.dim)] + 1
+        if ref is None:
+            me = G.copy()
+        else:
+            me = self.s.group_of[(ref.name, ref.dim)][1][G]
+        problem = np.full(n, -1, dtype=np.int64)
+        problem[me < 0] = NOT_MEMBER
+        root = np.full(n, -1, dtype=np.int64)
+        if rec.root is not None:
+            root = at(rec.root, pos, n).astype(np.int64)
+            out = (root < 0) | (root >= W)
+            safe = np.where(out, 0, root)
+            if ref is None:
+                outside = np.zeros(n, dtype=bool)
+            else:
+                gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
+                outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
+            problem[(problem < 0) & out] = PEER_OUT_OF_RANGE
+            problem[(problem < 0) & outside] = ROOT_NOT_IN_GROUP
+        req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
+        void = problem >= 0
+        if void.any():
+            for k in np.flatnonzero(void):
+                self.bad.append((int(G[k]), rec.id, int(k if pos is None else pos[k]), int(problem[k])))
+            self.finish_requests(req[void & (req >= 0)])
+        ok = ~void
+        if not ok.any():
+            return void.astype(np.int64)
+        Gk, gid, me, root, req = G[ok], gid[ok], me[ok], root[ok], req[ok]
+        p = (np.arange(n) if pos is None else pos)[ok].astype(np.int64)
+        seq = self.coll_seq[fam, Gk]
+        self.coll_seq[fam, Gk] += 1
+        self.obs.called(rec, Gk, p, me)
+        m = Gk.size
+        kind = self.kind_ids.setdefault(rec.kind.name, len(self.kind_ids))
+        redop = self.redop_ids.setdefault(rec.redop, len(self.redop_ids))
+        scale = np.full(m, -1, dtype=np.int64) if rec.scale is None else \
+            at(rec.scale, p, m).astype(np.float64).view(np.int64)
+        self.fresh_calls.append(Calls(
+            gid=gid, seq=seq, me=me, rank=Gk, rec=np.full(m, rec.id, dtype=np.int64), pos=p, req=req,
+            kind=np.full(m, kind, dtype=np.int64), root=root, redop=np.full(m, redop, dtype=np.int64), scale=scale,
+            dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
+            contribution=at(rec.contribution, p, m).astype(np.int64)))
+        self.calls_seen += m
+        return void.astype(np.int64)
+
+    def complete_calls(self) -> bool:
+        """Instances that every member has now called complete, in group order."""
+        if not self.fresh_calls:
+            return False
+        rows = Calls.concat([self.arrivals] + self.fresh_calls if len(self.arrivals) else self.fresh_calls)
+        self.fresh_calls = []
+        order = np.lexsort((rows.me, rows.seq, rows.gid))
+        rows = rows.take(order)
+        n = len(rows)
+        new = np.ones(n, dtype=bool)
+        new[1:] = (rows.gid[1:] != rows.gid[:-1]) | (rows.seq[1:] != rows.seq[:-1])
+        starts = np.flatnonzero(new)
+        counts = np.diff(np.append(starts, n))
+        full = counts == self.group_size[rows.gid[starts]]
+        if not full.any():
+            self.arrivals = rows
+            return False
+        member_of_full = np.repeat(full, counts)
+        done = rows.take(member_of_full)
+        self.arrivals = rows.take(~member_of_full)
+        dstarts, dcounts = starts[full], counts[full]
+        dstarts = np.cumsum(np.append(0, dcounts))[:-1]
+        self.finish_instances(done, dstarts, dcounts)
+        return True
+
+    def finish_instances(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
+        first = np.repeat(starts, counts)
+        differ = np.zeros(len(rows), dtype=bool)
+        for col in ("kind", "root", "redop", "scale", "dtype", "contribution"):
+            c = getattr(rows, col)
+            differ |= c != c[first]
+        blocking = rows.req < 0
+        differ |= blocking != blocking[first]
+        bad_inst = self.uneven[rows.rec[starts]]  # split sizes are compared member by member (checker, C312)
+        if differ.any():
+            bad_inst[np.unique(np.searchsorted(starts, np.flatnonzero(differ), side="right") - 1)] = True
+        for i in np.flatnonzero(bad_inst):
+            s, c = int(starts[i]), int(counts[i])
+            self.disagreements.append(Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(s, s + c))))
+        if self.record_matches:
+            self.instances += [Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(int(s), int(s + c))))
+                               for s, c in zip(starts, counts)]
+        self.obs.completed(rows, starts, counts)
+        req = rows.req
+        self.finish_requests(req[req >= 0])
+        np.subtract.at(self.remaining, rows.rank[req < 0], 1)
+
+    # ---- the result ----------------------------------------------------------------------------------
+    def outcome(self) -> Outcome:
+        bad_s = Posts.concat([b[0] for b in self.bad_msgs]) if self.bad_msgs else Posts.empty()
+        bad_r = Posts.concat([b[1] for b in self.bad_msgs]) if self.bad_msgs else Posts.empty()
+        matches = None
+        if self.record_matches:
+            matches = ((Posts.concat([m[0] for m in self.matches]), Posts.concat([m[1] for m in self.matches]))
+                       if self.matches else (Posts.empty(), Posts.empty()))
+        pending = Posts.concat([self.pending] + self.fresh) if self.fresh else self.pending
+        arrivals = Calls.concat([self.arrivals] + self.fresh_calls) if self.fresh_calls else self.arrivals
+        return Outcome(self.s, self.model, self.pc >= self.length, self.pc.copy(), pending, arrivals, (bad_s, bad_r),
+                       self.disagreements, self.bad, self.req_done, self.req_waited, self.double_waits, matches,
+                       self.instances if self.record_matches else None, self.calls_seen)
 
 
-def run_engine(schedule: Schedule, buffering: Buffering = "zero", ignore_tags: bool = False,
-               observer: Observer | None = None) -> EngineResult:
-    return Engine(schedule, buffering, ignore_tags, observer).run()
+def _by_head(heads: np.ndarray, ranks: np.ndarray):
+    """(record id, ranks at it) for the ranks about to run, ranks ascending within each."""
+    h0 = heads[0]
+    if heads[-1] == h0 and (heads == h0).all():
+        yield int(h0), ranks
+        return
+    order = np.argsort(heads, kind="stable")
+    hs, rs = heads[order], ranks[order]
+    cuts = np.flatnonzero(hs[1:] != hs[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, hs.size]):
+        yield int(hs[a]), rs[a:b]
+
+
+def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Flat indices of the ranges [start, start + count), one after another."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    return np.repeat(starts - first, counts) + np.arange(total)
+
+
+def run_engine(schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
+               record_matches: bool = False) -> Outcome:
+    return Engine(schedule, model, observer, record_matches).run()

@@ -1,9 +1,15 @@
-"""Checked Program × world size × params → Schedule (per-rank lists of concrete ops).
+"""Checked Program × world size × params → Schedule: every statement expanded once for all ranks.
 
-Each rank walks the program body with its own bindings (`rank`, `let`, loop variables), so every
-peer, tag, root, view and group in the output is an integer. Mistakes that depend on the world size
-(a view out of bounds, `n / world` not an integer, a mesh that does not tile the world) are
-diagnostics with the world size and rank named.
+The body is walked once, not once per rank: `rank` is an array of the ranks that reach a statement,
+`on` splits that set, and every expression is evaluated for all of them together (`commdsl.values`).
+Each statement instance becomes one record of the Schedule, its per-rank fields arrays aligned with
+its ranks. Loop bodies run once per iteration; a loop whose bounds differ by rank runs each rank's own
+iterations.
+
+A mistake that depends on the world size or the rank (a view out of bounds, `n / world` not an
+integer, a mesh that does not tile the world) stops the ranks it happens on, with a diagnostic naming
+the world size and the first such rank; the other ranks go on, so one expansion reports every
+distinct mistake.
 """
 
 from __future__ import annotations
@@ -11,30 +17,26 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from commdsl.collectives import fit_problem
+import numpy as np
+
+from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
-from commdsl.elementwise import BINARY
 from commdsl.resolve import MAX_WORLD, Program
-from commdsl.schedule import (Batch, Collective, Compute, Expect, Group, Print, Recv, Schedule, Send,
-                              TensorSpec, View, Wait)
+from commdsl.rules.names import InvalidView, WrongKindOfName
+from commdsl.rules.sizes import (BadParamValue, BufferDoesNotFit, ExpansionTooLarge, HandleNotAssigned, InvalidGroup,
+                                 InvalidTensorSize, MeshDoesNotTileWorld, MixedDtypes, NotAnInteger, ShapeMismatch,
+                                 ViewOutOfBounds, WorldSizeNotDeclared)
+from commdsl.rules.names import BadReduceOp
+from commdsl.schedule import (BatchRec, CollectiveRec, ComputeRec, ExpectRec, Group, P2PRec, PrintRec, Requests,
+                              Schedule, TensorInfo, VView, WaitRec, elem_reads)
 from commdsl.syntax import nodes as n
+from commdsl.values import (Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform)
 
 MAX_TENSOR_ELEMENTS = 1 << 34
-MAX_POWER_BITS = 4096
-"""`a ** b` on integers known per rank stops here: `10 ** 10 ** 10` is an error, not an hour of arithmetic."""
 MAX_STEPS = 20_000_000
 """Loop iterations plus ops over all ranks of one expansion: a hostile `for` bound ends here, not in swap."""
 
-
-class _Stop(Exception):
-    """One expansion error: stops the rank being expanded; expansion goes on with the next rank."""
-
-    def __init__(self, diagnostic: Diagnostic):
-        self.diagnostic = diagnostic
-
-
-def _fail(code: str, message: str, node: n.Node, label: str = "", help: str | None = None):
-    raise _Stop(Diagnostic(code=code, message=message, span=node.span, label=label, help=help))
+Env = dict
 
 
 def parse_param_value(text: str) -> int | float | bool | None:
@@ -51,541 +53,690 @@ def parse_param_value(text: str) -> int | float | bool | None:
     return None
 
 
-_COMPILED: dict[int, object] = {}
-_KEEP: list = []  # the nodes behind _COMPILED's ids stay alive, so an id is never reused
+def _sub_env(env: Env, sel) -> Env:
+    return {k: sub(v, sel) for k, v in env.items()}
 
 
-def _compile_static(e):
-    """A closure evaluating a static expression for a `_Rank`: the tree is dispatched once, not per rank."""
-    match e:
-        case n.IntLit() | n.FloatLit() | n.BoolLit():
-            v = e.value
-            return lambda r: v
-        case n.Name():
-            key = e.id
-
-            def name(r):
-                try:
-                    return r.env[key]
-                except KeyError:
-                    _fail("N103", f"`{key}` has no value here", e, label="not known before expansion")
-            return name
-        case n.Attr():
-            return lambda r: r.group_attr(e)
-        case n.Unary():
-            inner = _compile_static(e.operand)
-            if e.op == "-":
-                return lambda r: -inner(r)
-            if e.op == "not":
-                return lambda r: not inner(r)
-            return inner
-        case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
-            args = [_compile_static(a) for a in e.args]
-            fn = {"min": min, "max": max, "abs": abs}[fname]
-            if fname == "abs":
-                return lambda r: abs(args[0](r))
-            return lambda r: fn(a(r) for a in args)
-        case n.Binary(op="and"):
-            left, right = _compile_static(e.left), _compile_static(e.right)
-            return lambda r: bool(left(r)) and bool(right(r))
-        case n.Binary(op="or"):
-            left, right = _compile_static(e.left), _compile_static(e.right)
-            return lambda r: bool(left(r)) or bool(right(r))
-        case n.Binary():
-            left, right = _compile_static(e.left), _compile_static(e.right)
-            return lambda r: _arith(e, left(r), right(r))
-    return lambda r: _fail("N103", "this expression has no integer value", e, label="expected a number")
+def _ranks_text(ranks) -> str:
+    return "[" + ", ".join(map(str, ranks)) + "]"
 
 
-def _as_int(value, node: n.Node, what: str) -> int:
-    if isinstance(value, bool):
-        _fail("N121", f"{what} must be an integer, not a condition", node, label="a true/false value")
-    if isinstance(value, float):
-        if not value.is_integer():
-            _fail("N121", f"{what} must be an integer, but it is {value:g}", node, label=f"{value:g}",
-                  help="use `//` for integer division")
-        return int(value)
-    return value
+class _Stop(Exception):
+    """An error that stops the whole expansion (group and mesh set-up: every rank needs them)."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__()
+        self.diagnostic = diagnostic
 
 
-class _Rank:
-    """Expands the program for one rank."""
+class Expander:
+    """One expansion: the program's records at one world size."""
 
-    def __init__(self, ex: "_Expander", rank: int):
-        self.ex = ex
-        self.rank = rank
-        self.env: dict[str, object] = dict(ex.params)
-        self.env["rank"] = rank
-        self.env["world"] = ex.world
-        self.ops: list = []
-        self.bindings: tuple[tuple[str, int], ...] = ()
-        self.handles: dict[str, int] = {}
-        self.outstanding: dict[int, None] = {}
-        self.next_req = 0
-        self.tensors = ex.tensors_for(rank)
-
-    @classmethod
-    def probe(cls, ex: "_Expander | None", rank: int | None, env: dict) -> "_Rank":
-        """A rank with bindings only: evaluates header expressions (params, groups, tensor shapes)."""
-        r = cls.__new__(cls)
-        r.ex, r.rank, r.env, r.tensors = ex, rank, env, {}
-        return r
-
-    # static expressions --------------------------------------------------------------------------
-    def value(self, e, env=None):
-        """The value of a static expression on this rank (compiled once per node, then reused)."""
-        if env is not None:  # evaluation in another environment (params before any rank exists)
-            saved, self.env = self.env, env
-            try:
-                return self.value(e)
-            finally:
-                self.env = saved
-        fn = _COMPILED.get(id(e))
-        if fn is None:
-            fn = _compile_static(e)
-            _COMPILED[id(e)] = fn
-            _KEEP.append(e)
-        return fn(self)
-
-    def int_value(self, e, what: str) -> int:
-        return _as_int(self.value(e), e, what)
-
-    def group_attr(self, e: n.Attr):
-        if self.ex is None:
-            _fail("N103", "a param's default cannot use groups or tensors", e, label="not known when params are set")
-        if e.attr in ("size", "rows") and self._is_view(e.value):
-            v = self.view(e.value)
-            return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
-        g = self.group_of(e.value.value.id if isinstance(e.value, n.Attr) else e.value.id,
-                          e.value.attr if isinstance(e.value, n.Attr) else None, e)
-        if e.attr == "size":
-            return len(g.ranks)
-        if self.rank not in g.ranks:
-            _fail("N127", f"rank {self.rank} is not in group `{g.name}`, so it has no `.rank` there", e,
-                  label=f"members are {_ranks_text(g.ranks)}")
-        return g.index(self.rank)
-
-    def _is_view(self, e) -> bool:
-        match e:
-            case n.Name():
-                return e.id in self.ex.tensor_names and e.id not in self.env
-            case n.Slice() | n.Index():
-                return self._is_view(e.value)
-            case n.Call(func=n.Attr(attr="chunk") as f):
-                return self._is_view(f.value)
-        return False
-
-    def group_of(self, name: str, dim: str | None, node: n.Node) -> Group:
-        return self.ex.group_for(name, dim, self.rank, node)
-
-    # views and element expressions ---------------------------------------------------------------
-    def view(self, e) -> View:
-        match e:
-            case n.Name():
-                t = self.tensors[e.id]
-                return View(t.name, 0, t.shape, t.numel)
-            case n.Slice():
-                base = self.view(e.value)
-                rows = self._rows(base, e)
-                lo = 0 if e.lo is None else self.int_value(e.lo, "a slice bound")
-                hi = rows if e.hi is None else self.int_value(e.hi, "a slice bound")
-                if not 0 <= lo <= hi <= rows:
-                    _fail("N120", f"slice `[{lo}:{hi}]` is out of bounds for {rows} rows", e,
-                          label=f"`{_text(self, e.value)}` has shape {list(base.shape)}")
-                return self._rows_view(base, lo, hi - lo, keep=True)
-            case n.Index():
-                base = self.view(e.value)
-                rows = self._rows(base, e)
-                k = self.int_value(e.index, "an index")
-                if not 0 <= k < rows:
-                    _fail("N120", f"index {k} is out of bounds for {rows} rows", e,
-                          label=f"`{_text(self, e.value)}` has shape {list(base.shape)}")
-                return self._rows_view(base, k, 1, keep=False)
-            case n.Call(func=n.Attr(attr="chunk") as f):
-                base = self.view(f.value)
-                rows = self._rows(base, e)
-                k = self.int_value(e.args[0], "a chunk index")
-                parts = self.int_value(e.args[1], "a chunk count")
-                if parts < 1:
-                    _fail("N120", f"`chunk` into {parts} parts", e, label="needs at least 1 part")
-                if not 0 <= k < parts:
-                    _fail("N120", f"chunk index {k} is out of bounds for {parts} parts", e,
-                          label=f"valid indices are 0..{parts - 1}")
-                small, extra = divmod(rows, parts)
-                start = k * small + min(k, extra)
-                return self._rows_view(base, start, small + (k < extra), keep=True)
-        _fail("N107", "expected a tensor view", e, label="not a view")
-
-    def _rows(self, v: View, node) -> int:
-        if not v.shape:
-            _fail("N120", "a 0-dimensional tensor cannot be sliced", node, label="has no rows")
-        return v.shape[0]
-
-    @staticmethod
-    def _rows_view(v: View, start: int, count: int, keep: bool) -> View:
-        row = math.prod(v.shape[1:])
-        shape = ((count,) if keep else ()) + v.shape[1:]
-        return View(v.tensor, v.offset + start * row, shape, count * row)
-
-    def dtype_of(self, v: View) -> str:
-        return self.tensors[v.tensor].dtype
-
-    def elem(self, e, reads: list[View], target_shape: tuple[int, ...]):
-        """Compile an element expression: static parts folded to constants, views resolved."""
-        match e:
-            case n.IntLit() | n.FloatLit() | n.BoolLit():
-                return ("c", e.value)
-            case n.Name(id="i"):
-                return ("i",)
-            case n.Name() if e.id in self.tensors and e.id not in self.env:
-                return self._read(e, reads, target_shape)
-            case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
-                return self._read(e, reads, target_shape)
-            case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
-                return ("rand", self.int_value(e.args[0], "a seed"), fname == "randn")
-            case n.Call(func=n.Name(id=fname)):
-                args = tuple(self.elem(a, reads, target_shape) for a in e.args)
-                if all(a[0] == "c" for a in args):
-                    return ("c", self.value(e))
-                return ("f", fname, args)
-            case n.Unary():
-                inner = self.elem(e.operand, reads, target_shape)
-                return ("c", self.value(e)) if inner[0] == "c" else ("u", e.op, inner)
-            case n.Binary():
-                left = self.elem(e.left, reads, target_shape)
-                right = self.elem(e.right, reads, target_shape)
-                if left[0] == "c" and right[0] == "c":
-                    return ("c", _arith(e, left[1], right[1]))
-                if e.op == "**":
-                    if right[0] != "c":
-                        _fail("N103", "the exponent of `**` must be a number known per rank", e.right,
-                              label="varies per element", help="multiply instead, e.g. `x * x`")
-                    if isinstance(right[1], int) and not isinstance(right[1], bool) and right[1] < 0:
-                        right = ("c", float(right[1]))  # as in `2 ** -1`: a negative power is a fraction
-                return ("b", e.op, left, right)
-        return ("c", self.value(e))
-
-    def _read(self, e, reads: list[View], target_shape):
-        v = self.view(e)
-        if v.shape != target_shape and v.numel != 1:
-            _fail("N123", f"shape {list(v.shape)} does not match {list(target_shape)}", e,
-                  label=f"`{_text(self, e)}` has shape {list(v.shape)}",
-                  help="operands of an element expression have the target's shape (or one element)")
-        reads.append(v)
-        return ("v", v)
-
-    # statements ----------------------------------------------------------------------------------
-    def emit(self, op):
-        self.ops.append(op)
-        self.ex.steps += 1
-
-    def block(self, stmts):
-        saved = dict(self.env)
-        for s in stmts:
-            self.stmt(s)
-        # lets are block-scoped: drop the ones this block introduced, keep loop-carried values
-        for k in [k for k in self.env if k not in saved]:
-            del self.env[k]
-        for k, v in saved.items():
-            self.env[k] = v
-
-    def stmt(self, s):
-        span, b = s.span, self.bindings
-        match s:
-            case n.Let():
-                self.env[s.name] = self.value(s.value)
-            case n.Assign():
-                target = self.view(s.target)
-                reads: list[View] = []
-                value = self.elem(s.value, reads, target.shape)
-                self.emit(Compute(span=span, bindings=b, target=target, op=s.op, value=value, reads=tuple(reads)))
-            case n.Send() | n.Recv():
-                op = self.p2p(s)
-                if not s.blocking:
-                    self.track(s.handle, op.req)
-                self.emit(op)
-            case n.Collective():
-                self.emit(self.collective(s))
-            case n.Wait():
-                self.emit(self.wait(s))
-            case n.Expect():
-                view = self.view(s.cond.left)
-                reads: list[View] = []
-                value = self.elem(s.cond.right, reads, view.shape)
-                self.emit(Expect(span=span, bindings=b, view=view, cmp=s.cond.op, value=value, reads=tuple(reads)))
-            case n.Print():
-                views = tuple(self.view(v) for v in s.views)
-                texts = tuple(_text(self, v) for v in s.views)
-                self.emit(Print(span=span, bindings=b, views=views, texts=texts))
-            case n.For():
-                lo = self.int_value(s.lo, "a loop bound")
-                hi = self.int_value(s.hi, "a loop bound")
-                self.ex.spend(max(0, hi - lo + 1), s)
-                outer = self.bindings
-                for value in range(lo, hi + 1):
-                    self.env[s.var] = value
-                    self.bindings = outer + ((s.var, value),)
-                    self.block(s.body)
-                self.bindings = outer
-                self.env.pop(s.var, None)
-            case n.On():
-                for br in s.branches:
-                    if self.value(br.cond):
-                        self.block(br.body)
-                        break
-                else:
-                    self.block(s.orelse)
-            case n.Batch():
-                before = len(self.ops)
-                self.block(s.body)
-                posted = self.ops[before:]
-                del self.ops[before:]
-                if posted:
-                    self.emit(Batch(span=span, bindings=b, ops=tuple(posted)))
-
-    def p2p(self, s) -> Send | Recv:
-        view = self.view(s.buffer)
-        peer = self.int_value(s.peer, "a peer rank")
-        tag = self.int_value(s.tag, "a tag") if s.tag is not None else 0
-        group = self.group_of(s.group.name, s.group.dim, s.group) if s.group else None
-        req = None
-        if not s.blocking or self._in_batch(s):
-            req = self.next_req
-            self.next_req += 1
-        cls = Send if isinstance(s, n.Send) else Recv
-        return cls(span=s.span, bindings=self.bindings, view=view, dtype=self.dtype_of(view), peer=peer, tag=tag,
-                   group=group, blocking=s.blocking and req is None, req=req)
-
-    def _in_batch(self, s) -> bool:
-        return s.span.start in self.ex.batched
-
-    def track(self, handle: n.Ident | None, req: int):
-        if handle is not None:
-            self.handles[handle.name] = req
-        self.outstanding[req] = None
-
-    def wait(self, s: n.Wait) -> Wait:
-        if s.all:
-            reqs = tuple(self.outstanding)
-            self.outstanding.clear()
-            return Wait(span=s.span, bindings=self.bindings, reqs=reqs, all=True)
-        reqs = []
-        for h in s.handles:
-            if h.name not in self.handles:
-                _fail("N129", f"handle `{h.name}` has no request on rank {self.rank}", h,
-                      label="not assigned on this rank before this point",
-                      help="assign it with `h = isend ...` (or another async op) on every rank that waits")
-            req = self.handles[h.name]
-            self.outstanding.pop(req, None)
-            reqs.append(req)
-        return Wait(span=s.span, bindings=self.bindings, reqs=tuple(reqs))
-
-    def collective(self, s: n.Collective) -> Collective:
-        group = self.group_of(s.group.name, s.group.dim, s.group) if s.group else self.ex.world_group
-        inputs = tuple(self.view(v) for v in s.inputs)
-        outputs = tuple(self.view(v) for v in s.outputs)
-        root = self.int_value(s.root, "a root rank") if s.root is not None else None
-        dtypes = {self.dtype_of(v) for v in inputs + outputs}
-        if len(dtypes) > 1:
-            _fail("N130", f"`{s.op}` mixes dtypes {', '.join(sorted(dtypes))}", s,
-                  label="input and output buffers differ in dtype",
-                  help="collectives move bytes: give every buffer of one op the same dtype")
-        dtype = dtypes.pop() if dtypes else "float32"
-        redop = scale = None
-        if s.op in ("all_reduce", "reduce", "reduce_scatter"):
-            redop = s.redop.name.name if s.redop else "sum"
-            if s.redop is not None and s.redop.scale is not None:
-                scale = float(self.value(s.redop.scale))
-        elif s.redop is not None:
-            _fail("N105", f"`{s.op}` takes no reduce op", s.redop, label="only reducing collectives take `op`")
-        in_splits = tuple(self.int_value(x, "a split size") for x in s.in_splits)
-        out_splits = tuple(self.int_value(x, "a split size") for x in s.out_splits)
-        req = None
-        if s.handle is not None:
-            req = self.next_req
-            self.next_req += 1
-            self.track(s.handle, req)
-        op = Collective(span=s.span, bindings=self.bindings, kind=s.op, group=group, dtype=dtype, inputs=inputs,
-                        outputs=outputs, inputs_listed=s.inputs_listed, outputs_listed=s.outputs_listed,
-                        root=root, redop=redop, scale=scale, in_splits=in_splits, out_splits=out_splits, req=req)
-        if self.rank in group.ranks and (root is None or root in group.ranks):
-            problem = fit_problem(op, group.index(self.rank), self.tensors)
-            if problem:
-                _fail("N131", problem, s, label=f"on rank {self.rank}, group of {len(group.ranks)}",
-                      help="size the buffers for the group: see docs/language.md, Collectives")
-        return op
-
-
-class _Expander:
     def __init__(self, program: Program, world: int, params: dict[str, object]):
         self.program = program
-        self.world = world
+        self.W = world
         self.params = params
-        self.world_group = Group(0, "world", tuple(range(world)))
-        self.groups: list[Group] = [self.world_group]
-        self.named: dict[tuple[str, str | None], object] = {}
-        self.batched = _batched_starts(program.body)
+        self.everyone = np.arange(world, dtype=np.int64)
+        self.groups: list[Group] = [Group(0, "world", tuple(range(world)))]
+        self.group_of: dict[tuple[str, str | None], tuple[np.ndarray, np.ndarray]] = {}
         self.tensor_names = {t.name for t in program.tensors}
+        self.infos: dict[str, TensorInfo] = {}
+        self.records: list = []
+        self.top: list[int] = []
+        self.op_count = 0
         self.steps = 0
-        self._tensor_cache: dict[tuple, dict[str, TensorSpec]] = {}
+        self.errors: dict[tuple, tuple[Diagnostic, int]] = {}
+        self.alive = np.ones(world, dtype=bool)
+        self.deaths = 0
+        self.batch: list[P2PRec] | None = None
+        self.handles: dict[str, np.ndarray] = {}
+        self.req_chunks: list[tuple[np.ndarray, int, np.ndarray]] = []
+        self.req_count = 0
+        self.live = np.zeros(0, dtype=np.int64)  # outstanding requests (what `wait all` waits for), in order
+        self.live_rank = np.zeros(0, dtype=np.int64)
 
-    def setup(self):
-        probe = _Rank.probe(self, None, dict(self.params, world=self.world))
+    # ---- errors ---------------------------------------------------------------------------------
+    def kill(self, A: np.ndarray, failure: Failure) -> None:
+        """Stop the failing ranks of A, keeping the diagnostic of the first one."""
+        mask = np.ones(A.size, dtype=bool) if failure.mask is True else np.asarray(failure.mask, dtype=bool)
+        where = np.flatnonzero(mask)
+        if not where.size:
+            raise AssertionError("a failure without a failing rank")  # pragma: no cover - a bug in commdsl
+        k = int(where[0])
+        d = failure.diagnostic(k)
+        rank = int(A[k])
+        key = (d.code, d.span.start if d.span else -1)
+        if key not in self.errors or rank < self.errors[key][1]:
+            self.errors[key] = (d, rank)
+        dead = A[mask]
+        self.alive[dead] = False
+        self.deaths += 1
+
+    def survivors(self, A: np.ndarray, env: Env) -> tuple[np.ndarray, Env]:
+        keep = self.alive[A]
+        if keep.all():
+            return A, env
+        return A[keep], _sub_env(env, keep)
+
+    # ---- set-up: groups and tensors ----------------------------------------------------------------
+    def setup(self) -> None:
+        env = dict(self.params, world=self.W)
         for g in self.program.groups:
-            if isinstance(g, n.MeshDecl):
-                self.setup_mesh(g, probe)
-            elif g.split_key is None:
-                members = [_as_int(probe.value(m), m, "a group member") for m in g.members]
-                bad = [m for m in members if not 0 <= m < self.world]
-                if bad:
-                    _fail("N127", f"group `{g.name}` names rank {bad[0]}, outside world {self.world}", g,
-                          label=f"ranks are 0..{self.world - 1}")
-                if len(set(members)) != len(members):
-                    _fail("N127", f"group `{g.name}` names a rank twice", g, label="duplicate member")
-                # torch's new_group orders a group by global rank, whatever order the list is written in
-                self.named[(g.name, None)] = self.add_group(g.name, tuple(sorted(members)))
-            else:
-                keys = []
-                for r in range(self.world):
-                    probe.env["rank"] = r
-                    keys.append(probe.value(g.split_key))
-                probe.env.pop("rank")
-                by_key: dict = {}
-                for r, k in enumerate(keys):
-                    by_key.setdefault(k, []).append(r)
-                made = {k: self.add_group(f"{g.name}[{k}]", tuple(rs)) for k, rs in sorted(by_key.items())}
-                self.named[(g.name, None)] = [made[k] for k in keys]
+            try:
+                if isinstance(g, n.MeshDecl):
+                    self.setup_mesh(g, env)
+                elif g.split_key is None:
+                    self.setup_list(g, env)
+                else:
+                    self.setup_split(g, env)
+            except Failure as f:
+                first = 0 if f.mask is True else int(np.argmax(f.mask))
+                raise _Stop(f.diagnostic(first)) from None
 
-    def setup_mesh(self, m: n.MeshDecl, probe: _Rank):
-        sizes = [_as_int(probe.value(d.size), d, "a mesh dimension") for d in m.dims]
-        if math.prod(sizes) != self.world or any(s < 1 for s in sizes):
+    def setup_list(self, g: n.GroupDecl, env: Env) -> None:
+        members = [as_int(self.value(m, np.zeros(0, dtype=np.int64), env), m, "a group member") for m in g.members]
+        bad = [m for m in members if not 0 <= m < self.W]
+        if bad:
+            raise _Stop(InvalidGroup.diagnostic(f"group `{g.name}` names rank {bad[0]}, outside world {self.W}",
+                                                span=g.span, label=f"ranks are 0..{self.W - 1}"))
+        if len(set(members)) != len(members):
+            raise _Stop(InvalidGroup.diagnostic(f"group `{g.name}` names a rank twice", span=g.span,
+                                                label="duplicate member"))
+        # torch's new_group orders a group by global rank, whatever order the list is written in
+        self.name_groups((g.name, None), [self.add_group(g.name, tuple(sorted(members)))] * self.W)
+
+    def setup_split(self, g: n.GroupDecl, env: Env) -> None:
+        keys = self.value(g.split_key, self.everyone, dict(env, rank=self.everyone))
+        keys = keys.tolist() if is_vec(keys) else [keys] * self.W
+        by_key: dict = {}
+        for r, k in enumerate(keys):
+            by_key.setdefault(k, []).append(r)
+        made = {k: self.add_group(f"{g.name}[{k}]", tuple(rs)) for k, rs in sorted(by_key.items())}
+        self.name_groups((g.name, None), [made[k] for k in keys])
+
+    def setup_mesh(self, m: n.MeshDecl, env: Env) -> None:
+        sizes = [as_int(self.value(d.size, np.zeros(0, dtype=np.int64), env), d, "a mesh dimension") for d in m.dims]
+        if math.prod(sizes) != self.W or any(s < 1 for s in sizes):
             dims = " × ".join(f"{d.name}={s}" for d, s in zip(m.dims, sizes))
-            _fail("N126", f"mesh `{m.name}` is {dims} = {math.prod(sizes)} ranks, but the world has {self.world}",
-                  m, label="the mesh must tile the world exactly")
-        coords = [_unravel(r, sizes) for r in range(self.world)]
+            raise _Stop(MeshDoesNotTileWorld.diagnostic(
+                f"mesh `{m.name}` is {dims} = {math.prod(sizes)} ranks, but the world has {self.W}",
+                span=m.span, label="the mesh must tile the world exactly"))
+        coords = [tuple(int(c) for c in np.unravel_index(r, sizes)) for r in range(self.W)]
         for axis, d in enumerate(m.dims):
             by_rest: dict = {}
             for r, c in enumerate(coords):
-                by_rest.setdefault(c[:axis] + c[axis + 1 :], []).append(r)
+                by_rest.setdefault(c[:axis] + c[axis + 1:], []).append(r)
             made = {k: self.add_group(f"{m.name}.{d.name}{list(k)}", tuple(rs)) for k, rs in sorted(by_rest.items())}
-            self.named[(m.name, d.name)] = [made[c[:axis] + c[axis + 1 :]] for c in coords]
-
-    def spend(self, steps: int, node: n.Node):
-        self.steps += steps
-        if self.steps > MAX_STEPS:
-            _fail("N133", f"the program expands to over {MAX_STEPS:,} loop steps and ops at world {self.world}", node,
-                  label="this loop pushes it over the limit",
-                  help="check the loop bounds and params; commdsl expands every rank's ops in memory")
+            self.name_groups((m.name, d.name), [made[c[:axis] + c[axis + 1:]] for c in coords])
 
     def add_group(self, name: str, ranks: tuple[int, ...]) -> Group:
         g = Group(len(self.groups), name, ranks)
         self.groups.append(g)
         return g
 
-    def group_for(self, name: str, dim: str | None, rank: int, node: n.Node) -> Group:
-        entry = self.named[(name, dim)]
-        if isinstance(entry, list):
-            if rank is None:
-                _fail("N103", f"`{name}` differs per rank; it cannot be used here", node, label="depends on rank")
-            return entry[rank]
-        return entry
+    def name_groups(self, key: tuple[str, str | None], per_rank: list[Group]) -> None:
+        """(group id of each rank's group, each rank's index in it or -1)."""
+        gid_of = np.array([g.id for g in per_rank], dtype=np.int64)
+        idx_in = np.full(self.W, -1, dtype=np.int64)
+        for g in {g.id: g for g in per_rank}.values():
+            idx_in[list(g.ranks)] = np.arange(len(g.ranks))
+        self.group_of[key] = (gid_of, idx_in)
 
-    def tensors_for(self, rank: int) -> dict[str, TensorSpec]:
-        probe = _Rank.probe(self, rank, dict(self.params, rank=rank, world=self.world))
-        shapes = []
+    def setup_tensors(self) -> None:
+        """Every tensor's shape and initialiser on every rank; a rank whose tensors are invalid stops."""
+        A, env = self.everyone, dict(self.params, rank=self.everyone, world=self.W)
         for t in self.program.tensors:
-            shape = tuple(_as_int(probe.value(d), d, "a tensor dimension") for d in t.shape)
-            if any(d < 0 for d in shape):
-                _fail("N128", f"tensor `{t.name}` has negative shape {list(shape)}", t, label=f"on rank {rank}")
-            shapes.append(shape)
-        key = tuple(shapes)
-        cached = self._tensor_cache.get(key)
-        uses_rank = self.inits_use_rank
-        if cached is not None and not uses_rank:
-            return cached
-        out = {}
-        probe.tensors = out
-        for t, shape in zip(self.program.tensors, shapes):
-            numel = math.prod(shape)
-            if numel > MAX_TENSOR_ELEMENTS:
-                _fail("N128", f"tensor `{t.name}` has {numel} elements, over the limit of {MAX_TENSOR_ELEMENTS}",
-                      t, label=f"shape {list(shape)}")
-            init = None
-            if t.init is not None:
-                init = probe.elem(t.init, [], shape)
-            out[t.name] = TensorSpec(t.name, t.dtype.name, shape, numel, init, t.span)
-        if not uses_rank:
-            self._tensor_cache[key] = out
+            while A.size:
+                try:
+                    self.infos[t.name] = self.tensor(t, A, env)
+                    break
+                except Failure as f:
+                    self.kill(A, f)
+                    A, env = self.survivors(A, env)
+
+    def tensor(self, t: n.TensorDecl, A: np.ndarray, env: Env) -> TensorInfo:
+        shape = tuple(as_int(self.value(d, A, env), d, "a tensor dimension") for d in t.shape)
+        neg = np.zeros(A.size, dtype=bool)
+        for d in shape:
+            neg |= np.asarray(d) < 0
+        if neg.any():
+            raise Failure(neg, lambda k: InvalidTensorSize.diagnostic(
+                f"tensor `{t.name}` has negative shape {[int(item(d, k)) for d in shape]}", span=t.span,
+                label=f"on rank {A[k]}"))
+        numel = np.ones(A.size, dtype=object)
+        for d in shape:
+            numel = numel * np.asarray(d, dtype=object)
+        big = np.array([x > MAX_TENSOR_ELEMENTS for x in numel], dtype=bool) if A.size else np.zeros(0, dtype=bool)
+        if big.any():
+            raise Failure(big, lambda k: InvalidTensorSize.diagnostic(
+                f"tensor `{t.name}` has {numel[k]} elements, over the limit of {MAX_TENSOR_ELEMENTS}", span=t.span,
+                label=f"shape {[int(item(d, k)) for d in shape]}"))
+        shape = tuple(self.widen(d, A) for d in shape)
+        init = None
+        if t.init is not None:
+            target = VView(t.name, 0, tuple(sub(d, A) for d in shape))
+            init = self.widen_elem(self.elem(t.init, A, env, target.shape), A)
+        return TensorInfo(t.name, t.dtype.name, shape, init, t.span)
+
+    def widen(self, v, A: np.ndarray):
+        """A per-rank value over A as a value over every rank (ranks outside A never use it)."""
+        v = uniform(v)
+        if not is_vec(v) or A.size == self.W:
+            return v
+        out = np.zeros(self.W, dtype=v.dtype)
+        out[A] = v
         return out
 
-    @property
-    def inits_use_rank(self) -> bool:
-        return any(t.init is not None and _mentions(t.init, "rank") for t in self.program.tensors)
+    def widen_elem(self, e, A):
+        tag = e[0]
+        if tag == "c":
+            return ("c", self.widen(e[1], A))
+        if tag == "u":
+            return ("u", e[1], self.widen_elem(e[2], A))
+        if tag == "b":
+            return ("b", e[1], self.widen_elem(e[2], A), self.widen_elem(e[3], A))
+        if tag == "f":
+            return ("f", e[1], tuple(self.widen_elem(a, A) for a in e[2]))
+        if tag == "rand":
+            return ("rand", self.widen(e[1], A), e[2])
+        return e
+
+    # ---- static values ----------------------------------------------------------------------------
+    def value(self, e, A: np.ndarray, env: Env):
+        """The value of a static expression on the ranks A (a scalar where they all agree)."""
+        match e:
+            case n.IntLit() | n.FloatLit() | n.BoolLit():
+                return e.value
+            case n.Name():
+                if e.id not in env:
+                    raise fail_all(WrongKindOfName.diagnostic(f"`{e.id}` has no value here", span=e.span,
+                                                              label="not known before expansion"))
+                return env[e.id]
+            case n.Attr():
+                return self.attr(e, A, env)
+            case n.Unary():
+                return unary(e, self.value(e.operand, A, env))
+            case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
+                return call(fname, [self.value(a, A, env) for a in e.args])
+            case n.Binary(op="and" | "or"):
+                return self.logical(e, A, env)
+            case n.Binary():
+                return binary(e, self.value(e.left, A, env), self.value(e.right, A, env))
+        raise fail_all(WrongKindOfName.diagnostic("this expression has no integer value", span=e.span,
+                                                  label="expected a number"))
+
+    def logical(self, e: n.Binary, A: np.ndarray, env: Env):
+        """`and`/`or` short-circuit: the right side is evaluated only on the ranks that need it."""
+        left = truthy(self.value(e.left, A, env))
+        need = left if e.op == "and" else ~left if is_vec(left) else (left if e.op == "and" else not left)
+        if not is_vec(need):
+            return bool(truthy(self.value(e.right, A, env))) if need else left
+        where = np.flatnonzero(need)
+        try:
+            right = truthy(self.value(e.right, A[where], _sub_env(env, where)))
+        except Failure as f:
+            mask = np.zeros(A.size, dtype=bool)
+            mask[where] = True if f.mask is True else f.mask
+            raise Failure(mask, lambda k: f.diagnostic(int(np.searchsorted(where, k)))) from None
+        out = left.copy()
+        out[where] = right
+        return out
+
+    def attr(self, e: n.Attr, A: np.ndarray, env: Env):
+        if e.attr in ("size", "rows") and self.is_view(e.value, env):
+            v = self.view(e.value, A, env)
+            return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
+        if "rank" not in env:
+            raise fail_all(WrongKindOfName.diagnostic("a param's default cannot use groups or tensors", span=e.span,
+                                                      label="not known when params are set"))
+        ref = e.value
+        name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
+        gid_of, idx_in = self.group_of[(name, dim)]
+        if e.attr == "size":
+            sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
+            return uniform(sizes[gid_of[A]])
+        idx = idx_in[A]
+        outside = idx < 0
+        if outside.any():
+            raise Failure(outside, lambda k: InvalidGroup.diagnostic(
+                f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no `.rank` there",
+                span=e.span, label=f"members are {_ranks_text(self.groups[gid_of[A[k]]].ranks)}"))
+        return idx
+
+    def is_view(self, e, env: Env) -> bool:
+        match e:
+            case n.Name():
+                return e.id in self.tensor_names and e.id not in env
+            case n.Slice() | n.Index():
+                return self.is_view(e.value, env)
+            case n.Call(func=n.Attr(attr="chunk") as f):
+                return self.is_view(f.value, env)
+        return False
+
+    def int_value(self, e, A, env, what: str):
+        return as_int(self.value(e, A, env), e, what)
+
+    # ---- views --------------------------------------------------------------------------------------
+    def view(self, e, A: np.ndarray, env: Env) -> VView:
+        match e:
+            case n.Name() if e.id in self.infos:
+                info = self.infos[e.id]
+                return VView(info.name, 0, tuple(uniform(sub(d, A)) for d in info.shape))
+            case n.Slice():
+                base = self.view(e.value, A, env)
+                rows = self.rows(base, e)
+                lo = 0 if e.lo is None else self.int_value(e.lo, A, env, "a slice bound")
+                hi = rows if e.hi is None else self.int_value(e.hi, A, env, "a slice bound")
+                bad = ~((0 <= np.asarray(lo)) & (np.asarray(lo) <= hi) & (np.asarray(hi) <= rows))
+                if np.any(bad):
+                    raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
+                        f"slice `[{item(lo, k)}:{item(hi, k)}]` is out of bounds for {item(rows, k)} rows", span=e.span,
+                        label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}"))
+                return self.rows_view(base, lo, hi - lo if is_vec(hi) or is_vec(lo) else hi - lo, keep=True)
+            case n.Index():
+                base = self.view(e.value, A, env)
+                rows = self.rows(base, e)
+                k_ = self.int_value(e.index, A, env, "an index")
+                bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < rows))
+                if np.any(bad):
+                    raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
+                        f"index {item(k_, k)} is out of bounds for {item(rows, k)} rows", span=e.span,
+                        label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}"))
+                return self.rows_view(base, k_, 1, keep=False)
+            case n.Call(func=n.Attr(attr="chunk") as f):
+                return self.chunk(e, f, A, env)
+        raise fail_all(InvalidView.diagnostic("expected a tensor view", span=e.span, label="not a view"))
+
+    def chunk(self, e: n.Call, f: n.Attr, A, env) -> VView:
+        base = self.view(f.value, A, env)
+        rows = self.rows(base, e)
+        k_ = self.int_value(e.args[0], A, env, "a chunk index")
+        parts = self.int_value(e.args[1], A, env, "a chunk count")
+        few = np.asarray(parts) < 1
+        if np.any(few):
+            raise Failure(np.broadcast_to(few, A.shape), lambda k: ViewOutOfBounds.diagnostic(
+                f"`chunk` into {item(parts, k)} parts", span=e.span, label="needs at least 1 part"))
+        bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < parts))
+        if np.any(bad):
+            raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
+                f"chunk index {item(k_, k)} is out of bounds for {item(parts, k)} parts", span=e.span,
+                label=f"valid indices are 0..{item(parts, k) - 1}"))
+        small, extra = (np.divmod(rows, parts) if is_vec(rows) or is_vec(parts) else divmod(rows, parts))
+        if is_vec(k_) or is_vec(extra) or is_vec(small):
+            start = k_ * small + np.minimum(k_, extra)
+            count = small + (np.asarray(k_) < extra).astype(np.int64)
+        else:
+            start, count = k_ * small + min(k_, extra), small + int(k_ < extra)
+        return self.rows_view(base, uniform(start), uniform(count), keep=True)
+
+    def rows(self, v: VView, node):
+        if not v.shape:
+            raise fail_all(ViewOutOfBounds.diagnostic("a 0-dimensional tensor cannot be sliced", span=node.span,
+                                                      label="has no rows"))
+        return v.shape[0]
+
+    @staticmethod
+    def rows_view(v: VView, start, count, keep: bool) -> VView:
+        row = math.prod(v.shape[1:]) if len(v.shape) > 1 else 1
+        step = start * row if not (isinstance(row, int) and row == 1) else start
+        offset = step if isinstance(v.offset, int) and v.offset == 0 else v.offset + step
+        shape = ((uniform(count),) if keep else ()) + v.shape[1:]
+        return VView(v.tensor, uniform(offset), shape)
+
+    def dtype_of(self, v: VView) -> str:
+        return self.infos[v.tensor].dtype
+
+    def text(self, e) -> str:
+        return self.program.source.text[e.span.start:e.span.end]
+
+    # ---- element expressions ----------------------------------------------------------------------
+    def elem(self, e, A, env, target_shape: tuple):
+        """An element expression: static parts folded to per-rank constants, views resolved."""
+        match e:
+            case n.IntLit() | n.FloatLit() | n.BoolLit():
+                return ("c", e.value)
+            case n.Name(id="i"):
+                return ("i",)
+            case n.Name() if e.id in self.tensor_names and e.id not in env:
+                return self.read(e, A, env, target_shape)
+            case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
+                return self.read(e, A, env, target_shape)
+            case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
+                return ("rand", self.int_value(e.args[0], A, env, "a seed"), fname == "randn")
+            case n.Call(func=n.Name(id=fname)):
+                args = tuple(self.elem(a, A, env, target_shape) for a in e.args)
+                if all(a[0] == "c" for a in args):
+                    return ("c", self.value(e, A, env))
+                return ("f", fname, args)
+            case n.Unary():
+                inner = self.elem(e.operand, A, env, target_shape)
+                return ("c", self.value(e, A, env)) if inner[0] == "c" else ("u", e.op, inner)
+            case n.Binary():
+                left = self.elem(e.left, A, env, target_shape)
+                right = self.elem(e.right, A, env, target_shape)
+                if left[0] == "c" and right[0] == "c":
+                    return ("c", binary(e, left[1], right[1]))
+                if e.op == "**":
+                    if right[0] != "c":
+                        raise fail_all(WrongKindOfName.diagnostic(
+                            "the exponent of `**` must be a number known per rank", span=e.right.span,
+                            label="varies per element", help="multiply instead, e.g. `x * x`"))
+                    right = ("c", _negative_powers_float(right[1]))
+                return ("b", e.op, left, right)
+        return ("c", self.value(e, A, env))
+
+    def read(self, e, A, env, target_shape):
+        v = self.view(e, A, env)
+        same = _same_shape(v.shape, target_shape)
+        one = np.asarray(v.numel) == 1
+        bad = ~(same | one)
+        if np.any(bad):
+            raise Failure(np.broadcast_to(bad, A.shape), lambda k: ShapeMismatch.diagnostic(
+                f"shape {[item(d, k) for d in v.shape]} does not match {[item(d, k) for d in target_shape]}",
+                span=e.span, label=f"`{self.text(e)}` has shape {[item(d, k) for d in v.shape]}",
+                help="operands of an element expression have the target's shape (or one element)"))
+        return ("v", v)
+
+    # ---- statements ---------------------------------------------------------------------------------
+    def add(self, rec, top: bool = True):
+        rec.id = len(self.records)
+        rec.base = self.op_count
+        self.op_count += int(rec.ranks.size)
+        self.records.append(rec)
+        if top:
+            self.top.append(rec.id)
+        self.spend(int(rec.ranks.size), rec.node)
+        return rec
+
+    def spend(self, steps: int, node) -> None:
+        self.steps += steps
+        if self.steps > MAX_STEPS:
+            raise fail_all(ExpansionTooLarge.diagnostic(
+                f"the program expands to over {MAX_STEPS:,} loop steps and ops at world {self.W}", span=node.span,
+                label="this loop pushes it over the limit" if isinstance(node, n.For) else "this op pushes it over the limit",
+                help="check the loop bounds and params; commdsl expands every rank's ops in memory"))
+
+    def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> None:
+        env = dict(env)  # `let`s are block-scoped
+        seen = self.deaths
+        for s in stmts:
+            if self.deaths != seen:
+                A, env = self.survivors(A, env)
+                seen = self.deaths
+            if not A.size:
+                return
+            self.stmt(s, A, env, bindings)
+
+    def stmt(self, s, A: np.ndarray, env: Env, bindings: tuple) -> None:
+        """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest."""
+        while A.size:
+            try:
+                self.run_stmt(s, A, env, bindings)
+                return
+            except Failure as f:
+                self.kill(A, f)
+                A, env = self.survivors(A, env)
+
+    def run_stmt(self, s, A, env, b) -> None:
+        match s:
+            case n.Let():
+                env[s.name] = self.value(s.value, A, env)
+            case n.Assign():
+                target = self.view(s.target, A, env)
+                value = self.elem(s.value, A, env, target.shape)
+                self.add(ComputeRec(s, A, b, target=target, op=s.op, value=value, reads=tuple(elem_reads(value))))
+            case n.Expect():
+                view = self.view(s.cond.left, A, env)
+                value = self.elem(s.cond.right, A, env, view.shape)
+                self.add(ExpectRec(s, A, b, view=view, cmp=s.cond.op, value=value, reads=tuple(elem_reads(value))))
+            case n.Print():
+                views = tuple(self.view(v, A, env) for v in s.views)
+                self.add(PrintRec(s, A, b, views=views, texts=tuple(self.text(v) for v in s.views)))
+            case n.Send() | n.Recv():
+                self.p2p(s, A, env, b)
+            case n.Collective():
+                self.collective(s, A, env, b)
+            case n.Wait():
+                self.wait(s, A, b)
+            case n.For():
+                self.loop(s, A, env, b)
+            case n.On():
+                self.on(s, A, env, b)
+            case n.Batch():
+                self.batch_block(s, A, env, b)
+
+    def loop(self, s: n.For, A, env, b) -> None:
+        lo = self.int_value(s.lo, A, env, "a loop bound")
+        hi = self.int_value(s.hi, A, env, "a loop bound")
+        count = np.maximum(0, np.asarray(hi, dtype=object if _objectish(lo, hi) else np.int64) - lo + 1)
+        self.spend(int(np.sum(count)) if is_vec(count) else int(count) * int(A.size), s)
+        if not is_vec(lo) and not is_vec(hi):
+            for value in range(lo, hi + 1):
+                self.block(s.body, A, dict(env, **{s.var: value}), b + ((s.var, value),))
+                if not self.alive[A].all():
+                    A, env = self.survivors(A, env)
+                    if not A.size:
+                        return
+            return
+        # bounds that differ by rank: iteration t runs lo + t on every rank that has that many
+        lo_a = np.broadcast_to(np.asarray(lo), A.shape)
+        count = np.broadcast_to(count, A.shape).astype(np.int64)
+        for t in range(int(count.max()) if count.size else 0):
+            mask = (count > t) & self.alive[A]
+            if not mask.any():
+                continue
+            G = A if mask.all() else A[mask]
+            genv = env if mask.all() else _sub_env(env, mask)
+            value = uniform(lo_a[mask] + t)
+            self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+
+    def on(self, s: n.On, A, env, b) -> None:
+        """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),
+        then each branch's body on its ranks."""
+        taken: list[tuple[tuple, np.ndarray]] = []
+        rest = np.ones(A.size, dtype=bool)
+        for br in s.branches:
+            where = np.flatnonzero(rest)
+            if not where.size:
+                break
+            try:
+                cond = truthy(self.value(br.cond, A[where], _sub_env(env, where)))
+            except Failure as f:
+                mask = np.zeros(A.size, dtype=bool)
+                mask[where] = True if f.mask is True else f.mask
+                raise Failure(mask, lambda k, f=f, where=where: f.diagnostic(int(np.searchsorted(where, k)))) from None
+            cond = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
+            picked = where[cond]
+            taken.append((br.body, picked))
+            rest[picked] = False
+        taken.append((s.orelse, np.flatnonzero(rest)))
+        for body, where in taken:
+            if where.size:
+                self.block(body, A if where.size == A.size else A[where],
+                           env if where.size == A.size else _sub_env(env, where), b)
+
+    def batch_block(self, s: n.Batch, A, env, b) -> None:
+        """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that
+        post at least one of them."""
+        self.batch = []
+        try:
+            self.block(s.body, A, env, b)
+            ops = tuple(self.batch)
+        finally:
+            self.batch = None
+        if not ops:
+            return
+        ranks = ops[0].ranks
+        if any(op.ranks is not ranks for op in ops[1:]):
+            ranks = np.unique(np.concatenate([op.ranks for op in ops]))
+            ranks = A if ranks.size == A.size else ranks
+        self.add(BatchRec(s, ranks, b, ops=ops))
+
+    # ---- communication ----------------------------------------------------------------------------
+    def group_ids(self, ref: n.GroupRef | None, A):
+        """(group id per rank, index in it per rank) of `in GROUP`, or of the world."""
+        if ref is None:
+            return 0, A
+        gid_of, idx_in = self.group_of[(ref.name, ref.dim)]
+        return uniform(gid_of[A]), idx_in[A]
+
+    def p2p(self, s: n.Send | n.Recv, A, env, b) -> None:
+        view = self.view(s.buffer, A, env)
+        peer = uniform(self.int_value(s.peer, A, env, "a peer rank"))
+        tag = uniform(self.int_value(s.tag, A, env, "a tag")) if s.tag is not None else 0
+        gid = self.group_ids(s.group, A)[0] if s.group is not None else None
+        batched = self.batch is not None
+        req = None
+        if not s.blocking and not batched:
+            req = self.new_requests(A, len(self.records))
+        rec = P2PRec(s, A, b, is_send=isinstance(s, n.Send), view=view, dtype=self.dtype_of(view), peer=peer,
+                     tag=tag, gid=gid, blocking=s.blocking and not batched, req=req, batched=batched)
+        if batched:
+            self.batch.append(self.add(rec, top=False))
+            return
+        self.add(rec)
+        if req is not None:
+            self.track(s.handle, A, req)
+
+    def new_requests(self, A, record_id: int) -> np.ndarray:
+        ids = np.arange(self.req_count, self.req_count + A.size, dtype=np.int64)
+        self.req_chunks.append((A, record_id, ids))
+        self.req_count += int(A.size)
+        return ids
+
+    def track(self, handle: n.Ident | None, A, req: np.ndarray) -> None:
+        if handle is not None:
+            slots = self.handles.setdefault(handle.name, np.full(self.W, -1, dtype=np.int64))
+            slots[A] = req
+        self.live = np.concatenate([self.live, req])
+        self.live_rank = np.concatenate([self.live_rank, A])
+
+    def wait(self, s: n.Wait, A, b) -> None:
+        if s.all:
+            mine = np.isin(self.live_rank, A)
+            reqs, owners = self.live[mine], self.live_rank[mine]
+            self.live, self.live_rank = self.live[~mine], self.live_rank[~mine]
+            order = np.lexsort((reqs, owners))
+            reqs, owners = reqs[order], owners[order]
+            starts = np.searchsorted(owners, np.append(A, self.W)).astype(np.int64)
+            starts[-1] = reqs.size
+            self.add(WaitRec(s, A, b, starts=starts, reqs=reqs, all=True))
+            return
+        columns = []
+        for h in s.handles:
+            slots = self.handles.get(h.name)
+            got = slots[A] if slots is not None else np.full(A.size, -1, dtype=np.int64)
+            missing = got < 0
+            if missing.any():
+                raise Failure(missing, lambda k, h=h: HandleNotAssigned.diagnostic(
+                    f"handle `{h.name}` has no request on rank {A[k]}", span=h.span,
+                    label="not assigned on this rank before this point",
+                    help="assign it with `h = isend ...` (or another async op) on every rank that waits"))
+            columns.append(got)
+        reqs = np.stack(columns, axis=1).reshape(-1)
+        keep = ~np.isin(self.live, reqs)
+        self.live, self.live_rank = self.live[keep], self.live_rank[keep]
+        starts = np.arange(0, reqs.size + 1, len(columns), dtype=np.int64)
+        self.add(WaitRec(s, A, b, starts=starts, reqs=reqs))
+
+    def collective(self, s: n.Collective, A, env, b) -> None:
+        kind = KINDS[s.op]
+        gid, me = self.group_ids(s.group, A)
+        inputs = tuple(self.view(v, A, env) for v in s.inputs)
+        outputs = tuple(self.view(v, A, env) for v in s.outputs)
+        root = uniform(self.int_value(s.root, A, env, "a root rank")) if s.root is not None else None
+        dtypes = {self.dtype_of(v) for v in inputs + outputs}
+        if len(dtypes) > 1:
+            raise fail_all(MixedDtypes.diagnostic(
+                f"`{s.op}` mixes dtypes {', '.join(sorted(dtypes))}", span=s.span,
+                label="input and output buffers differ in dtype",
+                help="collectives move bytes: give every buffer of one op the same dtype"))
+        dtype = dtypes.pop() if dtypes else "float32"
+        redop = scale = None
+        if kind.reducing:
+            redop = s.redop.name.name if s.redop else "sum"
+            if s.redop is not None and s.redop.scale is not None:
+                v = self.value(s.redop.scale, A, env)
+                scale = uniform(np.asarray(v, dtype=np.float64)) if is_vec(v) else float(v)
+        elif s.redop is not None:
+            raise fail_all(BadReduceOp.diagnostic(f"`{s.op}` takes no reduce op", span=s.redop.span,
+                                                  label="only reducing collectives take `op`"))
+        in_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.in_splits)
+        out_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.out_splits)
+        rec = CollectiveRec(s, A, b, kind=kind, gid=gid, dtype=dtype, inputs=inputs, outputs=outputs,
+                            inputs_listed=s.inputs_listed, outputs_listed=s.outputs_listed, root=root, redop=redop,
+                            scale=scale, in_splits=in_splits, out_splits=out_splits)
+        self.check_fit(rec, kind, A, gid, me, root)
+        if s.handle is not None:
+            rec.req = self.new_requests(A, len(self.records))
+        self.add(rec)
+        if rec.req is not None:
+            self.track(s.handle, A, rec.req)
+
+    def check_fit(self, rec: CollectiveRec, kind, A, gid, me, root) -> None:
+        """N131 on the members whose buffers cannot serve their group (non-members and a root outside the
+        group are the engine's to report)."""
+        sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
+        size = sizes[gid] if is_vec(gid) else int(sizes[gid])
+        gid_a = np.broadcast_to(np.asarray(gid), A.shape)
+        member = np.asarray(me) >= 0
+        is_root = np.zeros(A.size, dtype=bool)
+        if root is not None:
+            root_a = np.broadcast_to(np.asarray(root), A.shape)
+            in_world = (0 <= root_a) & (root_a < self.W)
+            at_root = np.where(in_world, root_a, 0)
+            if rec.node.group is None:
+                member &= in_world
+            else:
+                gid_of, idx_in = self.group_of[(rec.node.group.name, rec.node.group.dim)]
+                member &= in_world & (gid_of[at_root] == gid_a) & (idx_in[at_root] >= 0)
+            is_root = root_a == A
+        call = Call(rec, size, me, is_root, int(A.size))
+        rec.contribution = uniform(kind.contribution(call))
+        if not member.any():
+            return
+        problem = kind.fit(call)
+        if problem is None:
+            return
+        bad = problem.mask & member
+        if bad.any():
+            raise Failure(bad, lambda k: BufferDoesNotFit.diagnostic(
+                problem.message(k), span=rec.span, label=f"on rank {A[k]}, group of {item(size, k)}",
+                help="size the buffers for the group: see docs/language.md, Collectives"))
+
+    # ---- the result ---------------------------------------------------------------------------------
+    def requests(self) -> Requests:
+        if not self.req_chunks:
+            empty = np.zeros(0, dtype=np.int64)
+            return Requests(empty, empty, empty)
+        rank = np.concatenate([c[0] for c in self.req_chunks])
+        record = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in self.req_chunks])
+        pos = np.concatenate([np.arange(c[0].size, dtype=np.int64) for c in self.req_chunks])
+        return Requests(rank, record, pos)
 
 
-def _mentions(e, name: str) -> bool:
-    if isinstance(e, n.Name):
-        return e.id == name
-    return any(_mentions(c, name) for c in n.children(e))
+def _objectish(*vals) -> bool:
+    return any(is_vec(v) and v.dtype == object for v in vals)
 
 
-def _batched_starts(stmts) -> set[int]:
-    """Span starts of every P2P statement inside a `batch:` block (they post without blocking)."""
-    out: set[int] = set()
-
-    def walk(body, inside):
-        for s in body:
-            if isinstance(s, (n.Send, n.Recv)) and inside:
-                out.add(s.span.start)
-            elif isinstance(s, n.Batch):
-                walk(s.body, True)
-            elif isinstance(s, n.For):
-                walk(s.body, inside)
-            elif isinstance(s, n.On):
-                for br in s.branches:
-                    walk(br.body, inside)
-                walk(s.orelse, inside)
-
-    walk(stmts, False)
-    return out
+def _negative_powers_float(v):
+    """As in `2 ** -1`: a negative integer power is a fraction."""
+    if is_vec(v):
+        if v.dtype.kind == "i" and (v < 0).any():
+            return v.astype(np.float64)
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+        return float(v)
+    return v
 
 
-def _unravel(rank: int, sizes: list[int]) -> tuple[int, ...]:
-    coords = []
-    for s in reversed(sizes):
-        coords.append(rank % s)
-        rank //= s
-    return tuple(reversed(coords))
-
-
-def _arith(e: n.Binary, a, b):
-    """Python semantics for per-rank integers, with `/` exact when it divides and guarded powers."""
-    op = e.op
-    if op == "/" and isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
-        return a // b
-    if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 \
-            and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS:
-        _fail("N121", "this value is too large", e, label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits")
-    if op not in BINARY:
-        _fail("N107", f"unknown operator `{op}`", e)
-    try:
-        value = BINARY[op](a, b)
-    except ZeroDivisionError:
-        _fail("N122", f"division by zero in `{op}`", e, label="the right-hand side is 0 here")
-    except OverflowError:
-        _fail("N121", "this value is too large", e, label="overflow")
-    if isinstance(value, complex):
-        _fail("N121", "this value is not a real number", e, label=f"`{a} ** {b}` is complex")
-    return value
-
-
-def _text(r: _Rank, e) -> str:
-    src = r.ex.program.source.text
-    return src[e.span.start : e.span.end]
-
-
-def _ranks_text(ranks) -> str:
-    return "[" + ", ".join(map(str, ranks)) + "]"
+def _same_shape(a: tuple, b: tuple):
+    if len(a) != len(b):
+        return False
+    same = True
+    for x, y in zip(a, b):
+        same = same & (np.asarray(x) == np.asarray(y))
+    return same
 
 
 def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> dict[str, object]:
@@ -596,24 +747,25 @@ def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> 
     for k, v in overrides.items():
         if k not in declared:
             names = ", ".join(declared) or "none"
-            problems.append(Diagnostic(code="N125", message=f"`--set {k}`: the program has no param `{k}`",
-                                       notes=(Note(message=f"its params: {names}"),)))
+            problems.append(BadParamValue.diagnostic(f"`--set {k}`: the program has no param `{k}`",
+                                                     notes=(Note(message=f"its params: {names}"),)))
         elif isinstance(v, str) and parse_param_value(v) is None:
-            problems.append(Diagnostic(code="N125", message=f"`--set {k}={v}`: not an integer, number or true/false",
-                                       span=declared[k].span, label=f"`{k}` is declared here"))
+            problems.append(BadParamValue.diagnostic(f"`--set {k}={v}`: not an integer, number or true/false",
+                                                     span=declared[k].span, label=f"`{k}` is declared here"))
     if problems:
         raise CommdslError(problems)
     env: dict[str, object] = {}
-    probe = _Rank.probe(None, None, env)
+    probe = Expander(program, 1, {})
+    nobody = np.zeros(0, dtype=np.int64)
     for p in program.params:
         if p.name in overrides:
             v = overrides[p.name]
             env[p.name] = parse_param_value(v) if isinstance(v, str) else v
         else:
             try:
-                env[p.name] = probe.value(p.default)
-            except _Stop as stop:
-                raise CommdslError([stop.diagnostic]) from None
+                env[p.name] = probe.value(p.default, nobody, env)
+            except Failure as f:
+                raise CommdslError([f.diagnostic(0)]) from None
     return env
 
 
@@ -621,33 +773,26 @@ def expand(program: Program, world: int, params: Mapping[str, object] | None = N
     """The Schedule of `program` at `world` ranks; raises CommdslError with every expansion error."""
     if not program.accepts(world) or not 1 <= world <= MAX_WORLD:
         span = program.world.span if program.world else None
-        raise CommdslError([Diagnostic(
-            code="N124", message=f"world size {world} is outside the program's declared sizes ({program.describe_world()})",
-            span=span, label="declared here" if span else "",
-            help="run at a declared size, or widen the `world` line")])
+        raise CommdslError([WorldSizeNotDeclared.diagnostic(
+            f"world size {world} is outside the program's declared sizes ({program.describe_world()})",
+            span=span, label="declared here" if span else "", help="run at a declared size, or widen the `world` line")])
     env = resolve_params(program, params)
-    ex = _Expander(program, world, env)
+    ex = Expander(program, world, env)
     try:
         ex.setup()
     except _Stop as stop:
         raise CommdslError([_at_world(stop.diagnostic, world, None)]) from None
-    ops, tensors, errors = [], [], {}
-    for rank in range(world):
-        try:
-            r = _Rank(ex, rank)
-            r.block(program.body)
-        except _Stop as stop:
-            d = stop.diagnostic
-            errors.setdefault((d.code, d.span.start if d.span else -1), (d, rank))
-            ops.append([])
-            tensors.append({})
-            continue
-        ops.append(r.ops)
-        tensors.append(r.tensors)
-    if errors:
-        raise CommdslError([_at_world(d, world, rank) for d, rank in errors.values()])
+    ex.setup_tensors()
+    A = ex.everyone[ex.alive]
+    try:
+        ex.block(program.body, A, dict(env, rank=A, world=world), ())
+    except Failure as f:  # the step budget: it stops the whole expansion
+        ex.kill(ex.everyone[ex.alive], f)
+    if ex.errors:
+        raise CommdslError([_at_world(d, world, rank) for d, rank in ex.errors.values()])
     return Schedule(program=program.name, path=program.path, world=world, params=env, backends=program.backends,
-                    groups=ex.groups, tensors=tensors, ops=ops)
+                    groups=ex.groups, infos=ex.infos, records=ex.records, top=ex.top, requests=ex.requests(),
+                    group_of=ex.group_of)
 
 
 def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:
@@ -655,3 +800,6 @@ def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:
     in a note of its own: a note saying "at world size 2" would hide the merged list of sizes."""
     notes = d.notes + ((Note(message=f"on rank {rank}"),) if rank is not None else ())
     return d.model_copy(update={"notes": notes, "worlds": (world,)})
+
+
+__all__ = ["expand", "resolve_params", "parse_param_value", "MAX_STEPS", "MAX_TENSOR_ELEMENTS", "NotAnInteger"]

@@ -1,26 +1,34 @@
-"""Executes a Schedule with data (NumPy), on the engine the checker uses: expected tensors per rank.
+"""Executes a Schedule with data (NumPy) on the checker's engine: the tensors every rank should end with.
 
-A reduce leaves non-root buffers undefined (Gloo writes partial sums there); the simulator tracks
-that with a per-element mask, so undefined elements are never compared or trusted.
+Every tensor of every rank lives in one flat array per tensor (rank r's elements start at
+`base[r]`), so a record's local op, a round's matched messages and a complete collective each move
+data for all their ranks with a few array operations.
+
+Element expressions compute exactly as the runtime's do rank by rank (`commdsl.elementwise` on one
+rank's values): a per-rank constant takes the dtype of the array it meets, as a Python scalar does in
+NumPy and torch (`Weak`). A reduce leaves non-root buffers undefined (Gloo writes partial sums
+there); a per-element mask keeps them from ever being compared or trusted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from commdsl import collectives
+from commdsl.collectives import Instance as InstanceData
 from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
-from commdsl.engine import EngineResult, Instance, Observer, Posted, run_engine
-from commdsl.schedule import Compute, Expect, Print, Schedule, TensorSpec, View
+from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
+from commdsl.schedule import (ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View)
+from commdsl.values import at, is_vec
 
 
 @dataclass
 class ExpectResult:
     rank: int
-    op: Expect
+    op: object  # the expect's record (its span is the statement)
     ok: bool
     detail: str = ""
 
@@ -28,41 +36,59 @@ class ExpectResult:
 @dataclass
 class SimResult:
     schedule: Schedule
-    engine: EngineResult
-    tensors: list[dict[str, np.ndarray]]
-    undefined: list[dict[str, np.ndarray]]
-    expects: list[ExpectResult] = field(default_factory=list)
-    prints: list[list[tuple[Print, list[np.ndarray]]]] = field(default_factory=list)
+    engine: Outcome
+    data: "Data"
 
     @property
     def ok(self) -> bool:
         return self.engine.completed and all(e.ok for e in self.expects)
 
+    @cached_property
+    def tensors(self) -> list[dict[str, np.ndarray]]:
+        return [{name: self.data.rank_values(name, r) for name in self.schedule.infos} for r in range(self.schedule.world)]
+
+    @cached_property
+    def undefined(self) -> list[dict[str, np.ndarray]]:
+        return [{name: self.data.rank_undefined(name, r) for name in self.schedule.infos}
+                for r in range(self.schedule.world)]
+
+    @property
+    def expects(self) -> list[ExpectResult]:
+        return self.data.expect_results()
+
+    @cached_property
+    def prints(self) -> list[list[tuple[Print, list[np.ndarray]]]]:
+        out: list[list] = [[] for _ in range(self.schedule.world)]
+        for rec, rank, values in self.data.printed:
+            k = int(np.searchsorted(rec.ranks, rank))
+            out[rank].append((rec.at(k), values))
+        return out
+
+
+# ---- values, shared with the runtime -------------------------------------------------------------
 
 def initial_value(spec: TensorSpec, rank: int, world: int) -> np.ndarray:
-    """A tensor's initial contents (flat), the same in the simulator and the runtime."""
+    """One rank's tensor's initial contents (flat): what the runtime allocates. The simulator computes
+    every rank's at once (`Data.initial`), with the same result."""
     np_dtype = DTYPES[spec.dtype].numpy
     if spec.init is None:
         return np.zeros(spec.numel, dtype=np_dtype)
     if spec.init[0] == "rand":
         values = random_init(spec.init[1], rank, spec.numel, spec.init[2])
     else:
-        values = _evaluate(spec.init, _no_views, spec.shape)
+        with np.errstate(all="ignore"):
+            values = evaluate(spec.init, _no_views, spec.shape, NUMPY)
         values = np.broadcast_to(np.asarray(values), spec.shape).reshape(-1)
-    return _cast(np.asarray(values), spec.dtype)
-
-
-def _evaluate(e, read, shape):
-    """NumPy evaluation with torch's quiet semantics: x / 0 is inf or nan, not a warning on stderr."""
-    with np.errstate(all="ignore"):
-        return evaluate(e, read, shape, NUMPY)
+    return cast(np.asarray(values), spec.dtype)
 
 
 def _no_views(view: View):  # pragma: no cover - `resolve` forbids tensors in initialisers
     raise ValueError("an initialiser cannot read a tensor")
 
 
-def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
+def cast(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Store values in a tensor of `dtype`: floats truncate toward zero into integers (non-finite ones
+    become 0), as torch's copy does."""
     d = DTYPES[dtype]
     if d.is_bool:
         return values.astype(bool)
@@ -83,127 +109,33 @@ def close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> np.ndarray:
     return actual == expected
 
 
+def compare(actual: np.ndarray, expected, cmp: str, dtype: str) -> np.ndarray:
+    """`actual CMP expected`, element by element."""
+    match cmp:
+        case "==":
+            return np.asarray(close(actual, expected, dtype))
+        case "!=":
+            return ~np.asarray(close(actual, expected, dtype))
+        case "<":
+            return np.asarray(actual < expected)
+        case "<=":
+            return np.asarray(actual <= expected)
+        case ">":
+            return np.asarray(actual > expected)
+    return np.asarray(actual >= expected)
+
+
 def judge(actual: np.ndarray, expected, cmp: str, dtype: str) -> tuple[bool, str]:
     """Whether `actual CMP expected` holds at every element, and the first failing one if not.
 
     Shared with the runtime, which judges each `expect` on the real tensors the same way.
     """
-    match cmp:
-        case "==":
-            good = close(actual, expected, dtype)
-        case "!=":
-            good = ~close(actual, expected, dtype)
-        case "<":
-            good = actual < expected
-        case "<=":
-            good = actual <= expected
-        case ">":
-            good = actual > expected
-        case _:
-            good = actual >= expected
-    good = np.asarray(good)
+    good = compare(actual, expected, cmp, dtype)
     if good.all():
         return True, ""
     bad = int(np.argmin(good.reshape(-1)))
     return False, (f"element {bad}: got {actual.reshape(-1)[bad].item()!r}, expected {cmp} "
                    f"{np.broadcast_to(np.asarray(expected), actual.shape).reshape(-1)[bad].item()!r}")
-
-
-class DataObserver(Observer):
-    def __init__(self, schedule: Schedule):
-        self.s = schedule
-        self.buf = [{name: initial_value(spec, r, schedule.world) for name, spec in schedule.tensors[r].items()}
-                    for r in range(schedule.world)]
-        self.undef = [{name: np.zeros(spec.numel, dtype=bool) for name, spec in schedule.tensors[r].items()}
-                      for r in range(schedule.world)]
-        self.expects: list[ExpectResult] = []
-        self.prints: list[list] = [[] for _ in range(schedule.world)]
-
-    def read(self, rank: int, v: View) -> np.ndarray:
-        return self.buf[rank][v.tensor][v.offset : v.offset + v.numel].reshape(v.shape)
-
-    def write(self, rank: int, v: View, values, defined: bool = True):
-        dtype = self.s.tensors[rank][v.tensor].dtype
-        values = np.asarray(values)
-        flat = values.reshape(-1) if values.size == v.numel else np.broadcast_to(values, v.shape).reshape(-1)
-        self.buf[rank][v.tensor][v.offset : v.offset + v.numel] = _cast(flat, dtype)
-        self.undef[rank][v.tensor][v.offset : v.offset + v.numel] = not defined
-
-    def local(self, rank, op, index):
-        read = lambda v: self.read(rank, v)  # noqa: E731
-        if type(op) is Compute:
-            value = _evaluate(op.value, read, op.target.shape)
-            if op.op != "=":
-                current = self.read(rank, op.target)
-                value = {"+=": np.add, "-=": np.subtract, "*=": np.multiply, "/=": np.true_divide}[op.op](current, value)
-                defined = not self.undef[rank][op.target.tensor][op.target.offset : op.target.stop].any()
-            else:
-                defined = not any(self.undef[rank][v.tensor][v.offset : v.stop].any() for v in op.reads)
-            self.write(rank, op.target, value, defined)
-        elif type(op) is Expect:
-            self.expects.append(self.check_expect(rank, op))
-        elif type(op) is Print:
-            self.prints[rank].append((op, [self.read(rank, v).copy() for v in op.views]))
-
-    def check_expect(self, rank: int, op: Expect) -> ExpectResult:
-        actual = self.read(rank, op.view)
-        dtype = self.s.tensors[rank][op.view.tensor].dtype
-        expected = np.broadcast_to(np.asarray(_evaluate(op.value, lambda v: self.read(rank, v), op.view.shape)),
-                                   op.view.shape)
-        if self.undef[rank][op.view.tensor][op.view.offset : op.view.stop].any():
-            return ExpectResult(rank, op, False, "reads elements left undefined by `reduce` on a non-root rank")
-        ok, detail = judge(actual, expected, op.cmp, dtype)
-        return ExpectResult(rank, op, ok, detail)
-
-    def posted(self, p: Posted):
-        if p.is_send:
-            p.payload = self.read(p.rank, p.op.view).copy()
-
-    def matched(self, send: Posted, recv: Posted):
-        sv, rv = send.op.view, recv.op.view
-        if send.op.dtype != recv.op.dtype:
-            return  # the checker reports it; Gloo reinterprets the bytes
-        count = min(sv.numel, rv.numel)
-        target = View(rv.tensor, rv.offset, (count,), count)
-        self.write(recv.rank, target, send.payload.reshape(-1)[:count])
-
-    def completed(self, inst: Instance):
-        calls = [inst.calls[r] for r in inst.group.ranks]
-        ops = [c.op for c in calls]
-        sig = collectives.signature(ops[0])
-        if (any(collectives.signature(o) != sig or collectives.contribution(o) != collectives.contribution(ops[0])
-                for o in ops) or collectives.split_disagreement(ops)):
-            return  # mismatched: the checker reports it; the data would be garbage
-        try:
-            inputs = [[self.read(c.rank, v).reshape(-1) for v in c.op.inputs] for c in calls]
-            outputs = collectives.apply(ops[0].kind, ops, inputs)
-        except (ValueError, TypeError):
-            # sizes that disagree across ranks, or a reduce op the dtype lacks (bitwise on floats):
-            # the checker reports it; the outputs hold no defined value
-            for c in calls:
-                for v in c.op.outputs:
-                    self.undef[c.rank][v.tensor][v.offset : v.stop] = True
-            return
-        for c, outs in zip(calls, outputs):
-            for v, values in zip(c.op.outputs, outs):
-                if values is None:
-                    self.undef[c.rank][v.tensor][v.offset : v.stop] = True
-                else:
-                    self.write(c.rank, v, values)
-
-
-def simulate(schedule: Schedule) -> SimResult:
-    """Run the Schedule with data under Gloo's semantics (zero buffering)."""
-    data = DataObserver(schedule)
-    return finish(schedule, data, run_engine(schedule, "zero", False, data))
-
-
-def finish(schedule: Schedule, data: DataObserver, result: EngineResult) -> SimResult:
-    tensors = [{name: arr.reshape(schedule.tensors[r][name].shape) for name, arr in data.buf[r].items()}
-               for r in range(schedule.world)]
-    undefined = [{name: m.reshape(schedule.tensors[r][name].shape) for name, m in data.undef[r].items()}
-                 for r in range(schedule.world)]
-    return SimResult(schedule, result, tensors, undefined, data.expects, data.prints)
 
 
 def format_tensor(values: np.ndarray, dtype: str) -> str:
@@ -212,3 +144,364 @@ def format_tensor(values: np.ndarray, dtype: str) -> str:
 
     t = torch.from_numpy(np.ascontiguousarray(values))
     return repr(t.to(getattr(torch, dtype)))
+
+
+# ---- vectorised element expressions ---------------------------------------------------------------
+
+class Weak:
+    """A per-rank constant spread over elements: weak in NumPy's sense (NEP 50), like the Python scalar
+    it is on each rank, so it takes the dtype of the array it meets."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+
+
+def _weak_as(w: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """What NumPy makes of Python scalars `w` next to an array of `dtype`."""
+    wk, dk = w.dtype.kind, dtype.kind
+    if wk == "b":
+        return w.astype(dtype)
+    if wk == "i" and dk in "iub":
+        return w.astype(dtype) if dk != "b" else w
+    if wk == "i" and dk == "f":
+        return w.astype(dtype)
+    if wk == "f" and dk == "f":
+        return w.astype(dtype)
+    return w  # a Python float next to an integer array: NumPy computes in float64
+
+
+def _unweak(x, other):
+    if isinstance(x, Weak):
+        if isinstance(other, np.ndarray):
+            return _weak_as(x.a, other.dtype)
+        return x.a
+    return x
+
+
+_UFUNC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
+          "%": np.remainder, "**": np.power, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+          ">": np.greater, ">=": np.greater_equal, "min": np.minimum, "max": np.maximum}
+
+
+def combine(op: str, x, y):
+    """`x OP y` on element values as one rank computes it: a weak side takes the other side's dtype."""
+    if isinstance(x, Weak) and isinstance(y, Weak):
+        return Weak(_UFUNC[op](x.a, y.a))
+    x2, y2 = _unweak(x, y), _unweak(y, x)
+    if not isinstance(x2, np.ndarray) and not isinstance(y2, np.ndarray):
+        from commdsl.values import BINARY
+        return BINARY[op](x2, y2) if op in BINARY else (min(x2, y2) if op == "min" else max(x2, y2))
+    return _UFUNC[op](x2, y2)
+
+
+class _Elements:
+    """The elements a record's expression is evaluated on: `count` per rank of its positions."""
+
+    def __init__(self, pos, n: int, count):
+        self.pos, self.n, self.count = pos, n, count
+        counts = np.broadcast_to(np.asarray(count, dtype=np.int64), (n,))
+        self.rep = np.repeat(np.arange(n), counts)
+        first = np.cumsum(counts) - counts
+        self.i = np.arange(int(counts.sum()), dtype=np.int64) - first[self.rep]
+
+    def const(self, v):
+        if is_vec(v):
+            return Weak(at(v, self.pos, self.n)[self.rep])
+        return v
+
+
+# ---- the data ---------------------------------------------------------------------------------------
+
+class Data(Observer):
+    """Every rank's tensors, changed as the engine runs the schedule."""
+
+    def __init__(self, schedule: Schedule, initial: dict[str, np.ndarray] | None = None):
+        self.s = schedule
+        W = schedule.world
+        self.numel = {name: info.numel_array(W) for name, info in schedule.infos.items()}
+        self.base = {name: np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64)
+                     for name, n in self.numel.items()}
+        self.dtype = {name: info.dtype for name, info in schedule.infos.items()}
+        self.names = list(schedule.infos)
+        self.buf = {name: (initial[name] if initial and name in initial else self.initial(name)) for name in self.names}
+        self.undef: dict[str, np.ndarray] = {}
+        self.expect_recs: list[tuple[ExpectRec, np.ndarray, np.ndarray, list[str]]] = []
+        self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
+
+    # ---- set-up -----------------------------------------------------------------------------------
+    def initial(self, name: str) -> np.ndarray:
+        info, W = self.s.infos[name], self.s.world
+        np_dtype = DTYPES[info.dtype].numpy
+        counts = self.numel[name]
+        if info.init is None:
+            return np.zeros(int(counts.sum()), dtype=np_dtype)
+        if info.init[0] == "rand":
+            parts = [cast(random_init(int(at(info.init[1], None, W)[r]), r, int(counts[r]), info.init[2]), info.dtype)
+                     for r in range(W)]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np_dtype)
+        el = _Elements(None, W, counts)
+        with np.errstate(all="ignore"):
+            value = self.ev(info.init, el, None, np.arange(W))
+        return cast(self.flat(value, el.i.size), info.dtype).copy()
+
+    # ---- reading and writing ----------------------------------------------------------------------
+    def indices(self, v, G: np.ndarray, pos):
+        """Flat indices of view `v` on ranks G (a record's positions `pos`), and the count per rank."""
+        n = G.size
+        count = at(v.numel, pos, n) if is_vec(v.numel) else v.numel
+        start = self.base[v.tensor][G] + (at(v.offset, pos, n) if is_vec(v.offset) else v.offset)
+        return _ragged(start, count, n), count
+
+    def undefined(self, name: str) -> np.ndarray:
+        u = self.undef.get(name)
+        if u is None:
+            u = self.undef[name] = np.zeros(self.buf[name].size, dtype=bool)
+        return u
+
+    def rank_values(self, name: str, rank: int) -> np.ndarray:
+        b, n = int(self.base[name][rank]), int(self.numel[name][rank])
+        shape = self.s.infos[name].spec(rank).shape
+        return self.buf[name][b:b + n].reshape(shape)
+
+    def rank_undefined(self, name: str, rank: int) -> np.ndarray:
+        b, n = int(self.base[name][rank]), int(self.numel[name][rank])
+        shape = self.s.infos[name].spec(rank).shape
+        u = self.undef.get(name)
+        return u[b:b + n].reshape(shape) if u is not None else np.zeros(shape, dtype=bool)
+
+    @staticmethod
+    def flat(value, size: int) -> np.ndarray:
+        if isinstance(value, Weak):
+            return value.a
+        if isinstance(value, np.ndarray) and value.size == size:
+            return value.reshape(-1)
+        return np.broadcast_to(np.asarray(value), (size,))
+
+    # ---- element expressions ----------------------------------------------------------------------
+    def ev(self, e, el: _Elements, pos, G: np.ndarray):
+        tag = e[0]
+        if tag == "c":
+            return el.const(e[1])
+        if tag == "i":
+            return el.i
+        if tag == "v":
+            v = e[1]
+            idx, count = self.indices(v, G, pos)
+            values = self.buf[v.tensor][idx]
+            per_rank = np.broadcast_to(np.asarray(count), (G.size,))
+            if (per_rank == 1).all() and not (np.broadcast_to(np.asarray(el.count), (G.size,)) == 1).all():
+                return values[el.rep]  # one element, broadcast over the target
+            return values
+        if tag == "u":
+            inner = self.ev(e[2], el, pos, G)
+            if e[1] == "-":
+                return Weak(-inner.a) if isinstance(inner, Weak) else -inner
+            if e[1] == "+":
+                return inner
+            return Weak(~inner.a) if isinstance(inner, Weak) else ~inner
+        if tag == "b":
+            return combine(e[1], self.ev(e[2], el, pos, G), self.ev(e[3], el, pos, G))
+        if tag == "f":
+            args = [self.ev(a, el, pos, G) for a in e[2]]
+            if e[1] == "abs":
+                a = args[0]
+                return Weak(np.abs(a.a)) if isinstance(a, Weak) else (np.abs(a) if isinstance(a, np.ndarray) else abs(a))
+            return combine(e[1], args[0], args[1])
+        raise ValueError(f"element expression {tag!r} is not allowed here")
+
+    # ---- the engine's events -------------------------------------------------------------------------
+    def local(self, rec, G, pos):
+        if isinstance(rec, ComputeRec):
+            self.compute(rec, G, pos)
+        elif isinstance(rec, ExpectRec):
+            self.expect(rec, G, pos)
+        elif isinstance(rec, PrintRec):
+            for k, rank in enumerate(G):
+                p = k if pos is None else int(pos[k])
+                self.printed.append((rec, int(rank), [self.read_at(v.at(p), int(rank)).copy() for v in rec.views]))
+
+    def read_at(self, v: View, rank: int) -> np.ndarray:
+        b = int(self.base[v.tensor][rank]) + v.offset
+        return self.buf[v.tensor][b:b + v.numel].reshape(v.shape)
+
+    def compute(self, rec: ComputeRec, G, pos):
+        t = rec.target
+        idx, count = self.indices(t, G, pos)
+        el = _Elements(pos, G.size, count)
+        with np.errstate(all="ignore"):
+            value = self.ev(rec.value, el, pos, G)
+            if rec.op != "=":
+                current = self.buf[t.tensor][idx]
+                fn = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}[rec.op]
+                value = combine(fn, current, value)
+        u = self.undef
+        if rec.op != "=":
+            sources = [t]
+        else:
+            sources = list(rec.reads)
+        undefined = None
+        for v in sources:
+            if v.tensor in u:
+                vi, vc = self.indices(v, G, pos)
+                per_rank = _any_per_rank(u[v.tensor][vi], vc, G.size)
+                undefined = per_rank if undefined is None else undefined | per_rank
+        self.buf[t.tensor][idx] = cast(np.asarray(self.flat(value, idx.size)), self.dtype[t.tensor])
+        if undefined is not None or t.tensor in u:
+            flags = np.zeros(G.size, dtype=bool) if undefined is None else undefined
+            self.undefined(t.tensor)[idx] = flags[el.rep]
+
+    def expect(self, rec: ExpectRec, G, pos):
+        v = rec.view
+        idx, count = self.indices(v, G, pos)
+        el = _Elements(pos, G.size, count)
+        with np.errstate(all="ignore"):
+            expected = self.flat(self.ev(rec.value, el, pos, G), idx.size)
+        actual = self.buf[v.tensor][idx]
+        dtype = self.dtype[v.tensor]
+        good = compare(actual, expected, rec.cmp, dtype)
+        ok = _all_per_rank(good, count, G.size)
+        undefined = np.zeros(G.size, dtype=bool)
+        if v.tensor in self.undef:
+            undefined = _any_per_rank(self.undef[v.tensor][idx], count, G.size)
+        ok &= ~undefined
+        details = []
+        for k in np.flatnonzero(~ok):
+            if undefined[k]:
+                details.append("reads elements left undefined by `reduce` on a non-root rank")
+                continue
+            sel = el.rep == k
+            a, x, g = actual[sel], np.asarray(expected)[sel] if np.ndim(expected) else expected, good[sel]
+            bad = int(np.argmin(g))
+            details.append(f"element {bad}: got {a[bad].item()!r}, expected {rec.cmp} "
+                           f"{np.broadcast_to(np.asarray(x), a.shape)[bad].item()!r}")
+        self.expect_recs.append((rec, G.copy(), ok, details))
+
+    def expect_results(self) -> list[ExpectResult]:
+        out = []
+        for rec, G, ok, details in self.expect_recs:
+            bad = iter(details)
+            for rank, good in zip(G.tolist(), ok.tolist()):
+                out.append(ExpectResult(rank, rec, good, "" if good else next(bad)))
+        return out
+
+    def matched(self, sends: Posts, recvs: Posts):
+        same = sends.dtype == recvs.dtype  # differing dtypes: the checker reports it; Gloo reinterprets bytes
+        if not same.all():
+            sends, recvs = sends.take(same), recvs.take(same)
+        if not len(sends):
+            return
+        count = np.minimum(sends.numel, recvs.numel)
+        for ts in np.unique(sends.tensor):
+            for tr in np.unique(recvs.tensor[sends.tensor == ts]):
+                m = (sends.tensor == ts) & (recvs.tensor == tr)
+                src_t, dst_t = self.names[int(ts)], self.names[int(tr)]
+                c = count[m]
+                src = _ragged(self.base[src_t][sends.rank[m]] + sends.offset[m], c, int(m.sum()))
+                dst = _ragged(self.base[dst_t][recvs.rank[m]] + recvs.offset[m], c, int(m.sum()))
+                self.buf[dst_t][dst] = cast(self.buf[src_t][src], self.dtype[dst_t])
+                if dst_t in self.undef:
+                    self.undef[dst_t][dst] = False
+
+    def completed(self, calls: Calls, starts, counts):
+        for s, c in zip(starts.tolist(), counts.tolist()):
+            self.collective(calls.take(slice(s, s + c)))
+
+    def collective(self, calls: Calls):
+        recs = [self.s.records[int(r)] for r in calls.rec]
+        first = recs[0]
+        kind = first.kind
+        if kind.name == "barrier":
+            return
+        size = len(calls)
+        if any(r.kind is not kind for r in recs) or (np.unique(calls.contribution).size > 1) \
+                or np.unique(calls.redop).size > 1 or np.unique(calls.root).size > 1 or np.unique(calls.scale).size > 1 \
+                or np.unique(calls.dtype).size > 1:
+            return  # members disagree: the checker reports it; the data would be garbage
+        pos = calls.pos.tolist()
+        ranks = calls.rank.tolist()
+        ins = [[self.read_at(v.at(p), r).reshape(-1) for v in rec.inputs] for rec, p, r in zip(recs, pos, ranks)]
+        root = None
+        if first.root is not None:
+            roots = np.flatnonzero(calls.rank == calls.root[0])
+            root = int(roots[0]) if roots.size else None
+        scale = None if first.scale is None else float(at(first.scale, np.array([pos[0]]), 1)[0])
+        inst = InstanceData(size=size, root=root, redop=first.redop, scale=scale, inputs=ins,
+                            input_shapes=[[v.at(p).shape for v in rec.inputs] for rec, p in zip(recs, pos)],
+                            output_numel=[[v.at(p).numel for v in rec.outputs] for rec, p in zip(recs, pos)],
+                            inputs_listed=[r.inputs_listed for r in recs], outputs_listed=[r.outputs_listed for r in recs],
+                            in_splits=[tuple(int(at(x, np.array([p]), 1)[0]) for x in r.in_splits) for r, p in zip(recs, pos)],
+                            out_splits=[tuple(int(at(x, np.array([p]), 1)[0]) for x in r.out_splits)
+                                        for r, p in zip(recs, pos)])
+        if kind.members_disagree(inst) is not None:
+            return
+        try:
+            outputs = kind.apply(inst)
+        except (ValueError, TypeError):
+            # sizes that disagree across ranks, or a reduce op the dtype lacks (bitwise on floats): the
+            # checker reports it; the outputs hold no defined value
+            for rec, p, r in zip(recs, pos, ranks):
+                for v in rec.outputs:
+                    self.mark(v.at(p), r, True)
+            return
+        for rec, p, r, outs in zip(recs, pos, ranks, outputs):
+            for v, values in zip(rec.outputs, outs):
+                view = v.at(p)
+                if values is None:
+                    self.mark(view, r, True)
+                else:
+                    b = int(self.base[view.tensor][r]) + view.offset
+                    self.buf[view.tensor][b:b + view.numel] = cast(np.asarray(values).reshape(-1), self.dtype[view.tensor])
+                    self.mark(view, r, False)
+
+    def mark(self, view: View, rank: int, undefined: bool):
+        if not undefined and view.tensor not in self.undef:
+            return
+        b = int(self.base[view.tensor][rank]) + view.offset
+        self.undefined(view.tensor)[b:b + view.numel] = undefined
+
+
+def _ragged(starts, counts, n: int) -> np.ndarray:
+    """Flat indices of the ranges [start, start + count), one after another."""
+    starts = np.asarray(starts, dtype=np.int64)
+    if not is_vec(counts) or np.ndim(counts) == 0:
+        c = int(counts)
+        if c == 1:
+            return starts
+        return (starts[:, None] + np.arange(c)).reshape(-1)
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts
+    return np.repeat(starts - first, counts) + np.arange(total)
+
+
+def _segments(count, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(count, dtype=np.int64), (n,))
+
+
+def _all_per_rank(good: np.ndarray, count, n: int) -> np.ndarray:
+    counts = _segments(count, n)
+    owner = np.repeat(np.arange(n), counts)
+    bad = np.bincount(owner[~good], minlength=n)
+    return bad == 0
+
+
+def _any_per_rank(flags: np.ndarray, count, n: int) -> np.ndarray:
+    counts = _segments(count, n)
+    owner = np.repeat(np.arange(n), counts)
+    return np.bincount(owner[flags], minlength=n) > 0
+
+
+def simulate(schedule: Schedule, initial: dict[str, np.ndarray] | None = None) -> SimResult:
+    """Run the Schedule with data under Gloo's semantics. `initial`: flat tensors (every rank's, rank after
+    rank) to start from instead of the initialisers."""
+    data = Data(schedule, initial)
+    return SimResult(schedule, run_engine(schedule, observer=data), data)
+
+
+def finish(schedule: Schedule, data: Data, outcome: Outcome) -> SimResult:
+    return SimResult(schedule, outcome, data)
+
+
+__all__ = ["simulate", "SimResult", "ExpectResult", "Data", "initial_value", "cast", "close", "judge", "format_tensor"]

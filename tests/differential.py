@@ -119,17 +119,17 @@ class Verdict:
 def static_verdict(world: int, text: str) -> Verdict:
     program = load(SourceFile("gen.comm", text))
     errors = [d for d in check_program(program, CheckOptions(worlds=(world,))) if d.severity == "error"]
-    result = run_engine(expand(program, world), "zero")
+    result = run_engine(expand(program, world))
     codes = sorted({d.code for d in errors})
-    clean_run = result.completed and not result.unmatched and not result.never_waited
+    clean_run = result.completed and not len(result.unmatched) and not result.never_waited.size
     if not errors and not clean_run or errors and clean_run and set(codes) <= STALLS | {"R501"}:
         raise AssertionError(f"checker and simulator disagree: codes {codes}, completed {result.completed}\n{text}")
     if not errors:
         return Verdict("clean", {}, codes)
-    if result.stalled and not set(codes) & MISMATCHES:
+    if result.stops and not set(codes) & MISMATCHES:
         assert set(codes) & STALLS, f"a stall reported without a stall code: {codes}\n{text}"
-        rooted = frozenset(r for r, b in result.stalled.items() if getattr(b.op, "kind", None) in EARLY_RELEASE)
-        return Verdict("stall", {r: b.op.span.line for r, b in result.stalled.items()}, codes, rooted)
+        rooted = frozenset(r for r, b in result.stops.items() if getattr(b.op, "kind", None) in EARLY_RELEASE)
+        return Verdict("stall", {r: b.op.span.line for r, b in result.stops.items()}, codes, rooted)
     return Verdict("other", {}, codes)
 
 

@@ -155,11 +155,11 @@ def _program(world, ranks):
 def test_engine_agrees_with_reference(case):
     world, ranks = case
     schedule = expand(_program(world, ranks), world)
-    result = run_engine(schedule, "zero")
+    result = run_engine(schedule)
     done, stuck = reference(world, ranks)
     assert result.completed == done, program_text(world, ranks)
     # the reference counts ops per rank as written; the Schedule has exactly one op per statement here
-    assert {r: b.index for r, b in result.stalled.items()} == stuck, program_text(world, ranks)
+    assert {r: b.index for r, b in result.stops.items()} == stuck, program_text(world, ranks)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -168,12 +168,12 @@ def test_checker_verdict_matches_the_run(case):
     world, ranks = case
     program = _program(world, ranks)
     diags = [d for d in check_program(program, CheckOptions(worlds=(world,))) if d.severity == "error"]
-    result = run_engine(expand(program, world), "zero")
-    clean_run = result.completed and not result.unmatched and not result.never_waited
+    result = run_engine(expand(program, world))
+    clean_run = result.completed and not len(result.unmatched) and not result.never_waited.size
     assert (not diags) == clean_run, (program_text(world, ranks), [d.code for d in diags])
     if not result.completed:
         assert diags, "a stalled run must be reported"
     for d in diags:
         if d.code in ("D401", "D402"):
             named = {int(x) for x in d.message.split("[")[1].split("]")[0].split(",")}
-            assert named <= set(result.stalled)
+            assert named <= set(result.stops)

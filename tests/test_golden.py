@@ -70,7 +70,7 @@ def sim_json(path: Path) -> str:
         result = simulate(expand(program, world))
         out[str(world)] = {
             "completed": result.engine.completed,
-            "expects": [[e.rank, e.op.span.line, e.ok] for e in result.expects],
+            "expects": sorted([e.op.span.line, e.rank, e.ok] for e in result.expects),
             "tensors": [{name: _values(arr, result.undefined[r][name]) for name, arr in result.tensors[r].items()}
                         for r in range(world)],
         }
@@ -99,8 +99,8 @@ def generated_verdicts() -> str:
         world, text = generate(rng)
         program = load(SourceFile("gen.comm", text))
         diags = check_program(program, CheckOptions(worlds=(world,), lints=True))
-        result = run_engine(expand(program, world), "zero")
-        stuck = {r: b.op.span.line for r, b in sorted(result.stalled.items())}
+        result = run_engine(expand(program, world))
+        stuck = {r: result.schedule.records[result.head(r)[0]].span.line for r in result.stalled.tolist()}
         found = sorted({(d.code, d.span.line if d.span else 0) for d in diags})
         lines.append(json.dumps({"k": k, "world": world, "codes": found, "stuck": stuck}))
     return "\n".join(lines) + "\n"
@@ -108,3 +108,22 @@ def generated_verdicts() -> str:
 
 def test_generated_program_verdicts_are_pinned(bless: bool):
     _compare(GOLDEN / "generated.jsonl", generated_verdicts(), bless)
+
+
+SPMD = 600
+
+
+def spmd_verdicts() -> str:
+    import random
+
+    from spmd_programs import generate
+    from spmd_verdicts import verdict
+
+    rng = random.Random(20261123)
+    return "".join(json.dumps({"k": k, "world": w, **verdict(w, text)}) + "\n"
+                   for k, (w, text) in enumerate(generate(rng) for _ in range(SPMD)))
+
+
+def test_spmd_program_verdicts_are_pinned(bless: bool):
+    """600 generated SPMD programs (tests/spmd_programs.py): findings and a digest of the final tensors."""
+    _compare(GOLDEN / "spmd.jsonl", spmd_verdicts(), bless)

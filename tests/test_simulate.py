@@ -158,8 +158,8 @@ def test_p2p_views_and_local_compute():
 def test_stall_is_reported_not_looped():
     r = simulate(expand(load(SourceFile("s.comm", "world 2\ntensor x: float32[1]\nrecv x from 1 - rank\n")), 2))
     assert not r.engine.completed
-    assert sorted(r.engine.stalled) == [0, 1]
-    assert all(b.op.span.line == 3 for b in r.engine.stalled.values())
+    assert sorted(r.engine.stops) == [0, 1]
+    assert all(b.op.span.line == 3 for b in r.engine.stops.values())
 
 
 def test_elementwise_comparisons_make_masks():

@@ -7,19 +7,17 @@ rank's link, an all_gather (n−1)/n, a broadcast the whole buffer once. GB/s ar
 
 from __future__ import annotations
 
-# nccl-tests: all_reduce.cu, all_gather.cu, reduce_scatter.cu, alltoall.cu, gather.cu, scatter.cu,
-# broadcast.cu, reduce.cu, sendrecv.cu (the `factor` in each file's GetBw)
-_RING = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-KINDS = ("all_reduce",) + _RING + ("broadcast", "reduce", "sendrecv")
+from commdsl import collectives
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter", "broadcast", "reduce",
+         "sendrecv")
+"""What the bench measures: nccl-tests' tests (all_reduce.cu, ..., sendrecv.cu), in its order."""
 
 
 def factor(kind: str, world: int) -> float:
-    """The busbw/algbw ratio of `kind` at `world` ranks; 1 for anything nccl-tests does not scale."""
-    if kind == "all_reduce":
-        return 2 * (world - 1) / world
-    if kind in _RING:
-        return (world - 1) / world
-    return 1.0
+    """The busbw/algbw ratio of `kind` at `world` ranks (each collective's `busbw_factor`, from the `factor`
+    in each nccl-tests file's GetBw); 1 for a send/receive pair."""
+    return collectives.KINDS[kind].busbw_factor(world) if kind in collectives.KINDS else 1.0
 
 
 def algbw(size_bytes: int, seconds: float) -> float:

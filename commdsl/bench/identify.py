@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commdsl import collectives
 from commdsl.bench.busbw import KINDS
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand
@@ -111,16 +112,16 @@ def _holds_for_other_data(schedule: Schedule, src: str, dst: str, ranks, expecte
     """The same equality, simulated again with scrambled integers in `src` on every rank."""
     world = schedule.world
 
-    def scrambled(rank: int):  # ((i * 7919 + c) % 61) - 30: exact in every dtype, different on every rank
-        c = rank * 104729 + 13
-        return ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919)), ("c", c)), ("c", 61)), ("c", 30))
-
-    tensors = [{**specs, src: dataclasses.replace(specs[src], init=scrambled(r))}
-               for r, specs in enumerate(schedule.tensors)]
-    sim = simulate(dataclasses.replace(schedule, tensors=tensors))
+    # ((i * 7919 + c) % 61) - 30, c different on every rank: exact in every dtype
+    c = np.arange(world, dtype=np.int64) * 104729 + 13
+    scrambled = ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919)), ("c", c)), ("c", 61)), ("c", 30))
+    infos = {**schedule.infos, src: dataclasses.replace(schedule.infos[src], init=scrambled)}
+    other = dataclasses.replace(schedule, infos=infos)
+    sim = simulate(other)
     if not sim.engine.completed:
         return False
-    init = [{name: initial_value(spec, r, world) for name, spec in specs.items()} for r, specs in enumerate(tensors)]
+    tensors = other.tensors
+    init = [{name: initial_value(spec, r, world) for name, spec in tensors[r].items()} for r in range(world)]
     dtype = tensors[0][dst].dtype
     return all(_close(sim.tensors[r][dst].reshape(-1), expected(init, r), dtype) for r in ranks)
 
@@ -139,31 +140,20 @@ def _close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> bool:
     return actual.shape == expected.shape and bool(close(actual, expected, dtype).all())
 
 
-def _reduce(arrays: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
-    """What a reducing collective computes from every rank's values (bool: sum is OR, product is AND)."""
-    stacked = np.stack(arrays)
-    d = DTYPES[dtype]
-    if d.is_bool:
-        return stacked.any(0) if op in ("sum", "max", "bor") else stacked.all(0)
-    if d.is_float:
-        stacked = stacked.astype(np.float64)
-    match op:
-        case "sum":
-            return stacked.sum(0, dtype=stacked.dtype)
-        case "avg":
-            return stacked.sum(0) / len(arrays)
-        case "product":
-            return stacked.prod(0, dtype=stacked.dtype)
-        case "min":
-            return stacked.min(0)
-        case "max":
-            return stacked.max(0)
-        case "band":
-            return np.bitwise_and.reduce(stacked, 0)
-        case "bor":
-            return np.bitwise_or.reduce(stacked, 0)
-        case _:
-            return np.bitwise_xor.reduce(stacked, 0)
+def _computed(kind: str, src: str, world: int, redop: str | None = None, root: int | None = None):
+    """expected(init, rank): what `kind` leaves in a rank's output from every rank's `src`, computed by the
+    collective's own `apply` (the simulator's semantics), once per set of initial values."""
+    memo: dict[int, list] = {}
+
+    def expected(init, r):
+        if id(init) not in memo:
+            inputs = [[init[j][src]] for j in range(world)]
+            memo[id(init)] = collectives.KINDS[kind].apply(collectives.Instance(
+                size=world, root=root, redop=redop, scale=None, inputs=inputs, input_shapes=[[x.shape] for x, in inputs],
+                output_numel=[[x.size] for x, in inputs], inputs_listed=[False] * world, outputs_listed=[False] * world,
+                in_splits=[()] * world, out_splits=[()] * world))
+        return memo[id(init)][r][0]
+    return expected
 
 
 def _candidates(names, spec, world):
@@ -174,40 +164,27 @@ def _candidates(names, spec, world):
         return ("sum", "avg", "max", "min", "product") if d.is_float else ("sum", "max", "min", "product", "bor",
                                                                              "band", "bxor")
 
-    def chunk(a, r):
-        m = a.size // world
-        return a[r * m : (r + 1) * m]
-
-    def reduced(t, op):
-        return lambda init, r: _reduce([init[j][t] for j in range(world)], op, spec[t].dtype)
-
-    def gathered(a):
-        return lambda init, r: np.concatenate([init[j][a] for j in range(world)])
-
     pairs = [(a, b) for a in names for b in names if spec[a].dtype == spec[b].dtype]
     for t in names:
         for op in ops_for(t):
-            yield "all_reduce", t, t, op, None, reduced(t, op)
+            yield "all_reduce", t, t, op, None, _computed("all_reduce", t, world, op)
     for a, b in pairs:
         na, nb = spec[a].numel, spec[b].numel
         if na == world * nb and nb > 0:
             for op in ops_for(a):
-                yield ("reduce_scatter", a, b, op, None,
-                       lambda init, r, a=a, op=op: _reduce([chunk(init[j][a], r) for j in range(world)], op,
-                                                           spec[a].dtype))
+                yield "reduce_scatter", a, b, op, None, _computed("reduce_scatter", a, world, op)
         if nb == world * na and na > 0:
-            yield "all_gather", a, b, None, None, gathered(a)
+            yield "all_gather", a, b, None, None, _computed("all_gather", a, world)
         if na == nb and na % world == 0 and na > 0:
-            yield ("all_to_all", a, b, None, None,
-                   lambda init, r, a=a: np.concatenate([chunk(init[j][a], r) for j in range(world)]))
+            yield "all_to_all", a, b, None, None, _computed("all_to_all", a, world)
     for root in range(world):
         for t in names:
-            yield "broadcast", t, t, None, root, (lambda init, r, t=t, root=root: init[root][t])
+            yield "broadcast", t, t, None, root, _computed("broadcast", t, world, root=root)
             for op in ops_for(t):
-                yield "reduce", t, t, op, root, reduced(t, op)
+                yield "reduce", t, t, op, root, _computed("reduce", t, world, op, root)
         for a, b in pairs:
             na, nb = spec[a].numel, spec[b].numel
             if nb == world * na and na > 0:
-                yield "gather", a, b, None, root, gathered(a)
+                yield "gather", a, b, None, root, _computed("gather", a, world, root=root)
             if na == world * nb and nb > 0:
-                yield "scatter", a, b, None, root, (lambda init, r, a=a, root=root: chunk(init[root][a], r))
+                yield "scatter", a, b, None, root, _computed("scatter", a, world, root=root)

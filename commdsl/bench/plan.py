@@ -23,7 +23,7 @@ from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand, resolve_params
 from commdsl.resolve import Program, load
-from commdsl.schedule import Expect, Print, Schedule
+from commdsl.schedule import ExpectRec, PrintRec, Schedule
 from commdsl.source import SourceFile
 
 
@@ -61,7 +61,7 @@ class Plan:
     out_dir: str  # the workers' result files, and the simulator's tensors with --check
     variants: tuple[Variant, ...]
     cases: tuple[Case, ...]
-    guard: Schedule  # every case's ops end to end, per rank: what the hang guard and the blame read
+    guard: OpTable  # every case's ops end to end, per rank: what the hang guard and the blame read
     rounds: tuple[tuple[int, ...], ...]  # cases set up together whose iterations alternate (--compare)
 
     def locate(self, rank: int, index: int) -> tuple[Case, int] | None:
@@ -71,6 +71,16 @@ class Plan:
             if base <= index < base + len(case.schedule.ops[rank]):
                 return case, index - base
         return None
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Every case's ops end to end, per rank: all the launcher's hang guard and blame read of a Schedule."""
+
+    program: str
+    path: str
+    world: int
+    ops: list[list]
 
 
 class Refused(Exception):
@@ -162,8 +172,8 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
             if check and not sim.engine.completed:
                 raise BenchError(f"{v.label}: --check needs the simulation to complete, and at `{v.param} = {value}` "
                                  f"it does not (`commdsl check` says why)")
-            timed = dataclasses.replace(schedule, ops=[[op for op in ops if type(op) not in (Expect, Print)]
-                                                       for ops in schedule.ops])
+            timed = dataclasses.replace(schedule, top=[rid for rid in schedule.top
+                                                       if not isinstance(schedule.records[rid], (ExpectRec, PrintRec))])
             itemsize = DTYPES[spec.dtype].itemsize
             cases.append(Case(vi, requested, spec.numel * itemsize, spec.numel, spec.dtype, value, timed,
                               tuple(tops)))
@@ -173,9 +183,7 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
             del sim
     if not cases:
         raise BenchError("no size left to measure: every requested size was skipped (see the notes above)")
-    guard = Schedule(program="bench", path="bench", world=world, params={}, backends=(backend,),
-                     groups=cases[0].schedule.groups[:1], tensors=[{} for _ in range(world)],
-                     ops=[[op for c in cases for op in c.schedule.ops[r]] for r in range(world)])
+    guard = OpTable("bench", "bench", world, [[op for c in cases for op in c.schedule.ops[r]] for r in range(world)])
     if interleave:
         rounds = [tuple(i for i, c in enumerate(cases) if c.requested == size) for size in sizes]
     else:

@@ -1,20 +1,19 @@
 """Static analysis: expand at every declared world size, run the engine, let the rules speak.
 
-`check_program` is the whole of `commdsl check` / `commdsl lint` for one program. Repeats of one root
-cause across world sizes and ranks merge into one diagnostic listing the sizes.
+`check_program` is the whole of `commdsl check` / `commdsl lint` for one program. One expansion and one
+engine run per world size feed every rule (`commdsl.rules`); repeats of one root cause across world
+sizes and ranks merge into one diagnostic listing the sizes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from commdsl.checker.context import AccessTracker, Context
-from commdsl.checker.registry import FAMILIES, LINTS, verify
-from commdsl.checker.waits import analyse
+from commdsl.checker.access import Access
+from commdsl.checker.context import Context
 from commdsl.diagnostics import CommdslError, Diagnostic
-from commdsl.engine import EngineResult, Observer, run_engine
+from commdsl.engine import EAGER, GLOO, NCCL, Observer, run_engine
 from commdsl.expand import expand
-from commdsl.fast import proves_clean
 from commdsl.limits import memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
 
@@ -39,48 +38,57 @@ class _Both(Observer):
         self.a.local(*args)
         self.b.local(*args)
 
-    def posted(self, p):
-        self.a.posted(p)
-        self.b.posted(p)
+    def posted(self, rows):
+        self.a.posted(rows)
+        self.b.posted(rows)
 
-    def matched(self, s, r):
-        self.a.matched(s, r)
-        self.b.matched(s, r)
+    def matched(self, sends, recvs):
+        self.a.matched(sends, recvs)
+        self.b.matched(sends, recvs)
 
-    def called(self, c):
-        self.a.called(c)
-        self.b.called(c)
+    def called(self, *args):
+        self.a.called(*args)
+        self.b.called(*args)
 
-    def completed(self, inst):
-        self.a.completed(inst)
-        self.b.completed(inst)
+    def completed(self, *args):
+        self.a.completed(*args)
+        self.b.completed(*args)
 
-    def waited(self, *args):
-        self.a.waited(*args)
-        self.b.waited(*args)
+    def waited(self, reqs):
+        self.a.waited(reqs)
+        self.b.waited(reqs)
+
+
+def checker_rules(lints: bool):
+    """The rules that read an engine outcome, in code order (idiom lints only for `lint`)."""
+    from commdsl.rules.registry import RULES
+
+    return [r for r in RULES if hasattr(r, "check") and not r.removed and (lints or r.code[0] != "L")]
 
 
 def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lints: bool, with_data: bool):
     """All findings for one expansion; returns (diagnostics, simulation result or None)."""
-    access = AccessTracker(schedule.world)
+    access = Access(schedule, lints)
+    nccl_too = "nccl" in backends
     sim = None
     if with_data:
-        from commdsl.simulate import DataObserver, finish
+        from commdsl.simulate import Data, SimResult
 
-        data = DataObserver(schedule)
-        zero = run_engine(schedule, "zero", False, _Both(data, access))
-        sim = finish(schedule, data, zero)
+        data = Data(schedule)
+        outcome = run_engine(schedule, GLOO, _Both(data, access), record_matches=nccl_too)
+        sim = SimResult(schedule, outcome, data)
     else:
-        zero = run_engine(schedule, "zero", False, access)
-    infinite = run_engine(schedule, "infinite") if zero.stalled else zero
-    nccl = run_engine(schedule, "zero", True) if "nccl" in backends else None
-    ctx = Context(program, schedule, zero, infinite, nccl, access, backends)
-    ctx.extra["waits"] = analyse(ctx)
+        outcome = run_engine(schedule, GLOO, access, record_matches=nccl_too)
+    eager = run_engine(schedule, EAGER) if not outcome.completed else outcome
+    nccl = run_engine(schedule, NCCL, record_matches=True) if nccl_too else None
+    ctx = Context(program, schedule, outcome, eager, nccl, access, backends, lints)
     diags: list[Diagnostic] = []
-    for family in FAMILIES + (LINTS if lints else ()):
-        diags.extend(family.check(ctx))
-    if sim is not None and zero.completed:
-        diags.extend(verify.check_expects(sim))
+    for rule in checker_rules(lints):
+        diags.extend(rule.check(ctx))
+    if sim is not None and outcome.completed:
+        from commdsl.rules.verify import ExpectFailed
+
+        diags.extend(ExpectFailed.from_simulation(sim))
     return diags, sim
 
 
@@ -89,8 +97,6 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
     backends = options.backends or program.backends
     merged: dict[tuple, Diagnostic] = {}
     for world in worlds:
-        if proves_clean(program, world, options.params, backends, options.lints, options.simulate):
-            continue  # the vectorised fast path proved it: nothing to report at this size
         try:
             schedule = expand(program, world, options.params)
         except CommdslError as e:
@@ -113,11 +119,11 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
     return sorted(merged.values(), key=Diagnostic.sort_key)
 
 
-def stall_diagnostics(program: Program, result: EngineResult) -> list[Diagnostic]:
+def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:
     """What a stalled simulation means (used by `commdsl sim`): the checker's own verdict on it."""
-    if result.completed:
+    if outcome.completed:
         return []
-    schedule = result.schedule
+    schedule = outcome.schedule
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
     return [d.model_copy(update={"worlds": (schedule.world,)}) for d in diags]
 
@@ -125,4 +131,6 @@ def stall_diagnostics(program: Program, result: EngineResult) -> list[Diagnostic
 def expect_diagnostics(program: Program, sim) -> list[Diagnostic]:
     if not sim.engine.completed:
         return []
-    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in verify.check_expects(sim)]
+    from commdsl.rules.verify import ExpectFailed
+
+    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in ExpectFailed.from_simulation(sim)]

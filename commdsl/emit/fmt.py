@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from commdsl.collectives import KINDS
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import lark_parser, parse_tree
@@ -353,27 +354,8 @@ class _Printer:
         ins = views(s.inputs, s.inputs_listed) if s.inputs else ""
         outs = views(s.outputs, s.outputs_listed) if s.outputs else ""
         root = e(s.root) if s.root is not None else ""
-        match s.op:
-            case "broadcast":
-                body = f"broadcast {ins} from {root}"
-            case "all_reduce":
-                body = f"all_reduce {ins}{redop}"
-            case "reduce":
-                body = f"reduce {ins} to {root}{redop}"
-            case "all_gather":
-                body = f"all_gather {ins} into {outs}"
-            case "gather":
-                body = f"gather {ins} into {outs} to {root}"
-            case "scatter":
-                body = f"scatter {ins} into {outs} from {root}"
-            case "reduce_scatter":
-                body = f"reduce_scatter {ins} into {outs}{redop}"
-            case "all_to_all":
-                splits = ""
-                if s.in_splits:
-                    splits = (f" splits [{', '.join(e(x) for x in s.in_splits)}], "
-                              f"[{', '.join(e(x) for x in s.out_splits)}]")
-                body = f"all_to_all {ins} into {outs}{splits}"
-            case _:
-                body = "barrier"
+        splits = ""
+        if s.in_splits:
+            splits = f" splits [{', '.join(e(x) for x in s.in_splits)}], [{', '.join(e(x) for x in s.out_splits)}]"
+        body = KINDS[s.op].form.format(ins=ins, outs=outs, root=root, redop=redop, splits=splits)
         return body + self.tail(s)

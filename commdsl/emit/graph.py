@@ -21,8 +21,10 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from commdsl.dtypes import DTYPES
-from commdsl.engine import Instance, Posted, run_engine
+from commdsl.engine import run_engine
 from commdsl.resolve import Program
 from commdsl.schedule import Batch, Collective, Group, Recv, Schedule, Send, View, Wait
 
@@ -133,45 +135,60 @@ class Diagram:
 def build(program: Program, schedule: Schedule) -> Diagram:
     """The diagram of one expansion, with the checker's findings for it."""
     from commdsl.checker import analyse_schedule
-    from commdsl.checker.context import AccessTracker, Context
-    from commdsl.checker.waits import analyse
+    from commdsl.checker.waits import Pending, analyse
 
-    zero = run_engine(schedule, "zero")
-    size = 2 * len(zero.matches) + len(zero.unmatched) + sum(len(i.calls) for i in zero.instances)
+    outcome = run_engine(schedule, record_matches=True)
+    sends, recvs = outcome.matches
+    waiting = outcome.waiting
+    size = 2 * len(sends) + len(outcome.unmatched) + sum(len(i.calls) for i in outcome.instances) + len(waiting)
     if size > MAX_EVENTS:
         raise DiagramTooLarge(
             f"world size {schedule.world} gives {size} sends, receives and collective calls; a diagram stays "
             f"readable up to about {MAX_EVENTS}")
-    infinite = run_engine(schedule, "infinite") if zero.stalled else zero
-    ctx = Context(program, schedule, zero, infinite, None, AccessTracker(schedule.world), schedule.backends)
-    waits = analyse(ctx)
+    waits = analyse(outcome)
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
 
     done_at = [_completions(ops) for ops in schedule.ops]
-    by_posted: dict[int, Event] = {}
+    sequences = [schedule.sequence(r) for r in range(schedule.world)]
 
-    def p2p_event(p: Posted) -> Event:
-        ev = Event(p.rank, p.op, p.index, _done(schedule.ops[p.rank], p.op, p.index, done_at[p.rank]))
-        ev.view = _view(schedule, p.rank, p.op.view)
-        ev.text = _p2p_text(p.op, ev.view)
-        by_posted[id(p)] = ev
+    def index_of(rank: int, rid: int) -> int:
+        return int(np.searchsorted(sequences[rank], rid))
+
+    events_of: dict[tuple[int, int], Event] = {}
+
+    def event(rank: int, rid: int, pos: int, via: int) -> Event:
+        key = (rid, pos)
+        ev = events_of.get(key)
+        if ev is None:
+            op = schedule.op_at(schedule.records[rid], pos)
+            index = index_of(rank, via)
+            ev = events_of[key] = Event(rank, op, index, _done(schedule.ops[rank], op, index, done_at[rank]))
+            if isinstance(op, (Send, Recv)):
+                ev.view = _view(schedule, rank, op.view)
+                ev.text = _p2p_text(op, ev.view)
         return ev
 
-    messages = [Message(p2p_event(s), p2p_event(r)) for s, r in zero.matches]
-    loose = [p2p_event(p) for p in zero.unmatched]
-    bands, by_call = [], {}
-    for inst in zero.instances:
-        calls = []
-        for rank, call in sorted(inst.calls.items()):
-            ev = Event(rank, call.op, call.index, _done(schedule.ops[rank], call.op, call.index, done_at[rank]))
-            by_call[(id(inst), rank)] = ev
-            calls.append(ev)
-        label, mismatch = _band_label(inst)
-        bands.append(Band(label, inst.group, calls, mismatch=mismatch))
-    band_of = {id(inst): band for inst, band in zip(zero.instances, bands)}
+    def post(rows, k: int) -> Event:
+        return event(int(rows.rank[k]), int(rows.rec[k]), int(rows.pos[k]), int(rows.via[k]))
+
+    messages = [Message(post(sends, k), post(recvs, k)) for k in range(len(sends))]
+    loose = [post(outcome.unmatched, k) for k in range(len(outcome.unmatched))]
+    unfinished = {(w.gid, w.seq): w for w in _unfinished(waiting)}
+    bands, band_of = [], {}
+    groups = [(inst.gid, inst.seq, inst.calls) for inst in outcome.instances]
+    groups += [(gid, seq, waiting.take(np.array(w.rows))) for (gid, seq), w in unfinished.items()]
+    for gid, seq, calls in sorted(groups, key=lambda g: (g[0], g[1])):
+        evs = [event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
+               for k in np.argsort(calls.rank, kind="stable")]
+        label, mismatch = _band_label(evs, schedule.groups[gid])
+        band = Band(label, schedule.groups[gid], evs, mismatch=mismatch)
+        bands.append(band)
+        band_of[(gid, seq)] = band
 
     def event_of(rank: int, thing) -> Event:
-        return by_call[(id(thing), rank)] if isinstance(thing, Instance) else by_posted[id(thing)]
+        if isinstance(thing, Pending):
+            return post(outcome.unmatched, thing.row)
+        return next(ev for ev in band_of[(thing.gid, thing.seq)].calls if ev.rank == rank)
 
     cycles = []
     for cycle in waits.cycles:
@@ -182,48 +199,56 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             src.status = dst.status = "cycle"
             edges.append(WaitEdge(src, dst, f"rank {e.rank} waits for rank {e.target}"))
         cycles.append(edges)
-    for p, reason in waits.unmatched:
-        want = "recv" if p.is_send else "send"
-        ev = by_posted[id(p)]
+    for row, reason in waits.unmatched:
+        ev = post(outcome.unmatched, row)
+        want = "recv" if isinstance(ev.op, Send) else "send"
         ev.status = "unmatched"
-        ev.note = (f"unmatched: rank {p.op.peer} finishes without a matching `{want}`" if reason == "finished"
-                   else f"unmatched: rank {p.op.peer} never posts a matching `{want}`")
-    for p, other, peer in waits.tag_mismatches:
-        ev = by_posted[id(p)]
+        ev.note = (f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`" if reason == "finished"
+                   else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`")
+    for row, near, peer in waits.tag_mismatches:
+        ev = post(outcome.unmatched, row)
+        other = schedule.op_at(schedule.records[near[0]], near[1])
         ev.status = "unmatched"
-        ev.note = f"unmatched: tag {p.op.tag} here, tag {other.tag} on rank {peer} (line {other.span.line})"
+        ev.note = f"unmatched: tag {ev.op.tag} here, tag {other.tag} on rank {peer} (line {other.span.line})"
     for ev in loose:
         if ev.status == "ok":
             ev.status, ev.note = "blocked", f"waits for rank {ev.op.peer}"
     for inst, member, _op, reason in waits.missing:
-        if any(m == member for m, _ in band_of[id(inst)].missing):
+        band = band_of[(inst.gid, inst.seq)]
+        if any(m == member for m, _ in band.missing):
             continue
-        band_of[id(inst)].missing.append(
+        band.missing.append(
             (member, f"rank {member} {'finishes without calling it' if reason == 'finished' else 'never calls it'}"))
-    for inst in zero.instances:
-        band = band_of[id(inst)]
-        if not inst.done:
-            named = {m for m, _ in band.missing}
-            band.missing += [(m, f"waits for rank {m}") for m in inst.missing() if m not in named]
-            for ev in band.calls:
-                if ev.status == "ok":
-                    ev.status = "blocked"
+    for key, w in unfinished.items():
+        band = band_of[key]
+        named = {m for m, _ in band.missing}
+        called = {ev.rank for ev in band.calls}
+        band.missing += [(m, f"waits for rank {m}") for m in band.group.ranks if m not in called and m not in named]
+        for ev in band.calls:
+            if ev.status == "ok":
+                ev.status = "blocked"
 
     events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
     _place(events, messages, bands, schedule.world)
     lanes = []
     for rank in range(schedule.world):
-        blocked = zero.stalled.get(rank)
-        if blocked is None:
+        if outcome.finished[rank]:
             lanes.append(Lane(rank, None))
         else:
-            lanes.append(Lane(rank, blocked.op.span.line, len(schedule.ops[rank]) - blocked.index - 1))
+            rid, _ = outcome.head(rank)
+            lanes.append(Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1))
     findings = [Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
                 for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))]
     params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
     title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
     return Diagram(title, schedule.world, lanes, events, messages, bands, cycles,
                    _gutter(program, events), findings)
+
+
+def _unfinished(waiting):
+    from commdsl.checker.waits import _instances
+
+    return list(_instances(waiting).values())
 
 
 def _completions(ops) -> dict[int, int]:
@@ -369,12 +394,12 @@ def _p2p_text(op: Send | Recv, view: str) -> str:
     return f"{arrow} {op.peer}: {view}{size}{extra}"
 
 
-def _band_label(inst: Instance) -> tuple[str, bool]:
+def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
     """kind · root · reduce op · size · group; when members disagree on what they call, one line per variant
     (second value True)."""
     variants: dict[tuple, list[int]] = {}
-    for rank, call in sorted(inst.calls.items()):
-        op = call.op
+    for ev in calls:
+        op = ev.op
         parts = [op.kind]
         if op.root is not None:
             parts.append(f"root {op.root}")
@@ -384,10 +409,9 @@ def _band_label(inst: Instance) -> tuple[str, bool]:
             parts.append(op.dtype)
         if not op.blocking:
             parts.append("async")
-        variants.setdefault(tuple(parts), []).append(rank)
-    calls = [c.op for c in inst.calls.values()]
-    biggest = max(calls, key=lambda op: sum(v.numel for v in op.inputs))
-    group = f" · in {inst.group.name} {list(inst.group.ranks)}" if inst.group.id else ""
+        variants.setdefault(tuple(parts), []).append(ev.rank)
+    biggest = max((ev.op for ev in calls), key=lambda op: sum(v.numel for v in op.inputs))
+    group = f" · in {g.name} {list(g.ranks)}" if g.id else ""
     if len(variants) == 1:
         parts = [p for p in next(iter(variants)) if p != biggest.dtype]
         size = [_size(biggest.inputs, biggest.dtype)] if biggest.inputs else []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from commdsl.collectives import KINDS
 from commdsl.dtypes import TOLERANCE
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Schedule, Send, TensorSpec, View, Wait
 from commdsl.source import SourceFile
@@ -127,11 +128,8 @@ def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", s
     parts = [_HEADER.format(program=schedule.program, path=schedule.path, world=schedule.world, script=script,
                             backend=backend, tolerance=tolerance, numpy=" and NumPy" if uses_rand else "",
                             numpy_import="import numpy as np\n" if uses_rand else "")]
-    if any(isinstance(op, Collective) and op.kind == "reduce_scatter" and not op.inputs_listed
-           for ops in schedule.ops for op in ops):
-        parts.append("\n# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
-                     "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) "
-                     "or dist.reduce_scatter_tensor")
+    used = {op.kind for ops in schedule.ops for op in ops if isinstance(op, Collective)}
+    parts += ["\n" + KINDS[k].python_prelude for k in sorted(used) if KINDS[k].python_prelude]
     parts.append(_groups(schedule))
     for rank in range(schedule.world):
         parts.append(_Rank(schedule, source, rank).function())
@@ -310,46 +308,12 @@ class _Rank:
             red = f"dist.distributed_c10d._make_nccl_premul_sum({op.scale})"
         else:
             red = f"dist.ReduceOp.{(op.redop or 'sum').upper()}"
-        is_root, k, root = op.root == self.rank, op.kind, str(op.root)
-        if k == "barrier":
-            fn, args = "barrier", []
-        elif k == "broadcast":
-            fn, args = "broadcast", [ins[0], root]
-        elif k == "all_reduce":
-            fn, args = "all_reduce", [ins[0], red]
-        elif k == "reduce":
-            fn, args = "reduce", [ins[0], root, red]
-        elif k == "all_gather" and op.outputs_listed:
-            fn, args = "all_gather", [f"[{', '.join(outs)}]", ins[0]]
-        elif k == "all_gather":
-            fn, args = "all_gather_into_tensor", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
-        elif k == "gather":
-            parts = "None"  # only the root receives
-            if is_root:
-                parts = f"[{', '.join(outs)}]" if op.outputs_listed else \
-                    f"[p.view_as({ins[0]}) for p in {outs[0]}.view(-1).chunk({size})]"
-            fn, args = "gather", [ins[0], parts, root]
-        elif k == "scatter":
-            parts = "None"  # only the root sends
-            if is_root:
-                parts = f"[{', '.join(ins)}]" if op.inputs_listed else \
-                    f"[p.view_as({outs[0]}) for p in {ins[0]}.view(-1).chunk({size})]"
-            fn, args = "scatter", [outs[0], parts, root]
-        elif k == "reduce_scatter" and op.inputs_listed:
-            fn, args = "reduce_scatter", [outs[0], f"[{', '.join(ins)}]", red]
-        elif k == "reduce_scatter":
-            fn, args = "reduce_scatter_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)", red]
-        elif k == "all_to_all" and op.in_splits:  # split sizes count rows along dim 0
-            fn, args = "all_to_all_single", [outs[0], ins[0], str(list(op.out_splits)), str(list(op.in_splits))]
-        elif k == "all_to_all":
-            fn, args = "all_to_all_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
-        else:
-            raise ValueError(f"unknown collective {k!r}")
+        fn, args = KINDS[op.kind].python_call(op, ins, outs, red, op.root == self.rank, size)
         if g != "None":
             args.append(f"group={g}")
         if op.req is not None:
             args.append("async_op=True")
-        call = f"{'' if fn == 'reduce_scatter_single' else 'dist.'}{fn}({', '.join(args)})"
+        call = f"{fn}({', '.join(args)})"
         return f"r{op.req} = {call}" if op.req is not None else call
 
 

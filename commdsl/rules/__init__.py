@@ -105,3 +105,22 @@ def sections(markdown: str) -> dict[str, str]:
         elif title is not None:
             out[title] += line
     return {k: v.strip() for k, v in out.items()}
+
+
+def rank_list(ranks, limit: int = 8) -> str:
+    """Ranks for a message: `[0, 2, 3]`, or runs with a count when there are many (`[0..1022, 1024..4095]
+    (4095 ranks)`), so a finding at world 65536 stays one readable line."""
+    ranks = sorted(int(r) for r in ranks)
+    if len(ranks) <= limit:
+        return "[" + ", ".join(map(str, ranks)) + "]"
+    runs, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        runs.append(str(start) if start == prev else f"{start}..{prev}")
+        if r is not None:
+            start = prev = r
+    shown = runs if len(runs) <= limit else runs[:limit - 1] + ["…", runs[-1]]
+    return "[" + ", ".join(shown) + f"] ({len(ranks)} ranks)"
+

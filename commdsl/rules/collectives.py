@@ -1,9 +1,23 @@
 """C3xx: members of a group that do not call the same collective, with the same arguments, in the same order.
 
-The checks are still in `checker/rules/collective.py` (C308, a cycle, in `deadlock.py`).
+Member disagreements are classified once per world size (`_classify`), each rule taking its own.
 """
 
-from commdsl.rules import Rule
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from commdsl.checker.waits import Waiting
+from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.engine import NOT_MEMBER, ROOT_NOT_IN_GROUP
+from commdsl.rules import Rule, rank_list
+from commdsl.schedule import CollectiveRec
+
+if TYPE_CHECKING:
+    from commdsl.checker.context import Context
 
 
 class CollectiveKindMismatch(Rule):
@@ -50,6 +64,11 @@ class CollectiveKindMismatch(Rule):
 
     code = "C301"
     name = "collective-kind-mismatch"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
 
 
 class CollectiveOrderSwap(Rule):
@@ -102,6 +121,11 @@ class CollectiveOrderSwap(Rule):
     name = "collective-order-swap"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
+
+
 class RootMismatch(Rule):
     """members disagree on the root (src/dst) of a rooted collective
 
@@ -142,6 +166,11 @@ class RootMismatch(Rule):
 
     code = "C303"
     name = "root-mismatch"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
 
 
 class ReduceOpMismatch(Rule):
@@ -186,6 +215,11 @@ class ReduceOpMismatch(Rule):
 
     code = "C304"
     name = "reduce-op-mismatch"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
 
 
 class CollectiveDtypeMismatch(Rule):
@@ -233,6 +267,11 @@ class CollectiveDtypeMismatch(Rule):
     name = "collective-dtype-mismatch"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
+
+
 class CollectiveSizeMismatch(Rule):
     """members contribute different numbers of elements
 
@@ -278,6 +317,11 @@ class CollectiveSizeMismatch(Rule):
     name = "collective-size-mismatch"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
+
+
 class MissingParticipant(Rule):
     """a member of the group never calls the collective
 
@@ -314,6 +358,27 @@ class MissingParticipant(Rule):
 
     code = "C307"
     name = "missing-participant"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        waiting = ctx.outcome.waiting
+        for inst, member, _, reason in ctx.waits.missing:
+            key = (inst.gid, inst.seq, member)
+            if key in seen:
+                continue
+            seen.add(key)
+            group = ctx.schedule.groups[inst.gid]
+            present = sorted(int(waiting.rank[r]) for r in inst.rows)
+            first = min(inst.rows, key=lambda r: int(waiting.rank[r]))
+            call = ctx.op(waiting.rec[first], waiting.pos[first])
+            fate = "finishes without calling it" if reason == "finished" else "never calls it"
+            yield cls.diagnostic(
+                f"`{call.kind}` on `{group.name}`: rank {member} {fate}", span=call.span,
+                label=f"ranks {rank_list(present)} wait here for rank {member}",
+                notes=(Note(message=f"group `{group.name}` has members {rank_list(group.ranks)}"),),
+                help="every member of the group must issue the collective; check the `on` conditions around it")
 
 
 class CrossGroupOrder(Rule):
@@ -364,6 +429,19 @@ class CrossGroupOrder(Rule):
     name = "cross-group-order"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        from commdsl.rules.deadlock import cycle_parts
+
+        for cycle in ctx.waits.cycles:
+            groups = {e.thing.gid for e in cycle if isinstance(e.thing, Waiting)}
+            if all(isinstance(e.thing, Waiting) for e in cycle) and len(groups) >= 2:
+                span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
+                yield cls.diagnostic(f"ranks {ranks} call collectives on different groups in different orders",
+                                     span=span, label=label, labels=labels, notes=notes,
+                                     help="issue collectives on overlapping groups in one global order on every rank")
+
+
 class AsyncMismatch(Rule):
     """some members call a collective blocking, others async
 
@@ -410,6 +488,11 @@ class AsyncMismatch(Rule):
     severity = "warning"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _findings(ctx, cls)
+
+
 class GroupNonmember(Rule):
     """a rank calls a collective on a group it is not in
 
@@ -447,6 +530,18 @@ class GroupNonmember(Rule):
 
     code = "C310"
     name = "group-nonmember"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for rank, rid, pos, problem in ctx.outcome.bad:
+            if problem != NOT_MEMBER or not isinstance(ctx.record(rid), CollectiveRec):
+                continue
+            op = ctx.op(rid, pos)
+            yield cls.diagnostic(f"rank {rank} calls `{op.kind}` on group `{op.group.name}`, which it is not in",
+                                 span=op.span, label=f"members are {rank_list(op.group.ranks)}",
+                                 notes=(Note(message="the members never see this call: it hangs or corrupts the group"),),
+                                 help="guard the call with `on` so only members issue it")
 
 
 class RootNotInGroup(Rule):
@@ -491,51 +586,153 @@ class RootNotInGroup(Rule):
     name = "root-not-in-group"
 
 
-class AllToAllSplitsMismatch(Rule):
-    """uneven all_to_all splits that disagree between ranks
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for rank, rid, pos, problem in ctx.outcome.bad:
+            if problem != ROOT_NOT_IN_GROUP:
+                continue
+            op = ctx.op(rid, pos)
+            yield cls.diagnostic(f"`{op.kind}` root {op.root} is not in group `{op.group.name}`", span=op.span,
+                                 label=f"members are {rank_list(op.group.ranks)}",
+                                 help="the root is a global rank inside the group")
 
-    ## What it does
 
-    Reports an uneven `all_to_all` whose `splits` disagree between ranks: rank *a* sends
-    `in_splits[b]` rows to rank *b*, which must expect exactly that many, `out_splits[a]`.
 
-    ## Why is this bad?
 
-    Each rank computes its own splits and nothing checks them against the other side. A rank that
-    expects fewer rows than arrive, or more, gets a crash or a partly written, silently wrong output.
-    It is the typical bug of hand-rolled token routing in mixture-of-experts layers.
+# ---- members that disagree: one pass over the engine's disagreeing instances, shared by C301–C309 and the kinds' own rules (C312)
 
-    ## Example
+_FIELDS = (
+    ("C303", "root", "root", "uses root {v}"),
+    ("C304", "redop", "reduce op", "reduces with `{v}`"),
+    ("C305", "dtype", "dtype", "passes {v}"),
+    ("C309", "blocking", "blocking or async call", "{v}"),
+)
+_NOTES = {"C303": "a broadcast with different roots hangs; DETAIL mode does not catch it",
+          "C304": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
+          "C305": "Gloo reinterprets the bytes: silent garbage"}
 
-    ```comm
-    program routing
-    world 2
-    tensor tokens: float32[4] = rank
-    tensor routed: float32[4] = 0
-    on rank == 0:
-        all_to_all tokens into routed splits [1, 3], [1, 3]
+
+def _findings(ctx: Context, rule: type[Rule]) -> Iterator[Diagnostic]:
+    for code, make in ctx.shared("collective-disagreements", _classify):
+        if code == rule.code:
+            yield make(rule)
+
+
+class _Member:
+    """One member's call, as the messages word it."""
+
+    def __init__(self, ctx: Context, calls, k: int):
+        self.rank = int(calls.rank[k])
+        self.op = ctx.op(calls.rec[k], calls.pos[k])
+        self.blocking = bool(calls.req[k] < 0)
+
+    def value(self, what: str):
+        if what == "blocking":
+            return "blocks" if self.blocking else "is async"
+        if what == "redop":
+            return self.op.redop
+        return getattr(self.op, what)
+
+
+def _classify(ctx: Context) -> list:
+    """(code, make(rule) -> Diagnostic) for each disagreeing instance, in the order the checker reports."""
+    out, swapped = [], set()
+    for inst in sorted(ctx.outcome.disagreements, key=lambda i: (i.gid, i.seq)):
+        c = inst.calls
+        group = ctx.schedule.groups[inst.gid]
+        odd = _first_differing(c.kind)
+        if odd is not None:
+            if inst.gid in swapped:
+                continue
+            first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
+            if _order_swap(ctx, inst.gid, first.rank, other.rank):
+                swapped.add(inst.gid)
+                out.append(("C302", _pair(
+                    f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` in a different order",
+                    first, other, f"rank {first.rank} calls `{first.op.kind}` first",
+                    f"rank {other.rank} calls `{other.op.kind}` first",
+                    "make every member issue the group's collectives in one order")))
+            else:
+                out.append(("C301", _pair(
+                    f"rank {first.rank} calls `{first.op.kind}` while rank {other.rank} calls `{other.op.kind}` on "
+                    f"`{group.name}`", first, other, f"rank {first.rank}: `{first.op.kind}`",
+                    f"rank {other.rank}: `{other.op.kind}`",
+                    "every member of a group must call the same collective at the same step",
+                    note="torch hangs here (or errors only under TORCH_DISTRIBUTED_DEBUG=DETAIL)")))
+            continue
+        blocking = (c.req < 0).astype(np.int64)
+        columns = {"root": c.root, "redop": np.stack([c.redop, c.scale], axis=1), "dtype": c.dtype,
+                   "blocking": blocking}
+        for code, column, what, text in _FIELDS:
+            odd = _first_differing(columns[column])
+            if odd is None:
+                continue
+            first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
+            say = [f"rank {m.rank} " + text.format(v=m.value(column)) for m in (first, other)]
+            if code == "C309":
+                make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
+                             say[0], say[1], "call it the same way on every rank",
+                             note="torch matches the calls (async_op only decides whether Python waits), but the "
+                                  "code reads as if the ranks disagreed")
+            else:
+                make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
+                             say[0], say[1], "pass the same value on every rank", note=_NOTES.get(code))
+            out.append((code, make))
+            break
+        else:
+            found = _sizes(ctx, c, group)
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _first_differing(column: np.ndarray) -> int | None:
+    differ = (column != column[0]) if column.ndim == 1 else (column != column[0]).any(axis=1)
+    where = np.flatnonzero(differ)
+    return int(where[0]) if where.size else None
+
+
+def _sizes(ctx: Context, c, group):
+    first = _Member(ctx, c, 0)
+    kind = ctx.record(c.rec[0]).kind
+    members = [ctx.op(c.rec[k], c.pos[k]) for k in range(len(c))] if kind.rule is not None else []
+    pair = kind.members_disagree_ops(members) if members else None
+    if pair is not None:
+        a, b = _Member(ctx, c, pair[0]), _Member(ctx, c, pair[1])
+        message, label_a, label_b, help = kind.disagreement(a.rank, a.op, b.rank, b.op, pair)
+        return (kind.rule.code, _pair(message, a, b, label_a, label_b, help))
+    if kind.rule is not None and pair is None and members and members[0].in_splits:
+        return None
+    odd = _first_differing(c.contribution)
+    if odd is None:
+        return None
+    other = _Member(ctx, c, odd)
+    s0, s1 = int(c.contribution[0]), int(c.contribution[odd])
+    return ("C306", _pair(f"`{first.op.kind}` on `{group.name}`: rank {first.rank} contributes {_count(s0)}, "
+                          f"rank {other.rank} {_count(s1)}", first, other, _count(s0), _count(s1),
+                          "size every member's buffers alike",
+                          note="Gloo aborts one rank and may leave another with a silently wrong result"))
+
+
+def _count(n: int) -> str:
+    return f"{n} element{'s' * (n != 1)}"
+
+
+def _order_swap(ctx: Context, gid: int, a: int, b: int) -> bool:
+    """Do ranks a and b call the same multiset of collectives on this group, in a different order?"""
+    def seq(rank):
+        return [op.kind for op in ctx.schedule.ops[rank] if getattr(op, "group", None) is not None
+                and hasattr(op, "kind") and op.group.id == gid]
+    sa, sb = seq(a), seq(b)
+    return sa != sb and sorted(sa) == sorted(sb)
+
+
+def _pair(message, primary: _Member, secondary: _Member, label1, label2, help, note=None):
+    labels = ()
+    if secondary.op.span != primary.op.span:
+        labels = (Label(span=secondary.op.span, message=label2),)
     else:
-        all_to_all tokens into routed splits [1, 3], [3, 1]
-    ```
-
-    ## Use instead
-
-    ```comm
-    program routing
-    world 2
-    tensor tokens: float32[4] = rank
-    tensor routed: float32[4] = 0
-    on rank == 0:
-        all_to_all tokens into routed splits [1, 3], [1, 3]
-    else:
-        all_to_all tokens into routed splits [3, 1], [3, 1]
-    ```
-
-    ## Backend notes
-
-    Gloo runs `all_to_all_single` with uneven splits (measured). Each rank passes only its own splits,
-    so nothing compares them across ranks before the data moves.
-    """
-
-    code = "C312"
-    name = "all-to-all-splits-mismatch"
+        label1 = f"{label1}; {label2}"
+    notes = (Note(message=note),) if note else ()
+    return lambda rule: rule.diagnostic(message, span=primary.op.span, label=label1, labels=labels, notes=notes,
+                                        help=help)

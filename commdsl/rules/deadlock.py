@@ -1,9 +1,19 @@
 """D4xx: ranks that wait for each other in a cycle, whatever the buffering or only without it.
 
-The checks are still in `checker/rules/deadlock.py`.
+Both read the wait-for analysis's cycles (`commdsl.checker.waits`); C308 (two groups) is in collectives.py.
 """
 
-from commdsl.rules import Rule
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from commdsl.checker.waits import Waiting
+from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.rules import Rule, rank_list
+
+if TYPE_CHECKING:
+    from commdsl.checker.context import Context
 
 
 class Deadlock(Rule):
@@ -51,6 +61,17 @@ class Deadlock(Rule):
 
     code = "D401"
     name = "deadlock"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.eager.completed:
+            return
+        for cycle in _deadlocks(ctx):
+            span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
+            yield cls.diagnostic(f"deadlock: ranks {ranks} wait for each other", span=span, label=label,
+                                 labels=labels, notes=notes,
+                                 help="reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`")
 
 
 class BufferingHazard(Rule):
@@ -101,3 +122,52 @@ class BufferingHazard(Rule):
 
     code = "D402"
     name = "buffering-hazard"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        if not ctx.eager.completed:
+            return
+        for cycle in _deadlocks(ctx):
+            span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
+            notes += (Note(message="on Gloo a blocking `send` returns only once the receiver posts its `recv`, "
+                                   "at every message size: this always hangs there"),)
+            yield cls.diagnostic(f"deadlock: ranks {ranks} all block in `send` waiting for each other", span=span,
+                                 label=label, labels=labels, notes=notes,
+                                 help="post the exchange in a `batch:` block, use `isend`, or alternate send/recv order "
+                                      "by rank parity")
+
+
+CHAIN = 6
+"""Steps of a cycle spelled out in its note; a longer cycle shows its first steps and its last."""
+
+
+def _deadlocks(ctx: Context):
+    """The cycles that are not collectives on two groups in different orders (C308's)."""
+    for cycle in ctx.waits.cycles:
+        groups = {e.thing.gid for e in cycle if isinstance(e.thing, Waiting)}
+        if not (all(isinstance(e.thing, Waiting) for e in cycle) and len(groups) >= 2):
+            yield cycle
+
+
+def cycle_parts(ctx: Context, cycle):
+    """(span, label, labels, notes, ranks text) of a wait-for cycle: the first edge is the primary span,
+    each other statement of the cycle a secondary one."""
+    def what(e):
+        rec, _ = ctx.locate(e.op)
+        return f"rank {e.rank} at line {rec.span.line} `{ctx.text(rec.span)}`"
+
+    steps = [f"{what(e)} waits for rank {e.target}" for e in cycle]
+    if len(steps) > CHAIN:
+        steps = steps[:CHAIN - 1] + ["…", steps[-1]]
+    first = cycle[0]
+    first_span = ctx.locate(first.op)[0].span
+    labels, seen = [], {first_span}
+    for e in cycle[1:]:
+        span = ctx.locate(e.op)[0].span
+        if span not in seen:
+            seen.add(span)
+            labels.append(Label(span=span, message=f"rank {e.rank} waits here for rank {e.target}"))
+    ranks = rank_list([e.rank for e in cycle]) if len(cycle) > 8 else str([e.rank for e in cycle])
+    return (first_span, f"rank {first.rank} waits here for rank {first.target}", tuple(labels),
+            (Note(message="cycle: " + "; ".join(steps)),), ranks)

@@ -1,9 +1,22 @@
 """L7xx (warnings): hand-written patterns a built-in collective does better, and wasted results.
 
-The checks are still in `checker/rules/idioms.py`; only `commdsl lint` reports them.
+Found in one pass over the records (`_idioms`), a statement getting one idiom at most; only `commdsl lint` reports them.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from commdsl.diagnostics import Diagnostic, Label
 from commdsl.rules import Rule
+from commdsl.schedule import BatchRec, Collective, CollectiveRec, P2PRec, Recv, Send
+from commdsl.values import at
+
+if TYPE_CHECKING:
+    from commdsl.checker.context import Context
 
 
 class SendLoopIsBroadcast(Rule):
@@ -46,6 +59,13 @@ class SendLoopIsBroadcast(Rule):
     code = "L701"
     name = "send-loop-is-broadcast"
     severity = "warning"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for code, d in ctx.shared("idioms", _idioms):
+            if code == cls.code:
+                yield d
 
 
 class RecvLoopIsGather(Rule):
@@ -92,6 +112,13 @@ class RecvLoopIsGather(Rule):
     severity = "warning"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for code, d in ctx.shared("idioms", _idioms):
+            if code == cls.code:
+                yield d
+
+
 class PairwiseExchangeIsAllToAll(Rule):
     """every rank exchanges with every other rank by P2P
 
@@ -136,6 +163,13 @@ class PairwiseExchangeIsAllToAll(Rule):
     severity = "warning"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for code, d in ctx.shared("idioms", _idioms):
+            if code == cls.code:
+                yield d
+
+
 class ReduceThenBroadcast(Rule):
     """`reduce` to a root followed by `broadcast` from it
 
@@ -173,6 +207,13 @@ class ReduceThenBroadcast(Rule):
     code = "L704"
     name = "reduce-then-broadcast"
     severity = "warning"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for code, d in ctx.shared("idioms", _idioms):
+            if code == cls.code:
+                yield d
 
 
 class CollectiveResultUnused(Rule):
@@ -214,3 +255,154 @@ class CollectiveResultUnused(Rule):
     code = "L705"
     name = "collective-result-unused"
     severity = "warning"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for code, d in ctx.shared("idioms", _idioms):
+            if code == cls.code:
+                yield d
+
+
+# ---- the idioms, found in one pass over every rank's ops (records in order, ranks as arrays) -----------
+
+SEND_RUN, RECV_RUN = 1, 2
+
+
+def _idioms(ctx: Context) -> list[tuple[str, Diagnostic]]:
+    """(code, finding) in the order of the per-rank scan; a statement gets one idiom at most."""
+    s, W = ctx.schedule, ctx.world
+    found: dict[str, list] = {"runs": [], "L703": [], "L704": []}
+    if W >= 3:
+        _runs_and_exchanges(ctx, found)
+    _reduce_then_broadcast(ctx, found)
+    out, seen = [], set()
+    for rank, first, code, make in sorted(found["runs"] + found["L703"], key=lambda f: (f[0], f[1])):
+        d = make()
+        if d is not None and d.span not in seen:
+            seen.add(d.span)
+            out.append((code, d))
+    for code, d in found["L704"]:
+        if d.span not in seen:
+            seen.add(d.span)
+            out.append((code, d))
+    for dead in ctx.access.dead_stores:
+        producer, _ = ctx.locate(dead.producer)
+        if not isinstance(producer, CollectiveRec) or producer.span in seen:
+            continue
+        seen.add(producer.span)
+        overwriter, _ = ctx.locate(dead.overwriter)
+        out.append(("L705", CollectiveResultUnused.diagnostic(
+            f"the result of `{producer.kind.name}` on rank {dead.rank} is overwritten before it is read",
+            span=producer.span, label="result never read",
+            labels=(Label(span=overwriter.span, message="overwritten here"),),
+            help="remove the collective, or read its result before overwriting it")))
+    return out
+
+
+def _runs_and_exchanges(ctx: Context, found: dict) -> None:
+    """Runs of consecutive blocking sends (receives) without tag or group, per rank; a run as long as the
+    world is a candidate, checked exactly on that rank's ops when it ends."""
+    s, W = ctx.schedule, ctx.world
+    kind = np.zeros(W, dtype=np.int64)
+    start = np.zeros(W, dtype=np.int64)
+    length = np.zeros(W, dtype=np.int64)
+    step = np.zeros(W, dtype=np.int64)  # each rank's position in its own sequence
+
+    def close(ranks: np.ndarray) -> None:
+        done = ranks[(kind[ranks] > 0) & (length[ranks] >= W - 1)]
+        for r in done.tolist():
+            ops = s.ops[r][int(start[r]):int(start[r] + length[r])]
+            found["runs"].append((r, int(start[r]), "L701" if kind[r] == SEND_RUN else "L702",
+                                  lambda r=r, ops=ops: _run_finding(r, ops, W)))
+        kind[ranks] = 0
+        length[ranks] = 0
+
+    for rid in s.top:
+        rec = s.records[rid]
+        G = rec.ranks
+        run = np.zeros(G.size, dtype=np.int64)
+        if isinstance(rec, P2PRec) and rec.blocking and rec.gid is None:
+            plain = at(rec.tag, None, G.size) == 0
+            run[plain] = SEND_RUN if rec.is_send else RECV_RUN
+        extend = (run > 0) & (kind[G] == run)
+        close(G[~extend])
+        fresh = (run > 0) & ~extend
+        kind[G[fresh]] = run[fresh]
+        start[G[fresh]] = step[G[fresh]]
+        length[G[run > 0]] += 1
+        if isinstance(rec, BatchRec):
+            _exchange(ctx, rec, found)
+        step[G] += 1
+    close(np.arange(W))
+
+
+def _run_finding(rank: int, ops, W: int) -> Diagnostic | None:
+    others = set(range(W)) - {rank}
+    if {op.peer for op in ops} != others:
+        return None
+    if isinstance(ops[0], Send):
+        if len({op.view for op in ops}) != 1:
+            return None
+        t = ops[0].view.tensor
+        return SendLoopIsBroadcast.diagnostic(
+            f"rank {rank} sends the same buffer to every other rank one by one", span=ops[0].span,
+            label=f"{len(ops)} sends of `{t}`",
+            help=f"use `broadcast {t} from {rank}`: it takes log(world) steps instead of world - 1 on the root")
+    views = [op.view for op in ops]
+    if len({v.tensor for v in views}) != 1 or len(set(views)) != len(views):
+        return None
+    return RecvLoopIsGather.diagnostic(f"rank {rank} receives a piece from every other rank one by one",
+                                       span=ops[0].span, label=f"{len(ops)} receives into `{views[0].tensor}`",
+                                       help=f"use `gather PIECE into {views[0].tensor} to {rank}`")
+
+
+def _exchange(ctx: Context, rec: BatchRec, found: dict) -> None:
+    """A batch in which a rank sends to and receives from every other rank (candidates by count first)."""
+    W = ctx.world
+    G = rec.ranks
+    sends = np.zeros(G.size, dtype=np.int64)
+    recvs = np.zeros(G.size, dtype=np.int64)
+    for op in rec.ops:
+        where = np.searchsorted(G, op.ranks)
+        (sends if op.is_send else recvs)[where] += 1
+    for k in np.flatnonzero((sends == W - 1) & (recvs == W - 1)).tolist():
+        rank = int(G[k])
+        batch = ctx.schedule.op_at(rec, k)
+        others = set(range(W)) - {rank}
+        if ({o.peer for o in batch.ops if type(o) is Send} == {o.peer for o in batch.ops if type(o) is Recv} == others
+                and len(batch.ops) == 2 * len(others)):
+            d = PairwiseExchangeIsAllToAll.diagnostic(
+                f"rank {rank} exchanges a piece with every other rank by P2P", span=rec.span,
+                label=f"{len(others)} sends and {len(others)} receives",
+                help="use `all_to_all SRC into DST`: one collective the backend can schedule")
+            found["L703"].append((rank, rid_step(ctx, rec, rank), "L703", lambda d=d: d))
+
+
+def rid_step(ctx: Context, rec, rank: int) -> int:
+    """A record's position in a rank's sequence (orders findings as a rank-by-rank scan would)."""
+    return int(np.searchsorted(ctx.schedule.sequence(rank), rec.id))
+
+
+def _reduce_then_broadcast(ctx: Context, found: dict) -> None:
+    """`reduce` directly followed, on a rank, by `broadcast` of the same buffer from the same root."""
+    s = ctx.schedule
+    last = np.full(s.world, -1, dtype=np.int64)
+    for rid in s.top:
+        rec = s.records[rid]
+        if isinstance(rec, CollectiveRec) and rec.kind.name == "broadcast":
+            prev = last[rec.ranks]
+            for p in np.unique(prev[prev >= 0]).tolist():
+                red = s.records[p]
+                if not (isinstance(red, CollectiveRec) and red.kind.name == "reduce"):
+                    continue
+                for k in np.flatnonzero(prev == p).tolist():
+                    b: Collective = s.op_at(rec, k)
+                    a: Collective = s.op_at(red, int(np.searchsorted(red.ranks, rec.ranks[k])))
+                    if a.root == b.root and a.group == b.group and a.inputs[0] == b.inputs[0]:
+                        found["L704"].append(("L704", ReduceThenBroadcast.diagnostic(
+                            "`reduce` followed by `broadcast` from the same root is an `all_reduce`", span=a.span,
+                            label="reduce", labels=(Label(span=b.span, message="then broadcast"),),
+                            help=f"use `all_reduce {a.inputs[0].tensor}`: one collective, no root bottleneck")))
+                        break
+        last[rec.ranks] = rid

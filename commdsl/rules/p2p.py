@@ -1,9 +1,22 @@
 """P2xx: point-to-point messages that never match, or match with the wrong size, dtype or peer.
 
-The checks are still in `checker/rules/p2p.py` (P208 also in `collective.py`).
+Each rule's `check` reads the engine's outcome and the wait-for analysis (`commdsl.checker`).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF
 from commdsl.rules import Rule
+from commdsl.schedule import P2PRec
+
+if TYPE_CHECKING:
+    from commdsl.checker.context import Context
 
 
 class UnmatchedSend(Rule):
@@ -55,6 +68,11 @@ class UnmatchedSend(Rule):
     name = "unmatched-send"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _unmatched(ctx, cls, sends=True)
+
+
 class UnmatchedRecv(Rule):
     """a receive that no send ever matches
 
@@ -93,6 +111,11 @@ class UnmatchedRecv(Rule):
 
     code = "P202"
     name = "unmatched-recv"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from _unmatched(ctx, cls, sends=False)
 
 
 class TagMismatch(Rule):
@@ -139,6 +162,23 @@ class TagMismatch(Rule):
 
     code = "P204"
     name = "tag-mismatch"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        posts = ctx.outcome.unmatched
+        for row, near, peer in ctx.waits.tag_mismatches:
+            mine, other = ctx.op(posts.rec[row], posts.pos[row]), ctx.op(*near)
+            rank = int(posts.rank[row])
+            is_send = bool(posts.send[row])
+            send_op, recv_op = (mine, other) if is_send else (other, mine)
+            s_rank, r_rank = (rank, peer) if is_send else (peer, rank)
+            yield cls.diagnostic(
+                f"rank {s_rank} sends with tag {send_op.tag} but rank {r_rank} receives with tag {recv_op.tag}",
+                span=send_op.span, label=f"tag {send_op.tag}",
+                labels=(Label(span=recv_op.span, message=f"tag {recv_op.tag}"),),
+                notes=(Note(message="messages match by (peer, tag): neither side ever completes"),),
+                help="use the same tag on both sides")
 
 
 class MessageSizeMismatch(Rule):
@@ -191,6 +231,19 @@ class MessageSizeMismatch(Rule):
     name = "message-size-mismatch"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for s, r in _mismatched_pairs(ctx):
+            if s.dtype == r.dtype and s.view.numel != r.view.numel:
+                what = ("the last elements stay untouched, silently" if r.view.numel > s.view.numel
+                        else "the receiver aborts (`Received data size doesn't match`)")
+                yield cls.diagnostic(
+                    f"rank {s.rank} sends {s.view.numel} elements but rank {r.rank} receives {r.view.numel}",
+                    span=s.span, label=f"sends {s.view.numel} elements",
+                    labels=(Label(span=r.span, message=f"receives {r.view.numel}"),),
+                    notes=(Note(message=f"on Gloo {what}"),), help="size both views alike")
+
+
 class MessageDtypeMismatch(Rule):
     """a matched send and receive with different dtypes
 
@@ -237,6 +290,17 @@ class MessageDtypeMismatch(Rule):
 
     code = "P206"
     name = "message-dtype-mismatch"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for s, r in _mismatched_pairs(ctx):
+            if s.dtype != r.dtype:
+                yield cls.diagnostic(
+                    f"rank {s.rank} sends {s.dtype} but rank {r.rank} receives {r.dtype}", span=s.span,
+                    label=f"sends {s.dtype}", labels=(Label(span=r.span, message=f"receives {r.dtype}"),),
+                    notes=(Note(message="Gloo reinterprets the bytes: the receiver gets garbage, silently"),),
+                    help="give both buffers the same dtype")
 
 
 class NcclTagReorder(Rule):
@@ -297,6 +361,29 @@ class NcclTagReorder(Rule):
     name = "nccl-tag-reorder"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.nccl is None or ctx.outcome.matches is None:
+            return
+        gloo_s, gloo_r = ctx.outcome.matches
+        nccl_s, nccl_r = ctx.nccl.matches
+        gloo_recv = dict(zip(_op_ids(ctx, gloo_s).tolist(), _op_ids(ctx, gloo_r).tolist()))
+        seen = set()
+        for send_id, recv_id in zip(_op_ids(ctx, nccl_s).tolist(), _op_ids(ctx, nccl_r).tolist()):
+            other = gloo_recv.get(send_id)
+            if other is None or other == recv_id or send_id in seen:
+                continue
+            seen.add(send_id)
+            send, gloo, nccl = (ctx.schedule.op_at(*ctx.locate(i)) for i in (send_id, other, recv_id))
+            yield cls.diagnostic(
+                f"on NCCL, this send from rank {_rank_of(ctx, send_id)} matches a different receive than on Gloo",
+                span=send.span, label=f"tag {send.tag}",
+                labels=(Label(span=gloo.span, message=f"Gloo matches it here, by tag {gloo.tag}"),
+                        Label(span=nccl.span, message="NCCL matches it here, in posting order")),
+                notes=(Note(message="NCCL ignores tags: messages between two ranks match in the order they are posted"),),
+                help="post sends and receives in the same order on both ranks instead of relying on tags")
+
+
 class PeerOutOfRange(Rule):
     """a peer or root rank outside 0..world-1
 
@@ -342,6 +429,23 @@ class PeerOutOfRange(Rule):
 
     code = "P208"
     name = "peer-out-of-range"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        W = ctx.world
+        for rank, rid, pos, problem in ctx.outcome.bad:
+            if problem != PEER_OUT_OF_RANGE:
+                continue
+            rec = ctx.record(rid)
+            op = ctx.op(rid, pos)
+            if isinstance(rec, P2PRec):
+                yield cls.diagnostic(f"`{rec.word}` on rank {rank} names rank {op.peer}, outside world {W}",
+                                     span=op.span, label=f"ranks are 0..{W - 1}",
+                                     help="wrap the peer with `% world`, or guard the op with `on`")
+            else:
+                yield cls.diagnostic(f"`{op.kind}` root {op.root} is outside world {W}", span=op.span,
+                                     label=f"ranks are 0..{W - 1}")
 
 
 class P2pWithSelf(Rule):
@@ -390,6 +494,19 @@ class P2pWithSelf(Rule):
 
     code = "P209"
     name = "p2p-with-self"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for rank, rid, pos, problem in ctx.outcome.bad:
+            if problem != SELF:
+                continue
+            rec, op = ctx.record(rid), ctx.op(rid, pos)
+            direction = "to" if rec.is_send else "from"
+            yield cls.diagnostic(f"rank {rank} `{rec.word}`s {direction} itself", span=op.span,
+                                 label=f"peer is rank {op.peer}, the rank itself",
+                                 notes=(Note(message="Gloo raises `Invalid destination rank` or `Pair is not connected`"),),
+                                 help="copy locally with `=`, or fix the peer expression")
 
 
 class PeerNotInGroup(Rule):
@@ -441,3 +558,81 @@ class PeerNotInGroup(Rule):
 
     code = "P210"
     name = "peer-not-in-group"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for rank, rid, pos, problem in ctx.outcome.bad:
+            rec = ctx.record(rid)
+            if problem not in (PEER_NOT_IN_GROUP, NOT_MEMBER) or not isinstance(rec, P2PRec):
+                continue
+            op = ctx.op(rid, pos)
+            who = f"rank {op.peer}" if problem == PEER_NOT_IN_GROUP else f"rank {rank} itself"
+            yield cls.diagnostic(f"`{rec.word}` in group `{op.group.name}`: {who} is not a member", span=op.span,
+                                 label=f"members are {list(op.group.ranks)}")
+
+
+# ---- what the P2P rules share ---------------------------------------------------------------------
+
+def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnostic]:
+    posts = ctx.outcome.unmatched
+    for row, reason in ctx.waits.unmatched:
+        if bool(posts.send[row]) != sends:
+            continue
+        rec = ctx.record(posts.rec[row])
+        op = ctx.op(posts.rec[row], posts.pos[row])
+        rank, peer = int(posts.rank[row]), op.peer
+        other = "recv" if sends else "send"
+        fate = "finishes without posting one" if reason == "finished" else "never posts one"
+        tag = f" with tag {op.tag}" if op.tag else ""
+        yield rule.diagnostic(
+            f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} rank {peer} has no matching `{other}`",
+            span=op.span, label=f"rank {peer} {fate}",
+            notes=(Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),),
+            help=_peer_hint(ctx, row))
+
+
+def _peer_hint(ctx: Context, row: int) -> str | None:
+    """Point at a receive (or send) on another rank that expected this message, if there is one."""
+    posts = ctx.outcome.unmatched
+    rank = int(posts.rank[row])
+    peer = int(posts.dst[row] if posts.send[row] else posts.src[row])
+    want = 1 - int(posts.send[row])
+    for q, _ in ctx.waits.unmatched:
+        q_peer = int(posts.dst[q] if posts.send[q] else posts.src[q])
+        if int(posts.send[q]) == want and q_peer == rank and int(posts.rank[q]) != peer:
+            verb = "receives from" if want == 0 else "sends to"
+            line = ctx.record(posts.rec[q]).span.line
+            return f"rank {int(posts.rank[q])} {verb} rank {rank} at line {line}: check the peer expression"
+    return None
+
+
+class _Side:
+    """One side of a matched message, as the rules word it."""
+
+    def __init__(self, ctx: Context, rows, k: int):
+        self.rank = int(rows.rank[k])
+        op = ctx.op(rows.rec[k], rows.pos[k])
+        self.span, self.view, self.dtype = op.span, op.view, op.dtype
+
+
+def _mismatched_pairs(ctx: Context):
+    """Matched sends and receives whose sizes or dtypes differ, once per pair of statements."""
+    sends, recvs = ctx.outcome.mismatched_messages
+    seen = set()
+    for k in range(len(sends)):
+        key = (int(sends.rec[k]), int(recvs.rec[k]))
+        if key in seen:
+            continue
+        seen.add(key)
+        yield _Side(ctx, sends, k), _Side(ctx, recvs, k)
+
+
+def _op_ids(ctx: Context, rows) -> np.ndarray:
+    bases = ctx.schedule.op_bases
+    return bases[rows.rec] + rows.pos
+
+
+def _rank_of(ctx: Context, op_id: int) -> int:
+    rec, pos = ctx.locate(op_id)
+    return int(rec.ranks[pos])

@@ -15,6 +15,7 @@ running its examples.
 
 from __future__ import annotations
 
+from commdsl.collectives import all_to_all
 from commdsl.rules import (FAMILIES, Rule, backend, collectives, deadlock, idioms, names, p2p, requests, sizes, syntax,
                            verify)
 
@@ -74,7 +75,7 @@ RULES: tuple[type[Rule], ...] = (
     collectives.AsyncMismatch,
     collectives.GroupNonmember,
     collectives.RootNotInGroup,
-    collectives.AllToAllSplitsMismatch,
+    all_to_all.AllToAllSplitsMismatch,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,

@@ -1,9 +1,19 @@
 """R5xx: async requests never or twice waited, buffers touched in flight, reads of undefined results.
 
-The checks are still in `checker/rules/requests.py`.
+R501 and R502 read the engine's requests; R503 and R504 the access tracker (`checker.access`).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.rules import Rule
+from commdsl.schedule import Collective, Send
+
+if TYPE_CHECKING:
+    from commdsl.checker.context import Context
 
 
 class RequestNeverWaited(Rule):
@@ -55,6 +65,23 @@ class RequestNeverWaited(Rule):
     name = "request-never-waited"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        req = ctx.schedule.requests
+        seen = set()
+        for q in ctx.outcome.never_waited.tolist():
+            rid = int(req.record[q])
+            if rid in seen:
+                continue
+            seen.add(rid)
+            rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
+            yield cls.diagnostic(
+                f"the request of `{_word(op)}` on rank {rank} is never waited", span=op.span, label="never waited",
+                notes=(Note(message="the rank may exit (or reuse the buffer) before the op completes; on Gloo the "
+                                    "message is lost and the peer sees `Connection closed by peer`"),),
+                help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends")
+
+
 class RequestWaitedTwice(Rule):
     """a request waited a second time
 
@@ -98,6 +125,18 @@ class RequestWaitedTwice(Rule):
 
     code = "R502"
     name = "request-waited-twice"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        req = ctx.schedule.requests
+        for q, wait_rid, wait_pos in ctx.outcome.double_waits:
+            rank, op = int(req.rank[q]), ctx.op(req.record[q], req.pos[q])
+            first, _ = ctx.locate(int(ctx.outcome.req_waited[q]))
+            yield cls.diagnostic(f"request of `{_word(op)}` on rank {rank} is waited twice",
+                                 span=ctx.record(wait_rid).span, label="second wait",
+                                 labels=(Label(span=first.span, message="first waited here"),),
+                                 help="wait each request once")
 
 
 class BufferInFlight(Rule):
@@ -148,6 +187,26 @@ class BufferInFlight(Rule):
     name = "buffer-in-flight"
 
 
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        for race in ctx.access.races:
+            rec, _ = ctx.locate(race.op)
+            w_rec, w_pos = ctx.locate(race.inflight)
+            key = (rec.span, w_rec.span)
+            if key in seen:
+                continue
+            seen.add(key)
+            window = ctx.schedule.op_at(w_rec, w_pos)
+            kind = "writes" if race.writes else "reads"
+            flight = "receives into" if race.window_writes else "sends from"
+            yield cls.diagnostic(f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
+                                 span=rec.span, label=f"{kind} `{race.tensor}` here",
+                                 labels=(Label(span=w_rec.span, message="still in flight (not yet waited)"),),
+                                 notes=(Note(message="the result depends on timing: a data race"),),
+                                 help="`wait` the request before touching the buffer")
+
+
 class ReadAfterReduce(Rule):
     """a non-root buffer read after `reduce` left it undefined
 
@@ -191,3 +250,28 @@ class ReadAfterReduce(Rule):
 
     code = "R504"
     name = "read-after-reduce"
+
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        for u in ctx.access.undefined_reads:
+            rec, _ = ctx.locate(u.op)
+            red_rec, red_pos = ctx.locate(u.reduce)
+            key = (rec.span, red_rec.span)
+            if key in seen:
+                continue
+            seen.add(key)
+            reduce = ctx.schedule.op_at(red_rec, red_pos)
+            yield cls.diagnostic(
+                f"rank {u.rank} reads `{reduce.inputs[0].tensor}` after `reduce` to rank {reduce.root} left it undefined",
+                span=rec.span, label="reads an undefined buffer",
+                labels=(Label(span=red_rec.span, message=f"only rank {reduce.root} gets the result"),),
+                notes=(Note(message="Gloo leaves partial sums in non-root buffers"),),
+                help="read it only on the root, or use `all_reduce`")
+
+
+def _word(op) -> str:
+    if type(op) is Collective:
+        return op.kind
+    return "isend" if type(op) is Send else "irecv"

@@ -1,8 +1,15 @@
 """V8xx: what the simulator proves with data: every `expect` holds on every rank.
 
-Raised from the simulation's verdicts by `checker/rules/verify.py`.
+Raised from the simulation's verdicts (`ExpectFailed.from_simulation`).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from commdsl.diagnostics import Diagnostic, Note
 from commdsl.rules import Rule
 
 
@@ -43,3 +50,21 @@ class ExpectFailed(Rule):
 
     code = "V801"
     name = "expect-failed"
+
+
+    @classmethod
+    def from_simulation(cls, sim) -> Iterator[Diagnostic]:
+        """One finding per failing `expect` statement, naming its first failing ranks."""
+        by_span: dict = {}
+        for rec, G, ok, details in sim.data.expect_recs:
+            bad = np.flatnonzero(~ok)
+            if bad.size:
+                entry = by_span.setdefault(rec.span, [])
+                entry.extend((int(G[k]), d) for k, d in zip(bad.tolist(), details))
+        for span, fails in by_span.items():
+            fails.sort(key=lambda f: f[0])
+            ranks = sorted({r for r, _ in fails})
+            shown = ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
+            yield cls.diagnostic(f"expectation fails on rank{'s' * (len(ranks) > 1)} {shown}", span=span,
+                                 label=f"rank {fails[0][0]}: {fails[0][1]}",
+                                 notes=tuple(Note(message=f"rank {r}: {d}") for r, d in fails[1:4]))

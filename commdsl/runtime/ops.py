@@ -19,14 +19,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
 Step = Callable[[], None]
-
-# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
               "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
@@ -218,55 +216,12 @@ def _redop(op: Collective, ctx: Context):
     return REDUCE_OPS[op.redop]
 
 
-def _parts(t: torch.Tensor, count: int, shape) -> list[torch.Tensor]:
-    """A view of `count` equal parts, each reshaped to `shape` (the list a list-form collective wants)."""
-    return [p.view(shape) for p in t.reshape(-1).chunk(count)] if count else []
-
-
 def _collective(op: Collective, index: int, ctx: Context) -> Step:
-    g = _group(op.group, ctx)
-    size = len(op.group.ranks)
-    ins = [ctx.view(v) for v in op.inputs]
-    outs = [ctx.view(v) for v in op.outputs]
-    is_root = op.root == ctx.rank
-    k = op.kind
-    if k == "barrier":
-        kwargs = {"device_ids": [ctx.device.index]} if ctx.backend == "nccl" else {}
-        call = lambda a: dist.barrier(group=g, async_op=a, **kwargs)  # noqa: E731
-    elif k == "broadcast":
-        call = lambda a: dist.broadcast(ins[0], op.root, group=g, async_op=a)  # noqa: E731
-    elif k == "all_reduce":
-        red = _redop(op, ctx)
-        call = lambda a: dist.all_reduce(ins[0], red, group=g, async_op=a)  # noqa: E731
-    elif k == "reduce":
-        red = _redop(op, ctx)
-        call = lambda a: dist.reduce(ins[0], op.root, red, group=g, async_op=a)  # noqa: E731
-    elif k == "all_gather" and op.outputs_listed:
-        call = lambda a: dist.all_gather(outs, ins[0], group=g, async_op=a)  # noqa: E731
-    elif k == "all_gather":
-        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
-        call = lambda a: dist.all_gather_into_tensor(out, inp, group=g, async_op=a)  # noqa: E731
-    elif k == "gather":
-        parts = (outs if op.outputs_listed else _parts(outs[0], size, ins[0].shape)) if is_root else None
-        call = lambda a: dist.gather(ins[0], parts, op.root, group=g, async_op=a)  # noqa: E731
-    elif k == "scatter":
-        parts = (ins if op.inputs_listed else _parts(ins[0], size, outs[0].shape)) if is_root else None
-        call = lambda a: dist.scatter(outs[0], parts, op.root, group=g, async_op=a)  # noqa: E731
-    elif k == "reduce_scatter" and op.inputs_listed:
-        red = _redop(op, ctx)
-        call = lambda a: dist.reduce_scatter(outs[0], ins, red, group=g, async_op=a)  # noqa: E731
-    elif k == "reduce_scatter":
-        red = _redop(op, ctx)
-        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
-        call = lambda a: _reduce_scatter_single(out, inp, red, group=g, async_op=a)  # noqa: E731
-    elif k == "all_to_all":
-        if op.in_splits:  # uneven: split sizes count rows along dim 0, as torch's do
-            out, inp, osp, isp = outs[0], ins[0], list(op.out_splits), list(op.in_splits)
-        else:  # even: the simulator splits the flat elements into group-size parts
-            out, inp, osp, isp = outs[0].reshape(-1), ins[0].reshape(-1), None, None
-        call = lambda a: dist.all_to_all_single(out, inp, osp, isp, group=g, async_op=a)  # noqa: E731
-    else:
-        raise ValueError(f"unknown collective {k!r}")
+    kind = KINDS[op.kind]
+    red = _redop(op, ctx) if kind.reducing else None
+    device_ids = [ctx.device.index] if ctx.backend == "nccl" else None
+    call = kind.torch_call(op, [ctx.view(v) for v in op.inputs], [ctx.view(v) for v in op.outputs],
+                           _group(op.group, ctx), red, op.root == ctx.rank, len(op.group.ranks), device_ids)
     if op.req is None:
         return _blocking(lambda: call(False), ctx)
     reqs, req = ctx.reqs, op.req

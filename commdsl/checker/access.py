@@ -1,0 +1,272 @@
+"""The local facts no rendezvous shows, recorded element by element while the engine runs.
+
+* a buffer read or written while an async op that uses it is still in flight (R503): each element
+  counts the in-flight ops reading and writing it, and which op put it in flight;
+* a non-root buffer read after `reduce` left it undefined (R504): each element remembers the reduce;
+* a collective's result overwritten before anyone read it (L705, lint only): each element remembers
+  the collective call whose unread result it holds.
+
+Every tensor of every rank is one flat array, laid out as the simulator lays it out; the arrays are
+made for a tensor only when something needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commdsl.engine import Observer, Posts
+from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, Schedule
+from commdsl.values import at, is_vec
+
+
+@dataclass(frozen=True)
+class Race:
+    """An access (by op id) to elements an in-flight op (by op id) uses."""
+
+    rank: int
+    op: int
+    inflight: int
+    writes: bool  # the access writes
+    window_writes: bool  # the in-flight op writes the elements
+    tensor: str
+
+
+@dataclass(frozen=True)
+class UndefinedRead:
+    rank: int
+    op: int
+    reduce: int  # the op id of the reduce call that left the elements undefined
+
+
+@dataclass(frozen=True)
+class DeadStore:
+    rank: int
+    producer: int  # the collective call whose result was never read
+    overwriter: int
+
+
+class Access(Observer):
+    def __init__(self, schedule: Schedule, lints: bool):
+        self.s = schedule
+        W = schedule.world
+        self.lints = lints
+        self.numel = {name: info.numel_array(W) for name, info in schedule.infos.items()}
+        self.base = {name: (np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64))
+                     for name, n in self.numel.items()}
+        self.size = {name: int(n.sum()) for name, n in self.numel.items()}
+        self.reading: dict[str, np.ndarray] = {}  # in-flight ops reading each element
+        self.writing: dict[str, np.ndarray] = {}
+        self.owner: dict[str, np.ndarray] = {}  # the op id that last put an element in flight
+        self.undef: dict[str, np.ndarray] = {}  # op id of the reduce that left an element undefined, or -1
+        self.unread: dict[str, np.ndarray] = {}  # op id of the collective whose result an element holds, or -1
+        self.windows: dict[int, list[tuple[str, np.ndarray, bool]]] = {}  # request id → what it holds in flight
+        self.races: list[Race] = []
+        self.undefined_reads: list[UndefinedRead] = []
+        self.dead_stores: list[DeadStore] = []
+
+    # ---- element arrays ------------------------------------------------------------------------------
+    def indices(self, v, G: np.ndarray, pos) -> tuple[np.ndarray, np.ndarray]:
+        """(flat indices, the position in G each belongs to) of view `v` on ranks G."""
+        n = G.size
+        count = np.broadcast_to(np.asarray(at(v.numel, pos, n) if is_vec(v.numel) else v.numel, dtype=np.int64), (n,))
+        start = self.base[v.tensor][G] + (at(v.offset, pos, n) if is_vec(v.offset) else v.offset)
+        owner = np.repeat(np.arange(n), count)
+        first = np.cumsum(count) - count
+        idx = np.repeat(start - first, count) + np.arange(int(count.sum()), dtype=np.int64)
+        return idx, owner
+
+    def _table(self, tables: dict, name: str, fill: int, dtype=np.int64) -> np.ndarray:
+        t = tables.get(name)
+        if t is None:
+            t = tables[name] = np.full(self.size[name], fill, dtype=dtype)
+        return t
+
+    # ---- one access -------------------------------------------------------------------------------------
+    def access(self, v, G, pos, writes: bool, op_ids: np.ndarray) -> None:
+        """Ranks G read (or write) view v in ops `op_ids` (one per rank of G)."""
+        t = v.tensor
+        tracked = t in self.writing or t in self.undef or t in self.unread
+        if not tracked:
+            return
+        idx, owner = self.indices(v, G, pos)
+        if not idx.size:
+            return
+        if t in self.writing:
+            busy = self.writing[t][idx] > 0
+            if writes:
+                busy |= self.reading[t][idx] > 0
+            if busy.any():
+                self.race(G, owner, idx, busy, t, op_ids, writes)
+        if writes:
+            if t in self.undef:
+                self.undef[t][idx] = -1
+            if t in self.unread:
+                self.overwrite(t, idx, owner, G, op_ids)
+        else:
+            if t in self.undef:
+                u = self.undef[t][idx]
+                hit = u >= 0
+                if hit.any():
+                    for k in np.unique(owner[hit]):
+                        first = np.flatnonzero(hit & (owner == k))[0]
+                        self.undefined_reads.append(UndefinedRead(int(G[k]), int(op_ids[k]), int(u[first])))
+            if t in self.unread:
+                self.forget(t, self.unread[t][idx])
+
+    def forget(self, t: str, held: np.ndarray) -> None:
+        """Results read (even in part) are used: none of their elements can become a dead store."""
+        producers = np.unique(held[held >= 0])
+        if producers.size:
+            table = self.unread[t]
+            table[np.isin(table, producers)] = -1
+
+    def undefined_by(self, views, G, pos) -> np.ndarray:
+        """Per rank of G, the reduce that left one of the elements of `views` undefined, or -1."""
+        out = np.full(G.size, -1, dtype=np.int64)
+        for v in views:
+            if v.tensor in self.undef:
+                idx, owner = self.indices(v, G, pos)
+                u = self.undef[v.tensor][idx]
+                hit = u >= 0
+                out[owner[hit]] = u[hit]
+        return out
+
+    def race(self, G, owner, idx, busy, t, op_ids, writes) -> None:
+        for k in np.unique(owner[busy]):
+            first = idx[np.flatnonzero(busy & (owner == k))[0]]
+            window_writes = not (writes and self.reading[t][first] > 0)  # a writer meets readers first
+            self.races.append(Race(int(G[k]), int(op_ids[k]), int(self.owner[t][first]), writes, window_writes, t))
+
+    def overwrite(self, t: str, idx, owner, G, op_ids) -> None:
+        """A write over unread collective results: a dead store when it overwrites all of one; one it
+        overwrites in part is dropped (its other elements may still be read)."""
+        held = self.unread[t][idx]
+        live = (held >= 0) & (held != op_ids[owner])
+        if not live.any():
+            return
+        table = self.unread[t]
+        for k in np.unique(owner[live]):
+            mine = owner == k
+            for producer in np.unique(held[mine & live]):
+                everywhere = int((table == producer).sum())
+                if int((held[mine] == producer).sum()) == everywhere:
+                    self.dead_stores.append(DeadStore(int(G[k]), int(producer), int(op_ids[k])))
+        self.forget(t, held[live])
+
+    def open_window(self, v, G, pos, writes: bool, op_ids: np.ndarray, reqs: np.ndarray | None) -> None:
+        """The elements an async op uses stay in flight until its request is waited (or, for the ops of a
+        batch, until the batch ends: `reqs` None)."""
+        idx, owner = self.indices(v, G, pos)
+        t = v.tensor
+        table = self._table(self.writing if writes else self.reading, t, 0, np.int32)
+        self._table(self.reading if writes else self.writing, t, 0, np.int32)
+        own = self._table(self.owner, t, -1)
+        table[idx] += 1  # a view's elements on one rank are distinct, and ranks' elements never overlap
+        own[idx] = op_ids[owner]
+        if reqs is not None:
+            for k in range(G.size):
+                sel = idx[owner == k]
+                if sel.size:
+                    self.windows.setdefault(int(reqs[k]), []).append((t, sel, writes))
+
+    def close(self, t: str, idx: np.ndarray, writes: bool) -> None:
+        (self.writing[t] if writes else self.reading[t])[idx] -= 1
+
+    # ---- the engine's events -----------------------------------------------------------------------------
+    def local(self, rec, G, pos):
+        ops = rec.base + (np.arange(G.size) if pos is None else pos)
+        if isinstance(rec, ComputeRec):
+            sources = list(rec.reads) + ([rec.target] if rec.op != "=" else [])
+            taint = self.undefined_by(sources, G, pos)
+            for v in rec.reads:
+                self.access(v, G, pos, False, ops)
+            if rec.op != "=":
+                self.access(rec.target, G, pos, False, ops)
+            self.access(rec.target, G, pos, True, ops)
+            if (taint >= 0).any():  # computed from undefined elements: the result is undefined too
+                idx, owner = self.indices(rec.target, G, pos)
+                keep = taint[owner] >= 0
+                self._table(self.undef, rec.target.tensor, -1)[idx[keep]] = taint[owner[keep]]
+        elif isinstance(rec, ExpectRec):
+            self.access(rec.view, G, pos, False, ops)
+            for v in rec.reads:
+                self.access(v, G, pos, False, ops)
+        elif isinstance(rec, PrintRec):
+            for v in rec.views:
+                self.access(v, G, pos, False, ops)
+
+    def posted(self, rows: Posts):
+        """Each op in posting order: its access, then (async) its window. The ops of a batch are in flight
+        together until the batch ends, so each is also checked against the batch's earlier ops."""
+        earlier: list[tuple] = []
+        recs = rows.rec
+        cuts = np.flatnonzero(np.r_[True, recs[1:] != recs[:-1]]) if len(rows) else []
+        bounds = list(cuts) + [len(rows)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            rec = self.s.records[int(recs[a])]
+            G, pos = rows.rank[a:b], rows.pos[a:b]
+            ops = rec.base + pos
+            writes = not rec.is_send
+            self.access(rec.view, G, pos, writes, ops)
+            if rec.batched:
+                for other in earlier:
+                    self.batch_overlap(other, (rec, G, pos, writes, ops))
+                earlier.append((rec, G, pos, writes, ops))
+            elif not rec.blocking:
+                self.open_window(rec.view, G, pos, writes, ops, rows.req[a:b])
+
+    def batch_overlap(self, first, second) -> None:
+        """Two ops of one batch on overlapping elements, one of them a receive: a race, as with a window."""
+        (ra, Ga, pa, wa, oa), (rb, Gb, pb, wb, ob) = first, second
+        if ra.view.tensor != rb.view.tensor or not (wa or wb):
+            return
+        common, ia, ib = np.intersect1d(Ga, Gb, assume_unique=True, return_indices=True)
+        if not common.size:
+            return
+        va, vb = ra.view, rb.view
+        sa, na = at(va.offset, pa[ia], ia.size), at(va.numel, pa[ia], ia.size)
+        sb, nb = at(vb.offset, pb[ib], ib.size), at(vb.numel, pb[ib], ib.size)
+        hit = (sa < sb + nb) & (sb < sa + na) & (na > 0) & (nb > 0)
+        for k in np.flatnonzero(hit).tolist():
+            self.races.append(Race(int(common[k]), int(ob[ib[k]]), int(oa[ia[k]]), wb, wa, va.tensor))
+
+    def called(self, rec: CollectiveRec, G, pos, me):
+        ops = rec.base + pos
+        root = np.zeros(G.size, dtype=bool) if rec.root is None else (at(rec.root, pos, G.size) == G)
+        for is_root in (True, False):
+            sel = root == is_root
+            if not sel.any():
+                continue
+            g, p, o = G[sel], pos[sel], ops[sel]
+            reads, writes, undefined = rec.kind.roles(is_root)
+            if reads:
+                for v in rec.inputs:
+                    self.access(v, g, p, False, o)
+            if writes:
+                for v in rec.outputs:
+                    self.access(v, g, p, True, o)
+            if undefined:
+                for v in rec.outputs:
+                    idx, owner = self.indices(v, g, p)
+                    self._table(self.undef, v.tensor, -1)[idx] = o[owner]
+            if writes and self.lints:
+                for v in rec.outputs:
+                    idx, owner = self.indices(v, g, p)
+                    if idx.size:
+                        self._table(self.unread, v.tensor, -1)[idx] = o[owner]
+            if rec.req is not None:
+                reqs = at(rec.req, p, g.size)
+                if reads:
+                    for v in rec.inputs:
+                        self.open_window(v, g, p, False, o, reqs)
+                for v in rec.outputs if (writes or undefined) else ():
+                    self.open_window(v, g, p, True, o, reqs)
+
+    def waited(self, reqs: np.ndarray):
+        if not self.windows:
+            return
+        for q in reqs.tolist():
+            for t, idx, writes in self.windows.pop(q, ()):
+                self.close(t, idx, writes)

@@ -1,0 +1,226 @@
+"""What each collective means, one module per kind, consulted by every stage.
+
+A `Kind` holds everything about one collective that differs from the others: how its buffers must
+be sized for a group (`fit`, used by the expansion: N131), what every member must agree on besides
+kind, root, reduce op and dtype (`contribution`, used by the engine and C306), which of its buffers a
+member reads, writes or leaves undefined (`roles`, used by the checker's access rules and the
+simulator), what each member ends with (`apply`, the simulator), the torch call (`torch_call`, the
+runtime, and `python_call`, `commdsl compile`) and nccl-tests' bus-bandwidth factor (`busbw_factor`,
+`commdsl bench`). Everything common to all collectives (rendezvous, matching calls into instances,
+the mismatch rules) lives in the engine and the checker, which look kinds up in `KINDS`.
+
+To add a collective: a module here with its `Kind`, a rule in `grammar/commdsl.lark` (and the word
+in `syntax/nodes.CollectiveKind`), and its entry in docs/language.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commdsl.values import at, item
+
+REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
+DATA = "(rank + i) % 5 + 1"
+"""The bench's data: small integers that differ by rank and element, exact in every dtype."""
+
+
+@dataclass
+class Call:
+    """One collective statement as the ranks that call it see it (for the rules that hold per rank):
+    `rec`'s fields are aligned with these ranks; `size` is each rank's group size and `me` its index
+    in the group; `is_root` whether it is the root."""
+
+    rec: object  # schedule.CollectiveRec
+    size: object
+    me: object
+    is_root: object
+    count: int
+
+    def numel(self, views, j: int = 0):
+        return views[j].numel
+
+    def rows(self, views, j: int = 0):
+        v = views[j]
+        return v.shape[0] if v.shape else 1
+
+
+@dataclass
+class Problem:
+    """Ranks whose buffers do not fit (a mask over the call's ranks) and the message for one of them."""
+
+    mask: np.ndarray
+    message: Callable[[int], str]
+
+
+@dataclass
+class Instance:
+    """The members' side of one complete collective, in group order: what `apply` computes on."""
+
+    size: int
+    root: int | None  # the root's index in the group
+    redop: str | None
+    scale: float | None
+    inputs: list[list[np.ndarray]]  # per member, one flat array per input view
+    input_shapes: list[list[tuple]]
+    output_numel: list[list[int]]  # per member, the element count of each output view
+    inputs_listed: list[bool] = field(default_factory=list)
+    outputs_listed: list[bool] = field(default_factory=list)
+    in_splits: list[tuple] = field(default_factory=list)
+    out_splits: list[tuple] = field(default_factory=list)
+
+
+Outputs = list[list]
+"""Per member, one flat array per output view, or None where the member's output is left undefined."""
+
+
+class Kind:
+    """One collective. Subclasses set the class attributes and override what differs."""
+
+    name: str = ""
+    form: str = ""  # how `commdsl fmt` writes it: {ins} {outs} {root} {redop} {splits} are filled in
+    bench: tuple[str, str, str] | None = None  # `commdsl bench --collective`: declarations, statement, measured
+    python_prelude: str = ""  # what a generated script defines before calling `python_call`'s function
+    rooted: bool = False  # has a root rank: `from ROOT` (it sends) or `to ROOT` (it receives)
+    reducing: bool = False  # takes `op REDOP`
+    root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
+
+    # ---- buffers --------------------------------------------------------------------------------
+    def fit(self, call: Call) -> Problem | None:
+        """Which ranks' buffers cannot serve a group of their size (N131), or None."""
+        return None
+
+    def contribution(self, call: Call):
+        """Elements each rank contributes per peer: every member must agree (C306)."""
+        return call.numel(call.rec.inputs) if call.rec.inputs else 0
+
+    def roles(self, is_root: bool) -> tuple[bool, bool, bool]:
+        """(reads its inputs, writes its outputs, leaves its outputs undefined) for a member."""
+        return True, True, False
+
+    rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one
+
+    def members_disagree(self, inst: "Instance") -> tuple[int, int] | None:
+        """Two members (indices) whose calls cannot meet for a reason of this kind's own (C312), or None."""
+        return None
+
+    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
+        """The same, from the members' concrete ops (the checker's view)."""
+        return None
+
+    def disagreement(self, rank_a: int, a, rank_b: int, b, pair) -> tuple[str, str, str, str]:
+        """(message, label at a, label at b, help) of `rule` for two members that disagree."""
+        raise NotImplementedError  # pragma: no cover - only kinds with a `rule` are asked
+
+    # ---- data -----------------------------------------------------------------------------------
+    def apply(self, inst: Instance) -> Outputs:  # pragma: no cover - every kind defines it
+        raise NotImplementedError
+
+    # ---- torch ----------------------------------------------------------------------------------
+    def torch_call(self, op, ins: list, outs: list, group, red, is_root: bool, size: int,
+                   device_ids: list[int] | None = None) -> Callable[[bool], object]:
+        """A function of `async_op` that issues this rank's call (`op` is the rank's concrete op;
+        `device_ids`: NCCL's device of this rank, for the calls that take it)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def python_call(self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int) -> tuple[str, list[str]]:
+        """(function, arguments) of the call in a generated script (`dist.broadcast`, ...); views and the reduce
+        op come as source text."""
+        raise NotImplementedError  # pragma: no cover
+
+    # ---- bench ----------------------------------------------------------------------------------
+    def busbw_factor(self, world: int) -> float:
+        """nccl-tests' busbw / algbw ratio (its doc/PERFORMANCE.md and the GetBw of each test)."""
+        return 1.0
+
+
+# ---- helpers the kinds share ----------------------------------------------------------------------
+
+def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, where=None) -> Problem | None:
+    """A buffer that holds `size` parts of `part` elements: one tensor of size × part, or a list of size
+    tensors of part each. `where` limits the rule to some ranks (a root)."""
+    n = call.count
+    size = at(call.size, None, n)
+    part = at(part, None, n)
+    if listed:
+        count = len(bufs)
+        bad = size != count
+        numels = [at(b.numel, None, n) for b in bufs]
+        wrong = np.zeros(n, dtype=bool)
+        for x in numels:
+            wrong |= x != part
+        mask = bad | wrong
+        if where is not None:
+            mask &= where
+
+        def message(k: int) -> str:
+            if bad[k]:
+                return f"the {whole} list has {count} buffers for a group of {size[k]}"
+            first = next(int(x[k]) for x in numels if x[k] != part[k])
+            return f"each {whole} buffer must hold {part[k]} elements (the {each}), one holds {first}"
+        return Problem(mask, message) if mask.any() else None
+    total = at(bufs[0].numel, None, n)
+    mask = total != size * part
+    if where is not None:
+        mask &= where
+    if not mask.any():
+        return None
+    return Problem(mask, lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} "
+                                   f"needs {size[k] * part[k]}")
+
+
+def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:
+    """Reduce equal-shaped arrays the way torch.distributed does for each ReduceOp."""
+    with np.errstate(all="ignore"):  # integers wrap and floats overflow to inf quietly, as in torch
+        return _reduce(np.stack(arrays), arrays[0].dtype, len(arrays), redop, scale)
+
+
+def _reduce(stack: np.ndarray, dtype, count: int, redop: str, scale: float | None) -> np.ndarray:
+    if redop == "sum":
+        out = np.any(stack, axis=0) if dtype == np.bool_ else np.sum(stack, axis=0, dtype=dtype)
+    elif redop == "product":
+        out = np.all(stack, axis=0) if dtype == np.bool_ else np.prod(stack, axis=0, dtype=dtype)
+    elif redop == "min":
+        out = np.min(stack, axis=0)
+    elif redop == "max":
+        out = np.max(stack, axis=0)
+    elif redop == "band":
+        out = np.bitwise_and.reduce(stack, axis=0)
+    elif redop == "bor":
+        out = np.bitwise_or.reduce(stack, axis=0)
+    elif redop == "bxor":
+        out = np.bitwise_xor.reduce(stack, axis=0)
+    elif redop == "avg":
+        out = np.sum(stack, axis=0, dtype=dtype) / count
+    elif redop == "premul_sum":
+        out = np.sum(stack * np.asarray(scale, dtype=dtype), axis=0, dtype=dtype)
+    else:
+        raise ValueError(redop)
+    return np.asarray(out, dtype=dtype)
+
+
+def even_parts(flat: np.ndarray, parts: int) -> list[np.ndarray]:
+    return np.split(flat, parts)
+
+
+def chunks(t, count: int, shape) -> list:
+    """A torch tensor as `count` equal views, each reshaped to `shape` (the list a list-form call wants)."""
+    return [p.view(shape) for p in t.reshape(-1).chunk(count)] if count else []
+
+
+def _registry() -> dict[str, Kind]:
+    from commdsl.collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, reduce,
+                                     reduce_scatter, scatter)
+
+    kinds = (broadcast.KIND, all_reduce.KIND, reduce.KIND, all_gather.KIND, gather.KIND, scatter.KIND,
+             reduce_scatter.KIND, all_to_all.KIND, barrier.KIND)
+    return {k.name: k for k in kinds}
+
+
+KINDS: dict[str, Kind] = _registry()
+ROOTED = frozenset(k.name for k in KINDS.values() if k.rooted)
+REDUCING = frozenset(k.name for k in KINDS.values() if k.reducing)
+
+__all__ = ["KINDS", "Kind", "Call", "Problem", "Instance", "ROOTED", "REDUCING", "reduce_arrays", "item"]

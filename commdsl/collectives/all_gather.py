@@ -1,0 +1,40 @@
+"""`all_gather x into y` (y holds size × x, member j's x at block j) or `all_gather x into [a, b, ...]`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, parts_problem
+
+
+class AllGather(Kind):
+    name = "all_gather"
+    form = "all_gather {ins} into {outs}"
+    bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
+
+    def fit(self, call: Call) -> Problem | None:
+        return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
+                             "output", "input")
+
+    def apply(self, inst: Instance) -> Outputs:
+        parts = [x[0] for x in inst.inputs]
+        return [[p.copy() for p in parts] if listed else [np.concatenate(parts)] for listed in inst.outputs_listed]
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        if op.outputs_listed:
+            return lambda a: dist.all_gather(outs, ins[0], group=group, async_op=a)
+        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
+        return lambda a: dist.all_gather_into_tensor(out, inp, group=group, async_op=a)
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        if op.outputs_listed:
+            return "dist.all_gather", [f"[{', '.join(outs)}]", ins[0]]
+        return "dist.all_gather_into_tensor", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
+
+    def busbw_factor(self, world: int) -> float:
+        return (world - 1) / world
+
+
+KIND = AllGather()

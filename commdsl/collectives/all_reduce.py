@@ -1,0 +1,30 @@
+"""`all_reduce x op REDOP`: every member ends with the reduction of every member's `x`."""
+
+from __future__ import annotations
+
+from commdsl.collectives import DATA, Instance, Kind, Outputs, reduce_arrays
+
+
+class AllReduce(Kind):
+    name = "all_reduce"
+    form = "all_reduce {ins}{redop}"
+    bench = ("tensor x: {t}[n] = " + DATA, "all_reduce x op {op}", "x")
+    reducing = True
+
+    def apply(self, inst: Instance) -> Outputs:
+        total = reduce_arrays([x[0] for x in inst.inputs], inst.redop, inst.scale)
+        return [[total.copy()] for _ in range(inst.size)]
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        return lambda a: dist.all_reduce(ins[0], red, group=group, async_op=a)
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        return "dist.all_reduce", [ins[0], red]
+
+    def busbw_factor(self, world: int) -> float:
+        return 2 * (world - 1) / world  # a ring moves 2(n-1)/n of the buffer over each link
+
+
+KIND = AllReduce()

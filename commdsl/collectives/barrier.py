@@ -1,0 +1,28 @@
+"""`barrier`: no member leaves before every member has arrived."""
+
+from __future__ import annotations
+
+from commdsl.collectives import Instance, Kind, Outputs
+
+
+class Barrier(Kind):
+    name = "barrier"
+    form = "barrier"
+
+    def roles(self, is_root):
+        return False, False, False
+
+    def apply(self, inst: Instance) -> Outputs:
+        return [[] for _ in range(inst.size)]
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        kwargs = {"device_ids": device_ids} if device_ids else {}  # NCCL: the device this rank uses
+        return lambda a: dist.barrier(group=group, async_op=a, **kwargs)
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        return "dist.barrier", []
+
+
+KIND = Barrier()

@@ -1,0 +1,50 @@
+"""`gather x into y to ROOT`: the root's `y` holds every member's `x` (member j's at block j)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, chunks, parts_problem
+
+
+class Gather(Kind):
+    name = "gather"
+    form = "gather {ins} into {outs} to {root}"
+    bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "gather x into y to {root}", "y")
+    rooted = True
+
+    def fit(self, call: Call) -> Problem | None:
+        return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
+                             "output", "input", where=call.is_root)
+
+    def roles(self, is_root):
+        return (True, True, False) if is_root else (True, False, False)
+
+    def apply(self, inst: Instance) -> Outputs:
+        parts = [x[0] for x in inst.inputs]
+        out: Outputs = []
+        for j, listed in enumerate(inst.outputs_listed):
+            if j != inst.root:
+                out.append([])
+            else:
+                out.append([p.copy() for p in parts] if listed else [np.concatenate(parts)])
+        return out
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        parts = (outs if op.outputs_listed else chunks(outs[0], size, ins[0].shape)) if is_root else None
+        return lambda a: dist.gather(ins[0], parts, op.root, group=group, async_op=a)
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        parts = "None"  # only the root receives
+        if is_root:
+            parts = f"[{', '.join(outs)}]" if op.outputs_listed else \
+                f"[p.view_as({ins[0]}) for p in {outs[0]}.view(-1).chunk({size})]"
+        return "dist.gather", [ins[0], parts, str(op.root)]
+
+    def busbw_factor(self, world: int) -> float:
+        return (world - 1) / world
+
+
+KIND = Gather()

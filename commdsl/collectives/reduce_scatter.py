@@ -1,0 +1,48 @@
+"""`reduce_scatter x into y op REDOP`: member j's `y` is the reduction of block j of every member's `x`."""
+
+from __future__ import annotations
+
+from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, even_parts, parts_problem, reduce_arrays
+
+
+class ReduceScatter(Kind):
+    name = "reduce_scatter"
+    form = "reduce_scatter {ins} into {outs}{redop}"
+    bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]", "reduce_scatter x into y op {op}", "x")
+    reducing = True
+
+    def fit(self, call: Call) -> Problem | None:
+        return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
+                             "input", "output")
+
+    def contribution(self, call: Call):
+        return call.numel(call.rec.outputs)
+
+    def apply(self, inst: Instance) -> Outputs:
+        per_rank = [x if listed else even_parts(x[0], inst.size) for x, listed in zip(inst.inputs, inst.inputs_listed)]
+        return [[reduce_arrays([per_rank[r][j] for r in range(inst.size)], inst.redop, inst.scale)]
+                for j in range(inst.size)]
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        if op.inputs_listed:
+            return lambda a: dist.reduce_scatter(outs[0], ins, red, group=group, async_op=a)
+        # torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
+        single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
+        return lambda a: single(out, inp, red, group=group, async_op=a)
+
+    python_prelude = ("# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
+                      "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor")
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        if op.inputs_listed:
+            return "dist.reduce_scatter", [outs[0], f"[{', '.join(ins)}]", red]
+        return "reduce_scatter_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)", red]
+
+    def busbw_factor(self, world: int) -> float:
+        return (world - 1) / world
+
+
+KIND = ReduceScatter()

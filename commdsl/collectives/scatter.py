@@ -1,0 +1,47 @@
+"""`scatter x into y from ROOT`: member j's `y` gets block j of the root's `x` (or its j-th listed buffer)."""
+
+from __future__ import annotations
+
+from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, chunks, even_parts, parts_problem
+
+
+class Scatter(Kind):
+    name = "scatter"
+    form = "scatter {ins} into {outs} from {root}"
+    bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]", "scatter x into y from {root}", "x")
+    rooted = True
+    root_sends = True
+
+    def fit(self, call: Call) -> Problem | None:
+        return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
+                             "input", "output", where=call.is_root)
+
+    def contribution(self, call: Call):
+        return call.numel(call.rec.outputs)
+
+    def roles(self, is_root):
+        return (True, True, False) if is_root else (False, True, False)
+
+    def apply(self, inst: Instance) -> Outputs:
+        src = inst.inputs[inst.root]
+        parts = [p.copy() for p in src] if inst.inputs_listed[inst.root] else even_parts(src[0], inst.size)
+        return [[parts[j]] for j in range(inst.size)]
+
+    def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
+        import torch.distributed as dist
+
+        parts = (ins if op.inputs_listed else chunks(ins[0], size, outs[0].shape)) if is_root else None
+        return lambda a: dist.scatter(outs[0], parts, op.root, group=group, async_op=a)
+
+    def python_call(self, op, ins, outs, red, is_root, size):
+        parts = "None"  # only the root sends
+        if is_root:
+            parts = f"[{', '.join(ins)}]" if op.inputs_listed else \
+                f"[p.view_as({outs[0]}) for p in {ins[0]}.view(-1).chunk({size})]"
+        return "dist.scatter", [outs[0], parts, str(op.root)]
+
+    def busbw_factor(self, world: int) -> float:
+        return (world - 1) / world
+
+
+KIND = Scatter()
