@@ -356,41 +356,52 @@ class Engine:
         return rows, void
 
     def match(self) -> bool:
-        """New posts meet pending ones: on each channel the j-th send meets the j-th receive."""
+        """New posts meet pending ones: on each channel the j-th send meets the j-th receive.
+
+        Rows are kept in posting order (pending first), so a stable sort by channel puts each channel's
+        receives, then its sends, in the order they were posted."""
         if not self.fresh:
             return False
         rows = Posts.concat([self.pending] + self.fresh if len(self.pending) else self.fresh)
         self.fresh = []
-        keys = (rows.gid, rows.src, rows.dst, rows.tag)
-        order = np.lexsort((rows.order, rows.send) + tuple(reversed(keys)))
-        srt = rows.take(order)
-        n = len(srt)
-        cols = (srt.gid, srt.src, srt.dst, srt.tag)
+        order, chan = self.channels(rows)
+        n = order.size
+        send = rows.send[order]
         new_chan = np.ones(n, dtype=bool)
-        if n > 1:
-            diff = np.zeros(n - 1, dtype=bool)
-            for c in cols:
-                diff |= c[1:] != c[:-1]
-            new_chan[1:] = diff
-        chan_start = np.maximum.accumulate(np.where(new_chan, np.arange(n), 0))
-        is_recv = srt.send == 0
-        recv_count = np.add.reduceat(is_recv.astype(np.int64), np.flatnonzero(new_chan))
-        chan_id = np.cumsum(new_chan) - 1
-        recvs_here = recv_count[chan_id]
-        j = np.arange(n) - chan_start - np.where(is_recv, 0, recvs_here)
-        matched_send = ~is_recv & (j < recvs_here)
-        if not matched_send.any():
-            self.pending = srt
+        new_chan[1:] = chan[1:] != chan[:-1]
+        starts = np.flatnonzero(new_chan)
+        chan_start = np.repeat(starts, np.diff(np.append(starts, n)))
+        recvs_here = np.repeat(np.add.reduceat(1 - send, starts), np.diff(np.append(starts, n)))
+        j = np.arange(n) - chan_start - np.where(send == 1, recvs_here, 0)
+        matched = (send == 1) & (j < recvs_here)
+        if not matched.any():
+            self.pending = rows
             return False
-        s_idx = np.flatnonzero(matched_send)
-        r_idx = chan_start[s_idx] + j[s_idx]
+        s_sorted = np.flatnonzero(matched)
+        s_idx, r_idx = order[s_sorted], order[chan_start[s_sorted] + j[s_sorted]]
         keep = np.ones(n, dtype=bool)
         keep[s_idx] = False
         keep[r_idx] = False
-        self.pending = srt.take(keep)
-        sends, recvs = srt.take(s_idx), srt.take(r_idx)
-        self.met(sends, recvs)
+        self.pending = rows.take(keep) if not keep.all() else rows
+        self.met(rows.take(s_idx), rows.take(r_idx))
         return True
+
+    def channels(self, rows: Posts) -> tuple[np.ndarray, np.ndarray]:
+        """(a stable order by channel, receives before sends; each row's channel key in that order)."""
+        W = self.W
+        tag = rows.tag
+        if W <= 1 << 16 and (tag.size == 0 or (tag.min() >= 0 and tag.max() < 1 << 12)) and \
+                (rows.gid.size == 0 or rows.gid.max() < 1 << 14):
+            key = ((rows.gid << 12 | tag) * W + rows.src) * W + rows.dst  # fits in 63 bits
+            order = np.argsort(key * 2 + rows.send, kind="stable")
+            return order, key[order]
+        keys = (rows.gid, rows.src, rows.dst, tag)
+        order = np.lexsort((rows.send,) + tuple(reversed(keys)))
+        cols = [k[order] for k in keys]
+        change = np.zeros(order.size, dtype=bool)
+        for c in cols:
+            change[1:] |= c[1:] != c[:-1]
+        return order, np.cumsum(change)
 
     def met(self, sends: Posts, recvs: Posts) -> None:
         bad = (sends.numel != recvs.numel) | (sends.dtype != recvs.dtype)
@@ -541,6 +552,7 @@ class Engine:
             matches = ((Posts.concat([m[0] for m in self.matches]), Posts.concat([m[1] for m in self.matches]))
                        if self.matches else (Posts.empty(), Posts.empty()))
         pending = Posts.concat([self.pending] + self.fresh) if self.fresh else self.pending
+        pending = pending.take(np.lexsort((pending.pos, pending.rec, pending.rank)))  # rank by rank, in program order
         arrivals = Calls.concat([self.arrivals] + self.fresh_calls) if self.fresh_calls else self.arrivals
         return Outcome(self.s, self.model, self.pc >= self.length, self.pc.copy(), pending, arrivals, (bad_s, bad_r),
                        self.disagreements, self.bad, self.req_done, self.req_waited, self.double_waits, matches,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from commdsl.checker.access import Access
 from commdsl.checker.context import Context
 from commdsl.diagnostics import CommdslError, Diagnostic
-from commdsl.engine import EAGER, GLOO, NCCL, Observer, run_engine
+from commdsl.engine import GLOO, NCCL, Observer, run_engine
 from commdsl.expand import expand
 from commdsl.limits import memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
@@ -79,9 +79,8 @@ def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lint
         sim = SimResult(schedule, outcome, data)
     else:
         outcome = run_engine(schedule, GLOO, access, record_matches=nccl_too)
-    eager = run_engine(schedule, EAGER) if not outcome.completed else outcome
     nccl = run_engine(schedule, NCCL, record_matches=True) if nccl_too else None
-    ctx = Context(program, schedule, outcome, eager, nccl, access, backends, lints)
+    ctx = Context(program, schedule, outcome, nccl, access, backends, lints)
     diags: list[Diagnostic] = []
     for rule in checker_rules(lints):
         diags.extend(rule.check(ctx))

@@ -1,8 +1,7 @@
 """What the rules see for one program at one world size: the schedule, the engine's outcomes, local facts.
 
-The engine runs the schedule under the backend's model (`outcome`); when that stalls, once more with
-sends that never wait (`eager`), which tells a definite deadlock from one that only rendezvous sends
-cause; and, when the program may run on NCCL, under NCCL's matching (`nccl`). The access tracker rode
+The engine runs the schedule under the backend's model (`outcome`) and, when the program may run on
+NCCL, under NCCL's matching (`nccl`). The access tracker rode
 along the first run. Analyses that several rules share are computed once, on first use.
 """
 
@@ -24,7 +23,6 @@ class Context:
     program: Program
     schedule: Schedule
     outcome: Outcome
-    eager: Outcome
     nccl: Outcome | None
     access: Access
     backends: tuple[str, ...]

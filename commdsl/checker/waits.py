@@ -51,6 +51,12 @@ class Analysis:
     missing: list[tuple[Waiting, int, int, str]]  # (collective, member, a waiting op id, "finished" | "never")
     cycles: list[list[Edge]]
     edges: dict[int, list[Edge]] = field(default_factory=dict)
+    only_sends: set[int] = field(default_factory=set)  # stuck ranks that wait for their own sends alone
+
+    def definite(self, cycle: list[Edge]) -> bool:
+        """A cycle that sends which never waited for their receive would not break: no rank in it waits
+        for its own sends alone (else it is a buffering hazard: it hangs only where sends wait)."""
+        return not any(e.rank in self.only_sends for e in cycle)
 
 
 def _member(a: tuple, b: tuple) -> np.ndarray:
@@ -59,75 +65,108 @@ def _member(a: tuple, b: tuple) -> np.ndarray:
     if not n or not b[0].size:
         return np.zeros(n, dtype=bool)
     cols = [np.concatenate([x, y]) for x, y in zip(a, b)]
-    src = np.concatenate([np.zeros(n, dtype=np.int64), np.ones(b[0].size, dtype=np.int64)])
-    order = np.lexsort((src,) + tuple(reversed(cols)))
-    same = np.ones(order.size, dtype=bool)
-    same[0] = False
+    from_b = np.concatenate([np.zeros(n, dtype=np.int64), np.ones(b[0].size, dtype=np.int64)])
+    order = np.lexsort(tuple(reversed(cols)))
+    new = np.zeros(order.size, dtype=bool)
+    new[0] = True
     for c in cols:
         cs = c[order]
-        same[1:] &= cs[1:] == cs[:-1]
-    # a row of `a` is present if the next row in sorted order (with src after it) is equal and from b
-    is_a = src[order] == 0
-    present = np.zeros(order.size, dtype=bool)
-    present[:-1] = is_a[:-1] & same[1:]
-    # equal rows of `a` may repeat before the b row: carry presence backwards through equal runs
-    for i in range(order.size - 2, -1, -1):
-        if is_a[i] and not present[i] and same[i + 1] and present[i + 1]:
-            present[i] = True
-    out = np.zeros(n, dtype=bool)
-    out[order[is_a]] = present[is_a]
-    return out
+        new[1:] |= cs[1:] != cs[:-1]
+    starts = np.flatnonzero(new)
+    has_b = np.add.reduceat(from_b[order], starts) > 0  # per run of equal rows
+    run = np.cumsum(new) - 1
+    out = np.zeros(order.size, dtype=bool)
+    out[order] = has_b[run]
+    return out[:n]
 
 
-class _Remaining:
-    """The communication each rank still has ahead of it (from where it stopped), as key columns."""
+class _Ahead:
+    """What ranks will still do, looked up only as far ahead as the questions need.
 
-    def __init__(self, outcome: Outcome, ranks: np.ndarray, tags: bool):
-        s = outcome.schedule
-        self.s = s
-        W = s.world
-        wanted = np.zeros(W, dtype=bool)
-        wanted[ranks] = True
-        wanted &= ~outcome.finished
-        head = np.full(W, np.iinfo(np.int64).max, dtype=np.int64)
-        for r in np.flatnonzero(wanted):
-            head[r] = outcome.head(int(r))[0]
-        p2p: list[tuple] = []
-        calls: list[tuple] = []
-        low = head[wanted].min() if wanted.any() else None
-        if low is not None:
-            for rid in s.top:
-                if rid < low:
-                    continue
-                rec = s.records[rid]
-                G = rec.ranks[wanted[rec.ranks] & (head[rec.ranks] <= rid)]
+    A question names a rank and something it may post later (a message on a channel, a collective on a
+    group). Records are scanned in order from where the asking ranks stopped; a question is answered by
+    the first record that has the rank do it, and the scan ends when every question is answered, so in
+    the usual stall (each stuck op's partner a few records ahead) only a few records are read."""
+
+    def __init__(self, outcome: Outcome):
+        self.s = outcome.schedule
+        W = self.s.world
+        self.head = np.full(W, np.iinfo(np.int64).max, dtype=np.int64)
+        for r in outcome.stalled.tolist():
+            self.head[r] = outcome.head(r)[0]
+
+    def messages(self, poster, send, gid, src, dst, tag, tags: bool, with_tag: bool = True):
+        """For each asked message (its poster, side and channel), the (record id, position) of a later op of
+        the poster's that posts it, or None. `with_tag` False: any tag will do (the near misses of P204)."""
+        n = poster.size
+        found: list = [None] * n
+        if not n:
+            return found
+        open_ = np.ones(n, dtype=bool)
+        W = self.s.world
+        asking = np.zeros(W, dtype=bool)
+        asking[poster] = True
+        low = int(self.head[poster].min())
+        for rid in self.s.top:
+            if rid < low:
+                continue
+            rec = self.s.records[rid]
+            ops = (rec,) if isinstance(rec, P2PRec) else rec.ops if isinstance(rec, BatchRec) else ()
+            for op in ops:
+                G = op.ranks[asking[op.ranks] & (self.head[op.ranks] <= rid)]
                 if not G.size:
                     continue
-                if isinstance(rec, P2PRec):
-                    p2p.append(self.p2p_keys(rec, G, tags))
-                elif isinstance(rec, BatchRec):
-                    for op in rec.ops:
-                        g = op.ranks[np.isin(op.ranks, G)]
-                        if g.size:
-                            p2p.append(self.p2p_keys(op, g, tags))
-                elif isinstance(rec, CollectiveRec):
-                    pos = rec.positions(G)
-                    calls.append((G, at(rec.gid, pos, G.size).astype(np.int64)))
-        cols = ("send", "gid", "src", "dst", "tag", "rec", "pos", "rank")
-        self.p2p = {c: np.concatenate([k[i] for k in p2p]) if p2p else np.zeros(0, np.int64) for i, c in enumerate(cols)}
-        self.calls = (np.concatenate([c[0] for c in calls]) if calls else np.zeros(0, np.int64),
-                      np.concatenate([c[1] for c in calls]) if calls else np.zeros(0, np.int64))
+                pos = op.positions(G)
+                k = G.size
+                peer = at(op.peer, pos, k).astype(np.int64)
+                o_src, o_dst = (G, peer) if op.is_send else (peer, G)
+                o_gid = np.zeros(k, dtype=np.int64) if op.gid is None else at(op.gid, pos, k).astype(np.int64)
+                o_tag = at(op.tag, pos, k).astype(np.int64) if tags and with_tag else np.zeros(k, dtype=np.int64)
+                ask = np.flatnonzero(open_ & (send == int(op.is_send)))
+                if not ask.size:
+                    continue
+                q_tag = tag[ask] if tags and with_tag else np.zeros(ask.size, dtype=np.int64)
+                hit = _member((gid[ask], src[ask], dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
+                for i in ask[hit].tolist():
+                    m = np.flatnonzero((o_gid == gid[i]) & (o_src == src[i]) & (o_dst == dst[i])
+                                       & (o_tag == (tag[i] if tags and with_tag else 0)))[0]
+                    found[i] = (op.id, int(m if pos is None else pos[m]))
+                    open_[i] = False
+                if not open_.any():
+                    return found
+                asking[:] = False
+                asking[poster[open_]] = True
+        return found
 
-    @staticmethod
-    def p2p_keys(rec: P2PRec, G: np.ndarray, tags: bool) -> tuple:
-        pos = rec.positions(G)
-        n = G.size
-        peer = at(rec.peer, pos, n).astype(np.int64)
-        src, dst = (G, peer) if rec.is_send else (peer, G)
-        gid = np.zeros(n, dtype=np.int64) if rec.gid is None else at(rec.gid, pos, n).astype(np.int64)
-        tag = at(rec.tag, pos, n).astype(np.int64) if tags else np.zeros(n, dtype=np.int64)
-        p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
-        return (np.full(n, int(rec.is_send)), gid, src, dst, tag, np.full(n, rec.id), p, G)
+    def calls(self, ranks: list[int], gids: list[int]) -> set[tuple[int, int]]:
+        """Which (rank, group) pairs have the rank call a collective on that group later."""
+        open_ = set(zip(ranks, gids))
+        out: set[tuple[int, int]] = set()
+        if not open_:
+            return out
+        W = self.s.world
+        asking = np.zeros(W, dtype=bool)
+        asking[list({r for r, _ in open_})] = True
+        low = int(min(self.head[r] for r, _ in open_))
+        for rid in self.s.top:
+            if rid < low:
+                continue
+            rec = self.s.records[rid]
+            if not isinstance(rec, CollectiveRec):
+                continue
+            G = rec.ranks[asking[rec.ranks] & (self.head[rec.ranks] <= rid)]
+            if not G.size:
+                continue
+            gid = at(rec.gid, rec.positions(G), G.size)
+            for r, g in zip(G.tolist(), gid.tolist()):
+                if (r, g) in open_:
+                    open_.discard((r, g))
+                    out.add((r, g))
+            if not open_:
+                break
+            asking[:] = False
+            asking[list({r for r, _ in open_})] = True
+        return out
 
 
 def analyse(outcome: Outcome) -> Analysis:
@@ -135,14 +174,10 @@ def analyse(outcome: Outcome) -> Analysis:
     finished = outcome.finished
     posts, waiting = outcome.unmatched, outcome.waiting
     stuck = outcome.stalled
-    peers = posts.src.copy() if len(posts) else np.zeros(0, dtype=np.int64)
-    if len(posts):
-        peers = np.where(posts.send == 1, posts.dst, posts.src)
+    peers = np.where(posts.send == 1, posts.dst, posts.src) if len(posts) else np.zeros(0, dtype=np.int64)
     missing_members = _missing_members(outcome)
-    relevant = np.unique(np.concatenate([peers, stuck] + [np.asarray(m, dtype=np.int64)
-                                                          for m in missing_members.values()]))
-    remaining = _Remaining(outcome, relevant, outcome.model.tags)
-    could, near = _could_match(posts, remaining)
+    ahead = _Ahead(outcome)
+    could, near = _could_match(posts, peers, finished, ahead, outcome.model.tags)
     unmatched, tags = [], []
     for i in range(len(posts)):
         peer = int(peers[i])
@@ -156,18 +191,24 @@ def analyse(outcome: Outcome) -> Analysis:
             unmatched.append((i, "never"))
     edges: dict[int, list[Edge]] = {}
     missing: list[tuple[Waiting, int, int, str]] = []
-    will = _will_call(remaining)
     instances = _instances(waiting)
+    asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not finished[m]]
+    will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
     member_of = {}
     for inst in instances.values():
         for row in inst.rows:
             member_of[(int(waiting.rank[row]), int(waiting.rec[row]))] = inst
+    only_sends = set()
     for r in stuck.tolist():
         rid, pos = outcome.head(r)
         rec = s.records[rid]
         op = rec.base + pos
         out = edges.setdefault(r, [])
-        for target, thing in _waits_on(outcome, rec, r, pos, member_of, instances, missing_members):
+        things = list(_waits_on(outcome, rec, r, pos, member_of, instances, missing_members))
+        if things and all(isinstance(x, Pending) and posts.send[x.row] == 1 and posts.rank[x.row] == r
+                          for _, x in things):
+            only_sends.add(r)
+        for target, thing in things:
             if isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
                     out.append(Edge(r, op, target, thing))
@@ -175,41 +216,36 @@ def analyse(outcome: Outcome) -> Analysis:
                 missing.append((thing, target, op, "finished" if finished[target] else "never"))
             else:
                 out.append(Edge(r, op, target, thing))
-    return Analysis(unmatched, _dedupe_tags(posts, tags), missing, _cycles(edges), edges)
+    return Analysis(unmatched, _dedupe_tags(posts, tags), missing, _cycles(edges), edges, only_sends)
 
 
-def _could_match(posts: Posts, rem: _Remaining) -> tuple[np.ndarray, list]:
+def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _Ahead, tags: bool):
     """Can each pending op's peer still post the complementary op (same channel)? And if not, an op of the
     peer's that differs only in tag (for P204)."""
     n = len(posts)
     if not n:
         return np.zeros(0, dtype=bool), []
     want = 1 - posts.send
-    p = rem.p2p
-    could = _member((want, posts.gid, posts.src, posts.dst, posts.tag),
-                    (p["send"], p["gid"], p["src"], p["dst"], p["tag"]))
+    ask = np.flatnonzero(~finished[peers])
+    found = ahead.messages(peers[ask], want[ask], posts.gid[ask], posts.src[ask], posts.dst[ask], posts.tag[ask], tags)
+    could = np.zeros(n, dtype=bool)
+    could[ask] = [f is not None for f in found]
     near: list = [None] * n
-    loose = np.flatnonzero(~could)
+    loose = ask[~could[ask]]
     if loose.size:
-        ok = _member((want[loose], posts.gid[loose], posts.src[loose], posts.dst[loose]),
-                     (p["send"], p["gid"], p["src"], p["dst"]))
-        for i, hit in zip(loose.tolist(), ok.tolist()):
-            if hit:
-                m = np.flatnonzero((p["send"] == want[i]) & (p["gid"] == posts.gid[i]) & (p["src"] == posts.src[i])
-                                   & (p["dst"] == posts.dst[i]))[0]
-                near[i] = (int(p["rec"][m]), int(p["pos"][m]))
-            else:  # the peer's own pending op on the same pair with another tag
-                m = np.flatnonzero((posts.send == want[i]) & (posts.gid == posts.gid[i]) & (posts.src == posts.src[i])
-                                   & (posts.dst == posts.dst[i]) & (posts.tag != posts.tag[i]))
-                if m.size:
-                    first = int(m[np.argmin(posts.order[m])])  # the earliest posted
-                    near[i] = (int(posts.rec[first]), int(posts.pos[first]))
+        close = ahead.messages(peers[loose], want[loose], posts.gid[loose], posts.src[loose], posts.dst[loose],
+                               posts.tag[loose], tags, with_tag=False)
+        for i, hit in zip(loose.tolist(), close):
+            if hit is not None and tags:
+                near[i] = hit
+                continue
+            # the peer's own pending op on the same pair with another tag, the earliest posted
+            m = np.flatnonzero((posts.send == want[i]) & (posts.gid == posts.gid[i]) & (posts.src == posts.src[i])
+                               & (posts.dst == posts.dst[i]) & (posts.tag != posts.tag[i]))
+            if m.size:
+                first = int(m[np.argmin(posts.order[m])])
+                near[i] = (int(posts.rec[first]), int(posts.pos[first]))
     return could, near
-
-
-def _will_call(rem: _Remaining) -> set[tuple[int, int]]:
-    ranks, gids = rem.calls
-    return set(zip(ranks.tolist(), gids.tolist()))
 
 
 def _instances(waiting: Calls) -> dict[tuple[int, int], Waiting]:

@@ -65,9 +65,9 @@ class Deadlock(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        if ctx.eager.completed:
-            return
         for cycle in _deadlocks(ctx):
+            if not ctx.waits.definite(cycle):
+                continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
             yield cls.diagnostic(f"deadlock: ranks {ranks} wait for each other", span=span, label=label,
                                  labels=labels, notes=notes,
@@ -126,9 +126,9 @@ class BufferingHazard(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        if not ctx.eager.completed:
-            return
         for cycle in _deadlocks(ctx):
+            if ctx.waits.definite(cycle):
+                continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
             notes += (Note(message="on Gloo a blocking `send` returns only once the receiver posts its `recv`, "
                                    "at every message size: this always hangs there"),)
