@@ -57,8 +57,7 @@ class Rows:
     COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, **cols):
-        for name in self.COLUMNS:
-            setattr(self, name, cols[name])
+        self.__dict__.update(cols)
 
     @classmethod
     def empty(cls):
@@ -78,11 +77,10 @@ class Rows:
 
 
 class Posts(Rows):
-    """Posted sends and receives. `via`: the record the rank was at when it posted (a batch, or the op);
-    `req`: the request id of an async op, else -1; `early`: a send already complete (eager sends)."""
+    """Posted sends and receives, in posting order. `via`: the record the rank was at when it posted (a
+    batch, or the op itself); `req`: the request id of an async op, else -1."""
 
-    COLUMNS = ("send", "gid", "src", "dst", "tag", "rank", "rec", "pos", "req", "via", "order", "numel",
-               "dtype", "offset", "tensor", "early")
+    COLUMNS = ("send", "gid", "src", "dst", "tag", "rank", "rec", "pos", "req", "via", "numel", "dtype")
 
 
 class Calls(Rows):
@@ -188,7 +186,6 @@ class Engine:
         self.fresh: list[Posts] = []
         self.arrivals = Calls.empty()
         self.fresh_calls: list[Calls] = []
-        self.order = 0
         R = schedule.requests.count
         self.req_done = np.zeros(R, dtype=bool)
         self.req_waited = np.full(R, -1, dtype=np.int64)
@@ -247,6 +244,12 @@ class Engine:
             else:
                 self.pc[G] += 1
         elif t is BatchRec:
+            if G.size == rec.ranks.size and not len(self.pending) and not self.fresh:
+                plan = self.exchange_plan(rec)
+                if plan is not None:
+                    self.exchange(rec, G, plan)
+                    self.pc[G] += 1
+                    return
             parts, count = [], np.zeros(G.size, dtype=np.int64)
             for op in rec.ops:
                 if G.size == rec.ranks.size and op.ranks is rec.ranks:
@@ -270,6 +273,57 @@ class Engine:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records
             raise TypeError(t)
+
+    def exchange_plan(self, rec: BatchRec):
+        """[(send op, receive op, where each send's receiver sits in the receive op)] when every op of the batch
+        meets its partner inside the batch itself (a ring step, a pairwise swap), or None.
+
+        Posted by all its ranks at once with nothing else pending, such a batch completes at once: each
+        channel carries one message of it (no two of its sends share a channel)."""
+        ranks, n, W = rec.ranks, rec.ranks.size, self.W
+        if any(op.ranks is not ranks and not np.array_equal(op.ranks, ranks) for op in rec.ops):
+            return None
+        sends = [op for op in rec.ops if op.is_send]
+        recvs = [op for op in rec.ops if not op.is_send]
+        if len(sends) != len(recvs) or self.model.eager_sends:
+            return None
+        full = n == W
+        plan = []
+        seen: list[tuple] = []
+        for s in sends:
+            if s.gid is not None:
+                return None
+            peer = at(s.peer, None, n).astype(np.int64)
+            if ((peer < 0) | (peer >= W) | (peer == ranks)).any():
+                return None
+            q = peer if full else np.searchsorted(ranks, peer)
+            if not full and ((q >= n) | (ranks[np.minimum(q, n - 1)] != peer)).any():
+                return None
+            tag = at(s.tag, None, n) if self.model.tags else 0
+            if any(((p == peer) & (t_ == tag)).any() for p, t_ in seen):
+                return None  # two sends on one channel somewhere: leave their order to the general matching
+            seen.append((peer, tag))
+            for r in recvs:
+                r_tag = at(r.tag, None, n)[q] if self.model.tags else 0
+                if r.gid is None and np.array_equal(at(r.peer, None, n)[q], ranks) and np.all(r_tag == tag):
+                    plan.append((s, r, q))
+                    recvs.remove(r)
+                    break
+            else:
+                return None
+        return plan
+
+    def exchange(self, rec: BatchRec, G: np.ndarray, plan) -> None:
+        """A self-matched batch: every message posted and met in one step."""
+        sends, recvs, posted = [], [], []
+        for s, r, q in plan:
+            srows, _ = self.rows(s, G, None, rec.id)
+            rrows, _ = self.rows(r, G, None, rec.id)
+            posted += [srows, rrows]
+            sends.append(srows)
+            recvs.append(rrows.take(q))
+        self.obs.posted(Posts.concat(posted))
+        self.note_matches(Posts.concat(sends), Posts.concat(recvs))
 
     def block(self, G: np.ndarray, outstanding) -> None:
         """Ranks G wait for `outstanding` things each (ranks with none go on at once)."""
@@ -346,13 +400,8 @@ class Engine:
         tag = at(rec.tag, p, n).astype(np.int64) if self.model.tags else np.zeros(n, dtype=np.int64)
         rows = Posts(send=np.full(n, int(rec.is_send), dtype=np.int64), gid=gid, src=src, dst=dst, tag=tag, rank=G,
                      rec=np.full(n, rec.id, dtype=np.int64), pos=p, req=req, via=np.full(n, via, dtype=np.int64),
-                     order=np.arange(self.order, self.order + n, dtype=np.int64),
                      numel=at(rec.view.numel, p, n).astype(np.int64),
-                     dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64),
-                     offset=at(rec.view.offset, p, n).astype(np.int64),
-                     tensor=np.full(n, self.tensor_ids[rec.view.tensor], dtype=np.int64),
-                     early=np.full(n, int(rec.is_send and self.model.eager_sends), dtype=np.int64))
-        self.order += n
+                     dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64))
         return rows, void
 
     def match(self) -> bool:
@@ -403,18 +452,24 @@ class Engine:
             change[1:] |= c[1:] != c[:-1]
         return order, np.cumsum(change)
 
-    def met(self, sends: Posts, recvs: Posts) -> None:
+    def note_matches(self, sends: Posts, recvs: Posts) -> None:
+        """What every matched pair is shown to: the mismatch record, the observers."""
         bad = (sends.numel != recvs.numel) | (sends.dtype != recvs.dtype)
         if bad.any():
             self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
         if self.record_matches:
             self.matches.append((sends, recvs))
         self.obs.matched(sends, recvs)
-        for side, skip_early in ((sends, True), (recvs, False)):
-            live = side.early == 0 if skip_early else np.ones(len(side), dtype=bool)
-            req = side.req[live]
+
+    def met(self, sends: Posts, recvs: Posts) -> None:
+        """Matched pairs: noted, and the ops (or their requests) done."""
+        self.note_matches(sends, recvs)
+        for side in (recvs, sends) if self.model.eager_sends else (sends, recvs):  # eager sends finished at posting
+            req = side.req
             self.finish_requests(req[req >= 0])
-            np.subtract.at(self.remaining, side.rank[live & (side.req < 0)], 1)
+            np.subtract.at(self.remaining, side.rank[req < 0], 1)
+            if self.model.eager_sends:
+                break
 
     # ---- requests ----------------------------------------------------------------------------------
     def finish_requests(self, reqs: np.ndarray) -> None:

@@ -33,7 +33,9 @@ from commdsl.syntax import nodes as n
 from commdsl.values import (Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform)
 
 MAX_TENSOR_ELEMENTS = 1 << 34
-MAX_STEPS = 20_000_000
+MAX_STEPS = 200_000_000
+VIEW_CACHE = 64
+"""Views remembered by `Expander.view` (a loop iteration's worth)."""
 """Loop iterations plus ops over all ranks of one expansion: a hostile `for` bound ends here, not in swap."""
 
 Env = dict
@@ -94,6 +96,9 @@ class Expander:
         self.req_count = 0
         self.live = np.zeros(0, dtype=np.int64)  # outstanding requests (what `wait all` waits for), in order
         self.live_rank = np.zeros(0, dtype=np.int64)
+        self.free: dict[int, tuple] = {}  # node id → (node, its text, the names it reads)
+        self.views: dict[tuple, tuple] = {}  # the most recent views, see `view`
+        self.compacted: dict[int, tuple] = {}  # array id → (array, its int32 copy), see `compact`
 
     # ---- errors ---------------------------------------------------------------------------------
     def kill(self, A: np.ndarray, failure: Failure) -> None:
@@ -318,6 +323,24 @@ class Expander:
 
     # ---- views --------------------------------------------------------------------------------------
     def view(self, e, A: np.ndarray, env: Env) -> VView:
+        """The view `e` names on the ranks A. A statement often names the same chunk as the one before it
+        (`recv tmp[0 : x.chunk(k, world).size]` then `x.chunk(k, world) += ...`): views are remembered by
+        their text and the values of the names they read, so those share one computation and one array."""
+        names = self.free.get(id(e))
+        if names is None:
+            names = self.free[id(e)] = (e, self.text(e), tuple(sorted(_names(e))))
+        values = tuple(env.get(k) for k in names[2])
+        key = (names[1], id(A)) + tuple(id(v) if is_vec(v) else (type(v), v) for v in values)
+        hit = self.views.get(key)
+        if hit is not None:
+            return hit[0]
+        v = self.make_view(e, A, env)
+        self.views[key] = (v, A, values)  # holding A and the values keeps their ids from being reused
+        if len(self.views) > VIEW_CACHE:
+            del self.views[next(iter(self.views))]
+        return v
+
+    def make_view(self, e, A: np.ndarray, env: Env) -> VView:
         match e:
             case n.Name() if e.id in self.infos:
                 info = self.infos[e.id]
@@ -332,7 +355,7 @@ class Expander:
                     raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
                         f"slice `[{item(lo, k)}:{item(hi, k)}]` is out of bounds for {item(rows, k)} rows", span=e.span,
                         label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}"))
-                return self.rows_view(base, lo, hi - lo if is_vec(hi) or is_vec(lo) else hi - lo, keep=True)
+                return self.rows_view(base, lo, hi if not is_vec(lo) and lo == 0 else hi - lo, keep=True)
             case n.Index():
                 base = self.view(e.value, A, env)
                 rows = self.rows(base, e)
@@ -348,25 +371,29 @@ class Expander:
         raise fail_all(InvalidView.diagnostic("expected a tensor view", span=e.span, label="not a view"))
 
     def chunk(self, e: n.Call, f: n.Attr, A, env) -> VView:
+        """`x.chunk(k, parts)`: torch.tensor_split's k-th of `parts` pieces along dim 0 (the first
+        rows % parts pieces one row longer)."""
         base = self.view(f.value, A, env)
         rows = self.rows(base, e)
         k_ = self.int_value(e.args[0], A, env, "a chunk index")
         parts = self.int_value(e.args[1], A, env, "a chunk count")
-        few = np.asarray(parts) < 1
-        if np.any(few):
+        if _below(parts, 1):
+            few = np.asarray(parts) < 1
             raise Failure(np.broadcast_to(few, A.shape), lambda k: ViewOutOfBounds.diagnostic(
                 f"`chunk` into {item(parts, k)} parts", span=e.span, label="needs at least 1 part"))
-        bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < parts))
-        if np.any(bad):
+        if _below(k_, 0) or _at_least(k_, parts):
+            bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < parts))
             raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
                 f"chunk index {item(k_, k)} is out of bounds for {item(parts, k)} parts", span=e.span,
                 label=f"valid indices are 0..{item(parts, k) - 1}"))
         small, extra = (np.divmod(rows, parts) if is_vec(rows) or is_vec(parts) else divmod(rows, parts))
-        if is_vec(k_) or is_vec(extra) or is_vec(small):
-            start = k_ * small + np.minimum(k_, extra)
-            count = small + (np.asarray(k_) < extra).astype(np.int64)
-        else:
+        if not (is_vec(k_) or is_vec(extra) or is_vec(small)):
             start, count = k_ * small + min(k_, extra), small + int(k_ < extra)
+        elif not is_vec(extra) and extra == 0:  # even pieces
+            start, count = k_ * small, small
+        else:
+            start = np.minimum(k_, extra) if not is_vec(small) and small == 0 else k_ * small + np.minimum(k_, extra)
+            count = small + (k_ < extra)
         return self.rows_view(base, uniform(start), uniform(count), keep=True)
 
     def rows(self, v: VView, node):
@@ -439,6 +466,7 @@ class Expander:
 
     # ---- statements ---------------------------------------------------------------------------------
     def add(self, rec, top: bool = True):
+        self.compact(rec)
         rec.id = len(self.records)
         rec.base = self.op_count
         self.op_count += int(rec.ranks.size)
@@ -447,6 +475,59 @@ class Expander:
             self.top.append(rec.id)
         self.spend(int(rec.ranks.size), rec.node)
         return rec
+
+    def compact(self, rec) -> None:
+        """Store a record's per-rank integers in the smallest type that holds them (a ring at world 4096 keeps
+        about 25,000 records of such arrays). The arrays the expansion computes with stay int64: this is a copy,
+        and every reader widens a field to int64 before it computes with it."""
+        for name in ("view", "target"):
+            v = getattr(rec, name, None)
+            if v is not None:
+                setattr(rec, name, self.small_view(v))
+        for name in ("reads", "views", "inputs", "outputs"):
+            vs = getattr(rec, name, None)
+            if vs:
+                setattr(rec, name, tuple(self.small_view(v) for v in vs))
+        if getattr(rec, "value", None):
+            rec.value = self.small_elem(rec.value)
+        for name in ("peer", "tag", "root", "contribution"):
+            v = getattr(rec, name, None)
+            if is_vec(v):
+                setattr(rec, name, self.small(v))
+
+    def small_view(self, v: VView) -> VView:
+        return VView(v.tensor, self.small(v.offset), tuple(self.small(d) for d in v.shape))
+
+    def small_elem(self, e):
+        tag = e[0]
+        if tag == "v":
+            return ("v", self.small_view(e[1]))
+        if tag == "u":
+            return ("u", e[1], self.small_elem(e[2]))
+        if tag == "b":
+            return ("b", e[1], self.small_elem(e[2]), self.small_elem(e[3]))
+        if tag == "f":
+            return ("f", e[1], tuple(self.small_elem(a) for a in e[2]))
+        return e  # constants keep their dtype: a per-rank constant's dtype is part of what it computes
+
+    def small(self, a):
+        """The array in the smallest signed integer type that holds it (readers widen before arithmetic)."""
+        if not is_vec(a) or a.dtype != np.int64 or not a.size:
+            return a
+        hit = self.compacted.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        lo, hi = int(a.min()), int(a.max())
+        out = a
+        for dtype in (np.int8, np.int16, np.int32):
+            info = np.iinfo(dtype)
+            if info.min <= lo and hi <= info.max:
+                out = a.astype(dtype)
+                break
+        self.compacted[id(a)] = (a, out)  # holding `a` keeps its id from being reused
+        if len(self.compacted) > VIEW_CACHE * 4:
+            del self.compacted[next(iter(self.compacted))]
+        return out
 
     def spend(self, steps: int, node) -> None:
         self.steps += steps
@@ -713,6 +794,29 @@ class Expander:
         record = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in self.req_chunks])
         pos = np.concatenate([np.arange(c[0].size, dtype=np.int64) for c in self.req_chunks])
         return Requests(rank, record, pos)
+
+
+def _names(e) -> set[str]:
+    """The names an expression reads (a view is a function of their values)."""
+    if isinstance(e, n.Name):
+        return {e.id}
+    out: set[str] = set()
+    for child in n.children(e):
+        out |= _names(child)
+    return out
+
+
+def _below(v, bound) -> bool:
+    """Is v below `bound` on some rank (scalars or arrays on either side)?"""
+    if is_vec(v) and not is_vec(bound):
+        return bool(v.size) and v.min() < bound
+    return bool(np.any(np.asarray(v) < bound))
+
+
+def _at_least(v, bound) -> bool:
+    if is_vec(v) and not is_vec(bound):
+        return bool(v.size) and v.max() >= bound
+    return bool(np.any(np.asarray(v) >= bound))
 
 
 def _objectish(*vals) -> bool:

@@ -97,7 +97,10 @@ class VView:
 
     @property
     def numel(self):
-        return math.prod(self.shape) if self.shape else 1
+        """Elements per rank (in the record's own integer type for a 1-d view, else computed in int64)."""
+        if len(self.shape) == 1:
+            return self.shape[0]
+        return math.prod(d.astype(np.int64) if isinstance(d, np.ndarray) else d for d in self.shape)
 
     @property
     def rows(self):

@@ -201,15 +201,39 @@ class _Elements:
 
     def __init__(self, pos, n: int, count):
         self.pos, self.n, self.count = pos, n, count
-        counts = np.broadcast_to(np.asarray(count, dtype=np.int64), (n,))
-        self.rep = np.repeat(np.arange(n), counts)
+
+    @cached_property
+    def rep(self) -> np.ndarray:
+        """The position (in the record) of each element's rank."""
+        return np.repeat(np.arange(self.n), np.broadcast_to(np.asarray(self.count, dtype=np.int64), (self.n,)))
+
+    @cached_property
+    def i(self) -> np.ndarray:
+        """Each element's index within its rank's view (`i` in the language)."""
+        counts = np.broadcast_to(np.asarray(self.count, dtype=np.int64), (self.n,))
         first = np.cumsum(counts) - counts
-        self.i = np.arange(int(counts.sum()), dtype=np.int64) - first[self.rep]
+        return np.arange(int(counts.sum()), dtype=np.int64) - first[self.rep]
 
     def const(self, v):
         if is_vec(v):
             return Weak(at(v, self.pos, self.n)[self.rep])
         return v
+
+
+@dataclass
+class Failed:
+    """How an `expect` failed on the ranks of its record, worded only for the ranks a message shows."""
+
+    cmp: str
+    undefined: np.ndarray
+    element: dict = field(default_factory=dict)  # position in the record → first failing element
+    got: dict = field(default_factory=dict)
+    want: dict = field(default_factory=dict)
+
+    def detail(self, k: int) -> str:
+        if self.undefined[k]:
+            return "reads elements left undefined by `reduce` on a non-root rank"
+        return f"element {self.element[k]}: got {self.got[k]!r}, expected {self.cmp} {self.want[k]!r}"
 
 
 # ---- the data ---------------------------------------------------------------------------------------
@@ -244,7 +268,7 @@ class Data(Observer):
         el = _Elements(None, W, counts)
         with np.errstate(all="ignore"):
             value = self.ev(info.init, el, None, np.arange(W))
-        return cast(self.flat(value, el.i.size), info.dtype).copy()
+        return cast(self.flat(value, int(counts.sum())), info.dtype).copy()
 
     # ---- reading and writing ----------------------------------------------------------------------
     def indices(self, v, G: np.ndarray, pos):
@@ -357,33 +381,30 @@ class Data(Observer):
         idx, count = self.indices(v, G, pos)
         el = _Elements(pos, G.size, count)
         with np.errstate(all="ignore"):
-            expected = self.flat(self.ev(rec.value, el, pos, G), idx.size)
+            expected = np.broadcast_to(np.asarray(self.flat(self.ev(rec.value, el, pos, G), idx.size)), idx.shape)
         actual = self.buf[v.tensor][idx]
-        dtype = self.dtype[v.tensor]
-        good = compare(actual, expected, rec.cmp, dtype)
+        good = compare(actual, expected, rec.cmp, self.dtype[v.tensor])
         ok = _all_per_rank(good, count, G.size)
         undefined = np.zeros(G.size, dtype=bool)
         if v.tensor in self.undef:
             undefined = _any_per_rank(self.undef[v.tensor][idx], count, G.size)
         ok &= ~undefined
-        details = []
-        for k in np.flatnonzero(~ok):
-            if undefined[k]:
-                details.append("reads elements left undefined by `reduce` on a non-root rank")
-                continue
-            sel = el.rep == k
-            a, x, g = actual[sel], np.asarray(expected)[sel] if np.ndim(expected) else expected, good[sel]
-            bad = int(np.argmin(g))
-            details.append(f"element {bad}: got {a[bad].item()!r}, expected {rec.cmp} "
-                           f"{np.broadcast_to(np.asarray(x), a.shape)[bad].item()!r}")
-        self.expect_recs.append((rec, G.copy(), ok, details))
+        failed = Failed(rec.cmp, undefined)
+        if not ok.all():  # each failing rank's first failing element, kept to word its detail when asked
+            bad = np.flatnonzero(~good)
+            owners, first = np.unique(el.rep[bad], return_index=True)
+            at_ = bad[first]
+            starts = np.cumsum(np.broadcast_to(np.asarray(count, dtype=np.int64), (G.size,))) - count
+            failed.element = dict(zip(owners.tolist(), (at_ - starts[owners]).tolist()))
+            failed.got = dict(zip(owners.tolist(), actual[at_].tolist()))
+            failed.want = dict(zip(owners.tolist(), expected[at_].tolist()))
+        self.expect_recs.append((rec, G.copy(), ok, failed))
 
     def expect_results(self) -> list[ExpectResult]:
         out = []
-        for rec, G, ok, details in self.expect_recs:
-            bad = iter(details)
-            for rank, good in zip(G.tolist(), ok.tolist()):
-                out.append(ExpectResult(rank, rec, good, "" if good else next(bad)))
+        for rec, G, ok, failed in self.expect_recs:
+            for k, (rank, good) in enumerate(zip(G.tolist(), ok.tolist())):
+                out.append(ExpectResult(rank, rec, good, "" if good else failed.detail(k)))
         return out
 
     def matched(self, sends: Posts, recvs: Posts):
@@ -392,17 +413,23 @@ class Data(Observer):
             sends, recvs = sends.take(same), recvs.take(same)
         if not len(sends):
             return
-        count = np.minimum(sends.numel, recvs.numel)
-        for ts in np.unique(sends.tensor):
-            for tr in np.unique(recvs.tensor[sends.tensor == ts]):
-                m = (sends.tensor == ts) & (recvs.tensor == tr)
-                src_t, dst_t = self.names[int(ts)], self.names[int(tr)]
-                c = count[m]
-                src = _ragged(self.base[src_t][sends.rank[m]] + sends.offset[m], c, int(m.sum()))
-                dst = _ragged(self.base[dst_t][recvs.rank[m]] + recvs.offset[m], c, int(m.sum()))
-                self.buf[dst_t][dst] = cast(self.buf[src_t][src], self.dtype[dst_t])
-                if dst_t in self.undef:
-                    self.undef[dst_t][dst] = False
+        pairs = sends.rec * len(self.s.records) + recvs.rec
+        groups = [slice(None)] if (pairs == pairs[0]).all() else [pairs == p for p in np.unique(pairs)]
+        for m in groups:
+            s_rec = self.s.records[int(sends.rec[m][0])]
+            r_rec = self.s.records[int(recvs.rec[m][0])]
+            a, b = s_rec.view.tensor, r_rec.view.tensor
+            c = np.minimum(sends.numel[m], recvs.numel[m])
+            k = int(c.size)
+            dst = _ragged(self.start(r_rec.view, recvs.rank[m], recvs.pos[m]), c, k)
+            self.buf[b][dst] = cast(self.buf[a][_ragged(self.start(s_rec.view, sends.rank[m], sends.pos[m]), c, k)],
+                                    self.dtype[b])
+            if b in self.undef:
+                self.undef[b][dst] = False
+
+    def start(self, v, ranks: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The flat index where view `v` starts on each of `ranks` (at their positions in its record)."""
+        return self.base[v.tensor][ranks] + (at(v.offset, pos, ranks.size) if is_vec(v.offset) else v.offset)
 
     def completed(self, calls: Calls, starts, counts):
         for s, c in zip(starts.tolist(), counts.tolist()):

@@ -97,7 +97,7 @@ def kind(v) -> str:
 
 def _magnitude(v) -> int | float:
     if isinstance(v, np.ndarray):
-        return float(np.abs(v).max()) if v.size else 0
+        return max(-float(v.min()), float(v.max())) if v.size else 0
     return abs(v)
 
 
@@ -212,13 +212,13 @@ def _int_op(node: n.Binary, op: str, a, b, size: int):
             return _by_rank(node, a, b, size)
         return a * b
     if op == "//":
-        return np.floor_divide(a, b) + np.zeros(size, dtype=np.int64)
+        return np.floor_divide(a, b)
     if op == "%":
-        return np.remainder(a, b) + np.zeros(size, dtype=np.int64)
+        return np.remainder(a, b)
     q, r = np.divmod(a, b)  # op == "/"
-    exact = (r == 0) if is_vec(r) else np.full(size, r == 0)
+    exact = r == 0
     if exact.all():
-        return q + np.zeros(size, dtype=np.int64)
+        return q
     if not exact.any() and max(ma, mb) < EXACT_FLOAT:
         return np.true_divide(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) + np.zeros(size)
     return _by_rank(node, a, b, size)

@@ -222,12 +222,15 @@ class Access(Observer):
         (ra, Ga, pa, wa, oa), (rb, Gb, pb, wb, ob) = first, second
         if ra.view.tensor != rb.view.tensor or not (wa or wb):
             return
-        common, ia, ib = np.intersect1d(Ga, Gb, assume_unique=True, return_indices=True)
+        if Ga.size == Gb.size and (Ga is Gb or (Ga == Gb).all()):
+            common, ia, ib = Ga, np.arange(Ga.size), np.arange(Gb.size)
+        else:
+            common, ia, ib = np.intersect1d(Ga, Gb, assume_unique=True, return_indices=True)
         if not common.size:
             return
         va, vb = ra.view, rb.view
-        sa, na = at(va.offset, pa[ia], ia.size), at(va.numel, pa[ia], ia.size)
-        sb, nb = at(vb.offset, pb[ib], ib.size), at(vb.numel, pb[ib], ib.size)
+        sa, na = (np.asarray(at(x, pa[ia], ia.size), dtype=np.int64) for x in (va.offset, va.numel))
+        sb, nb = (np.asarray(at(x, pb[ib], ib.size), dtype=np.int64) for x in (vb.offset, vb.numel))
         hit = (sa < sb + nb) & (sb < sa + na) & (na > 0) & (nb > 0)
         for k in np.flatnonzero(hit).tolist():
             self.races.append(Race(int(common[k]), int(ob[ib[k]]), int(oa[ia[k]]), wb, wa, va.tensor))

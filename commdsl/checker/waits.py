@@ -239,11 +239,11 @@ def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _
             if hit is not None and tags:
                 near[i] = hit
                 continue
-            # the peer's own pending op on the same pair with another tag, the earliest posted
+            # the peer's own pending op on the same pair with another tag, the first in its program
             m = np.flatnonzero((posts.send == want[i]) & (posts.gid == posts.gid[i]) & (posts.src == posts.src[i])
                                & (posts.dst == posts.dst[i]) & (posts.tag != posts.tag[i]))
             if m.size:
-                first = int(m[np.argmin(posts.order[m])])
+                first = int(m[np.lexsort((posts.pos[m], posts.rec[m]))[0]])
                 near[i] = (int(posts.rec[first]), int(posts.pos[first]))
     return could, near
 

@@ -309,7 +309,11 @@ def _runs_and_exchanges(ctx: Context, found: dict) -> None:
     length = np.zeros(W, dtype=np.int64)
     step = np.zeros(W, dtype=np.int64)  # each rank's position in its own sequence
 
+    active = [0]  # ranks in a run: when none are, a record that starts none needs no work
+
     def close(ranks: np.ndarray) -> None:
+        if not active[0]:
+            return
         done = ranks[(kind[ranks] > 0) & (length[ranks] >= W - 1)]
         for r in done.tolist():
             ops = s.ops[r][int(start[r]):int(start[r] + length[r])]
@@ -317,21 +321,24 @@ def _runs_and_exchanges(ctx: Context, found: dict) -> None:
                                   lambda r=r, ops=ops: _run_finding(r, ops, W)))
         kind[ranks] = 0
         length[ranks] = 0
+        active[0] = int((kind > 0).sum())
 
     for rid in s.top:
         rec = s.records[rid]
         G = rec.ranks
-        run = np.zeros(G.size, dtype=np.int64)
         if isinstance(rec, P2PRec) and rec.blocking and rec.gid is None:
-            plain = at(rec.tag, None, G.size) == 0
-            run[plain] = SEND_RUN if rec.is_send else RECV_RUN
-        extend = (run > 0) & (kind[G] == run)
-        close(G[~extend])
-        fresh = (run > 0) & ~extend
-        kind[G[fresh]] = run[fresh]
-        start[G[fresh]] = step[G[fresh]]
-        length[G[run > 0]] += 1
-        if isinstance(rec, BatchRec):
+            run = np.zeros(G.size, dtype=np.int64)
+            run[at(rec.tag, None, G.size) == 0] = SEND_RUN if rec.is_send else RECV_RUN
+            extend = (run > 0) & (kind[G] == run)
+            close(G[~extend])
+            fresh = (run > 0) & ~extend
+            kind[G[fresh]] = run[fresh]
+            start[G[fresh]] = step[G[fresh]]
+            length[G[run > 0]] += 1
+            active[0] = int((kind > 0).sum())
+        else:
+            close(G)
+        if isinstance(rec, BatchRec) and len(rec.ops) >= 2 * (W - 1):  # fewer ops cannot reach every other rank
             _exchange(ctx, rec, found)
         step[G] += 1
     close(np.arange(W))

@@ -56,15 +56,15 @@ class ExpectFailed(Rule):
     def from_simulation(cls, sim) -> Iterator[Diagnostic]:
         """One finding per failing `expect` statement, naming its first failing ranks."""
         by_span: dict = {}
-        for rec, G, ok, details in sim.data.expect_recs:
+        for rec, G, ok, failed in sim.data.expect_recs:
             bad = np.flatnonzero(~ok)
             if bad.size:
-                entry = by_span.setdefault(rec.span, [])
-                entry.extend((int(G[k]), d) for k, d in zip(bad.tolist(), details))
-        for span, fails in by_span.items():
-            fails.sort(key=lambda f: f[0])
-            ranks = sorted({r for r, _ in fails})
-            shown = ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
-            yield cls.diagnostic(f"expectation fails on rank{'s' * (len(ranks) > 1)} {shown}", span=span,
-                                 label=f"rank {fails[0][0]}: {fails[0][1]}",
-                                 notes=tuple(Note(message=f"rank {r}: {d}") for r, d in fails[1:4]))
+                by_span.setdefault(rec.span, []).append((G[bad], bad, failed))
+        for span, parts in by_span.items():
+            ranks = np.unique(np.concatenate([g for g, _, _ in parts]))
+            first = sorted((int(r), failed.detail(int(k))) for g, ks, failed in parts
+                           for r, k in zip(g[:4].tolist(), ks[:4].tolist()))[:4]
+            shown = ", ".join(map(str, ranks[:8].tolist())) + (" …" if ranks.size > 8 else "")
+            yield cls.diagnostic(f"expectation fails on rank{'s' * (ranks.size > 1)} {shown}", span=span,
+                                 label=f"rank {first[0][0]}: {first[0][1]}",
+                                 notes=tuple(Note(message=f"rank {r}: {d}") for r, d in first[1:4]))
