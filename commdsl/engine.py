@@ -25,6 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
+from commdsl.limits import Deadline, time_limit
 from commdsl.schedule import (BatchRec, CollectiveRec, LOCAL_RECORDS, P2PRec, Schedule, WaitRec)
 from commdsl.values import at
 
@@ -171,8 +172,9 @@ class Outcome:
 
 class Engine:
     def __init__(self, schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
-                 record_matches: bool = False):
+                 record_matches: bool = False, deadline: Deadline | None = None):
         self.s = schedule
+        self.deadline = deadline or Deadline(None)
         self.model = model
         self.obs = observer or Observer()
         W = schedule.world
@@ -210,6 +212,10 @@ class Engine:
     # ---- the rounds ------------------------------------------------------------------------------
     def run(self) -> Outcome:
         while True:
+            if self.deadline.passed():
+                live = np.flatnonzero(self.pc < self.length)
+                rid = int(self.flat[self.first[live[0]] + self.pc[live[0]]])
+                raise time_limit(self.deadline, self.s.records[rid].span, f"running the ops at world {self.W}")
             moved = self.run_ready()
             moved |= self.match()
             moved |= self.complete_calls()
@@ -637,5 +643,5 @@ def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def run_engine(schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
-               record_matches: bool = False) -> Outcome:
-    return Engine(schedule, model, observer, record_matches).run()
+               record_matches: bool = False, deadline: Deadline | None = None) -> Outcome:
+    return Engine(schedule, model, observer, record_matches, deadline).run()

@@ -21,6 +21,7 @@ import numpy as np
 
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
+from commdsl.limits import MAX_OPS, MAX_RECORDS, Deadline, time_limit
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.rules.names import InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (BadParamValue, BufferDoesNotFit, ExpansionTooLarge, HandleNotAssigned, InvalidGroup,
@@ -33,10 +34,8 @@ from commdsl.syntax import nodes as n
 from commdsl.values import (Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform)
 
 MAX_TENSOR_ELEMENTS = 1 << 34
-MAX_STEPS = 200_000_000
 VIEW_CACHE = 64
 """Views remembered by `Expander.view` (a loop iteration's worth)."""
-"""Loop iterations plus ops over all ranks of one expansion: a hostile `for` bound ends here, not in swap."""
 
 Env = dict
 
@@ -74,8 +73,9 @@ class _Stop(Exception):
 class Expander:
     """One expansion: the program's records at one world size."""
 
-    def __init__(self, program: Program, world: int, params: dict[str, object]):
+    def __init__(self, program: Program, world: int, params: dict[str, object], deadline: Deadline | None = None):
         self.program = program
+        self.deadline = deadline or Deadline(None)
         self.W = world
         self.params = params
         self.everyone = np.arange(world, dtype=np.int64)
@@ -466,6 +466,13 @@ class Expander:
 
     # ---- statements ---------------------------------------------------------------------------------
     def add(self, rec, top: bool = True):
+        if len(self.records) >= MAX_RECORDS:
+            raise fail_all(ExpansionTooLarge.diagnostic(
+                f"the program expands to over {MAX_RECORDS:,} statement instances at world {self.W}", span=rec.span,
+                label="this statement pushes it over the limit",
+                help="check the loop bounds and params; commdsl expands every statement instance in memory"))
+        if self.deadline.passed():
+            raise time_limit(self.deadline, rec.span, f"expanding the program at world {self.W}")
         self.compact(rec)
         rec.id = len(self.records)
         rec.base = self.op_count
@@ -531,9 +538,9 @@ class Expander:
 
     def spend(self, steps: int, node) -> None:
         self.steps += steps
-        if self.steps > MAX_STEPS:
+        if self.steps > MAX_OPS:
             raise fail_all(ExpansionTooLarge.diagnostic(
-                f"the program expands to over {MAX_STEPS:,} loop steps and ops at world {self.W}", span=node.span,
+                f"the program expands to over {MAX_OPS:,} loop steps and ops at world {self.W}", span=node.span,
                 label="this loop pushes it over the limit" if isinstance(node, n.For) else "this op pushes it over the limit",
                 help="check the loop bounds and params; commdsl expands every rank's ops in memory"))
 
@@ -873,15 +880,17 @@ def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> 
     return env
 
 
-def expand(program: Program, world: int, params: Mapping[str, object] | None = None) -> Schedule:
-    """The Schedule of `program` at `world` ranks; raises CommdslError with every expansion error."""
+def expand(program: Program, world: int, params: Mapping[str, object] | None = None,
+           deadline: Deadline | None = None) -> Schedule:
+    """The Schedule of `program` at `world` ranks; raises CommdslError with every expansion error, and
+    TimeLimitReached when `deadline` passes first."""
     if not program.accepts(world) or not 1 <= world <= MAX_WORLD:
         span = program.world.span if program.world else None
         raise CommdslError([WorldSizeNotDeclared.diagnostic(
             f"world size {world} is outside the program's declared sizes ({program.describe_world()})",
             span=span, label="declared here" if span else "", help="run at a declared size, or widen the `world` line")])
     env = resolve_params(program, params)
-    ex = Expander(program, world, env)
+    ex = Expander(program, world, env, deadline)
     try:
         ex.setup()
     except _Stop as stop:
@@ -906,4 +915,4 @@ def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:
     return d.model_copy(update={"notes": notes, "worlds": (world,)})
 
 
-__all__ = ["expand", "resolve_params", "parse_param_value", "MAX_STEPS", "MAX_TENSOR_ELEMENTS", "NotAnInteger"]
+__all__ = ["expand", "resolve_params", "parse_param_value", "MAX_TENSOR_ELEMENTS"]

@@ -1,21 +1,59 @@
-"""What a Schedule needs from this machine, checked before anything allocates it.
+"""The bounds on one check: ops, memory and time. Whatever the input, a check ends, and a bound it reaches
+is a diagnostic that names it.
 
-The simulator holds every rank's tensors in one process and `commdsl run` starts every local rank on
-this node, so both need the sum over ranks; a program that asks for more is refused with the size and
-the limit named, instead of being killed by the OOM killer halfway through.
+* ops: the expansion stops at `MAX_OPS` loop steps and ops, or `MAX_RECORDS` statement instances, over all
+  ranks of one world size (N133, raised by `expand`); both also bound the engine's work, which is linear
+  in them;
+* memory: the simulator holds every rank's tensors in one process and `commdsl run` starts every local rank
+  on this node, so both need the sum over ranks; a program that asks for more than `MEMORY_SHARE` of this
+  machine is refused before anything is allocated (N132);
+* time: `Deadline`, checked as the expansion adds records and at every engine round (N134).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from commdsl.diagnostics import Diagnostic, Note
 from commdsl.dtypes import DTYPES
-from commdsl.rules.sizes import TensorsExceedMemory
+from commdsl.rules.sizes import TensorsExceedMemory, TimeLimitExceeded
 from commdsl.schedule import Schedule
 
 MEMORY_SHARE = 0.5
 """Of the machine's physical memory, the share one run may use for program tensors."""
+MAX_OPS = 200_000_000
+"""Loop steps plus ops over all ranks of one expansion (a ring all-reduce at world 4096 is 84 M)."""
+MAX_RECORDS = 2_000_000
+"""Statement instances of one expansion: each is a record, with Python work and memory of its own."""
+TIME_LIMIT = 600.0
+"""Seconds one `check`/`lint` of one program may take, by default (`--max-time`)."""
+
+
+class Deadline:
+    """The moment a check must have ended by; `None` seconds is no limit."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() > self.at
+
+
+class TimeLimitReached(Exception):
+    """The deadline passed; carries the diagnostic that says where the check had got to."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+def time_limit(deadline: Deadline, span, where: str) -> TimeLimitReached:
+    return TimeLimitReached(TimeLimitExceeded.diagnostic(
+        f"the check reached its time limit of {deadline.seconds:g} s while {where}", span=span,
+        label="it had got this far",
+        help="raise the limit with `--max-time`, or check a smaller world size with `--world`"))
 
 
 def physical_memory() -> int:

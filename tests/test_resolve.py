@@ -29,6 +29,7 @@ class Case:
     args: tuple[str, ...] = ()  # extra `commdsl check` flags
     world: int | None = None  # the world size to expand at (default: every declared size)
     params: dict = field(default_factory=dict)
+    seconds: float | None = None  # the check's time limit (`--max-time`)
 
 
 X = "world 2\ntensor x: float32[4]\n"  # most cases start with this
@@ -69,7 +70,8 @@ CASES: dict[str, Case] = {
     "N130": Case(X + "tensor y: int32[8]\nall_gather x into y\n", 4, 1),
     "N131": Case(X + "tensor y: float32[4]\nall_gather x into y\n", 4, 1),
     "N132": Case("world 64\ntensor huge: float64[2 ** 34]\n", 2, 1),
-    "N133": Case("world 2\nfor s in 0 .. 100000000:\n    barrier\n", 2, 1),
+    "N133": Case("world 2\nfor s in 0 .. 1000000000:\n    barrier\n", 2, 1),
+    "N134": Case(X + "for s in 0 .. 1000:\n    all_reduce x\n", 4, 5, args=("--max-time", "0.000001"), seconds=1e-6),
 }
 
 FRONT_END_CODES = sorted(c for c in CODES if c[0] in "SN")
@@ -87,7 +89,7 @@ def diagnostics(case: Case) -> list[Diagnostic]:
         if case.world is not None or case.params:
             expand(program, case.world or program.world_sizes()[0], case.params)
             return []
-        return check_program(program, CheckOptions())
+        return check_program(program, CheckOptions(max_seconds=case.seconds or CheckOptions.max_seconds))
     except CommdslError as e:
         return e.diagnostics
 

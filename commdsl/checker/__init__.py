@@ -14,7 +14,7 @@ from commdsl.checker.context import Context
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.engine import GLOO, NCCL, Observer, run_engine
 from commdsl.expand import expand
-from commdsl.limits import memory_problem
+from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached, memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
 
 
@@ -26,6 +26,7 @@ class CheckOptions:
     lints: bool = False
     simulate: bool = True
     bound: int = OPEN_WORLD_BOUND
+    max_seconds: float | None = TIME_LIMIT  # the whole program's check (`--max-time`); None: no limit
 
 
 class _Both(Observer):
@@ -66,7 +67,8 @@ def checker_rules(lints: bool):
     return [r for r in RULES if hasattr(r, "check") and not r.removed and (lints or r.code[0] != "L")]
 
 
-def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lints: bool, with_data: bool):
+def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lints: bool, with_data: bool,
+                     deadline: Deadline | None = None):
     """All findings for one expansion; returns (diagnostics, simulation result or None)."""
     access = Access(schedule, lints)
     nccl_too = "nccl" in backends
@@ -75,11 +77,11 @@ def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lint
         from commdsl.simulate import Data, SimResult
 
         data = Data(schedule)
-        outcome = run_engine(schedule, GLOO, _Both(data, access), record_matches=nccl_too)
+        outcome = run_engine(schedule, GLOO, _Both(data, access), record_matches=nccl_too, deadline=deadline)
         sim = SimResult(schedule, outcome, data)
     else:
-        outcome = run_engine(schedule, GLOO, access, record_matches=nccl_too)
-    nccl = run_engine(schedule, NCCL, record_matches=True) if nccl_too else None
+        outcome = run_engine(schedule, GLOO, access, record_matches=nccl_too, deadline=deadline)
+    nccl = run_engine(schedule, NCCL, record_matches=True, deadline=deadline) if nccl_too else None
     ctx = Context(program, schedule, outcome, nccl, access, backends, lints)
     diags: list[Diagnostic] = []
     for rule in checker_rules(lints):
@@ -95,18 +97,13 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
     worlds = options.worlds or tuple(program.world_sizes(options.bound))
     backends = options.backends or program.backends
     merged: dict[tuple, Diagnostic] = {}
+    deadline = Deadline(options.max_seconds)
     for world in worlds:
+        stopped = False
         try:
-            schedule = expand(program, world, options.params)
-        except CommdslError as e:
-            found = e.diagnostics
-        else:
-            too_big = memory_problem(schedule) if options.simulate else None
-            if too_big is not None:
-                found = [too_big]
-            else:
-                found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate)
-            found = [d.model_copy(update={"worlds": (world,)}) for d in found]
+            found = _check_world(program, world, backends, options, deadline)
+        except TimeLimitReached as stop:
+            found, stopped = [stop.diagnostic.model_copy(update={"worlds": (world,)})], True
         for d in found:
             key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))
             if key in merged:
@@ -115,7 +112,22 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
                     merged[key] = prev.model_copy(update={"worlds": prev.worlds + (world,)})
             else:
                 merged[key] = d
+        if stopped:  # nothing more is known: the sizes after this one go unchecked
+            break
     return sorted(merged.values(), key=Diagnostic.sort_key)
+
+
+def _check_world(program: Program, world: int, backends, options: CheckOptions, deadline: Deadline):
+    try:
+        schedule = expand(program, world, options.params, deadline)
+    except CommdslError as e:
+        return e.diagnostics
+    too_big = memory_problem(schedule) if options.simulate else None
+    if too_big is not None:
+        found = [too_big]
+    else:
+        found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate, deadline)
+    return [d.model_copy(update={"worlds": (world,)}) for d in found]
 
 
 def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags, add_program_flags,
-                                consoles, load_files, parse_sets, print_diagnostics)
+                                consoles, env_default, load_files, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
+from commdsl.limits import TIME_LIMIT
 
 
 def add_parser(sub):
@@ -27,6 +28,8 @@ def add_parser(sub):
                        help="check against this backend (repeatable; default: the program's `backend` line, else gloo)")
         p.add_argument("--max-world", type=int, default=int(os.environ.get("COMMDSL_MAX_WORLD", 64)),
                        help="bound for open ranges such as `world 2..` (default: 64)")
+        p.add_argument("--max-time", type=float, default=env_default("max-time", str(TIME_LIMIT)), metavar="S",
+                       help=f"stop checking a program after S seconds, with N134 (default: {TIME_LIMIT:g})")
         p.add_argument("--select", help="comma-separated codes or prefixes to report (e.g. P,D401)")
         p.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
         p.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
@@ -56,7 +59,8 @@ def run(args) -> int:
     for program in loaded.programs:
         options = CheckOptions(worlds=tuple(args.world) if args.world else None,
                                backends=tuple(args.backend) if args.backend else None,
-                               params=params, lints=args.lints, bound=args.max_world)
+                               params=params, lints=args.lints, bound=args.max_world,
+                               max_seconds=args.max_time if args.max_time > 0 else None)
         try:
             diags.extend(check_program(program, options))
         except CommdslError as e:

@@ -55,6 +55,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.BufferDoesNotFit,
     sizes.TensorsExceedMemory,
     sizes.ExpansionTooLarge,
+    sizes.TimeLimitExceeded,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,
     p2p.TagMismatch,

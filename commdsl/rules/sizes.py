@@ -552,14 +552,15 @@ class ExpansionTooLarge(Rule):
 
     ## What it does
 
-    Reports a program that expands to more than 20,000,000 loop steps and ops at one world size, usually
-    because a loop bound or a param is far larger than meant.
+    Reports a program that expands to more than 200,000,000 loop steps and ops over all ranks at one world
+    size, or to more than 2,000,000 statement instances, usually because a loop bound or a param is far
+    larger than meant. (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances.)
 
     ## Why is this bad?
 
-    commdsl expands every rank's op list in memory before checking, simulating or running it; a runaway
-    loop would take minutes and gigabytes before anything useful happens. The expansion stops at the
-    limit and points at the loop that crossed it.
+    commdsl expands every rank's ops before checking, simulating or running them; a runaway loop would
+    take minutes and gigabytes before anything useful happens. The expansion stops at the limit and points
+    at the loop that crossed it.
 
     ## Example
 
@@ -584,3 +585,50 @@ class ExpansionTooLarge(Rule):
 
     code = "N133"
     name = "expansion-too-large"
+
+
+class TimeLimitExceeded(Rule):
+    """the check of a program reached its time limit
+
+    ## What it does
+
+    Reports that checking a program at one world size took longer than the time limit (600 s by default,
+    `--max-time` to change it), and where the check had got to: the statement being expanded, or the op
+    the first unfinished rank was at. The world sizes checked before it keep their findings.
+
+    ## Why is this bad?
+
+    Nothing is known about the program at that size: it may be correct or not. A check ends whatever the
+    input, so an enormous program gets this answer rather than an unbounded wait.
+
+    ## Example
+
+    ```console
+    $ commdsl lint example.comm --max-time 0.000001
+    ```
+
+    ```comm
+    program long
+    world 8
+    tensor x: float32[64] = rank
+    for s in 0 .. 1000:
+        all_reduce x
+    ```
+
+    ## Use instead
+
+    ```console
+    $ commdsl lint example.comm
+    ```
+
+    ```comm
+    program long
+    world 8
+    tensor x: float32[64] = rank
+    for s in 0 .. 1000:
+        all_reduce x
+    ```
+    """
+
+    code = "N134"
+    name = "time-limit-exceeded"
