@@ -20,6 +20,7 @@ and the op counts as done, so the rest of the program is still checked.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -37,15 +38,18 @@ class Model:
     name: str
     tags: bool = True  # messages match by (peer, tag); False: by peer only, in posting order (NCCL)
     eager_sends: bool = False  # a send completes when posted, without waiting for its receive
+    early_release: bool = False  # rooted collectives let members leave before all have called (Gloo)
+    streams: bool = False  # ops on one communicator run in issue order, async or not (NCCL)
+    self_in_batch: bool = False  # a send to self and a receive from self in one batch meet (NCCL)
 
     @property
     def buffering(self) -> str:
         return "infinite" if self.eager_sends else "zero"
 
 
-GLOO = Model("gloo")
-EAGER = Model("eager", eager_sends=True)
-NCCL = Model("nccl", tags=False)
+GLOO = Model("gloo", early_release=True)
+PORTABLE = Model("portable")  # every collective waits for every member, as NCCL's kernels do
+NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
 # bad parameters
 PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = range(5)
@@ -88,7 +92,7 @@ class Calls(Rows):
     """Collective calls: instance (gid, seq), the caller's index in the group, what members must agree on."""
 
     COLUMNS = ("gid", "seq", "me", "rank", "rec", "pos", "req", "kind", "root", "redop", "scale", "dtype",
-               "contribution")
+               "contribution", "released")
 
 
 @dataclass
@@ -108,7 +112,12 @@ class Observer:
     def matched(self, sends: Posts, recvs: Posts) -> None: ...
     def called(self, rec: CollectiveRec, G: np.ndarray, pos, me: np.ndarray) -> None: ...
     def completed(self, calls: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
-        """Complete instances: calls[starts[i] : starts[i] + counts[i]] is instance i, in group order."""
+        """Complete instances: calls[starts[i] : starts[i] + counts[i]] is instance i, in group order
+        (members with `released` set left earlier, see `released`)."""
+
+    def released(self, calls: Calls, leaving: np.ndarray) -> None:
+        """Members of an unfinished instance (`calls`, those that have called, in group order) that leave
+        early (`leaving`, Gloo's rooted collectives)."""
     def waited(self, reqs: np.ndarray) -> None: ...
 
 
@@ -137,6 +146,9 @@ class Outcome:
     matches: tuple[Posts, Posts] | None = None  # every matched pair, when asked for
     instances: list[Instance] | None = None  # every complete collective, when asked for
     calls_seen: int = 0
+    early: int = 0  # members Gloo's rooted collectives released before every member had called
+    queued_calls: "Calls | None" = None  # NCCL: collective calls that never started, behind an op on their stream
+    behind: dict = field(default_factory=dict)  # op (record id, position) that never started → request ahead of it
 
     @property
     def completed(self) -> bool:
@@ -207,6 +219,9 @@ class Engine:
         self.families = {key: i for i, key in enumerate(schedule.group_of)}
         self.coll_seq = np.zeros((len(self.families) + 1, W), dtype=np.int64)
         self.calls_seen = 0
+        self.early = 0  # members released before their collective completed (Gloo)
+        self.queues: dict[tuple, deque] = {}  # NCCL stream → [request, ops not started] entries; the first runs
+        self.stream_of: dict[int, tuple] = {}  # request of a running async op → its stream
         self.uneven = np.array([bool(getattr(r, "in_splits", ())) for r in schedule.records], dtype=bool)
 
     # ---- the rounds ------------------------------------------------------------------------------
@@ -250,7 +265,7 @@ class Engine:
             else:
                 self.pc[G] += 1
         elif t is BatchRec:
-            if G.size == rec.ranks.size and not len(self.pending) and not self.fresh:
+            if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.queues:
                 plan = self.exchange_plan(rec)
                 if plan is not None:
                     self.exchange(rec, G, plan)
@@ -373,7 +388,10 @@ class Engine:
         if chunks:
             rows = Posts.concat(chunks)
             self.obs.posted(rows)
-            self.fresh.append(rows)
+            if self.model.streams:
+                rows = self.admit(rows, self.p2p_streams(rows))
+            if len(rows):
+                self.fresh.append(rows)
         return done
 
     def rows(self, rec: P2PRec, G: np.ndarray, pos, via: int) -> tuple[Posts | None, np.ndarray]:
@@ -382,7 +400,8 @@ class Engine:
         peer = at(rec.peer, pos, n).astype(np.int64)
         problem = np.full(n, -1, dtype=np.int64)
         problem[(peer < 0) | (peer >= W)] = PEER_OUT_OF_RANGE
-        problem[(problem < 0) & (peer == G)] = SELF
+        if not (self.model.self_in_batch and rec.batched):
+            problem[(problem < 0) & (peer == G)] = SELF
         gid = np.zeros(n, dtype=np.int64)
         if rec.gid is not None:
             gid = at(rec.gid, pos, n).astype(np.int64)
@@ -477,11 +496,67 @@ class Engine:
             if self.model.eager_sends:
                 break
 
+    # ---- NCCL streams ------------------------------------------------------------------------------
+    def p2p_streams(self, rows: Posts) -> list[tuple]:
+        """Each post's stream: torch runs an unbatched send or receive on a communicator of its own for the pair
+        of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md)."""
+        lo, hi = np.minimum(rows.src, rows.dst), np.maximum(rows.src, rows.dst)
+        batched = rows.via != rows.rec
+        return [("main", g, r) if b else ("pair", g, a, z, r)
+                for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(),
+                                         batched.tolist())]
+
+    def admit(self, rows, streams: list[tuple]):
+        """The rows that start now; the others wait for the ops before them on their stream. A running async op
+        holds its stream until it completes; a blocking op (or a batch) holds its rank, so nothing of that rank
+        can queue behind it."""
+        if not self.queues and not (rows.req >= 0).any():
+            return rows
+        start = np.ones(len(rows), dtype=bool)
+        via = rows.via.tolist() if isinstance(rows, Posts) else [-1] * len(rows)
+        waiting: list[list] = []  # entries made here: [request, row indices, batch]
+        for k, (key, q) in enumerate(zip(streams, rows.req.tolist())):
+            queue = self.queues.get(key)
+            if queue is not None:
+                start[k] = False
+                last = queue[-1]
+                if last in waiting and q < 0 and last[0] < 0 and via[k] >= 0 and last[2] == via[k]:
+                    last[1].append(k)  # the ops of one batch start together
+                else:
+                    entry = [q, [k], via[k]]
+                    queue.append(entry)
+                    waiting.append(entry)
+            elif q >= 0:
+                self.queues[key] = deque([[q, None, -1]])
+                self.stream_of[q] = key
+        for entry in waiting:
+            entry[1] = rows.take(np.array(entry[1]))
+        return rows.take(start) if not start.all() else rows
+
+    def free_stream(self, q: int) -> None:
+        """Async op q completed: the ops waiting behind it on its stream start, up to the next async one."""
+        key = self.stream_of.pop(q)
+        queue = self.queues[key]
+        queue.popleft()
+        while queue:
+            entry = queue[0]
+            (self.fresh if isinstance(entry[1], Posts) else self.fresh_calls).append(entry[1])
+            if entry[0] >= 0:
+                entry[1] = None
+                self.stream_of[entry[0]] = key
+                return
+            queue.popleft()
+        del self.queues[key]
+
     # ---- requests ----------------------------------------------------------------------------------
     def finish_requests(self, reqs: np.ndarray) -> None:
         if not reqs.size:
             return
         self.req_done[reqs] = True
+        if self.stream_of:
+            for q in reqs.tolist():
+                if q in self.stream_of:
+                    self.free_stream(q)
         waited = reqs[self.req_in_wait[reqs]]
         if waited.size:
             self.req_in_wait[waited] = False
@@ -553,8 +628,13 @@ class Engine:
             gid=gid, seq=seq, me=me, rank=Gk, rec=np.full(m, rec.id, dtype=np.int64), pos=p, req=req,
             kind=np.full(m, kind, dtype=np.int64), root=root, redop=np.full(m, redop, dtype=np.int64), scale=scale,
             dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
-            contribution=at(rec.contribution, p, m).astype(np.int64)))
+            contribution=at(rec.contribution, p, m).astype(np.int64), released=np.zeros(m, dtype=np.int64)))
         self.calls_seen += m
+        if self.model.streams:
+            calls = self.fresh_calls.pop()
+            calls = self.admit(calls, [("main", int(g), int(r)) for g, r in zip(calls.gid, calls.rank)])
+            if len(calls):
+                self.fresh_calls.append(calls)
         return void.astype(np.int64)
 
     def complete_calls(self) -> bool:
@@ -571,9 +651,10 @@ class Engine:
         starts = np.flatnonzero(new)
         counts = np.diff(np.append(starts, n))
         full = counts == self.group_size[rows.gid[starts]]
+        moved = self.model.early_release and self.release_early(rows, starts, counts, full)
         if not full.any():
             self.arrivals = rows
-            return False
+            return moved
         member_of_full = np.repeat(full, counts)
         done = rows.take(member_of_full)
         self.arrivals = rows.take(~member_of_full)
@@ -581,6 +662,39 @@ class Engine:
         dstarts = np.cumsum(np.append(0, dcounts))[:-1]
         self.finish_instances(done, dstarts, dcounts)
         return True
+
+    def release_early(self, rows: Calls, starts, counts, full) -> bool:
+        """Gloo's rooted collectives let some members leave before every member has called
+        (`Kind.released`); they go on, and the instance completes for the rest later."""
+        moved = False
+        for i in np.flatnonzero(~full).tolist():
+            s, c = int(starts[i]), int(counts[i])
+            rec = self.s.records[int(rows.rec[s])]
+            if not rec.kind.rooted or int(rows.released[s:s + c].min()) == 1:
+                continue
+            arrived, root = self.arrived(rows, s, c)
+            go = rec.kind.released(arrived, root)[rows.me[s:s + c]] & (rows.released[s:s + c] == 0)
+            if not go.any():
+                continue
+            idx = s + np.flatnonzero(go)
+            rows.released[idx] = 1
+            self.early += idx.size
+            self.obs.released(rows.take(slice(s, s + c)), go)
+            req = rows.req[idx]
+            self.finish_requests(req[req >= 0])
+            np.subtract.at(self.remaining, rows.rank[idx[req < 0]], 1)
+            moved = True
+        return moved
+
+    def arrived(self, rows: Calls, s: int, c: int) -> tuple[np.ndarray, int | None]:
+        """(which members of the instance at rows[s:s+c] have called, the root's index in the group)."""
+        gid = int(rows.gid[s])
+        arrived = np.zeros(int(self.group_size[gid]), dtype=bool)
+        arrived[rows.me[s:s + c]] = True
+        root = int(rows.root[s])
+        if root < 0:
+            return arrived, None
+        return arrived, int(np.searchsorted(np.asarray(self.s.groups[gid].ranks), root))
 
     def finish_instances(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
         first = np.repeat(starts, counts)
@@ -600,9 +714,10 @@ class Engine:
             self.instances += [Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(int(s), int(s + c))))
                                for s, c in zip(starts, counts)]
         self.obs.completed(rows, starts, counts)
-        req = rows.req
+        waiting = rows.released == 0  # members released early are done already
+        req = rows.req[waiting]
         self.finish_requests(req[req >= 0])
-        np.subtract.at(self.remaining, rows.rank[req < 0], 1)
+        np.subtract.at(self.remaining, rows.rank[waiting][req < 0], 1)
 
     # ---- the result ----------------------------------------------------------------------------------
     def outcome(self) -> Outcome:
@@ -613,11 +728,29 @@ class Engine:
             matches = ((Posts.concat([m[0] for m in self.matches]), Posts.concat([m[1] for m in self.matches]))
                        if self.matches else (Posts.empty(), Posts.empty()))
         pending = Posts.concat([self.pending] + self.fresh) if self.fresh else self.pending
+        queued_posts = [e[1] for q in self.queues.values() for e in q if isinstance(e[1], Posts)]
+        if queued_posts:  # NCCL: posts that never started count among those that never met
+            pending = Posts.concat([pending] + queued_posts)
         pending = pending.take(np.lexsort((pending.pos, pending.rec, pending.rank)))  # rank by rank, in program order
         arrivals = Calls.concat([self.arrivals] + self.fresh_calls) if self.fresh_calls else self.arrivals
+        queued_calls = [e[1] for q in self.queues.values() for e in q if isinstance(e[1], Calls)]
         return Outcome(self.s, self.model, self.pc >= self.length, self.pc.copy(), pending, arrivals, (bad_s, bad_r),
                        self.disagreements, self.bad, self.req_done, self.req_waited, self.double_waits, matches,
-                       self.instances if self.record_matches else None, self.calls_seen)
+                       self.instances if self.record_matches else None, self.calls_seen, self.early,
+                       Calls.concat(queued_calls) if queued_calls else Calls.empty(), self.stream_heads())
+
+    def stream_heads(self) -> dict[tuple[int, int], int]:
+        """For each op that never started (NCCL; op as (record id, position)), the request of the async op its
+        stream was running. Sends and receives among them are in `unmatched` too, collective calls in
+        `queued_calls`."""
+        out = {}
+        for queue in self.queues.values():
+            head = queue[0][0]
+            for entry in list(queue)[1:]:
+                rows = entry[1]
+                for rid, pos in zip(rows.rec.tolist(), rows.pos.tolist()):
+                    out[(rid, pos)] = head
+        return out
 
 
 def _by_head(heads: np.ndarray, ranks: np.ndarray):

@@ -241,8 +241,9 @@ class Failed:
 class Data(Observer):
     """Every rank's tensors, changed as the engine runs the schedule."""
 
-    def __init__(self, schedule: Schedule, initial: dict[str, np.ndarray] | None = None):
+    def __init__(self, schedule: Schedule, initial: dict[str, np.ndarray] | None = None, backend: str = "gloo"):
         self.s = schedule
+        self.backend = backend
         W = schedule.world
         self.numel = {name: info.numel_array(W) for name, info in schedule.infos.items()}
         self.base = {name: np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64)
@@ -252,6 +253,7 @@ class Data(Observer):
         self.buf = {name: (initial[name] if initial and name in initial else self.initial(name)) for name in self.names}
         self.undef: dict[str, np.ndarray] = {}
         self.expect_recs: list[tuple[ExpectRec, np.ndarray, np.ndarray, list[str]]] = []
+        self.sent: dict[int, list[np.ndarray]] = {}  # op id → inputs of a member that left a collective early
         self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
 
     # ---- set-up -----------------------------------------------------------------------------------
@@ -433,34 +435,46 @@ class Data(Observer):
 
     def completed(self, calls: Calls, starts, counts):
         for s, c in zip(starts.tolist(), counts.tolist()):
-            self.collective(calls.take(slice(s, s + c)))
+            rows = calls.take(slice(s, s + c))
+            self.collective(rows, rows.released == 0)
+            if self.sent:
+                for rid, p in zip(rows.rec.tolist(), rows.pos.tolist()):
+                    self.sent.pop(self.s.records[rid].base + p, None)
 
-    def collective(self, calls: Calls):
+    def released(self, calls: Calls, leaving: np.ndarray):
+        """Members leaving a rooted collective early (Gloo): their results come from the root, which has called.
+        What they contributed is kept as it was when they left: they may change their buffers from now on."""
+        for k in np.flatnonzero(leaving).tolist():
+            rec = self.s.records[int(calls.rec[k])]
+            p, r = int(calls.pos[k]), int(calls.rank[k])
+            self.sent[rec.base + p] = [self.read_at(v.at(p), r).reshape(-1).copy() for v in rec.inputs]
+        self.collective(calls, leaving)
+
+    def collective(self, calls: Calls, writing: np.ndarray):
+        """Members `writing` of one collective (the rows: the members that have called, in group order) get
+        their results: `Kind.apply` on the members' inputs, none for members that have not called yet."""
+        if not writing.any():
+            return
         recs = [self.s.records[int(r)] for r in calls.rec]
         first = recs[0]
         kind = first.kind
         if kind.name == "barrier":
             return
-        size = len(calls)
         if any(r.kind is not kind for r in recs) or (np.unique(calls.contribution).size > 1) \
                 or np.unique(calls.redop).size > 1 or np.unique(calls.root).size > 1 or np.unique(calls.scale).size > 1 \
                 or np.unique(calls.dtype).size > 1:
             return  # members disagree: the checker reports it; the data would be garbage
-        pos = calls.pos.tolist()
-        ranks = calls.rank.tolist()
-        ins = [[self.read_at(v.at(p), r).reshape(-1) for v in rec.inputs] for rec, p, r in zip(recs, pos, ranks)]
-        root = None
-        if first.root is not None:
-            roots = np.flatnonzero(calls.rank == calls.root[0])
-            root = int(roots[0]) if roots.size else None
-        scale = None if first.scale is None else float(at(first.scale, np.array([pos[0]]), 1)[0])
-        inst = InstanceData(size=size, root=root, redop=first.redop, scale=scale, inputs=ins,
-                            input_shapes=[[v.at(p).shape for v in rec.inputs] for rec, p in zip(recs, pos)],
-                            output_numel=[[v.at(p).numel for v in rec.outputs] for rec, p in zip(recs, pos)],
-                            inputs_listed=[r.inputs_listed for r in recs], outputs_listed=[r.outputs_listed for r in recs],
-                            in_splits=[tuple(int(at(x, np.array([p]), 1)[0]) for x in r.in_splits) for r, p in zip(recs, pos)],
-                            out_splits=[tuple(int(at(x, np.array([p]), 1)[0]) for x in r.out_splits)
-                                        for r, p in zip(recs, pos)])
+        writes = np.array([kind.roles(bool(r == root))[1] or kind.roles(bool(r == root))[2]
+                           for r, root in zip(calls.rank.tolist(), calls.root.tolist())])
+        writing = writing & writes  # members whose buffers the collective does not touch need no result
+        if not writing.any():
+            return
+        size = len(self.s.groups[int(calls.gid[0])].ranks)
+        me = calls.me.tolist()
+        member: list = [None] * size  # (record, position, rank) by group index
+        for rec, p, r, m in zip(recs, calls.pos.tolist(), calls.rank.tolist(), me):
+            member[m] = (rec, p, r)
+        inst = self.instance(member, first, calls)
         if kind.members_disagree(inst) is not None:
             return
         try:
@@ -468,12 +482,14 @@ class Data(Observer):
         except (ValueError, TypeError):
             # sizes that disagree across ranks, or a reduce op the dtype lacks (bitwise on floats): the
             # checker reports it; the outputs hold no defined value
-            for rec, p, r in zip(recs, pos, ranks):
+            for m in np.asarray(me)[writing].tolist():
+                rec, p, r = member[m]
                 for v in rec.outputs:
                     self.mark(v.at(p), r, True)
             return
-        for rec, p, r, outs in zip(recs, pos, ranks, outputs):
-            for v, values in zip(rec.outputs, outs):
+        for m in np.asarray(me)[writing].tolist():
+            rec, p, r = member[m]
+            for v, values in zip(rec.outputs, outputs[m]):
                 view = v.at(p)
                 if values is None:
                     self.mark(view, r, True)
@@ -481,6 +497,30 @@ class Data(Observer):
                     b = int(self.base[view.tensor][r]) + view.offset
                     self.buf[view.tensor][b:b + view.numel] = cast(np.asarray(values).reshape(-1), self.dtype[view.tensor])
                     self.mark(view, r, False)
+
+    def contributed(self, rec, p: int, r: int) -> list[np.ndarray]:
+        """A member's inputs to its collective: as it left, if it left early, else its buffers now."""
+        kept = self.sent.get(rec.base + p)
+        return kept if kept is not None else [self.read_at(v.at(p), r).reshape(-1) for v in rec.inputs]
+
+    def instance(self, member: list, first, calls: Calls) -> InstanceData:
+        """What `Kind.apply` computes on: each member's inputs (None for a member that has not called)."""
+        def each(fn, absent):
+            return [absent if m is None else fn(*m) for m in member]
+
+        root = None
+        if first.root is not None:
+            root = next((k for k, m in enumerate(member) if m is not None and m[2] == int(calls.root[0])), None)
+        scale = None if first.scale is None else float(at(first.scale, np.array([int(calls.pos[0])]), 1)[0])
+        return InstanceData(
+            size=len(member), root=root, redop=first.redop, scale=scale,
+            inputs=each(self.contributed, None),
+            input_shapes=each(lambda rec, p, r: [v.at(p).shape for v in rec.inputs], None),
+            output_numel=each(lambda rec, p, r: [v.at(p).numel for v in rec.outputs], None),
+            inputs_listed=each(lambda rec, p, r: rec.inputs_listed, False),
+            outputs_listed=each(lambda rec, p, r: rec.outputs_listed, False),
+            in_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.in_splits), ()),
+            out_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.out_splits), ()))
 
     def mark(self, view: View, rank: int, undefined: bool):
         if not undefined and view.tensor not in self.undef:

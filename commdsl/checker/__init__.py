@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from commdsl.checker.access import Access
 from commdsl.checker.context import Context
-from commdsl.diagnostics import CommdslError, Diagnostic
+from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.engine import GLOO, NCCL, Observer, run_engine
 from commdsl.expand import expand
 from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached, memory_problem
@@ -55,6 +55,10 @@ class _Both(Observer):
         self.a.completed(*args)
         self.b.completed(*args)
 
+    def released(self, *args):
+        self.a.released(*args)
+        self.b.released(*args)
+
     def waited(self, reqs):
         self.a.waited(reqs)
         self.b.waited(reqs)
@@ -67,30 +71,59 @@ def checker_rules(lints: bool):
     return [r for r in RULES if hasattr(r, "check") and not r.removed and (lints or r.code[0] != "L")]
 
 
+MODELS = {"gloo": GLOO, "nccl": NCCL}
+
+
 def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lints: bool, with_data: bool,
                      deadline: Deadline | None = None):
-    """All findings for one expansion; returns (diagnostics, simulation result or None)."""
+    """All findings for one expansion, the run under each backend's model read by every rule; returns
+    (diagnostics, the simulation under the first backend or None)."""
     access = Access(schedule, lints)
-    nccl_too = "nccl" in backends
-    sim = None
-    if with_data:
-        from commdsl.simulate import Data, SimResult
+    tagged_too = "nccl" in backends and _uses_tags(schedule)
+    sim, outcomes = None, {}
+    for b in backends:
+        observer = access if not outcomes else None
+        if with_data and not outcomes:
+            from commdsl.simulate import Data, SimResult
 
-        data = Data(schedule)
-        outcome = run_engine(schedule, GLOO, _Both(data, access), record_matches=nccl_too, deadline=deadline)
-        sim = SimResult(schedule, outcome, data)
-    else:
-        outcome = run_engine(schedule, GLOO, access, record_matches=nccl_too, deadline=deadline)
-    nccl = run_engine(schedule, NCCL, record_matches=True, deadline=deadline) if nccl_too else None
-    ctx = Context(program, schedule, outcome, nccl, access, backends, lints)
-    diags: list[Diagnostic] = []
-    for rule in checker_rules(lints):
-        diags.extend(rule.check(ctx))
-    if sim is not None and outcome.completed:
+            data = Data(schedule, backend=b)
+            observer = _Both(data, access)
+        outcomes[b] = run_engine(schedule, MODELS[b], observer, record_matches=tagged_too, deadline=deadline)
+        if with_data and sim is None:
+            sim = SimResult(schedule, outcomes[b], data)
+    tagged = None
+    if tagged_too:
+        tagged = outcomes.get("gloo") or run_engine(schedule, GLOO, record_matches=True, deadline=deadline)
+    found: dict[tuple, tuple[Diagnostic, list[str]]] = {}
+    for b, outcome in outcomes.items():
+        ctx = Context(program, schedule, outcome, tagged if b == "nccl" else None, access, backends, lints, b)
+        for rule in checker_rules(lints):
+            for d in rule.check(ctx):
+                key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))
+                found.setdefault(key, (d, []))[1].append(b if not rule.about_backends else "*")
+        first = next(iter(outcomes.values()))
+    diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
+    if sim is not None and first.completed:
         from commdsl.rules.verify import ExpectFailed
 
         diags.extend(ExpectFailed.from_simulation(sim))
     return diags, sim
+
+
+def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
+    """A finding under some of the checked backends only says on which ("*": the rule compares backends)."""
+    seen = sorted(set(seen))
+    if "*" in seen or len(seen) == len(set(backends)):
+        return d
+    note = Note(message=f"only on {' and '.join(seen)} (checked for {', '.join(backends)})")
+    return d.model_copy(update={"notes": d.notes + (note,)})
+
+
+def _uses_tags(schedule) -> bool:
+    from commdsl.schedule import P2PRec
+    from commdsl.values import is_vec
+
+    return any(isinstance(r, P2PRec) and (is_vec(r.tag) or r.tag != 0) for r in schedule.records)
 
 
 def check_program(program: Program, options: CheckOptions = CheckOptions()) -> list[Diagnostic]:

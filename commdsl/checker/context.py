@@ -1,7 +1,8 @@
 """What the rules see for one program at one world size: the schedule, the engine's outcomes, local facts.
 
-The engine runs the schedule under the backend's model (`outcome`) and, when the program may run on
-NCCL, under NCCL's matching (`nccl`). The access tracker rode
+The engine runs the schedule once per backend, under that backend's model; the rules read one run at a time
+(`outcome`, `backend`), and the checker merges what they say about each. When the program may run on NCCL and
+uses tags, a run that matches by tag is kept beside the NCCL one (`tagged`). The access tracker rode
 along the first run. Analyses that several rules share are computed once, on first use.
 """
 
@@ -22,11 +23,12 @@ from commdsl.source import Span
 class Context:
     program: Program
     schedule: Schedule
-    outcome: Outcome
-    nccl: Outcome | None
+    outcome: Outcome  # the run under `backend`'s model
+    tagged: Outcome | None  # a run matching by tag, with its matches, when NCCL is checked too (P207)
     access: Access
     backends: tuple[str, ...]
     lints: bool
+    backend: str = "gloo"
     memo: dict = field(default_factory=dict)
 
     def shared(self, key: str, compute: Callable[["Context"], object]):
@@ -58,6 +60,10 @@ class Context:
         return self.schedule.locate(int(op_id))
 
     def text(self, span: Span) -> str:
-        """The source text of a statement, on one line."""
-        src = self.program.source.text[span.start:span.end]
-        return " ".join(src.split())
+        """The source text of a statement on one line, without comments: a block's lines joined by `; `
+        (`batch: send x to 1; recv y from 1`)."""
+        lines = [line.split("#", 1)[0].strip() for line in self.program.source.text[span.start:span.end].splitlines()]
+        lines = [" ".join(line.split()) for line in lines if line.strip()]
+        if len(lines) > 1 and lines[0].endswith(":"):
+            return lines[0] + " " + "; ".join(lines[1:])
+        return "; ".join(lines)

@@ -194,6 +194,9 @@ def analyse(outcome: Outcome) -> Analysis:
     instances = _instances(waiting)
     asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not finished[m]]
     will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
+    queued = outcome.queued_calls
+    if queued is not None and len(queued):  # NCCL: a call that waits on its stream is still coming
+        will |= set(zip(queued.rank.tolist(), queued.gid.tolist()))
     member_of = {}
     for inst in instances.values():
         for row in inst.rows:
@@ -226,9 +229,11 @@ def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _
     if not n:
         return np.zeros(0, dtype=bool), []
     want = 1 - posts.send
-    ask = np.flatnonzero(~finished[peers])
+    # a partner posted already but not started (NCCL: behind another op on its stream) is still coming
+    tag = posts.tag if tags else np.zeros(n, dtype=np.int64)
+    could = _member((want, posts.gid, posts.src, posts.dst, tag), (posts.send, posts.gid, posts.src, posts.dst, tag))
+    ask = np.flatnonzero(~finished[peers] & ~could)
     found = ahead.messages(peers[ask], want[ask], posts.gid[ask], posts.src[ask], posts.dst[ask], posts.tag[ask], tags)
-    could = np.zeros(n, dtype=bool)
     could[ask] = [f is not None for f in found]
     near: list = [None] * n
     loose = ask[~could[ask]]
@@ -265,36 +270,78 @@ def _missing_members(outcome: Outcome) -> dict[tuple[int, int], list[int]]:
     return out
 
 
+def _needed(outcome: Outcome, inst: Waiting, rank: int) -> list[int]:
+    """The members (global ranks) that `rank`, stuck in an unfinished collective, waits for: on Gloo a rooted
+    collective needs only some (`Kind.needs`), otherwise every member that has not called."""
+    waiting, s = outcome.waiting, outcome.schedule
+    group = s.groups[inst.gid].ranks
+    rows = list(inst.rows)
+    arrived = np.zeros(len(group), dtype=bool)
+    arrived[waiting.me[rows]] = True
+    if not outcome.model.early_release:
+        return [group[k] for k in np.flatnonzero(~arrived)]
+    mine = next(r for r in rows if int(waiting.rank[r]) == rank)
+    root = int(waiting.root[mine])
+    root_index = group.index(root) if root >= 0 else None
+    kind = s.records[int(waiting.rec[mine])].kind
+    return [group[int(k)] for k in kind.needs(arrived, root_index, int(waiting.me[mine]))]
+
+
 def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, missing_members):
-    """(rank, thing) pairs a stuck rank waits for."""
+    """(rank, thing) pairs a stuck rank waits for. An op that never started (NCCL: behind an async op on its
+    stream) waits for what that op waits for."""
     posts = outcome.unmatched
     if isinstance(rec, (P2PRec, BatchRec)):
         rows = np.flatnonzero((posts.rank == rank) & (posts.via == rec.id))
         for i in rows.tolist():
-            peer = int(posts.dst[i] if posts.send[i] else posts.src[i])
-            yield peer, Pending(i)
+            yield from _through_stream(outcome, i, instances, rank)
         return
     if isinstance(rec, CollectiveRec):
         inst = member_of.get((rank, rec.id))
         if inst is not None:
-            for m in missing_members[(inst.gid, inst.seq)]:
+            for m in _needed(outcome, inst, rank):
                 yield m, inst
+        elif (rec.id, pos) in outcome.behind:
+            yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
         return
     if isinstance(rec, WaitRec):
         reqs = rec.reqs[rec.starts[pos]:rec.starts[pos + 1]]
-        open_ = reqs[~outcome.req_done[reqs]]
-        for q in open_.tolist():
-            rows = np.flatnonzero(posts.req == q)
-            if rows.size:
-                i = int(rows[0])
-                yield int(posts.dst[i] if posts.send[i] else posts.src[i]), Pending(i)
-                continue
-            calls = np.flatnonzero(outcome.waiting.req == q)
-            if calls.size:
-                c = int(calls[0])
-                inst = instances[(int(outcome.waiting.gid[c]), int(outcome.waiting.seq[c]))]
-                for m in missing_members[(inst.gid, inst.seq)]:
-                    yield m, inst
+        for q in reqs[~outcome.req_done[reqs]].tolist():
+            yield from _request(outcome, q, instances, rank)
+
+
+def _through_stream(outcome: Outcome, row: int, instances, rank: int):
+    """What pending post `row` waits for: its peer, or, if it never started, what its stream's running op
+    waits for."""
+    posts = outcome.unmatched
+    ahead = outcome.behind.get((int(posts.rec[row]), int(posts.pos[row])))
+    if ahead is not None:
+        yield from _request(outcome, ahead, instances, rank)
+        return
+    yield int(posts.dst[row] if posts.send[row] else posts.src[row]), Pending(row)
+
+
+def _request(outcome: Outcome, q: int, instances, rank: int):
+    """What an unfinished request waits for: its message's peer, or its collective's missing members."""
+    posts = outcome.unmatched
+    rows = np.flatnonzero(posts.req == q)
+    if rows.size:
+        yield from _through_stream(outcome, int(rows[0]), instances, rank)
+        return
+    calls = np.flatnonzero(outcome.waiting.req == q)
+    if calls.size:
+        c = int(calls[0])
+        inst = instances[(int(outcome.waiting.gid[c]), int(outcome.waiting.seq[c]))]
+        for m in _needed(outcome, inst, rank):
+            yield m, inst
+        return
+    queued = outcome.queued_calls
+    if queued is not None and len(queued):
+        k = np.flatnonzero(queued.req == q)
+        if k.size:
+            ahead = outcome.behind.get((int(queued.rec[k[0]]), int(queued.pos[k[0]])))
+            if ahead is not None:
+                yield from _request(outcome, ahead, instances, rank)
 
 
 def _dedupe_tags(posts: Posts, tags):

@@ -100,6 +100,17 @@ class Kind:
         """(reads its inputs, writes its outputs, leaves its outputs undefined) for a member."""
         return True, True, False
 
+    # ---- who waits for whom on Gloo --------------------------------------------------------------
+    def released(self, arrived: np.ndarray, root: int | None) -> np.ndarray:
+        """On Gloo, which members (group indices) may leave before every member has called: by default
+        none — the call returns only when all have arrived (rings, all-to-all). Rooted kinds override it
+        with the shape of Gloo's algorithm (docs/backend-support.md)."""
+        return np.zeros(arrived.size, dtype=bool)
+
+    def needs(self, arrived: np.ndarray, root: int | None, me: int) -> np.ndarray:
+        """The members (group indices, not yet arrived) that member `me` waits for on Gloo."""
+        return np.flatnonzero(~arrived)
+
     rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one
 
     def members_disagree(self, inst: "Instance") -> tuple[int, int] | None:
@@ -199,6 +210,16 @@ def _reduce(stack: np.ndarray, dtype, count: int, redop: str, scale: float | Non
     else:
         raise ValueError(redop)
     return np.asarray(out, dtype=dtype)
+
+
+def from_root(arrived: np.ndarray, root: int | None) -> np.ndarray:
+    """Flat rooted algorithms (Gloo's gather and scatter): a member other than the root leaves once the root
+    has called; the root waits for everyone."""
+    out = np.zeros(arrived.size, dtype=bool)
+    if root is not None and arrived[root]:
+        out[:] = arrived
+        out[root] = False
+    return out
 
 
 def even_parts(flat: np.ndarray, parts: int) -> list[np.ndarray]:

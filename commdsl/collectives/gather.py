@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, chunks, parts_problem
+from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, chunks, from_root, parts_problem
 
 
 class Gather(Kind):
@@ -19,6 +19,12 @@ class Gather(Kind):
 
     def roles(self, is_root):
         return (True, True, False) if is_root else (True, False, False)
+
+    def released(self, arrived, root):
+        return from_root(arrived, root)  # Gloo: each member sends to the root and waits for that send alone
+
+    def needs(self, arrived, root, me):
+        return np.flatnonzero(~arrived) if me == root else np.array([root])[~arrived[[root]]]
 
     def apply(self, inst: Instance) -> Outputs:
         parts = [x[0] for x in inst.inputs]

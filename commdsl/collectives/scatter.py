@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, chunks, even_parts, parts_problem
+import numpy as np
+
+from commdsl.collectives import (DATA, Call, Instance, Kind, Outputs, Problem, chunks, even_parts, from_root,
+                                 parts_problem)
 
 
 class Scatter(Kind):
@@ -21,6 +24,12 @@ class Scatter(Kind):
 
     def roles(self, is_root):
         return (True, True, False) if is_root else (False, True, False)
+
+    def released(self, arrived, root):
+        return from_root(arrived, root)  # Gloo: the root sends to each member, which waits for its own part
+
+    def needs(self, arrived, root, me):
+        return np.flatnonzero(~arrived) if me == root else np.array([root])[~arrived[[root]]]
 
     def apply(self, inst: Instance) -> Outputs:
         src = inst.inputs[inst.root]

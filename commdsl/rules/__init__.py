@@ -67,6 +67,8 @@ class Rule:
     """Error for anything that hangs, crashes or gives wrong data; warning for idiom lints and the like."""
     removed: ClassVar[bool] = False
     """A retired rule stays in the registry with this set, so its code keeps its meaning (see registry.py)."""
+    about_backends: ClassVar[bool] = False
+    """The rule itself compares backends (its message names them), so no note says on which it was found."""
 
     @classmethod
     def _text(cls) -> str:

@@ -72,15 +72,13 @@ class UnsupportedReduceOp(Rule):
         for rec in ctx.schedule.records:
             if not isinstance(rec, CollectiveRec) or rec.redop is None or rec.span in seen:
                 continue
-            for backend in ctx.backends:
-                why = unsupported(backend, rec.redop, rec.dtype)
-                if why:
-                    seen.add(rec.span)
-                    yield cls.diagnostic(
-                        f"`{rec.kind.name}` with `op {rec.redop}` on {rec.dtype} is not supported by {backend}",
-                        span=rec.span, label=f"`{rec.redop}` on {rec.dtype}", notes=(Note(message=why),),
-                        help="use `sum` with a scale, or an integer dtype for bitwise ops")
-                    break
+            why = unsupported(ctx.backend, rec.redop, rec.dtype)
+            if why:
+                seen.add(rec.span)
+                yield cls.diagnostic(
+                    f"`{rec.kind.name}` with `op {rec.redop}` on {rec.dtype} is not supported by {ctx.backend}",
+                    span=rec.span, label=f"`{rec.redop}` on {rec.dtype}", notes=(Note(message=why),),
+                    help="use `sum` with a scale, or an integer dtype for bitwise ops")
 
 
 def unsupported(backend: str, redop: str, dtype: str) -> str | None:

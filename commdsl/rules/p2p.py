@@ -359,14 +359,15 @@ class NcclTagReorder(Rule):
 
     code = "P207"
     name = "nccl-tag-reorder"
+    about_backends = True
 
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        if ctx.nccl is None or ctx.outcome.matches is None:
+        if ctx.tagged is None or ctx.outcome.matches is None:
             return
-        gloo_s, gloo_r = ctx.outcome.matches
-        nccl_s, nccl_r = ctx.nccl.matches
+        gloo_s, gloo_r = ctx.tagged.matches
+        nccl_s, nccl_r = ctx.outcome.matches
         gloo_recv = dict(zip(_op_ids(ctx, gloo_s).tolist(), _op_ids(ctx, gloo_r).tolist()))
         seen = set()
         for send_id, recv_id in zip(_op_ids(ctx, nccl_s).tolist(), _op_ids(ctx, nccl_r).tolist()):
