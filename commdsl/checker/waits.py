@@ -202,6 +202,7 @@ def analyse(outcome: Outcome) -> Analysis:
         for row in inst.rows:
             member_of[(int(waiting.rank[row]), int(waiting.rec[row]))] = inst
     only_sends = set()
+    nodes: dict[tuple[int, int], int] = {}  # a collective every member of which its callers wait for → node id
     for r in stuck.tolist():
         rid, pos = outcome.head(r)
         rec = s.records[rid]
@@ -215,11 +216,41 @@ def analyse(outcome: Outcome) -> Analysis:
             if isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
                     out.append(Edge(r, op, target, thing))
+            elif target == EVERY_MISSING:  # one node for the collective: its callers × its absentees stay linear
+                key = (thing.gid, thing.seq)
+                if key not in nodes:
+                    node = nodes[key] = s.world + len(nodes)
+                    inner = edges.setdefault(node, [])
+                    for m in missing_members[key]:
+                        if finished[m] or (m, thing.gid) not in will:
+                            missing.append((thing, m, op, "finished" if finished[m] else "never"))
+                        else:
+                            inner.append(Edge(node, op, m, thing))
+                out.append(Edge(r, op, nodes[key], thing))
             elif finished[target] or (target, thing.gid) not in will:
                 missing.append((thing, target, op, "finished" if finished[target] else "never"))
             else:
                 out.append(Edge(r, op, target, thing))
-    return Analysis(unmatched, _dedupe_tags(posts, tags), missing, _cycles(edges), edges, only_sends)
+    cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
+    return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+EVERY_MISSING = -1
+"""A `_waits_on` target: every member of the collective that has not called it."""
+
+
+def _through_nodes(cycle: list[Edge], world: int) -> list[Edge]:
+    """A cycle with its collective nodes taken out: rank → collective → member becomes rank → member."""
+    out = []
+    for k, e in enumerate(cycle):
+        if e.rank >= world:
+            continue
+        if e.target >= world:
+            nxt = cycle[(k + 1) % len(cycle)]
+            out.append(Edge(e.rank, e.op, nxt.target, e.thing))
+        else:
+            out.append(e)
+    return out
 
 
 def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _Ahead, tags: bool):
@@ -272,18 +303,17 @@ def _missing_members(outcome: Outcome) -> dict[tuple[int, int], list[int]]:
 
 def _needed(outcome: Outcome, inst: Waiting, rank: int) -> list[int]:
     """The members (global ranks) that `rank`, stuck in an unfinished collective, waits for: on Gloo a rooted
-    collective needs only some (`Kind.needs`), otherwise every member that has not called."""
+    collective needs only some (`Kind.needs`), otherwise every member that has not called (EVERY_MISSING)."""
     waiting, s = outcome.waiting, outcome.schedule
+    kind = s.records[int(waiting.rec[inst.rows[0]])].kind
+    if not (outcome.model.early_release and kind.rooted):
+        return [EVERY_MISSING]
+    mine = next(r for r in inst.rows if int(waiting.rank[r]) == rank)  # a rooted collective's tree is small to walk
     group = s.groups[inst.gid].ranks
-    rows = list(inst.rows)
     arrived = np.zeros(len(group), dtype=bool)
-    arrived[waiting.me[rows]] = True
-    if not outcome.model.early_release:
-        return [group[k] for k in np.flatnonzero(~arrived)]
-    mine = next(r for r in rows if int(waiting.rank[r]) == rank)
+    arrived[waiting.me[list(inst.rows)]] = True
     root = int(waiting.root[mine])
     root_index = group.index(root) if root >= 0 else None
-    kind = s.records[int(waiting.rec[mine])].kind
     return [group[int(k)] for k in kind.needs(arrived, root_index, int(waiting.me[mine]))]
 
 
