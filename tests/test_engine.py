@@ -177,3 +177,206 @@ def test_checker_verdict_matches_the_run(case):
         if d.code in ("D401", "D402"):
             named = {int(x) for x in d.message.split("[")[1].split("]")[0].split(",")}
             assert named <= set(result.stops)
+
+
+# ---- NCCL: tags ignored, posting order ------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from commdsl import engine as engine_module  # noqa: E402
+from commdsl.engine import GLOO, NCCL  # noqa: E402
+from commdsl.simulate import simulate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+REORDER = """\
+world 2
+tensor a: float32[2] = 1
+tensor b: float32[2] = 2
+on rank == 0:
+    h1 = isend a to 1 tag 1
+    h2 = isend b to 1 tag 2
+    wait h1, h2
+else:
+    recv b from 0 tag 2
+    recv a from 0 tag 1
+"""
+
+
+def _line(schedule, rid: int) -> int:
+    return schedule.records[int(rid)].span.line
+
+
+def _pairs(outcome) -> list[tuple]:
+    """Matched (send line, sender, receive line, receiver), in the order the engine met them."""
+    s = outcome.schedule
+    sends, recvs = outcome.matches
+    return [(_line(s, sends.rec[k]), int(sends.rank[k]), _line(s, recvs.rec[k]), int(recvs.rank[k]))
+            for k in range(len(sends))]
+
+
+def test_nccl_matches_in_posting_order_ignoring_tags():
+    s = expand(load(SourceFile("t.comm", REORDER)), 2)
+    gloo = run_engine(s, GLOO, record_matches=True)
+    nccl = run_engine(s, NCCL, record_matches=True)
+    assert gloo.completed and nccl.completed
+    assert sorted(_pairs(gloo)) == [(5, 0, 10, 1), (6, 0, 9, 1)]  # by tag: a into a, b into b
+    assert sorted(_pairs(nccl)) == [(5, 0, 9, 1), (6, 0, 10, 1)]  # first send meets first receive
+    assert set(nccl.unmatched.tag.tolist()) <= {0} and len(nccl.unmatched) == 0
+
+
+def test_nccl_completes_what_tags_deadlock_on_gloo():
+    text = REORDER.replace("h1 = isend", "send").replace("h2 = isend", "send").replace("    wait h1, h2\n", "")
+    s = expand(load(SourceFile("t.comm", text)), 2)
+    assert not run_engine(s, GLOO).completed  # rank 0 waits in `send a tag 1`, rank 1 in `recv b tag 2`
+    nccl = run_engine(s, NCCL, record_matches=True)
+    assert nccl.completed and sorted(_pairs(nccl)) == [(5, 0, 8, 1), (6, 0, 9, 1)]
+
+
+def test_nccl_keeps_channels_apart_by_peer_and_group():
+    text = ("world 3\ntensor x: float32[1]\ngroup g = [0, 1]\n"
+            "on rank == 0:\n    isend x to 1 tag 4\n    isend x to 2 tag 4\n    isend x to 1 in g\n    wait all\n"
+            "else on rank == 1:\n    recv x from 0 in g\n    recv x from 0 tag 9\n"
+            "else:\n    recv x from 0\n")
+    s = expand(load(SourceFile("t.comm", text)), 3)
+    nccl = run_engine(s, NCCL, record_matches=True)
+    assert nccl.completed
+    assert sorted(_pairs(nccl)) == [(5, 0, 11, 1), (6, 0, 13, 2), (7, 0, 10, 1)]
+
+
+# ---- record_matches ---------------------------------------------------------------------------------------
+
+def test_record_matches_pairs_every_message_and_instance():
+    text = ("world 4\ntensor x: float32[2] = rank\ngroup pairs = split by rank // 2\n"
+            "batch:\n    send x to (rank + 1) % world tag rank\n    recv x from (rank - 1) % world tag (rank - 1) % world\n"
+            "all_reduce x in pairs\nall_reduce x\n")
+    s = expand(load(SourceFile("t.comm", text)), 4)
+    plain = run_engine(s)
+    assert plain.matches is None and plain.instances is None
+    out = run_engine(s, record_matches=True)
+    sends, recvs = out.matches
+    assert len(sends) == len(recvs) == 4
+    assert sends.send.tolist() == [1] * 4 and recvs.send.tolist() == [0] * 4
+    for col in ("src", "dst", "tag", "gid"):
+        assert getattr(sends, col).tolist() == getattr(recvs, col).tolist()
+    assert sorted(zip(sends.rank.tolist(), recvs.rank.tolist())) == [(r, (r + 1) % 4) for r in range(4)]
+    insts = sorted((i.gid, i.seq, i.calls.rank.tolist(), i.calls.me.tolist()) for i in out.instances)
+    pair_ids = [g.id for g in s.groups if g.name.startswith("pairs")]
+    assert insts == [(0, 0, [0, 1, 2, 3], [0, 1, 2, 3])] + [(g, 0, [2 * k, 2 * k + 1], [0, 1])
+                                                             for k, g in enumerate(pair_ids)]
+
+
+# ---- the self-matched batch fast path -------------------------------------------------------------------------
+
+PAIRWISE = """\
+world 1..8
+param n = 12
+tensor x: int64[n * world] = rank * 1000 + i
+tensor y: int64[n * world]
+for s in 1 .. world - 1:
+    batch:
+        send x.chunk((rank + s) % world, world) to (rank + s) % world
+        recv y.chunk((rank - s) % world, world) from (rank - s) % world
+y.chunk(rank, world) = x.chunk(rank, world)
+expect y == (i // n) * 1000 + rank * n + i % n
+"""
+
+SHARED_CHANNEL = """\
+world 2..8
+tensor x: int64[4] = rank * 10 + i
+tensor y: int64[4]
+batch:
+    send x[0:2] to (rank + 1) % world
+    recv y[0:2] from (rank - 1) % world
+    send x[2:4] to (rank + 1) % world
+    recv y[2:4] from (rank - 1) % world
+expect y == ((rank - 1) % world) * 10 + i
+"""
+
+PARTIAL = """\
+world 2..8
+tensor x: int64[3] = rank
+tensor y: int64[3]
+on rank < world - world % 2:
+    batch:
+        send x to rank + 1 - 2 * (rank % 2) tag 7
+        recv y from rank + 1 - 2 * (rank % 2) tag 7
+    expect y == rank + 1 - 2 * (rank % 2)
+"""
+
+OUTSIDE = """\
+world 2..8
+tensor x: int64[3] = rank
+tensor y: int64[3]
+on rank < world - 1:
+    batch:
+        send x to rank + 1
+        recv y from (rank - 1) % world
+else:
+    batch:
+        send x to 0
+        recv y from rank - 1
+expect y == (rank - 1) % world
+"""
+
+CASES = {"ring": (ROOT / "programs" / "ring_allreduce.comm").read_text(), "pairwise": PAIRWISE,
+         "shared_channel": SHARED_CHANNEL, "partial": PARTIAL, "outside": OUTSIDE}
+FAST_CASES = [(case, world) for case in sorted(CASES) for world in (1, 2, 3, 4, 7, 8)
+              if load(SourceFile("c.comm", CASES[case])).accepts(world)]
+
+
+def _summary(result) -> tuple:
+    o = result.engine
+    u = o.unmatched
+    bad_s, bad_r = o.mismatched_messages
+    return (o.finished.tolist(), o.pc.tolist(), sorted(zip(u.rank.tolist(), u.rec.tolist(), u.pos.tolist())),
+            sorted(o.bad), len(bad_s), len(bad_r), o.req_done.tolist(), o.req_waited.tolist(), o.double_waits,
+            len(o.disagreements), o.calls_seen, [(e.rank, e.op.base, e.ok) for e in result.expects])
+
+
+def _fast_path_taken(monkeypatch, schedule):
+    """Run the simulation with the fast path on; return the result and how often its plan applied."""
+    taken = []
+    original = engine_module.Engine.exchange_plan
+
+    def spy(self, rec):
+        plan = original(self, rec)
+        taken.append(plan is not None)
+        return plan
+    with monkeypatch.context() as m:
+        m.setattr(engine_module.Engine, "exchange_plan", spy)
+        return simulate(schedule), taken
+
+
+@pytest.mark.parametrize("case, world", FAST_CASES)
+def test_self_matched_batches_meet_as_the_general_path_does(case, world, monkeypatch):
+    program = load(SourceFile(f"{case}.comm", CASES[case]))
+    s = expand(program, world, {"n": 8} if case == "ring" else None)
+    fast, taken = _fast_path_taken(monkeypatch, s)
+    with monkeypatch.context() as m:
+        m.setattr(engine_module.Engine, "exchange_plan", lambda self, rec: None)
+        general = simulate(expand(program, world, {"n": 8} if case == "ring" else None))
+    assert fast.ok and general.ok
+    assert _summary(fast) == _summary(general)
+    for r in range(world):
+        for name, values in general.tensors[r].items():
+            np.testing.assert_array_equal(fast.tensors[r][name], values)
+    if case == "shared_channel":
+        assert not any(taken)  # two sends of a batch on one channel: their order is the general path's to keep
+    elif case == "outside":
+        assert not any(taken)  # a peer outside the batch's ranks: not self-matched
+    elif world > 1:
+        assert taken and all(taken)  # every batch meets itself (`partial`: only some ranks run it at odd worlds)
+
+
+def test_self_matched_batch_with_mismatched_sizes_is_still_reported():
+    text = ("world 2\ntensor x: float32[4]\ntensor y: float32[3]\n"
+            "batch:\n    send x to 1 - rank\n    recv y from 1 - rank\n")
+    s = expand(load(SourceFile("t.comm", text)), 2)
+    out = run_engine(s)
+    assert out.completed
+    bad_s, bad_r = out.mismatched_messages
+    assert sorted(zip(bad_s.rank.tolist(), bad_s.numel.tolist(), bad_r.numel.tolist())) == [(0, 4, 3), (1, 4, 3)]

@@ -1,0 +1,158 @@
+"""`commdsl.checker.access`: buffer races with in-flight ops (R503), reads of elements a `reduce` left undefined
+(R504, also through a computation), and collective results overwritten unread (L705). Each program lists the
+exact records the tracker must produce, as (rank, line of the op, line of the other op, ...)."""
+
+from __future__ import annotations
+
+import pytest
+
+from commdsl.checker.access import Access
+from commdsl.engine import run_engine
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.source import SourceFile
+
+
+def track(text: str, world: int = 2, lints: bool = False):
+    s = expand(load(SourceFile("t.comm", text)), world)
+    access = Access(s, lints)
+    outcome = run_engine(s, observer=access)
+    assert outcome.completed
+    return s, access
+
+
+def line(s, op_id: int) -> int:
+    return s.locate(op_id)[0].span.line
+
+
+def races(s, access) -> list[tuple]:
+    return sorted((r.rank, line(s, r.op), line(s, r.inflight), r.writes, r.window_writes, r.tensor)
+                  for r in access.races)
+
+
+def undefined(s, access) -> list[tuple]:
+    return sorted((u.rank, line(s, u.op), line(s, u.reduce)) for u in access.undefined_reads)
+
+
+def dead(s, access) -> list[tuple]:
+    return sorted((d.rank, line(s, d.producer), line(s, d.overwriter)) for d in access.dead_stores)
+
+
+HEADER = "world 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\ntensor z: float32[4]\n"  # lines 1-4
+
+
+# ---- R503: races with in-flight ops --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, want", [
+    # 5: isend reads x; 6: a write while it is in flight races; 9: after the wait, nothing
+    ("h = isend x to 1 - rank\nx = 5\nrecv y from 1 - rank\nwait h\nx = 6\n",
+     [(r, 6, 5, True, False, "x") for r in (0, 1)]),
+    # reading what an isend reads is fine
+    ("h = isend x to 1 - rank\ny = x\nrecv z from 1 - rank\nwait h\n", []),
+    # elements outside an irecv's window are free; one shared element is a race
+    ("h = irecv y[0:2] from 1 - rank\ny[2:4] = 1\ny[1:3] = 2\nisend x[0:2] to 1 - rank\nwait all\n",
+     [(r, 7, 5, True, True, "y") for r in (0, 1)]),
+    # a blocking recv into a buffer an isend still reads
+    ("h = isend x to 1 - rank\nrecv x from 1 - rank\nwait h\n", [(r, 6, 5, True, False, "x") for r in (0, 1)]),
+])
+def test_races_with_point_to_point_windows(body, want):
+    s, access = track(HEADER + body)
+    assert races(s, access) == want
+
+
+def test_a_read_of_a_buffer_an_irecv_writes():
+    text = HEADER + ("on rank == 0:\n    h = irecv y from 1\n    z = y\n    wait h\n    z = y\n"
+                     "else:\n    send x to 0\n")
+    s, access = track(text)
+    assert races(s, access) == [(0, 7, 6, False, True, "y")]
+
+
+def test_two_irecvs_into_one_buffer():
+    text = HEADER + ("on rank == 0:\n    irecv y from 1\n    irecv y[3] from 1 tag 1\n    wait all\n"
+                     "else:\n    send x to 0\n    send x[0] to 0 tag 1\n")
+    s, access = track(text)
+    assert races(s, access) == [(0, 7, 6, True, True, "y")]
+
+
+def test_ops_of_one_batch_on_overlapping_elements():
+    text = HEADER + ("batch:\n    send x[0:2] to 1 - rank\n    recv x[1:3] from 1 - rank\n"
+                     "batch:\n    send x[0:2] to 1 - rank\n    recv x[2:4] from 1 - rank\n")
+    s, access = track(text)
+    # lines 6 and 7 share element 1 on each rank; lines 9 and 10 share nothing
+    assert races(s, access) == [(r, 7, 6, True, False, "x") for r in (0, 1)]
+
+
+def test_async_collectives_hold_their_buffers_until_the_wait():
+    text = HEADER + ("h = all_reduce x\ny = x\nwait h\ny = x\n"  # 5-8: all_reduce writes x: a read races
+                     "k = broadcast z from 0\nz = 1\ny = z\nwait k\n")  # 9-12: the root only reads z
+    s, access = track(text)
+    assert races(s, access) == [(0, 6, 5, False, True, "x"), (0, 10, 9, True, False, "z"),
+                                (1, 6, 5, False, True, "x"), (1, 10, 9, True, True, "z"), (1, 11, 9, False, True, "z")]
+
+
+def test_no_window_without_async_ops():
+    s, access = track(HEADER + "batch:\n    send x to 1 - rank\n    recv y from 1 - rank\nx = y\n")
+    assert races(s, access) == [] and access.writing == {}
+
+
+# ---- R504: reads of undefined elements ---------------------------------------------------------------------
+
+REDUCE = HEADER + "reduce x to 0\n"  # line 5; rank 1's x is undefined afterwards
+
+
+@pytest.mark.parametrize("body, want", [
+    ("y = x\n", [(1, 6, 5)]),  # a non-root's read; the root's is fine
+    ("batch:\n    send x to 1 - rank\n    recv y from 1 - rank\n", [(1, 7, 5)]),  # a send reads its buffer
+    ("x += 1\n", [(1, 6, 5)]),  # an augmented assignment reads its target
+    ("expect x >= 0\n", [(1, 6, 5)]),
+    ("x = 1\ny = x\n", []),  # overwritten first
+    ("batch:\n    send y to 1 - rank\n    recv x from 1 - rank\ny = x\n", []),  # received into first
+    ("x[0:2] = 1\ny[0:2] = x[0:2]\ny[2:4] = x[2:4]\n", [(1, 8, 5)]),  # only the part still undefined
+    ("broadcast x from 0\ny = x\n", []),  # a collective's output is defined again
+])
+def test_reads_after_reduce(body, want):
+    s, access = track(REDUCE + body)
+    assert undefined(s, access) == want
+
+
+def test_an_undefined_value_flows_through_a_computation():
+    body = "z = x * 2 + 1\ny = z\ny[0] = 3\nz[0] = y[0]\nz[1:4] = 0\ny[0:3] = z[1:4]\ny = z\n"
+    s, access = track(REDUCE + body)
+    # 6 reads x (undefined); 7 reads z, computed from it; 8 redefines y[0], which 9 copies into z[0]; 10
+    # redefines the rest of z, so 11 and 12 read defined elements only
+    assert undefined(s, access) == [(1, 6, 5), (1, 7, 5)]
+    body = "z = x * 2 + 1\nz[1:4] = 0\ny = z\n"
+    s, access = track(REDUCE + body)
+    assert undefined(s, access) == [(1, 6, 5), (1, 8, 5)]  # z[0] is still computed from undefined x[0]
+
+
+def test_undefined_elements_are_tracked_per_rank():
+    text = "world 3\ntensor x: float32[2] = rank\ntensor y: float32[2]\nreduce x to 1\ny = x\n"
+    s, access = track(text, 3)
+    assert undefined(s, access) == [(0, 5, 4), (2, 5, 4)]
+
+
+# ---- L705: collective results overwritten unread -----------------------------------------------------------
+
+@pytest.mark.parametrize("body, want", [
+    ("all_reduce x\nx = 1\n", [(0, 5, 6), (1, 5, 6)]),  # overwritten in full, never read
+    ("all_reduce x\ny[0] = x[3]\nx = 1\n", []),  # read in part: used
+    ("all_reduce x\nx[0:2] = 1\nx[2:4] = 1\n", []),  # overwritten in part: its other elements may still be read
+    ("all_reduce x\nall_reduce x\ny = x\n", []),  # the second all_reduce reads the first's result
+    ("all_gather x[0:2] into y\nbatch:\n    send z to 1 - rank\n    recv y from 1 - rank\n",
+     [(0, 5, 8), (1, 5, 8)]),  # overwritten by a message
+])
+def test_dead_stores(body, want):
+    s, access = track(HEADER + body, lints=True)
+    assert dead(s, access) == want
+
+
+def test_a_dead_store_only_where_the_result_is_written():
+    body = "reduce x to 0\nx = 1\n"  # the root's result is overwritten unread; the non-root's x is undefined
+    s, access = track(HEADER + body, lints=True)
+    assert dead(s, access) == [(0, 5, 6)]
+
+
+def test_dead_stores_are_lint_only():
+    s, access = track(HEADER + "all_reduce x\nx = 1\n", lints=False)
+    assert dead(s, access) == [] and access.unread == {}

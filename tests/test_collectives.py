@@ -1,0 +1,390 @@
+"""`commdsl.collectives`: each kind's `apply` against an independent computation (plain Python per element, then
+the dtype's wrap-around or rounding), `fit` (N131), `roles`, `busbw_factor` (nccl-tests' formulas) and `form`
+(through `commdsl fmt`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import numpy as np
+import pytest
+
+from commdsl.collectives import KINDS, Call, Instance
+from commdsl.diagnostics import CommdslError
+from commdsl.dtypes import DTYPES
+from commdsl.emit.fmt import format_source
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.rules.backend import unsupported
+from commdsl.schedule import CollectiveRec, VView
+from commdsl.source import SourceFile
+from commdsl.syntax import nodes as n
+from commdsl.syntax.parser import parse_tree
+from commdsl.syntax.transform import to_ast
+
+SIZES = (1, 2, 3, 4, 5)
+PART = 4  # elements per block
+SCALE = 0.5
+
+GLOO_PAIRS = [(op, dt) for op in ("sum", "product", "min", "max", "band", "bor", "bxor", "avg")
+              for dt in DTYPES if unsupported("gloo", op, dt) is None]
+NCCL_ONLY = [("premul_sum", dt) for dt in DTYPES if DTYPES[dt].is_float]
+
+
+def test_gloo_pairs_cover_what_the_docs_table_allows():
+    # docs/language.md §11: bitwise ops on integers and bool, avg on floating point, the rest on everything
+    assert len(GLOO_PAIRS) == 4 * 9 + 3 * 5 + 4
+
+
+# ---- data and the reference reduction --------------------------------------------------------------------
+
+def member_data(j: int, numel: int, dtype: str) -> np.ndarray:
+    """Member j's values: small, exact in every dtype, with negatives where the dtype has them."""
+    i = np.arange(numel)
+    d = DTYPES[dtype]
+    if d.is_bool:
+        values = (j + i) % 3 == 0
+    elif dtype == "uint8":
+        values = (3 * j + i) % 4
+    else:
+        values = (3 * j + i) % 4 - 1
+    return np.asarray(values).astype(d.numpy)
+
+
+def as_dtype(values: list, dtype: str) -> np.ndarray:
+    """Python numbers stored in a dtype the way torch stores them: integers wrap, floats round, bool is `!= 0`."""
+    d = DTYPES[dtype]
+    if d.is_bool:
+        return np.array([bool(v) for v in values], dtype=bool)
+    if d.is_int:
+        bits = 8 * d.itemsize
+        lo = 0 if dtype == "uint8" else -(1 << (bits - 1))
+        return np.array([(int(v) - lo) % (1 << bits) + lo for v in values], dtype=d.numpy)
+    return np.array(values, dtype=np.float64).astype(d.numpy)
+
+
+def reference_reduce(arrays: list[np.ndarray], redop: str, dtype: str) -> np.ndarray:
+    columns = zip(*[[int(v) if isinstance(v, bool) else v for v in a.tolist()] for a in arrays])
+    fold = {
+        "sum": sum, "product": math.prod, "min": min, "max": max,
+        "band": lambda c: functools.reduce(operator.and_, c), "bor": lambda c: functools.reduce(operator.or_, c),
+        "bxor": lambda c: functools.reduce(operator.xor, c), "avg": lambda c: sum(c) / len(c),
+        "premul_sum": lambda c: sum(v * SCALE for v in c),
+    }[redop]
+    return as_dtype([fold(list(c)) for c in columns], dtype)
+
+
+def instance(size, inputs, *, root=None, redop=None, listed_in=False, listed_out=False, in_splits=None,
+             out_splits=None) -> Instance:
+    return Instance(size=size, root=root, redop=redop, scale=SCALE if redop == "premul_sum" else None, inputs=inputs,
+                    input_shapes=[[x.shape for x in xs] for xs in inputs], output_numel=[[] for _ in inputs],
+                    inputs_listed=[listed_in] * size if isinstance(listed_in, bool) else listed_in,
+                    outputs_listed=[listed_out] * size if isinstance(listed_out, bool) else listed_out,
+                    in_splits=in_splits or [()] * size, out_splits=out_splits or [()] * size)
+
+
+def equal(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+        else:
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g.reshape(-1), w.reshape(-1))
+
+
+def test_every_kind_is_tested_here():
+    assert set(KINDS) == {"broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
+                          "all_to_all", "barrier"}
+
+
+# ---- apply: reducing kinds, every reduce op and dtype Gloo runs ----------------------------------------------
+
+@pytest.mark.parametrize("redop, dtype", GLOO_PAIRS + NCCL_ONLY)
+def test_all_reduce_and_reduce(redop, dtype):
+    for size in SIZES:
+        xs = [member_data(j, PART, dtype) for j in range(size)]
+        want = reference_reduce(xs, redop, dtype)
+        out = KINDS["all_reduce"].apply(instance(size, [[x] for x in xs], redop=redop))
+        for member in out:
+            equal(member, [want])
+        assert len({id(m[0]) for m in out}) == size  # each member owns its result
+        for root in range(size):
+            out = KINDS["reduce"].apply(instance(size, [[x] for x in xs], root=root, redop=redop))
+            for j, member in enumerate(out):
+                equal(member, [want] if j == root else [None])  # non-roots: undefined
+
+
+@pytest.mark.parametrize("redop, dtype", GLOO_PAIRS + NCCL_ONLY)
+def test_reduce_scatter_tensor_and_list_forms(redop, dtype):
+    for size in SIZES:
+        xs = [member_data(j, size * PART, dtype) for j in range(size)]
+        blocks = [[x[k * PART:(k + 1) * PART] for k in range(size)] for x in xs]
+        want = [reference_reduce([blocks[r][k] for r in range(size)], redop, dtype) for k in range(size)]
+        tensor = KINDS["reduce_scatter"].apply(instance(size, [[x] for x in xs], redop=redop))
+        listed = KINDS["reduce_scatter"].apply(instance(size, blocks, redop=redop, listed_in=True))
+        for k in range(size):
+            equal(tensor[k], [want[k]])
+            equal(listed[k], [want[k]])
+
+
+# ---- apply: the others --------------------------------------------------------------------------------------
+
+DTYPE_SAMPLE = ("float32", "int8", "bool", "float16")
+
+
+@pytest.mark.parametrize("dtype", DTYPE_SAMPLE)
+@pytest.mark.parametrize("size", SIZES)
+def test_broadcast_and_barrier(size, dtype):
+    xs = [member_data(j, PART, dtype) for j in range(size)]
+    for root in range(size):
+        out = KINDS["broadcast"].apply(instance(size, [[x] for x in xs], root=root))
+        for member in out:
+            equal(member, [xs[root]])
+    assert KINDS["barrier"].apply(instance(size, [[] for _ in range(size)])) == [[] for _ in range(size)]
+
+
+@pytest.mark.parametrize("dtype", DTYPE_SAMPLE)
+@pytest.mark.parametrize("size", SIZES)
+def test_all_gather_and_gather_tensor_and_list_forms(size, dtype):
+    xs = [member_data(j, PART, dtype) for j in range(size)]
+    joined = np.array([v for x in xs for v in x.tolist()], dtype=xs[0].dtype)
+    for listed in (False, True):
+        want = list(xs) if listed else [joined]
+        for member in KINDS["all_gather"].apply(instance(size, [[x] for x in xs], listed_out=listed)):
+            equal(member, want)
+        for root in range(size):
+            out = KINDS["gather"].apply(instance(size, [[x] for x in xs], root=root, listed_out=listed))
+            for j, member in enumerate(out):
+                equal(member, want if j == root else [])  # non-roots receive nothing
+    # each member chooses its own form (one statement per `on` branch)
+    if size > 1:
+        mixed = [j % 2 == 0 for j in range(size)]
+        out = KINDS["all_gather"].apply(instance(size, [[x] for x in xs], listed_out=mixed))
+        for j, member in enumerate(out):
+            equal(member, list(xs) if mixed[j] else [joined])
+
+
+@pytest.mark.parametrize("dtype", DTYPE_SAMPLE)
+@pytest.mark.parametrize("size", SIZES)
+def test_scatter_tensor_and_list_forms(size, dtype):
+    for root in range(size):
+        xs = [member_data(j, size * PART, dtype) for j in range(size)]
+        parts = [xs[root][k * PART:(k + 1) * PART] for k in range(size)]
+        out = KINDS["scatter"].apply(instance(size, [[x] for x in xs], root=root))
+        for k in range(size):
+            equal(out[k], [parts[k]])
+        lists = [[member_data(10 * j + k, PART, dtype) for k in range(size)] for j in range(size)]
+        out = KINDS["scatter"].apply(instance(size, lists, root=root, listed_in=True))
+        for k in range(size):
+            equal(out[k], [lists[root][k]])
+
+
+@pytest.mark.parametrize("dtype", DTYPE_SAMPLE)
+@pytest.mark.parametrize("size", SIZES)
+def test_all_to_all_even(size, dtype):
+    xs = [member_data(j, size * PART, dtype) for j in range(size)]
+    out = KINDS["all_to_all"].apply(instance(size, [[x] for x in xs]))
+    for k in range(size):
+        want = np.array([v for r in range(size) for v in xs[r][k * PART:(k + 1) * PART].tolist()], dtype=xs[0].dtype)
+        equal(out[k], [want])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_all_to_all_uneven_splits(size):
+    cols = 3  # elements per row: split sizes count rows
+    rng = np.random.default_rng(size)
+    in_splits = [tuple(int(s) for s in rng.integers(0, 3, size)) for _ in range(size)]
+    out_splits = [tuple(in_splits[r][k] for r in range(size)) for k in range(size)]
+    xs = [np.arange(sum(s) * cols, dtype=np.int64) + 1000 * j for j, s in enumerate(in_splits)]
+    out = KINDS["all_to_all"].apply(instance(size, [[x] for x in xs], in_splits=in_splits, out_splits=out_splits))
+    for k in range(size):
+        want = []
+        for r in range(size):
+            first = sum(in_splits[r][:k])
+            want += xs[r].tolist()[first * cols:(first + in_splits[r][k]) * cols]
+        equal(out[k], [np.array(want, dtype=np.int64)])
+        assert out[k][0].size == sum(out_splits[k]) * cols
+
+
+# ---- fit --------------------------------------------------------------------------------------------------
+
+def call(kind: str, size, ins, outs, *, listed_in=False, listed_out=False, in_splits=(), out_splits=(),
+         is_root=False, rows=None) -> Call:
+    """A call by len(...) ranks (per-rank entries are arrays); `ins`/`outs` are element counts of 1-d views, or
+    (rows, cols) for 2-d views."""
+    count = next((len(x) for x in (size, *ins, *outs, *in_splits) if isinstance(x, np.ndarray)), 2)
+
+    def views(items):
+        return tuple(VView("t", 0, tuple(np.asarray(d) if isinstance(d, list) else d for d in x) if isinstance(x, tuple)
+                           else (x,)) for x in items)
+    rec = CollectiveRec(node=None, ranks=np.arange(count), bindings=(), kind=KINDS[kind], inputs=views(ins),
+                        outputs=views(outs), inputs_listed=listed_in, outputs_listed=listed_out,
+                        in_splits=tuple(in_splits), out_splits=tuple(out_splits))
+    return Call(rec, size, np.arange(count), np.broadcast_to(np.asarray(is_root), (count,)), count)
+
+
+def problem(c: Call):
+    p = c.rec.kind.fit(c)
+    return None if p is None else (np.asarray(p.mask).tolist(), {k: p.message(k) for k in np.flatnonzero(p.mask)})
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "all_reduce", "reduce", "barrier"])
+def test_kinds_without_a_size_rule_fit_anything(kind):
+    assert problem(call(kind, 3, [np.array([1, 7])], [np.array([1, 7])])) is None
+
+
+def test_all_gather_fit():
+    assert problem(call("all_gather", 3, [4], [12])) is None
+    assert problem(call("all_gather", np.array([2, 3]), [4], [np.array([8, 8])])) == \
+        ([False, True], {1: "the output has 8 elements; a group of 3 × 4 needs 12"})
+    assert problem(call("all_gather", 2, [4], [4, 4], listed_out=True)) is None
+    assert problem(call("all_gather", 3, [4], [4, 4], listed_out=True)) == \
+        ([True, True], {0: "the output list has 2 buffers for a group of 3", 1: "the output list has 2 buffers for a group of 3"})
+    assert problem(call("all_gather", 2, [4], [4, np.array([4, 5])], listed_out=True)) == \
+        ([False, True], {1: "each output buffer must hold 4 elements (the input), one holds 5"})
+
+
+def test_gather_fit_holds_at_the_root_only():
+    assert problem(call("gather", 2, [4], [np.array([8, 3])], is_root=np.array([True, False]))) is None
+    assert problem(call("gather", 2, [4], [np.array([8, 3])], is_root=np.array([False, True]))) == \
+        ([False, True], {1: "the output has 3 elements; a group of 2 × 4 needs 8"})
+    assert problem(call("gather", 2, [4], [4], listed_out=True, is_root=np.array([False, True]))) == \
+        ([False, True], {1: "the output list has 1 buffers for a group of 2"})
+
+
+def test_scatter_fit_holds_at_the_root_only():
+    assert problem(call("scatter", 3, [np.array([12, 5])], [4], is_root=np.array([True, False]))) is None
+    assert problem(call("scatter", 3, [np.array([12, 5])], [4], is_root=np.array([False, True]))) == \
+        ([False, True], {1: "the input has 5 elements; a group of 3 × 4 needs 12"})
+    assert problem(call("scatter", 2, [4, 3], [4], listed_in=True, is_root=True)) == \
+        ([True, True], {0: "each input buffer must hold 4 elements (the output), one holds 3",
+                        1: "each input buffer must hold 4 elements (the output), one holds 3"})
+
+
+def test_reduce_scatter_fit():
+    assert problem(call("reduce_scatter", 4, [16], [4])) is None
+    assert problem(call("reduce_scatter", 4, [np.array([16, 15])], [4])) == \
+        ([False, True], {1: "the input has 15 elements; a group of 4 × 4 needs 16"})
+    assert problem(call("reduce_scatter", 2, [4, 4], [4], listed_in=True)) is None
+
+
+def test_all_to_all_fit_even_and_uneven():
+    assert problem(call("all_to_all", 4, [8], [8])) is None
+    assert problem(call("all_to_all", 3, [np.array([9, 8])], [np.array([9, 9])])) == \
+        ([False, True], {1: "`all_to_all` input has 8 elements but output has 9"})
+    assert problem(call("all_to_all", 3, [8], [8])) == \
+        ([True, True], {0: "`all_to_all` moves 8 elements, not divisible by the group size 3",
+                        1: "`all_to_all` moves 8 elements, not divisible by the group size 3"})
+    two_d = ((4, 2),)  # 4 rows of 2: split sizes count rows
+    assert problem(call("all_to_all", 2, two_d, two_d, in_splits=(1, 3), out_splits=(2, 2))) is None
+    assert problem(call("all_to_all", 2, two_d, two_d, in_splits=(1, 2), out_splits=(2, 2))) == \
+        ([True, True], {k: "`all_to_all` splits sum to 3 in / 4 out rows, but the buffers have 4 / 4" for k in (0, 1)})
+    assert problem(call("all_to_all", 3, two_d, two_d, in_splits=(1, 3), out_splits=(2, 2))) == \
+        ([True, True], {k: "`all_to_all` splits list 2 sizes for a group of 3" for k in (0, 1)})
+    assert problem(call("all_to_all", 2, two_d, two_d, in_splits=(np.array([5, 1]), 3),
+                        out_splits=(np.array([-1, 2]), 2))) == \
+        ([True, False], {0: "`all_to_all` split sizes must not be negative"})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tensor x: float32[3]\ntensor y: float32[5]\nall_gather x into y\n",
+     "the output has 5 elements; a group of 2 × 3 needs 6"),
+    ("tensor x: float32[3]\ntensor y: float32[6]\nscatter y into x from 0\nreduce_scatter x into y\n",
+     "the input has 3 elements; a group of 2 × 6 needs 12"),
+    ("tensor x: float32[3]\nall_to_all x into x\n", "`all_to_all` moves 3 elements, not divisible by the group size 2"),
+])
+def test_a_buffer_that_does_not_fit_is_n131_through_the_expansion(text, message):
+    with pytest.raises(CommdslError) as e:
+        expand(load(SourceFile("t.comm", "world 2\n" + text)), 2)
+    [d] = e.value.diagnostics
+    assert (d.code, d.message, d.label) == ("N131", message, "on rank 0, group of 2")
+
+
+# ---- roles and bus bandwidth ------------------------------------------------------------------------------
+
+# (reads its inputs, writes its outputs, leaves its outputs undefined): root, then non-root (docs/language.md §10)
+ROLES = {
+    "broadcast": ((True, False, False), (False, True, False)),
+    "all_reduce": ((True, True, False), (True, True, False)),
+    "reduce": ((True, True, False), (True, False, True)),
+    "all_gather": ((True, True, False), (True, True, False)),
+    "gather": ((True, True, False), (True, False, False)),
+    "scatter": ((True, True, False), (False, True, False)),
+    "reduce_scatter": ((True, True, False), (True, True, False)),
+    "all_to_all": ((True, True, False), (True, True, False)),
+    "barrier": ((False, False, False), (False, False, False)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_roles_of_root_and_non_root(kind):
+    assert (KINDS[kind].roles(True), KINDS[kind].roles(False)) == ROLES[kind]
+
+
+# nccl-tests' src/*.cu GetBw: busBw = algBw * factor
+NCCL_TESTS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NCCL_TESTS_FACTOR))
+def test_busbw_factor_is_nccl_tests_formula(kind):
+    for world in (1, 2, 3, 4, 7, 8, 64, 1000):
+        assert KINDS[kind].busbw_factor(world) == pytest.approx(NCCL_TESTS_FACTOR[kind](world), rel=1e-15)
+
+
+def test_every_benchmarked_kind_has_a_formula():
+    assert {k.name for k in KINDS.values() if k.bench is not None} == set(NCCL_TESTS_FACTOR)
+
+
+# ---- form, through `commdsl fmt` -------------------------------------------------------------------------------
+
+FORM_CASES = {
+    "broadcast": [dict(ins="x", root="0"), dict(ins="x[0:2]", root="world - 1", tail=" in g", handle="h = ")],
+    "all_reduce": [dict(ins="x"), dict(ins="x", redop=" op max", tail=" in m.tp"),
+                   dict(ins="x.chunk(1, 2)", redop=" op premul_sum(0.5)", handle="h = ")],
+    "reduce": [dict(ins="x", root="1", redop=" op min"), dict(ins="x", root="rank - rank % 2", tail=" in g")],
+    "all_gather": [dict(ins="x", outs="y"), dict(ins="x", outs="[a, b]", tail=" in g", handle="h = ")],
+    "gather": [dict(ins="x", outs="y", root="0"), dict(ins="x", outs="[a, b]", root="1")],
+    "scatter": [dict(ins="y", outs="x", root="0"), dict(ins="[a, b]", outs="x", root="1", tail=" in g")],
+    "reduce_scatter": [dict(ins="y", outs="x", redop=" op avg"), dict(ins="[a, b]", outs="x")],
+    "all_to_all": [dict(ins="y", outs="z"), dict(ins="y", outs="z", splits=" splits [1, 3], [2, 2]", tail=" in g")],
+    "barrier": [dict(), dict(tail=" in m.dp", handle="h = ")],
+}
+DECLS = ("world 2\ntensor x: float32[4]\ntensor y: float32[8]\ntensor z: float32[8]\ntensor a: float32[4]\n"
+         "tensor b: float32[4]\ngroup g = [0, 1]\nmesh m = (dp=1, tp=2)\n")
+
+
+def without_spans(node):
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k != "span"}
+        if isinstance(d, (list, tuple)):
+            return [strip(v) for v in d]
+        return d
+    return strip(node.model_dump())
+
+
+def parse(text: str) -> n.Module:
+    source = SourceFile("t.comm", text)
+    return to_ast(parse_tree(source), source)
+
+
+@pytest.mark.parametrize("kind, case", [(k, c) for k, cs in FORM_CASES.items() for c in cs],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_form_round_trips_through_fmt(kind, case):
+    fields = dict(ins="", outs="", root="", redop="", splits="") | {k: v for k, v in case.items()
+                                                                  if k not in ("tail", "handle")}
+    stmt = case.get("handle", "") + KINDS[kind].form.format(**fields) + case.get("tail", "")
+    text = DECLS + stmt + ("\nwait h\n" if "handle" in case else "\n")
+    module = parse(text)
+    [coll] = [s for s in module.body if isinstance(s, n.Collective)]
+    assert coll.op == kind
+    formatted = format_source(SourceFile("t.comm", text))
+    assert formatted == text  # the form is the canonical text
+    assert without_spans(parse(formatted)) == without_spans(module)
