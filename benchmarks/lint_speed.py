@@ -16,9 +16,9 @@ the same check as the default text output). The programs are generated into a te
 
 The rows are run round-robin (run 1 of every row, then run 2 of every row, ...) so that a change in
 the machine's load spreads over all rows; the median and min-max of the runs are printed. Each run
-has a wall-clock limit (--timeout); a row that hits it is not run again. The peak RSS is the child's
-own `ru_maxrss` from `os.wait4` (what `getrusage(RUSAGE_CHILDREN)` reports, but per child: the
-RUSAGE_CHILDREN figure is the maximum over every child reaped so far). "ops" is
+has a wall-clock limit (--timeout); a row that hits it is not run again. The peak RSS is
+`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a small timer process that forks and execs the command
+and has no other child (see TIMER); wall time is measured there from fork to reaping. "ops" is
 `commdsl.expand(program, world).num_ops` (ops over all ranks, each op of a batch counted), computed
 in this process once per row before any timing; µs/op is the median wall time over that count, and
 "net" subtracts the startup row's median. Prints a markdown table for docs/benchmarks.md.
@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -150,27 +149,45 @@ def count_ops(row: Row, tmp: Path) -> int:
     return total
 
 
+# Times one command and reads its peak RSS from a small, fresh process: a child's ru_maxrss starts at
+# the RSS of the process that forked it (Linux keeps the old address space's high-water mark across
+# exec), so forking `commdsl` straight from this script, which has expanded a ring of 84 M ops to count
+# them, would report this script's size instead of the child's.
+TIMER = """\
+import os, resource, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status = os.waitpid(pid, 0)
+wall = time.perf_counter() - t0
+rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+with open(sys.argv[1], "w") as f:
+    f.write(f"{wall!r} {rss_kb} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
 def run_once(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int, str, bool]:
     """(wall s, peak RSS MB, exit code, stdout, timed out) of one run of `cmd`."""
-    with tempfile.TemporaryFile() as out:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        hit = threading.Event()
-
-        def kill() -> None:
-            hit.set()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryDirectory() as tdir:
+        result = Path(tdir) / "result"
+        proc = subprocess.Popen([sys.executable, "-S", "-c", TIMER, str(result), *cmd], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.wait()
+            return timeout, 0.0, -9, "", True
         out.seek(0)
         text = out.read().decode(errors="replace")
-    return wall, usage.ru_maxrss / 1000.0, proc.returncode, text, hit.is_set()
+        if not result.exists():
+            return 0.0, 0.0, proc.returncode or 2, text + "\n(no timing: the timer process failed)", False
+        wall, rss_kb, rc = result.read_text().split()
+    return float(wall), int(rss_kb) / 1000.0, int(rc), text, False
 
 
 RANK = re.compile(r"\branks? (\[[^\]]*\]|\d+)")
