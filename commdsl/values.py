@@ -211,6 +211,8 @@ def _int_op(node: n.Binary, op: str, a, b, size: int):
         if ma * mb >= SAFE:
             return _by_rank(node, a, b, size)
         return a * b
+    if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64
+        return _by_rank(node, a, b, size)
     if op == "//":
         return np.floor_divide(a, b)
     if op == "%":
@@ -228,8 +230,8 @@ def unary(node: n.Unary, v):
     op = node.op
     if op == "not":
         return np.logical_not(truthy(v)) if is_vec(v) else not v
-    if op == "+":
-        return v
+    if op == "+":  # Python's `+True` is the int 1
+        return (v.astype(np.int64) if v.dtype == bool else v) if is_vec(v) else (int(v) if isinstance(v, bool) else v)
     if not is_vec(v):
         return -v
     if v.dtype == bool:
@@ -245,7 +247,7 @@ def call(fname: str, args: list):
         return abs(args[0]) if fname == "abs" else {"min": min, "max": max}[fname](args)
     size = next(a for a in args if is_vec(a)).size
     kinds = {kind(a) for a in args}
-    if kinds & {"o", "b"} or len(kinds) > 1:
+    if kinds & {"o", "b"} or len(kinds) > 1 or (kinds == {"i"} and max(_magnitude(a) for a in args) >= SAFE):
         cols = [_objects(a, size) for a in args]
         fn = {"min": min, "max": max}.get(fname)
         out = np.empty(size, dtype=object)

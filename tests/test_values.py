@@ -154,7 +154,6 @@ ARITH_OPS = sorted(set(BINARY) - {"**"})
 def test_binary_matches_python_rank_by_rank(data, size, op):
     a = data.draw(operand(size), label="a")
     b = data.draw(operand(size), label="b")
-    assume(not _int64_overflow_bug(op, a, b))  # pinned by the xfail test below
     want = [py_binary(op, x, y) for x, y in zip(per_rank(a, size), per_rank(b, size))]
     got, failure = outcome(binary, node(op), a, b)
     if any(isinstance(w, Fails) for w in want):
@@ -164,19 +163,6 @@ def test_binary_matches_python_rank_by_rank(data, size, op):
         check(got, want)
 
 
-def _int64_overflow_bug(op, a, b) -> bool:
-    """An int64 vector divided with a scalar integer outside int64 (see the xfail test)."""
-    def outside(x):
-        return type(x) is int and not -(1 << 63) <= x < 1 << 63
-    def int_vec(x):
-        return is_vec(x) and x.dtype.kind in "ib"
-    return op in ("/", "//", "%") and ((int_vec(a) and outside(b)) or (int_vec(b) and outside(a)))
-
-
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="values._int_op runs `/`, `//`, `%` in NumPy without a magnitude check, so an int64 vector "
-                          "meeting a scalar int outside int64 raises OverflowError (`let v = rank % 2 ** 63` crashes "
-                          "`commdsl check` with an internal error)")
 @pytest.mark.parametrize("op", ["/", "//", "%"])
 def test_int_vector_divided_with_an_integer_beyond_int64(op):
     big = 1 << 63
@@ -290,8 +276,6 @@ def test_unary_matches_python(data, size, op):
     check(unary(n.Unary(span=SPAN, op=op, operand=LIT), v), want)
 
 
-@pytest.mark.xfail(strict=True, reason="values.unary returns `+v` unchanged, so `+true` stays the bool True where "
-                                       "Python gives the int 1 (and as_int then refuses it as a condition)")
 def test_unary_plus_of_a_bool_is_an_int():
     plus = n.Unary(span=SPAN, op="+", operand=LIT)
     check(unary(plus, True), [1])
@@ -304,22 +288,11 @@ def test_min_max_abs_match_python(data, size, fname, arity):
     count = 1 if fname == "abs" else arity
     finite = st.one_of(small_ints, st.booleans(), st.floats(-1e6, 1e6, allow_nan=False), big_ints)
     args = [data.draw(operand(size, finite), label=f"arg{j}") for j in range(count)]
-    assume(not _min_max_overflow_bug(args))  # pinned by the xfail test below
     fn = abs if fname == "abs" else {"min": min, "max": max}[fname]
     want = [fn(*[scalar_at(a, k) for a in args]) for k in range(size)]
     check(call(fname, args), want)
 
 
-def _min_max_overflow_bug(args) -> bool:
-    """int64 vectors with a scalar integer outside int64 (see the xfail test)."""
-    ints = [a for a in args if is_vec(a) or not isinstance(a, bool)]
-    return all(is_vec(a) and a.dtype.kind == "i" or type(a) is int for a in ints) and len(ints) == len(args) and \
-        any(type(a) is int and not -(1 << 63) <= a < 1 << 63 for a in args) and any(is_vec(a) for a in args)
-
-
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="values.call runs min/max of int64 vectors in NumPy without a magnitude check, so a scalar "
-                          "int outside int64 raises OverflowError (`let v = max(rank, 2 ** 63)` crashes `commdsl check`)")
 @pytest.mark.parametrize("fname", ["min", "max"])
 def test_min_max_of_an_int_vector_and_an_integer_beyond_int64(fname):
     big = 1 << 63
