@@ -5,11 +5,13 @@ Both read the wait-for analysis's cycles (`commdsl.checker.waits`); C308 (two gr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from commdsl.checker.waits import Waiting
 from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.engine import run_engine
 from commdsl.rules import Rule, rank_list
 
 if TYPE_CHECKING:
@@ -130,12 +132,30 @@ class BufferingHazard(Rule):
             if ctx.waits.definite(cycle):
                 continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
-            notes += (Note(message="on Gloo a blocking `send` returns only once the receiver posts its `recv`, "
-                                   "at every message size: this always hangs there"),)
+            notes += (Note(message=BUFFERING[ctx.backend]),)
+            if ctx.shared("completes-buffered", _completes_buffered):
+                notes += (Note(message="where sends return before their receive is posted, the program completes"),)
             yield cls.diagnostic(f"deadlock: ranks {ranks} all block in `send` waiting for each other", span=span,
                                  label=label, labels=labels, notes=notes,
                                  help="post the exchange in a `batch:` block, use `isend`, or alternate send/recv order "
                                       "by rank parity")
+
+
+BUFFERING = {
+    "gloo": "on Gloo a blocking `send` returns only once the receiver posts its `recv`, at every message size: "
+            "this always hangs there",
+    "nccl": "on NCCL a `send` finishes before its `recv` is posted only while the message fits the peer's "
+            "buffer (NCCL_BUFFSIZE, 4 MiB by default): this passes small tests and hangs with bigger tensors",
+}
+"""What each backend's blocking send does, the reason a send cycle is a hazard there."""
+
+
+def _completes_buffered(ctx: Context) -> bool:
+    """Whether the program runs to its end when every send returns at once (infinite buffering)."""
+    from commdsl.checker import MODELS
+
+    model = dataclasses.replace(MODELS[ctx.backend], eager_sends=True, name=f"{ctx.backend}-buffered")
+    return run_engine(ctx.schedule, model).completed
 
 
 CHAIN = 6
