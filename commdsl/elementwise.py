@@ -71,6 +71,84 @@ def _binary(op: str, a, b):
         raise ValueError(f"operator {op!r} is not elementwise") from None
 
 
+# ---- what torch refuses ----------------------------------------------------------------------------
+# torch computes an element expression in a promoted category, bool < integer < floating: a tensor's
+# category is "strong", a Python scalar's "weak" (it wins only when its category is higher), as in
+# torch's type promotion. Some operations it refuses outright, at run time, with an exception.
+
+ORDER = "bif"
+
+
+def promote(a: tuple[str, bool], b: tuple[str, bool]) -> tuple[str, bool]:
+    """(category, strong) of `a OP b` for an arithmetic OP."""
+    (ka, sa), (kb, sb) = a, b
+    if sa == sb:
+        return max(ka, kb, key=ORDER.index), sa
+    strong, weak = (ka, kb) if sa else (kb, ka)
+    return (weak if ORDER.index(weak) > ORDER.index(strong) else strong), True
+
+
+def category(e: Elem, dtype_of: Callable[[View], str]) -> tuple[str, bool]:
+    """(category, strong) of an element expression's result, as torch computes it."""
+    from commdsl.dtypes import DTYPES
+
+    tag = e[0]
+    if tag == "c":
+        return scalar_category(e[1]), False
+    if tag == "v":
+        d = DTYPES[dtype_of(e[1])]
+        return ("f" if d.is_float else "b" if d.is_bool else "i"), True
+    if tag == "i":
+        return "i", True
+    if tag == "rand":
+        return "f", True
+    if tag == "u":
+        return category(e[2], dtype_of)
+    if tag == "b":
+        a, b = category(e[2], dtype_of), category(e[3], dtype_of)
+        if e[1] in ("==", "!=", "<", "<=", ">", ">="):
+            return "b", a[1] or b[1]
+        if e[1] == "/":
+            return "f", a[1] or b[1]
+        return promote(a, b)
+    args = [category(a, dtype_of) for a in e[2]]  # "f": min, max, abs
+    out = args[0]
+    for a in args[1:]:
+        out = promote(out, a)
+    return out
+
+
+def scalar_category(v) -> str:
+    """The category of a per-rank constant: its highest over the ranks."""
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in "iub":
+            return "b" if v.dtype.kind == "b" else "i"
+        if v.dtype.kind == "f":
+            return "f"
+        return max((scalar_category(x) for x in v.tolist()), key=ORDER.index, default="i")
+    return "b" if isinstance(v, bool) else "i" if isinstance(v, int) else "f"
+
+
+def refusal(op: str, operands: list[tuple[str, bool]]) -> str | None:
+    """What torch says when it refuses `op` on operands of these (category, strong), or None.
+
+    Measured on torch 2.13 CPU: `-` with any bool operand, tensor or Python scalar (`x - True`), and `-b`
+    raise RuntimeError; `//` and `%` of two bools, and `abs` of a bool tensor, raise NotImplementedError."""
+    cats = [c for c, _ in operands]
+    if op == "-" and "b" in cats:
+        return "torch has no subtraction or negation of bools"
+    if op in ("//", "%") and cats == ["b", "b"]:
+        return f"torch has no `{op}` of two bools"
+    if op == "abs" and operands[0] == ("b", True):
+        return "torch has no `abs` of a bool tensor"
+    return None
+
+
+def integer_division(op: str, operands: list[tuple[str, bool]]) -> bool:
+    """Whether `op` divides integers, which torch refuses to do by zero (`ZeroDivisionError` on CPU)."""
+    return op in ("//", "%") and "f" not in [c for c, _ in operands]
+
+
 def random_init(seed: int, rank: int, numel: int, normal: bool) -> np.ndarray:
     """Seeded per-rank random values: identical in the simulator and on every backend."""
     rng = np.random.default_rng([seed, rank])

@@ -21,12 +21,13 @@ import numpy as np
 
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
+from commdsl.elementwise import category, integer_division, refusal
 from commdsl.limits import MAX_OPS, MAX_RECORDS, Deadline, time_limit
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.rules.names import InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (BadParamValue, BufferDoesNotFit, ExpansionTooLarge, HandleNotAssigned, InvalidGroup,
                                  InvalidTensorSize, MeshDoesNotTileWorld, MixedDtypes, NotAnInteger, ShapeMismatch,
-                                 ViewOutOfBounds, WorldSizeNotDeclared)
+                                 UnsupportedElementOp, ViewOutOfBounds, WorldSizeNotDeclared, DivisionByZero)
 from commdsl.rules.names import BadReduceOp
 from commdsl.schedule import (BatchRec, CollectiveRec, ComputeRec, ExpectRec, Group, P2PRec, PrintRec, Requests,
                               Schedule, TensorInfo, VView, WaitRec, elem_reads)
@@ -239,7 +240,7 @@ class Expander:
         if tag == "u":
             return ("u", e[1], self.widen_elem(e[2], A))
         if tag == "b":
-            return ("b", e[1], self.widen_elem(e[2], A), self.widen_elem(e[3], A))
+            return ("b", e[1], self.widen_elem(e[2], A), self.widen_elem(e[3], A), e[4])
         if tag == "f":
             return ("f", e[1], tuple(self.widen_elem(a, A) for a in e[2]))
         if tag == "rand":
@@ -434,10 +435,15 @@ class Expander:
                 args = tuple(self.elem(a, A, env, target_shape) for a in e.args)
                 if all(a[0] == "c" for a in args):
                     return ("c", self.value(e, A, env))
+                self.torch_accepts(fname, [(a, x) for a, x in zip(e.args, args)], e)
                 return ("f", fname, args)
             case n.Unary():
                 inner = self.elem(e.operand, A, env, target_shape)
-                return ("c", self.value(e, A, env)) if inner[0] == "c" else ("u", e.op, inner)
+                if inner[0] == "c":
+                    return ("c", self.value(e, A, env))
+                if e.op == "-":
+                    self.torch_accepts("-", [(e.operand, inner)], e)
+                return ("u", e.op, inner)
             case n.Binary():
                 left = self.elem(e.left, A, env, target_shape)
                 right = self.elem(e.right, A, env, target_shape)
@@ -449,8 +455,28 @@ class Expander:
                             "the exponent of `**` must be a number known per rank", span=e.right.span,
                             label="varies per element", help="multiply instead, e.g. `x * x`"))
                     right = ("c", _negative_powers_float(right[1]))
-                return ("b", e.op, left, right)
+                self.torch_accepts(e.op, [(e.left, left), (e.right, right)], e)
+                return ("b", e.op, left, right, e.span)
         return ("c", self.value(e, A, env))
+
+    def torch_accepts(self, op: str, operands: list, node) -> None:
+        """Refuse, before launch, an element operation torch would refuse at run time (N135), and an integer
+        division by a per-rank constant 0 (N122); a divisor read from a tensor is checked as the simulator
+        runs (V802)."""
+        cats = [category(x, self.dtype_of) for _, x in operands]
+        why = refusal(op, cats)
+        if why is not None:
+            bools = [self.text(a) for (a, _), c in zip(operands, cats) if c[0] == "b"]
+            raise fail_all(UnsupportedElementOp.refused(why, op, node.span, self.text(node), bools))
+        divisor = operands[-1][1]
+        if integer_division(op, cats) and divisor[0] == "c":
+            zero = divisor[1] == 0
+            if np.any(zero):
+                found = DivisionByZero.diagnostic(
+                    f"integer division by zero in `{op}`", span=node.span,
+                    label=f"`{self.text(operands[-1][0])}` is 0 here",
+                    help="torch raises ZeroDivisionError for integer `//` and `%` by zero")
+                raise Failure(zero, lambda k: found) if is_vec(zero) else fail_all(found)
 
     def read(self, e, A, env, target_shape):
         v = self.view(e, A, env)
@@ -512,7 +538,7 @@ class Expander:
         if tag == "u":
             return ("u", e[1], self.small_elem(e[2]))
         if tag == "b":
-            return ("b", e[1], self.small_elem(e[2]), self.small_elem(e[3]))
+            return ("b", e[1], self.small_elem(e[2]), self.small_elem(e[3]), e[4])
         if tag == "f":
             return ("f", e[1], tuple(self.small_elem(a) for a in e[2]))
         return e  # constants keep their dtype: a per-rank constant's dtype is part of what it computes
@@ -572,6 +598,8 @@ class Expander:
             case n.Assign():
                 target = self.view(s.target, A, env)
                 value = self.elem(s.value, A, env, target.shape)
+                if s.op != "=":  # `x -= y` is `x - y` stored in x
+                    self.torch_accepts(s.op[:-1], [(s.target, ("v", target)), (s.value, value)], s)
                 self.add(ComputeRec(s, A, b, target=target, op=s.op, value=value, reads=tuple(elem_reads(value))))
             case n.Expect():
                 view = self.view(s.cond.left, A, env)

@@ -31,7 +31,7 @@ from commdsl.values import item, sub
 if TYPE_CHECKING:
     from commdsl.collectives import Kind
 
-# Elem: ("c", value) | ("v", view) | ("i",) | ("u", op, Elem) | ("b", op, Elem, Elem)
+# Elem: ("c", value) | ("v", view) | ("i",) | ("u", op, Elem) | ("b", op, Elem, Elem, span of the operation)
 #       | ("f", fname, (Elem, ...)) | ("rand", seed, normal)
 # In a record, a ("c", value)'s value and a ("v", view)'s view are per rank (see the module docstring);
 # in a concrete op they are plain.
@@ -124,7 +124,7 @@ def elem_at(e: Elem, k: int) -> Elem:
     if tag == "u":
         return ("u", e[1], elem_at(e[2], k))
     if tag == "b":
-        return ("b", e[1], elem_at(e[2], k), elem_at(e[3], k))
+        return ("b", e[1], elem_at(e[2], k), elem_at(e[3], k), e[4])
     if tag == "f":
         return ("f", e[1], tuple(elem_at(a, k) for a in e[2]))
     if tag == "rand":

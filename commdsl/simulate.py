@@ -22,6 +22,7 @@ from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.schedule import (ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View)
+from commdsl.source import Span
 from commdsl.values import at, is_vec
 
 
@@ -255,6 +256,7 @@ class Data(Observer):
         self.expect_recs: list[tuple[ExpectRec, np.ndarray, np.ndarray, list[str]]] = []
         self.sent: dict[int, list[np.ndarray]] = {}  # op id → inputs of a member that left a collective early
         self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
+        self.faults: list[tuple[Span, np.ndarray, np.ndarray]] = []  # (`//` or `%`, ranks, element) torch refuses
 
     # ---- set-up -----------------------------------------------------------------------------------
     def initial(self, name: str) -> np.ndarray:
@@ -328,7 +330,10 @@ class Data(Observer):
                 return inner
             return Weak(~inner.a) if isinstance(inner, Weak) else ~inner
         if tag == "b":
-            return combine(e[1], self.ev(e[2], el, pos, G), self.ev(e[3], el, pos, G))
+            x, y = self.ev(e[2], el, pos, G), self.ev(e[3], el, pos, G)
+            if e[1] in ("//", "%"):
+                self.divisors(e, x, y, el, G)
+            return combine(e[1], x, y)
         if tag == "f":
             args = [self.ev(a, el, pos, G) for a in e[2]]
             if e[1] == "abs":
@@ -336,6 +341,18 @@ class Data(Observer):
                 return Weak(np.abs(a.a)) if isinstance(a, Weak) else (np.abs(a) if isinstance(a, np.ndarray) else abs(a))
             return combine(e[1], args[0], args[1])
         raise ValueError(f"element expression {tag!r} is not allowed here")
+
+    def divisors(self, e, x, y, el: _Elements, G: np.ndarray) -> None:
+        """Note the ranks whose integer `//` or `%` meets a zero divisor read from a tensor: torch stops them
+        with ZeroDivisionError, where NumPy would go on with 0 (a constant 0 is refused before, N122)."""
+        kinds = {(v.a if isinstance(v, Weak) else np.asarray(v)).dtype.kind for v in (x, y)}
+        divisor = y.a if isinstance(y, Weak) else y
+        if "f" in kinds or not isinstance(divisor, np.ndarray) or divisor.size != el.rep.size:
+            return
+        zero = np.flatnonzero(divisor == 0)
+        if zero.size:
+            owners, first = np.unique(el.rep[zero], return_index=True)
+            self.faults.append((e[4], G[owners].copy(), el.i[zero[first]].copy()))
 
     # ---- the engine's events -------------------------------------------------------------------------
     def local(self, rec, G, pos):

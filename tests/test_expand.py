@@ -92,7 +92,7 @@ def branches_by_hand(world: int, r: int) -> list[tuple]:
         return [("recv", ("y", s, (1,)), left, s, None) for s in range(r + 1)]
     first, count = split(6, world, world - 1 - r)
     return [("send", ("x", 2 * first, (count, 2)), 0, 0, None),
-            ("=", ("x", 2 * r, (6 - r, 2)), ("b", "+", ("i",), ("c", r)))]
+            ("=", ("x", 2 * r, (6 - r, 2)), ("b", "+", ("i",), ("c", r), span_of(BRANCHES, "i + rank")))]
 
 
 @pytest.mark.parametrize("world", WORLDS)

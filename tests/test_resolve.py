@@ -72,6 +72,7 @@ CASES: dict[str, Case] = {
     "N132": Case("world 64\ntensor huge: float64[2 ** 34]\n", 2, 1),
     "N133": Case("world 2\nfor s in 0 .. 1000000000:\n    barrier\n", 2, 1),
     "N134": Case(X + "for s in 0 .. 1000:\n    all_reduce x\n", 4, 5, args=("--max-time", "0.000001"), seconds=1e-6),
+    "N135": Case(X + "tensor m: bool[4] = i == rank\nx = 1 - m\n", 4, 5),
 }
 
 FRONT_END_CODES = sorted(c for c in CODES if c[0] in "SN")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from commdsl.expand import expand
 from commdsl.resolve import load
 from commdsl.schedule import BatchRec, ComputeRec, Record, View, VView, elem_at
-from commdsl.source import SourceFile
+from commdsl.source import SourceFile, Span
 
 
 def program(text: str):
@@ -118,11 +118,14 @@ def test_vview_at_reads_each_ranks_offset_and_shape():
     assert VView("y", 4, ()).at(0) == View("y", 4, (), 1)  # 0-dimensional: one element
 
 
+SPAN = Span(path="t.comm", start=0, end=1, line=1, column=1, end_line=1, end_column=2)
+
+
 def test_elem_at_makes_per_rank_constants_and_views_concrete():
     view = VView("x", np.array([0, 4]), (2,))
-    e = ("b", "+", ("u", "-", ("c", np.array([1.5, 2.5]))), ("f", "min", (("v", view), ("i",), ("c", 3))))
+    e = ("b", "+", ("u", "-", ("c", np.array([1.5, 2.5]))), ("f", "min", (("v", view), ("i",), ("c", 3))), SPAN)
     assert elem_at(e, 1) == ("b", "+", ("u", "-", ("c", 2.5)), ("f", "min", (("v", View("x", 4, (2,), 2)), ("i",),
-                                                                                  ("c", 3))))
+                                                                                  ("c", 3))), SPAN)
     assert type(elem_at(("c", np.array([1, 2], dtype=np.int8)), 0)[1]) is int
     assert elem_at(("rand", np.array([7, 8]), True), 1) == ("rand", 8, True)
 

@@ -114,7 +114,8 @@ def _holds_for_other_data(schedule: Schedule, src: str, dst: str, ranks, expecte
 
     # ((i * 7919 + c) % 61) - 30, c different on every rank: exact in every dtype
     c = np.arange(world, dtype=np.int64) * 104729 + 13
-    scrambled = ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919)), ("c", c)), ("c", 61)), ("c", 30))
+    scrambled = ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919), None), ("c", c), None), ("c", 61), None),
+                 ("c", 30), None)
     infos = {**schedule.infos, src: dataclasses.replace(schedule.infos[src], init=scrambled)}
     other = dataclasses.replace(schedule, infos=infos)
     sim = simulate(other)

@@ -101,13 +101,21 @@ def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lint
             for d in rule.check(ctx):
                 key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))
                 found.setdefault(key, (d, []))[1].append(b if not rule.about_backends else "*")
-        first = next(iter(outcomes.values()))
     diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
-    if sim is not None and first.completed:
-        from commdsl.rules.verify import ExpectFailed
-
-        diags.extend(ExpectFailed.from_simulation(sim))
+    if sim is not None:
+        diags.extend(data_findings(sim))
     return diags, sim
+
+
+def data_findings(sim) -> list[Diagnostic]:
+    """What the simulation's data shows: integer divisions by zero, and (once every rank finished) the
+    `expect`s that fail."""
+    from commdsl.rules.verify import ExpectFailed, IntegerDivisionByZero
+
+    found = list(IntegerDivisionByZero.from_simulation(sim))
+    if sim.engine.completed:
+        found.extend(ExpectFailed.from_simulation(sim))
+    return found
 
 
 def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
@@ -172,9 +180,6 @@ def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:
     return [d.model_copy(update={"worlds": (schedule.world,)}) for d in diags]
 
 
-def expect_diagnostics(program: Program, sim) -> list[Diagnostic]:
-    if not sim.engine.completed:
-        return []
-    from commdsl.rules.verify import ExpectFailed
-
-    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in ExpectFailed.from_simulation(sim)]
+def data_diagnostics(sim) -> list[Diagnostic]:
+    """`data_findings` of one simulation (used by `commdsl sim`), at its world size."""
+    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in data_findings(sim)]

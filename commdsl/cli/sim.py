@@ -21,7 +21,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from commdsl.checker import stall_diagnostics, expect_diagnostics
+    from commdsl.checker import data_diagnostics, stall_diagnostics
     from commdsl.expand import expand
     from commdsl.limits import memory_problem
     from commdsl.simulate import format_tensor, simulate
@@ -55,7 +55,7 @@ def run(args) -> int:
             note = f"  [dim](undefined after reduce: {int(undefined.sum())} of {undefined.size} elements)[/]" \
                 if undefined.any() else ""
             out.print(f"  {name} = {escape(text)}{note}")
-    diags = stall_diagnostics(program, result.engine) + expect_diagnostics(program, result)
+    diags = stall_diagnostics(program, result.engine) + data_diagnostics(result)
     passed = sum(e.ok for e in result.expects)
     for line, oks in _expects_by_line(result.expects):
         status = "[green]passed[/]" if all(oks) else "[red]FAILED[/]"

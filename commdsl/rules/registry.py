@@ -56,6 +56,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.TensorsExceedMemory,
     sizes.ExpansionTooLarge,
     sizes.TimeLimitExceeded,
+    sizes.UnsupportedElementOp,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,
     p2p.TagMismatch,
@@ -90,6 +91,7 @@ RULES: tuple[type[Rule], ...] = (
     idioms.ReduceThenBroadcast,
     idioms.CollectiveResultUnused,
     verify.ExpectFailed,
+    verify.IntegerDivisionByZero,
 )
 
 CODES: dict[str, type[Rule]] = {r.code: r for r in RULES}

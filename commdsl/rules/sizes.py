@@ -1,10 +1,14 @@
-"""N120–N133: bounds, shapes and sizes, which depend on the world size and params.
+"""N120–N135: bounds, shapes, sizes and element operations, which depend on the world size and params.
 
 Raised by `expand.py` at each declared world size, by `limits.py` (N132, before anything allocates)
 and by `syntax/transform.py` (N121 for an integer literal too long to convert).
 """
 
+from typing import ClassVar
+
+from commdsl.diagnostics import Diagnostic
 from commdsl.rules import Rule
+from commdsl.source import Span
 
 
 class ViewOutOfBounds(Rule):
@@ -632,3 +636,60 @@ class TimeLimitExceeded(Rule):
 
     code = "N134"
     name = "time-limit-exceeded"
+
+
+class UnsupportedElementOp(Rule):
+    """an element operation torch refuses for its operands' dtypes
+
+    ## What it does
+
+    Reports an element expression that torch refuses at run time for the dtypes it meets: subtraction or
+    negation with a bool operand (a bool tensor, or a condition such as `rank == 0` used as a number),
+    `//` or `%` of two bools, `abs` of a bool tensor.
+
+    ## Why is this bad?
+
+    The same line in a torch script stops the rank with `RuntimeError: Subtraction, the - operator, with a
+    bool tensor is not supported` (or `NotImplementedError` for `//`, `%` and `abs`), while the other ranks
+    wait for it in their next collective. Compute in an integer tensor, or invert a mask with `== false`.
+
+    ## Example
+
+    ```comm
+    program flip
+    world 2
+    tensor mask: bool[4] = i == rank
+    tensor keep: int64[4] = 0
+    keep = 1 - mask
+    ```
+
+    ## Use instead
+
+    ```comm
+    program flip
+    world 2
+    tensor mask: bool[4] = i == rank
+    tensor keep: int64[4] = 0
+    keep = mask == false
+    ```
+
+    ## Backend notes
+
+    Measured on torch 2.13 (CPU): `b - 1`, `1 - b`, `i - True`, `-b` raise RuntimeError; `b // True`,
+    `b % b` and `abs(b)` raise NotImplementedError; `b + b`, `b * 3`, `b / b` and `b // 2` compute.
+    """
+
+    code = "N135"
+    name = "unsupported-element-op"
+
+    HELP: ClassVar[dict[str, str]] = {
+        "-": "invert a mask with `== false`; to subtract, assign the bool tensor to an integer tensor first",
+        "//": "assign one side to an integer tensor first",
+        "%": "assign one side to an integer tensor first",
+        "abs": "a bool is its own absolute value: drop `abs`",
+    }
+
+    @classmethod
+    def refused(cls, why: str, op: str, span: Span, text: str, bools: list[str]) -> Diagnostic:
+        label = ", ".join(f"`{b}`" for b in bools) + (" is a bool" if len(bools) == 1 else " are bools")
+        return cls.diagnostic(f"{why}: `{text}`", span=span, label=label, help=cls.HELP[op])
