@@ -7,12 +7,14 @@ data for all their ranks with a few array operations.
 Element expressions compute exactly as the runtime's do rank by rank (`commdsl.elementwise` on one
 rank's values): a per-rank constant takes the dtype of the array it meets, as a Python scalar does in
 NumPy and torch (`Weak`). A reduce leaves non-root buffers undefined (Gloo writes partial sums
-there); a per-element mask keeps them from ever being compared or trusted.
+there); a per-element mask keeps them from ever being compared or trusted. A floating-point sum of
+three or more members whose result depends on the order of addition beyond the dtype's tolerance is
+kept in rank order and marked (`order_found`, `SimResult.order_dependent`): no backend promises an order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -50,7 +52,14 @@ class SimResult:
 
     @cached_property
     def undefined(self) -> list[dict[str, np.ndarray]]:
-        return [{name: self.data.rank_undefined(name, r) for name in self.schedule.infos}
+        """Per rank and tensor, the elements `reduce` left undefined."""
+        return [{name: self.data.rank_marked(self.data.undef, name, r) for name in self.schedule.infos}
+                for r in range(self.schedule.world)]
+
+    @cached_property
+    def order_dependent(self) -> list[dict[str, np.ndarray]]:
+        """Per rank and tensor, the elements whose value depends on the order a backend sums in."""
+        return [{name: self.data.rank_marked(self.data.order, name, r) for name in self.schedule.infos}
                 for r in range(self.schedule.world)]
 
     @property
@@ -239,6 +248,48 @@ class Failed:
 
 # ---- the data ---------------------------------------------------------------------------------------
 
+class Marks:
+    """The elements of every rank's tensors that carry one property, in flat buffers like the data's, kept
+    only for tensors where some element ever had it: left undefined by `reduce`, or a value that depends on
+    the order the backend sums in. The property travels with the values: through messages, collectives and
+    computations."""
+
+    def __init__(self, sizes: dict[str, int]):
+        self.sizes = sizes
+        self.of: dict[str, np.ndarray] = {}
+
+    def get(self, name: str) -> np.ndarray | None:
+        return self.of.get(name)
+
+    def set(self, name: str, idx, flags) -> None:
+        """Mark elements `idx` of tensor `name` with `flags` (a bool per index, or one for all)."""
+        m = self.of.get(name)
+        if m is None:
+            if not np.any(flags):
+                return
+            m = self.of[name] = np.zeros(self.sizes[name], dtype=bool)
+        m[idx] = flags
+
+    def any_at(self, name: str, idx) -> bool:
+        m = self.of.get(name)
+        return m is not None and bool(m[idx].any())
+
+    def per_rank(self, views, data: "Data", G: np.ndarray, pos) -> np.ndarray | None:
+        """For each rank of G, whether any element it reads through `views` is marked (None: none is)."""
+        out = None
+        for v in views:
+            m = self.of.get(v.tensor)
+            if m is not None:
+                vi, vc = data.indices(v, G, pos)
+                per_rank = _any_per_rank(m[vi], vc, G.size)
+                out = per_rank if out is None else out | per_rank
+        return out
+
+    def rank(self, name: str, b: int, n: int) -> np.ndarray | None:
+        m = self.of.get(name)
+        return None if m is None else m[b:b + n]
+
+
 class Data(Observer):
     """Every rank's tensors, changed as the engine runs the schedule."""
 
@@ -252,7 +303,11 @@ class Data(Observer):
         self.dtype = {name: info.dtype for name, info in schedule.infos.items()}
         self.names = list(schedule.infos)
         self.buf = {name: (initial[name] if initial and name in initial else self.initial(name)) for name in self.names}
-        self.undef: dict[str, np.ndarray] = {}
+        sizes = {name: self.buf[name].size for name in self.names}
+        self.undef = Marks(sizes)  # left undefined by `reduce` on non-root ranks
+        self.order = Marks(sizes)  # depends on the order the backend sums in, beyond the dtype's tolerance
+        self.order_found: list[tuple] = []  # (collective record, position, rank, flags, rank-order values, exact)
+        self.order_read: list[ExpectRec] = []  # expects that read order-dependent elements
         self.expect_recs: list[tuple[ExpectRec, np.ndarray, np.ndarray, list[str]]] = []
         self.sent: dict[int, list[np.ndarray]] = {}  # op id → inputs of a member that left a collective early
         self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
@@ -282,22 +337,16 @@ class Data(Observer):
         start = self.base[v.tensor][G] + (at(v.offset, pos, n) if is_vec(v.offset) else v.offset)
         return _ragged(start, count, n), count
 
-    def undefined(self, name: str) -> np.ndarray:
-        u = self.undef.get(name)
-        if u is None:
-            u = self.undef[name] = np.zeros(self.buf[name].size, dtype=bool)
-        return u
-
     def rank_values(self, name: str, rank: int) -> np.ndarray:
         b, n = int(self.base[name][rank]), int(self.numel[name][rank])
         shape = self.s.infos[name].spec(rank).shape
         return self.buf[name][b:b + n].reshape(shape)
 
-    def rank_undefined(self, name: str, rank: int) -> np.ndarray:
+    def rank_marked(self, marks: Marks, name: str, rank: int) -> np.ndarray:
         b, n = int(self.base[name][rank]), int(self.numel[name][rank])
         shape = self.s.infos[name].spec(rank).shape
-        u = self.undef.get(name)
-        return u[b:b + n].reshape(shape) if u is not None else np.zeros(shape, dtype=bool)
+        m = marks.rank(name, b, n)
+        return m.reshape(shape) if m is not None else np.zeros(shape, dtype=bool)
 
     @staticmethod
     def flat(value, size: int) -> np.ndarray:
@@ -379,21 +428,12 @@ class Data(Observer):
                 current = self.buf[t.tensor][idx]
                 fn = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}[rec.op]
                 value = combine(fn, current, value)
-        u = self.undef
-        if rec.op != "=":
-            sources = [t]
-        else:
-            sources = list(rec.reads)
-        undefined = None
-        for v in sources:
-            if v.tensor in u:
-                vi, vc = self.indices(v, G, pos)
-                per_rank = _any_per_rank(u[v.tensor][vi], vc, G.size)
-                undefined = per_rank if undefined is None else undefined | per_rank
+        sources = list(rec.reads) + ([t] if rec.op != "=" else [])
+        for marks in (self.undef, self.order):  # a rank's result is marked if anything it read was
+            flags = marks.per_rank(sources, self, G, pos)
+            if flags is not None or marks.get(t.tensor) is not None:
+                marks.set(t.tensor, idx, False if flags is None else flags[el.rep])
         self.buf[t.tensor][idx] = cast(np.asarray(self.flat(value, idx.size)), self.dtype[t.tensor])
-        if undefined is not None or t.tensor in u:
-            flags = np.zeros(G.size, dtype=bool) if undefined is None else undefined
-            self.undefined(t.tensor)[idx] = flags[el.rep]
 
     def expect(self, rec: ExpectRec, G, pos):
         v = rec.view
@@ -404,9 +444,12 @@ class Data(Observer):
         actual = self.buf[v.tensor][idx]
         good = compare(actual, expected, rec.cmp, self.dtype[v.tensor])
         ok = _all_per_rank(good, count, G.size)
-        undefined = np.zeros(G.size, dtype=bool)
-        if v.tensor in self.undef:
-            undefined = _any_per_rank(self.undef[v.tensor][idx], count, G.size)
+        undefined = self.undef.per_rank([v, *rec.reads], self, G, pos)
+        if undefined is None:
+            undefined = np.zeros(G.size, dtype=bool)
+        order = self.order.per_rank([v, *rec.reads], self, G, pos)
+        if order is not None and order.any():
+            self.order_read.append(rec)
         ok &= ~undefined
         failed = Failed(rec.cmp, undefined)
         if not ok.all():  # each failing rank's first failing element, kept to word its detail when asked
@@ -441,10 +484,11 @@ class Data(Observer):
             c = np.minimum(sends.numel[m], recvs.numel[m])
             k = int(c.size)
             dst = _ragged(self.start(r_rec.view, recvs.rank[m], recvs.pos[m]), c, k)
-            self.buf[b][dst] = cast(self.buf[a][_ragged(self.start(s_rec.view, sends.rank[m], sends.pos[m]), c, k)],
-                                    self.dtype[b])
-            if b in self.undef:
-                self.undef[b][dst] = False
+            src = _ragged(self.start(s_rec.view, sends.rank[m], sends.pos[m]), c, k)
+            self.buf[b][dst] = cast(self.buf[a][src], self.dtype[b])
+            for marks in (self.undef, self.order):
+                if marks.get(a) is not None or marks.get(b) is not None:
+                    marks.set(b, dst, marks.get(a)[src] if marks.get(a) is not None else False)
 
     def start(self, v, ranks: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The flat index where view `v` starts on each of `ranks` (at their positions in its record)."""
@@ -502,18 +546,63 @@ class Data(Observer):
             for m in np.asarray(me)[writing].tolist():
                 rec, p, r = member[m]
                 for v in rec.outputs:
-                    self.mark(v.at(p), r, True)
+                    self.mark(self.undef, v.at(p), r, True)
             return
+        dtype = self.dtype[first.outputs[0].tensor] if first.outputs else None
+        spread = self.order_spread(kind, inst, outputs, dtype) if dtype else None
+        tainted = self.inputs_marked(self.order, member)  # an order-dependent input spreads to every result
         for m in np.asarray(me)[writing].tolist():
             rec, p, r = member[m]
-            for v, values in zip(rec.outputs, outputs[m]):
+            for j, (v, values) in enumerate(zip(rec.outputs, outputs[m])):
                 view = v.at(p)
                 if values is None:
-                    self.mark(view, r, True)
-                else:
-                    b = int(self.base[view.tensor][r]) + view.offset
-                    self.buf[view.tensor][b:b + view.numel] = cast(np.asarray(values).reshape(-1), self.dtype[view.tensor])
-                    self.mark(view, r, False)
+                    self.mark(self.undef, view, r, True)
+                    continue
+                b = int(self.base[view.tensor][r]) + view.offset
+                self.buf[view.tensor][b:b + view.numel] = cast(np.asarray(values).reshape(-1), self.dtype[view.tensor])
+                self.mark(self.undef, view, r, False)
+                order = True if tainted else (spread[m][j] if spread is not None else False)
+                self.mark(self.order, view, r, order)
+                if spread is not None and np.any(spread[m][j]) and not tainted:
+                    self.order_found.append((rec, p, r, spread[m][j], values, spread.exact[m][j]))
+
+    def order_spread(self, kind, inst: InstanceData, outputs, dtype: str):
+        """Where a floating-point sum's result depends on the order the members are added in, beyond the
+        dtype's tolerance: the rank-order result (what the simulator keeps) against the exactly rounded one.
+        Neither Gloo (ring order, chunked by size) nor NCCL (algorithm and topology) promises an order, and
+        two addends commute exactly, so only sums of three or more members can differ."""
+        if not (kind.reducing and inst.redop in ("sum", "avg", "premul_sum") and DTYPES[dtype].is_float):
+            return None
+        if sum(x is not None for x in inst.inputs) < 3:
+            return None
+        wide = replace(inst, inputs=[None if x is None else [a.astype(np.float64) for a in x]
+                                                 for x in inst.inputs])
+        exact = kind.apply(wide)
+        out = Spread(exact=[[None] * len(o) for o in outputs])
+        for m, (mine, ref) in enumerate(zip(outputs, exact)):
+            flags = []
+            for j, (values, wide_values) in enumerate(zip(mine, ref)):
+                if values is None or wide_values is None:
+                    flags.append(False)
+                    continue
+                rounded = cast(np.asarray(wide_values).reshape(-1), dtype)
+                out.exact[m][j] = rounded
+                flags.append(~close(np.asarray(values).reshape(-1), rounded, dtype))
+            out.append(flags)
+        return out
+
+    def inputs_marked(self, marks: Marks, member: list) -> bool:
+        """Whether any member's inputs to a collective carry `marks`."""
+        for m in member:
+            if m is None:
+                continue
+            rec, p, r = m
+            for v in rec.inputs:
+                view = v.at(p)
+                b = int(self.base[view.tensor][r]) + view.offset
+                if marks.any_at(view.tensor, slice(b, b + view.numel)):
+                    return True
+        return False
 
     def contributed(self, rec, p: int, r: int) -> list[np.ndarray]:
         """A member's inputs to its collective: as it left, if it left early, else its buffers now."""
@@ -539,11 +628,18 @@ class Data(Observer):
             in_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.in_splits), ()),
             out_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.out_splits), ()))
 
-    def mark(self, view: View, rank: int, undefined: bool):
-        if not undefined and view.tensor not in self.undef:
-            return
+    def mark(self, marks: Marks, view: View, rank: int, flags):
         b = int(self.base[view.tensor][rank]) + view.offset
-        self.undefined(view.tensor)[b:b + view.numel] = undefined
+        marks.set(view.tensor, slice(b, b + view.numel), flags)
+
+
+class Spread(list):
+    """Per member, per output: which elements of a sum depend on the order (`Data.order_spread`), and the
+    exactly rounded values they are compared with."""
+
+    def __init__(self, exact: list):
+        super().__init__()
+        self.exact = exact
 
 
 def _ragged(starts, counts, n: int) -> np.ndarray:

@@ -206,6 +206,21 @@ expect x == rank
     assert "every rank matches the simulator" in out  # the data is right; the expectation is wrong
 
 
+@pytest.mark.gloo
+@pytest.mark.timeout(60)
+def test_an_order_dependent_sum_runs_against_its_warning(tmp_path, capfd, no_orphans):
+    """The simulator adds 1e8 + 1 - 1e8 in rank order (0); Gloo's ring does not: lint warned (V803), and the
+    run compares those elements across ranks, not with the simulator, while the `expect` judges the truth."""
+    report = tmp_path / "report.json"
+    code, out, err = run_here(["run", str(ROOT / "programs" / "bad" / "order_dependent_sum.comm"), "--nproc", "3",
+                               "--report", str(report), "--timeout", "30"], capfd)
+    data = json.loads(report.read_text())
+    assert data["mismatches"] == [] and data["disagreements"] == [] and data["order_dependent_elements"] == 12
+    assert data["tolerance"] == {"float32": {"rtol": 1.3e-06, "atol": 1e-05}}
+    assert "compared across ranks only" in out and "floats compared within float32 rtol 1.3e-06" in out
+    assert code == (0 if all(e["ok"] for e in data["expects"]) else 1)
+
+
 # ---- external launchers -------------------------------------------------------------------------------
 
 @pytest.mark.gloo
@@ -299,6 +314,37 @@ def test_elements_left_undefined_by_reduce_are_not_compared(tmp_path):
     results = {r: _finished(r, sim.tensors[r]) for r in range(2)}
     results[1].tensors["x"][:] = 99  # Gloo leaves partial sums on non-root ranks
     assert judge_results(schedule, sim, results, [0, 1]).ok
+
+
+def test_ranks_that_must_agree_are_reported_within_the_tolerance(tmp_path):
+    """bf16 all_reduce results 260, 260, 256, 256: each within bf16's tolerance of the simulator's 256, but
+    one all_reduce gives every rank the same value, so the ranks disagreeing is reported."""
+    from commdsl.runtime.outcome import judge_results
+
+    text = "program p\nworld 4\ntensor x: bfloat16[2] = 64\nall_reduce x\n"
+    schedule, sim = _sim(Path(write(tmp_path, "agree.comm", text)), 4)
+    results = {r: _finished(r, sim.tensors[r]) for r in range(4)}
+    for r in (0, 1):
+        results[r].tensors["x"][0] = 260
+    verdict = judge_results(schedule, sim, results, [0, 1, 2, 3])
+    assert verdict.mismatches == [] and not verdict.ok
+    assert [(d.tensor, d.ranks, d.count, d.index, d.values, d.more) for d in verdict.disagreements] == [
+        ("x", (0, 2), 1, 0, (260.0, 256.0), 1)]
+    assert verdict.dtypes == ("bfloat16",)
+
+
+def test_order_dependent_sums_are_compared_across_ranks_only():
+    from commdsl.runtime.outcome import judge_results
+
+    schedule, sim = _sim(ROOT / "programs" / "bad" / "order_dependent_sum.comm", 3)
+    assert sim.order_dependent[0]["x"].all()
+    results = {r: _finished(r, sim.tensors[r]) for r in range(3)}
+    for r in range(3):
+        results[r].tensors["x"][2:] = 1.0  # what Gloo's ring gives at elements 2 and 3
+    verdict = judge_results(schedule, sim, results, [0, 1, 2])
+    assert verdict.ok and verdict.order_dependent == 12
+    results[2].tensors["x"][0] = 1.0  # but one all_reduce leaves the same value on every rank
+    assert [d.ranks for d in judge_results(schedule, sim, results, [0, 1, 2]).disagreements] == [(0, 2)]
 
 
 def test_blame_prefers_the_rank_that_raised_over_lost_peers():

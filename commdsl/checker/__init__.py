@@ -108,11 +108,11 @@ def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lint
 
 
 def data_findings(sim) -> list[Diagnostic]:
-    """What the simulation's data shows: integer divisions by zero, and (once every rank finished) the
-    `expect`s that fail."""
-    from commdsl.rules.verify import ExpectFailed, IntegerDivisionByZero
+    """What the simulation's data shows: integer divisions by zero, sums that depend on the order of addition,
+    and (once every rank finished) the `expect`s that fail."""
+    from commdsl.rules.verify import ExpectFailed, IntegerDivisionByZero, OrderDependentSum
 
-    found = list(IntegerDivisionByZero.from_simulation(sim))
+    found = list(IntegerDivisionByZero.from_simulation(sim)) + list(OrderDependentSum.from_simulation(sim))
     if sim.engine.completed:
         found.extend(ExpectFailed.from_simulation(sim))
     return found

@@ -18,6 +18,7 @@ from rich.markup import escape
 from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
+from commdsl.dtypes import TOLERANCE
 
 
 def add_parser(sub):
@@ -207,12 +208,25 @@ def _show_comparison(out, verdict, schedule):
     for m in verdict.mismatches:
         out.print(f"[red]rank {m.rank}: `{escape(m.tensor)}` differs from the simulator[/] at {m.count} element"
                   f"{'s' * (m.count != 1)}; first at element {m.index}: got {m.actual!r}, expected {m.expected!r}")
+    for d in verdict.disagreements:
+        a, b = d.ranks
+        more = f" (and {d.more} more rank{'s' * (d.more != 1)})" if d.more else ""
+        out.print(f"[red]ranks {a} and {b}{more} hold different `{escape(d.tensor)}`[/] at {d.count} element"
+                  f"{'s' * (d.count != 1)}, though the simulation gives them the same values; first at element "
+                  f"{d.index}: {d.values[0]!r} and {d.values[1]!r}")
     for rank in verdict.missing:
         out.print(f"[red]rank {rank} did not report its tensors[/]")
-    if verdict.sim_complete and not verdict.mismatches and not verdict.missing:
+    if verdict.sim_complete and not verdict.mismatches and not verdict.missing and not verdict.disagreements:
         n = verdict.compared
         out.print(f"tensors: every rank matches the simulator ({n} rank{'s' * (n != 1)}, "
                   f"{len(schedule.tensors[0])} tensor{'s' * (len(schedule.tensors[0]) != 1)} each)")
+    if verdict.order_dependent:
+        out.print(f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} whose sum depends on "
+                  "the order of addition (V803) compared across ranks only")
+    tolerances = [f"{d} rtol {TOLERANCE[d][0]:g} atol {TOLERANCE[d][1]:g}" for d in verdict.dtypes if d in TOLERANCE]
+    if verdict.sim_complete and tolerances:
+        out.print(f"  floats compared within {', '.join(tolerances)}; other dtypes and ranks with each other "
+                  "exactly", markup=False)
 
 
 def _show_hang(out, schedule, rows, timeout: float):

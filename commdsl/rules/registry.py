@@ -92,6 +92,7 @@ RULES: tuple[type[Rule], ...] = (
     idioms.CollectiveResultUnused,
     verify.ExpectFailed,
     verify.IntegerDivisionByZero,
+    verify.OrderDependentSum,
 )
 
 CODES: dict[str, type[Rule]] = {r.code: r for r in RULES}

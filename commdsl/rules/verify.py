@@ -129,3 +129,84 @@ class IntegerDivisionByZero(Rule):
                 notes=(Note(message="torch stops the rank with `RuntimeError: ZeroDivisionError` on CPU tensors; "
                                     "on CUDA tensors the result is undefined"),),
                 help="guard the divisor, e.g. `max(d, 1)`, or divide in floating point")
+
+
+class OrderDependentSum(Rule):
+    """a floating-point sum whose result depends on the order the ranks are added in
+
+    ## What it does
+
+    Reports a `sum`, `avg` or `premul_sum` over three or more ranks in a floating-point dtype whose result,
+    added in rank order as the simulator does, differs from the exactly rounded sum by more than the
+    dtype's comparison tolerance: the terms cancel (`1e8 + 1 - 1e8`) or are too many for the dtype's
+    precision. Names the first element, both values, and the `expect`s that read the result.
+
+    ## Why is this bad?
+
+    No backend adds in rank order, and none promises an order: Gloo's ring adds each chunk of the tensor
+    starting from a different rank, and which chunk an element falls in depends on the tensor's size and
+    the world size; NCCL's order depends on its algorithm (ring or tree), protocol and topology. So the
+    value changes with the world size, the tensor size and the backend, and an `expect` that holds in the
+    simulator can fail on a real run. Every rank still gets the same value from one `all_reduce`.
+    `commdsl run` compares these elements across ranks, not with the simulator.
+
+    ## Example
+
+    ```comm
+    program cancel
+    world 3
+    tensor x: float32[4] = 0
+    on rank == 0:
+        x = 100000000.0
+    else on rank == 1:
+        x = 1.0
+    else:
+        x = -100000000.0
+    all_reduce x
+    ```
+
+    ## Use instead
+
+    ```comm
+    program cancel
+    world 3
+    tensor x: float64[4] = 0
+    on rank == 0:
+        x = 100000000.0
+    else on rank == 1:
+        x = 1.0
+    else:
+        x = -100000000.0
+    all_reduce x
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13, CPU): an `all_reduce` of the example gives 0 at some elements and 1 at
+    others, the same on every rank; fp16 sums of random data at world 3 match a ring order that starts
+    each chunk at the next rank, and at world 4 match neither rank order nor that ring.
+    """
+
+    code = "V803"
+    name = "order-dependent-sum"
+    severity = "warning"
+
+    @classmethod
+    def from_simulation(cls, sim) -> Iterator[Diagnostic]:
+        """One finding per collective statement, with its first order-dependent element."""
+        found: dict = {}
+        for rec, p, r, flags, values, exact in sim.data.order_found:
+            found.setdefault(rec.span, (rec, r, flags, values, exact))
+        reads = sorted({e.span.line for e in sim.data.order_read})
+        for span, (rec, r, flags, values, exact) in found.items():
+            k = int(np.argmax(flags))
+            got, want = np.asarray(values).reshape(-1)[k].item(), exact[k].item()
+            notes = [Note(message=f"added in rank order element {k} is {got!r}; the exact sum rounds to {want!r} "
+                                  f"({rec.dtype}): a backend's order may give either, or another value")]
+            if reads:
+                lines = ", ".join(map(str, reads))
+                notes.append(Note(message=f"the `expect` at line{'s' * (len(reads) > 1)} {lines} reads these values: "
+                                          "it may hold in the simulator and fail on a real run"))
+            yield cls.diagnostic("the result of this sum depends on the order the ranks are added in", span=span,
+                                 label=f"rank {r}, element {k}", notes=tuple(notes),
+                                 help="sum in a wider dtype (float64), or keep the terms from cancelling")

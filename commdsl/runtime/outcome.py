@@ -78,16 +78,31 @@ class Mismatch:
 
 
 @dataclass
+class Disagreement:
+    """Two ranks that hold different values where the simulation gives them the same ones."""
+
+    tensor: str
+    ranks: tuple[int, int]  # the first rank of the group, and the first that differs from it
+    count: int  # elements that differ between those two
+    index: int
+    values: tuple[object, object]
+    more: int = 0  # further ranks of the group that differ from the first
+
+
+@dataclass
 class Verdict:
     expects: list[dict] = field(default_factory=list)  # {"rank", "line", "ok", "detail"}
     mismatches: list[Mismatch] = field(default_factory=list)
+    disagreements: list[Disagreement] = field(default_factory=list)
     compared: int = 0  # ranks whose tensors were compared
+    order_dependent: int = 0  # elements compared across ranks only: their sum depends on the order (V803)
+    dtypes: tuple[str, ...] = ()  # the dtypes compared
     missing: list[int] = field(default_factory=list)  # ranks that never reported their tensors
     sim_complete: bool = True
 
     @property
     def ok(self) -> bool:
-        return (not self.mismatches and not self.missing and self.sim_complete
+        return (not self.mismatches and not self.disagreements and not self.missing and self.sim_complete
                 and all(e["ok"] for e in self.expects))
 
 
@@ -113,12 +128,51 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
             actual = r.tensors[name].reshape(-1)
             expected = sim.tensors[rank][name].reshape(-1)
             defined = ~sim.undefined[rank][name].reshape(-1)
-            bad = ~close(actual, expected, spec.dtype) & defined
+            order = sim.order_dependent[rank][name].reshape(-1) & defined
+            v.order_dependent += int(order.sum())
+            bad = ~close(actual, expected, spec.dtype) & defined & ~order
             if bad.any():
                 first = int(np.argmax(bad))
                 v.mismatches.append(Mismatch(rank, name, int(bad.sum()), first, actual[first].item(),
                                              expected[first].item()))
+    if v.sim_complete:
+        finished = [rank for rank in ranks if rank in results and results[rank].finished]
+        v.disagreements = _disagreements(schedule, sim, results, finished)
+        v.dtypes = tuple(sorted({spec.dtype for rank in finished for spec in schedule.tensors[rank].values()}))
     return v
+
+
+def _disagreements(schedule: Schedule, sim: SimResult, results: dict[int, RankResult],
+                   ranks: list[int]) -> list[Disagreement]:
+    """Ranks must hold bit-identical values wherever the simulation gives them identical ones (what one
+    `all_reduce` or `broadcast` leaves on every member), whatever the tolerance: a value within a float's
+    tolerance of the simulator's can still differ between ranks, which no backend does."""
+    out = []
+    for name in schedule.infos:
+        found: dict[tuple, Disagreement | None] = {}
+        first_of: dict[tuple, int] = {}  # (shape, simulated bytes, undefined bytes) → first rank with them
+        for rank in ranks:
+            sim_values = sim.tensors[rank][name]
+            key = (sim_values.shape, sim_values.tobytes(), sim.undefined[rank][name].tobytes())
+            other = first_of.setdefault(key, rank)
+            if other == rank:
+                continue
+            defined = ~sim.undefined[rank][name].reshape(-1)
+            a, b = results[other].tensors[name].reshape(-1), results[rank].tensors[name].reshape(-1)
+            differ = ~((a == b) | (_nan(a) & _nan(b))) & defined
+            if not differ.any():
+                continue
+            if found.get(key) is not None:
+                found[key].more += 1
+                continue
+            k = int(np.argmax(differ))
+            found[key] = Disagreement(name, (other, rank), int(differ.sum()), k, (a[k].item(), b[k].item()))
+        out.extend(d for d in found.values() if d is not None)
+    return out
+
+
+def _nan(a: np.ndarray) -> np.ndarray:
+    return np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
 
 
 @dataclass

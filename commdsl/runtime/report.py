@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from commdsl.dtypes import TOLERANCE
 from commdsl.runtime.outcome import Failure, Verdict, where
 from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
@@ -82,6 +83,10 @@ def build_report(*, schedule: Schedule, source_text: str, backend: str, start_me
         "expects": verdict.expects,
         "mismatches": [{"rank": m.rank, "tensor": m.tensor, "count": m.count, "first_index": m.index,
                         "actual": _scalar(m.actual), "expected": _scalar(m.expected)} for m in verdict.mismatches],
+        "disagreements": [{"tensor": d.tensor, "ranks": list(d.ranks), "count": d.count, "first_index": d.index,
+                           "values": [_scalar(x) for x in d.values], "more_ranks": d.more} for d in verdict.disagreements],
+        "order_dependent_elements": verdict.order_dependent,
+        "tolerance": {d: {"rtol": TOLERANCE[d][0], "atol": TOLERANCE[d][1]} for d in verdict.dtypes if d in TOLERANCE},
         "failures": [{"rank": f.rank, "kind": f.kind, "cause": f.cause, "line": f.at.line, "op": f.at.text,
                       "pid": f.pid, "culprit": i == 0} for i, f in enumerate(failures)],
         "hang": hang,
