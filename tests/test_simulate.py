@@ -148,6 +148,27 @@ def test_groups_split_and_mesh():
     assert [int(r.tensors[k]["c"][0]) for k in range(4)] == [1, 1, 5, 5]
 
 
+def test_group_attributes_in_an_initialiser_are_each_ranks_own():
+    """Issue 12, item 1: `= m.tp.rank` once gave every rank rank 0's value (a cache keyed by shape)."""
+    text = ("world 4\nmesh m = (dp=2, tp=2)\ngroup pairs = split by rank // 2\n"
+            "tensor x: float32[3] = m.tp.rank\ntensor y: int64[2] = pairs.rank * 10 + m.dp.rank\n"
+            "tensor z: int64[1] = pairs.size + i\n")
+    r = run(text, 4)
+    assert [r.tensors[k]["x"].tolist() for k in range(4)] == [[0.0] * 3, [1.0] * 3, [0.0] * 3, [1.0] * 3]
+    assert [r.tensors[k]["y"].tolist() for k in range(4)] == [[0, 0], [10, 10], [1, 1], [11, 11]]
+    assert [r.tensors[k]["z"].tolist() for k in range(4)] == [[2]] * 4
+
+
+def test_blocking_and_async_calls_of_one_collective_meet():
+    """Issue 12, item 2: torch matches `all_reduce x` on some ranks with `h = all_reduce x` + `wait h` on
+    others (async_op only decides whether Python waits); the simulator must too."""
+    text = ("world 4\ntensor z: int64[2] = rank\n"
+            "on rank % 2 == 0:\n    all_reduce z\nelse:\n    h = all_reduce z\n    wait h\n"
+            "expect z == 6\n")
+    r = run(text, 4)
+    assert [r.tensors[k]["z"].tolist() for k in range(4)] == [[6, 6]] * 4
+
+
 def test_p2p_views_and_local_compute():
     text = ("world 2\ntensor x: float32[4, 2] = i\ntensor y: float32[2, 2]\n"
             "on rank == 0:\n    send x.chunk(1, 2) to 1\nelse:\n    recv y from 0\n    y += 1\n    y[0] = max(y[0], 100)\n")

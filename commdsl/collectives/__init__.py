@@ -203,6 +203,9 @@ def _reduce(stack: np.ndarray, dtype, count: int, redop: str, scale: float | Non
         out = np.bitwise_or.reduce(stack, axis=0)
     elif redop == "bxor":
         out = np.bitwise_xor.reduce(stack, axis=0)
+    elif redop == "avg" and np.dtype(dtype).kind in "iu":  # NCCL: integer sum, then C division (toward 0)
+        total = np.sum(stack, axis=0, dtype=dtype)
+        out = np.sign(total) * (np.abs(total) // count)
     elif redop == "avg":
         out = np.sum(stack, axis=0, dtype=dtype) / count
     elif redop == "premul_sum":
