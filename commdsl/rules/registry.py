@@ -84,6 +84,7 @@ RULES: tuple[type[Rule], ...] = (
     requests.RequestWaitedTwice,
     requests.BufferInFlight,
     requests.ReadAfterReduce,
+    requests.RequestWaitedAgain,
     backend.UnsupportedReduceOp,
     idioms.SendLoopIsBroadcast,
     idioms.RecvLoopIsGather,

@@ -1,6 +1,6 @@
 """R5xx: async requests never or twice waited, buffers touched in flight, reads of undefined results.
 
-R501 and R502 read the engine's requests; R503 and R504 the access tracker (`checker.access`).
+R501, R502 and R505 read the engine's requests; R503 and R504 the access tracker (`checker.access`).
 """
 
 from __future__ import annotations
@@ -83,17 +83,20 @@ class RequestNeverWaited(Rule):
 
 
 class RequestWaitedTwice(Rule):
-    """a request waited a second time
+    """an `isend` or `irecv` waited a second time on Gloo
 
     ## What it does
 
-    Reports a request waited a second time: `wait h` after `h` was already waited (by `wait h` or by
-    `wait all`) and not reassigned since.
+    Reports a point-to-point request waited a second time on Gloo: `wait h` after `h`, bound to an `isend`
+    or `irecv`, was already waited (by `wait h` or by `wait all`) and not reassigned since. (A second wait
+    on a collective's request, or on any request on NCCL, does nothing: that is `R505`.)
 
     ## Why is this bad?
 
-    The second wait does nothing, so it usually stands where a *different* request should be waited: a
-    copied line that kept the old handle name, while the request that needed waiting is left in flight.
+    Gloo's send and receive requests wait on their buffer again, for a message that will not come: the
+    rank blocks for the process group's timeout and then raises `Timed out waiting ... for send
+    operation to complete` (or `recv`), while its peers wait for it. The second wait usually stands where
+    a *different* request should be waited: a copied line that kept the old handle name.
 
     ## Example
 
@@ -121,6 +124,13 @@ class RequestWaitedTwice(Rule):
     else:
         recv x from 0
     ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13): after `h = dist.isend(x, 1); h.wait()`, a second `h.wait()` raises
+    `RuntimeError: ... unbound_buffer.cc:129] Timed out waiting 5000ms for send operation to complete`
+    after the 5 s process-group timeout; `irecv` the same for its receive. On NCCL, and for collectives
+    on both backends, the work is already complete and a second `wait()` returns at once.
     """
 
     code = "R502"
@@ -129,14 +139,82 @@ class RequestWaitedTwice(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        req = ctx.schedule.requests
-        for q, wait_rid, wait_pos in ctx.outcome.double_waits:
-            rank, op = int(req.rank[q]), ctx.op(req.record[q], req.pos[q])
-            first, _ = ctx.locate(int(ctx.outcome.req_waited[q]))
-            yield cls.diagnostic(f"request of `{_word(op)}` on rank {rank} is waited twice",
-                                 span=ctx.record(wait_rid).span, label="second wait",
-                                 labels=(Label(span=first.span, message="first waited here"),),
-                                 help="wait each request once")
+        for rank, op, wait_span, first_span in _double_waits(ctx):
+            if ctx.backend == "gloo" and type(op) is not Collective:
+                yield cls.diagnostic(
+                    f"`{_word(op)}` request on rank {rank} is waited twice: on Gloo the second wait times out",
+                    span=wait_span, label="second wait: blocks for the process group's timeout, then raises",
+                    labels=(Label(span=first_span, message="first waited here"),),
+                    notes=(Note(message="Gloo's send and receive requests wait for their message again; on NCCL, "
+                                        "and for collectives, a second wait returns at once"),),
+                    help="wait each request once: did this line mean another handle?")
+
+
+class RequestWaitedAgain(Rule):
+    """a request waited again where the second wait does nothing
+
+    ## What it does
+
+    Reports a second wait on a request where torch makes it a no-op: a collective's request on any
+    backend, or an `isend`/`irecv` on NCCL. (On Gloo a second wait on an `isend` or `irecv` hangs until
+    the timeout: that is `R502`.)
+
+    ## Why is this bad?
+
+    Nothing goes wrong at run time, but the line is dead, and it usually stands where a *different*
+    request should be waited: a copied line that kept the old handle name, while the request that needed
+    waiting is left in flight.
+
+    ## Example
+
+    ```comm
+    program async
+    world 2
+    tensor x: float32[4] = rank
+    h = all_reduce x
+    wait h
+    wait h
+    ```
+
+    ## Use instead
+
+    ```comm
+    program async
+    world 2
+    tensor x: float32[4] = rank
+    h = all_reduce x
+    wait h
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13): a second `wait()` on a completed `all_reduce(..., async_op=True)` work
+    returns at once. On NCCL every completed work's `wait()` returns at once (it only synchronises the
+    current stream with the work's end event).
+    """
+
+    code = "R505"
+    name = "request-waited-again"
+    severity = "warning"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        for rank, op, wait_span, first_span in _double_waits(ctx):
+            if ctx.backend == "gloo" and type(op) is not Collective:
+                continue  # R502
+            yield cls.diagnostic(f"request of `{_word(op)}` on rank {rank} is waited again: the second wait does "
+                                 "nothing", span=wait_span, label="second wait",
+                                 labels=(Label(span=first_span, message="first waited here"),),
+                                 help="wait each request once: did this line mean another handle?")
+
+
+def _double_waits(ctx: Context):
+    """(rank, op, the second wait's span, the first wait's span) of every request waited twice."""
+    req = ctx.schedule.requests
+    for q, wait_rid, wait_pos in ctx.outcome.double_waits:
+        rank, op = int(req.rank[q]), ctx.op(req.record[q], req.pos[q])
+        first, _ = ctx.locate(int(ctx.outcome.req_waited[q]))
+        yield rank, op, ctx.record(wait_rid).span, first.span
 
 
 class BufferInFlight(Rule):
