@@ -21,7 +21,8 @@ has a wall-clock limit (--timeout); a row that hits it is not run again. The pea
 and has no other child (see TIMER); wall time is measured there from fork to reaping. "ops" is
 `commdsl.expand(program, world).num_ops` (ops over all ranks, each op of a batch counted), computed
 in this process once per row before any timing; µs/op is the median wall time over that count, and
-"net" subtracts the startup row's median. Prints a markdown table for docs/benchmarks.md.
+"net" (rows of ≥ 1 M ops) subtracts the startup row's median. Prints a markdown table for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ def main() -> None:
         if row.per_op and row.walls and row.ops:
             med = statistics.median(row.walls)
             per_op = f"{med / row.ops * 1e6:.3g}"
-            if startup is not None and row.ops >= 100_000:
+            if startup is not None and row.ops >= 1_000_000:
                 per_op += f" ({max(med - startup, 0.0) / row.ops * 1e6:.2g} net)"
         findings = row.findings or "—"
         if row.errors:
@@ -335,9 +336,10 @@ def main() -> None:
 
         print(f"\nclean ring µs/op, world {' → '.join(str(r.world) for r in ring)}: "
               f"{trend([statistics.median(r.walls) / r.ops * 1e6 for r in ring])}", end="")
-        if startup is not None:
-            print(f"; net of startup: "
-                  f"{trend([max(statistics.median(r.walls) - startup, 0.0) / r.ops * 1e6 for r in ring])}", end="")
+        big = [r for r in ring if r.ops >= 1_000_000]  # below that, wall minus startup is mostly noise
+        if startup is not None and len(big) > 1:
+            print(f"; net of startup, world {' → '.join(str(r.world) for r in big)}: "
+                  f"{trend([max(statistics.median(r.walls) - startup, 0.0) / r.ops * 1e6 for r in big])}", end="")
         print("  [flat = within 10 % of the row before, or below it]")
 
     print(f"\ncommand: python benchmarks/lint_speed.py {shlex.join(sys.argv[1:])}".rstrip())
