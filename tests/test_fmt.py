@@ -1,5 +1,5 @@
 """`commdsl fmt`: canonical, idempotent, comment-keeping, and never a change of meaning — checked on every
-program in programs/ and programs/bad/ by comparing ASTs and per-rank Schedules."""
+program in programs/, programs/bad/ and programs/real/ by comparing ASTs and per-rank Schedules."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from commdsl.syntax.parser import parse_tree
 from commdsl.syntax.transform import to_ast
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = sorted((ROOT / "programs").glob("*.comm")) + sorted((ROOT / "programs" / "bad").glob("*.comm"))
+PROGRAMS = sorted((ROOT / "programs").glob("*.comm")) + sorted((ROOT / "programs" / "bad").glob("*.comm")) \
+    + sorted((ROOT / "programs" / "real").glob("*.comm"))
 WORLD_BOUND = 64  # open ranges (`world 2..`) are expanded up to this size, as `commdsl check` does
 
 
