@@ -92,7 +92,7 @@ class Calls(Rows):
     """Collective calls: instance (gid, seq), the caller's index in the group, what members must agree on."""
 
     COLUMNS = ("gid", "seq", "me", "rank", "rec", "pos", "req", "kind", "root", "redop", "scale", "dtype",
-               "contribution", "released")
+               "contribution", "buffers", "released")
 
 
 @dataclass
@@ -215,6 +215,7 @@ class Engine:
         self.dtype_ids = {name: i for i, name in enumerate(sorted({i.dtype for i in schedule.infos.values()}))}
         self.kind_ids: dict[str, int] = {}
         self.redop_ids: dict[str | None, int] = {None: -1}
+        self.buffer_ids: dict[tuple, int] = {}
         self.group_size = np.array([len(g.ranks) for g in schedule.groups], dtype=np.int64)
         self.families = {key: i for i, key in enumerate(schedule.group_of)}
         self.coll_seq = np.zeros((len(self.families) + 1, W), dtype=np.int64)
@@ -628,7 +629,9 @@ class Engine:
             gid=gid, seq=seq, me=me, rank=Gk, rec=np.full(m, rec.id, dtype=np.int64), pos=p, req=req,
             kind=np.full(m, kind, dtype=np.int64), root=root, redop=np.full(m, redop, dtype=np.int64), scale=scale,
             dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
-            contribution=at(rec.contribution, p, m).astype(np.int64), released=np.zeros(m, dtype=np.int64)))
+            contribution=at(rec.contribution, p, m).astype(np.int64),
+            buffers=np.full(m, self.buffer_ids.setdefault(rec.buffer_names, len(self.buffer_ids)), dtype=np.int64),
+            released=np.zeros(m, dtype=np.int64)))
         self.calls_seen += m
         if self.model.streams:
             calls = self.fresh_calls.pop()
@@ -699,7 +702,7 @@ class Engine:
     def finish_instances(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
         first = np.repeat(starts, counts)
         differ = np.zeros(len(rows), dtype=bool)
-        for col in ("kind", "root", "redop", "scale", "dtype", "contribution"):
+        for col in ("kind", "root", "redop", "scale", "dtype", "contribution", "buffers"):
             c = getattr(rows, col)
             differ |= c != c[first]
         blocking = rows.req < 0

@@ -289,6 +289,11 @@ class CollectiveRec(Record):
     def blocking(self) -> bool:
         return self.req is None
 
+    @property
+    def buffer_names(self) -> tuple[str, ...]:
+        """The tensors the call reads and writes: what tells two same-kind calls of one rank apart."""
+        return tuple(v.tensor for v in self.inputs) + ("->",) + tuple(v.tensor for v in self.outputs)
+
     def at(self, k: int, groups: "list[Group]") -> "Collective":
         root = None if self.root is None else int(item(self.root, k))
         scale = None if self.scale is None else float(item(self.scale, k))

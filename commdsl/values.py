@@ -255,10 +255,9 @@ def call(fname: str, args: list):
         return tidy(out)
     if fname == "abs":
         return np.abs(args[0])
-    f = np.minimum if fname == "min" else np.maximum
     out = args[0]
-    for a in args[1:]:
-        out = f(out, a)
+    for a in args[1:]:  # Python keeps the first of equal values (0.0 before -0.0) and skips a later NaN
+        out = np.where(a < out, a, out) if fname == "min" else np.where(a > out, a, out)
     return out + np.zeros(size, dtype=out.dtype) if not is_vec(out) else out
 
 

@@ -637,6 +637,7 @@ class _Member:
 def _classify(ctx: Context) -> list:
     """(code, make(rule) -> Diagnostic) for each disagreeing instance, in the order the checker reports."""
     out, swapped = [], set()
+    swaps = _buffer_index(ctx.outcome.disagreements)
     for inst in sorted(ctx.outcome.disagreements, key=lambda i: (i.gid, i.seq)):
         c = inst.calls
         group = ctx.schedule.groups[inst.gid]
@@ -659,6 +660,20 @@ def _classify(ctx: Context) -> list:
                     f"rank {other.rank}: `{other.op.kind}`",
                     "every member of a group must call the same collective at the same step",
                     note="torch hangs here (or errors only under TORCH_DISTRIBUTED_DEBUG=DETAIL)")))
+            continue
+        odd = _first_differing(c.buffers)
+        if odd is not None and _buffers_swapped(swaps, inst, 0, odd):
+            if inst.gid not in swapped:
+                swapped.add(inst.gid)
+                first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
+                out.append(("C302", _pair(
+                    f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` in a different order",
+                    first, other, f"rank {first.rank} calls `{first.op.kind}` on {_names(first.op)} first",
+                    f"rank {other.rank} calls `{other.op.kind}` on {_names(other.op)} first",
+                    "make every member issue the group's collectives in one order",
+                    note=f"the two `{first.op.kind}`s match each other instead: rank {first.rank}'s "
+                         f"{_names(first.op)} meets rank {other.rank}'s {_names(other.op)}, so the data is mixed up "
+                         "silently, or, where sizes or dtypes differ, the job hangs or aborts")))
             continue
         blocking = (c.req < 0).astype(np.int64)
         columns = {"root": c.root, "redop": np.stack([c.redop, c.scale], axis=1), "dtype": c.dtype,
@@ -684,6 +699,28 @@ def _classify(ctx: Context) -> list:
             if found is not None:
                 out.append(found)
     return out
+
+
+def _buffer_index(instances) -> dict[tuple[int, int, int], set[int]]:
+    """(group, rank, buffers) → the instances (seq) where that member called with those buffers."""
+    index: dict[tuple[int, int, int], set[int]] = {}
+    for inst in instances:
+        for rank, buffers in zip(inst.calls.rank.tolist(), inst.calls.buffers.tolist()):
+            index.setdefault((inst.gid, rank, buffers), set()).add(inst.seq)
+    return index
+
+
+def _buffers_swapped(index, inst, a: int, b: int) -> bool:
+    """Do members a and b of `inst` call with each other's buffers at another instance of the group (rank 0
+    `broadcast params` then `broadcast buffers`, rank 1 the other way round)?"""
+    c = inst.calls
+    ra, rb, xa, xb = int(c.rank[a]), int(c.rank[b]), int(c.buffers[a]), int(c.buffers[b])
+    return bool((index.get((inst.gid, ra, xb), set()) & index.get((inst.gid, rb, xa), set())) - {inst.seq})
+
+
+def _names(op) -> str:
+    names = list(dict.fromkeys(v.tensor for v in (*op.inputs, *op.outputs)))
+    return ", ".join(f"`{n}`" for n in names)
 
 
 def _first_differing(column: np.ndarray) -> int | None:
