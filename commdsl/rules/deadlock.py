@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from commdsl.checker.waits import Waiting
+from commdsl.checker.waits import Pending, Waiting
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import run_engine
 from commdsl.rules import Rule, rank_list
@@ -71,9 +71,10 @@ class Deadlock(Rule):
             if not ctx.waits.definite(cycle):
                 continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
+            help = ("post each rank's exchange in one `batch:` block" if in_stream_order(ctx, cycle) else
+                    "reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`")
             yield cls.diagnostic(f"deadlock: ranks {ranks} wait for each other", span=span, label=label,
-                                 labels=labels, notes=notes,
-                                 help="reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`")
+                                 labels=labels, notes=notes, help=help)
 
 
 class BufferingHazard(Rule):
@@ -175,7 +176,12 @@ def cycle_parts(ctx: Context, cycle):
     each other statement of the cycle a secondary one."""
     def what(e):
         rec, _ = ctx.locate(e.op)
-        return f"rank {e.rank} at line {rec.span.line} `{ctx.text(rec.span)}`"
+        text = f"rank {e.rank} at line {rec.span.line} `{ctx.text(rec.span)}`"
+        if isinstance(e.thing, Pending):  # a wait: name the send or receive it is held by
+            op = ctx.record(ctx.outcome.unmatched.rec[e.thing.row])
+            if op.span != rec.span:
+                text += f" (its `{ctx.text(op.span)}` at line {op.span.line})"
+        return text
 
     steps = [f"{what(e)} waits for rank {e.target}" for e in cycle]
     if len(steps) > CHAIN:
@@ -189,5 +195,20 @@ def cycle_parts(ctx: Context, cycle):
             seen.add(span)
             labels.append(Label(span=span, message=f"rank {e.rank} waits here for rank {e.target}"))
     ranks = rank_list([e.rank for e in cycle]) if len(cycle) > 8 else str([e.rank for e in cycle])
-    return (first_span, f"rank {first.rank} waits here for rank {first.target}", tuple(labels),
-            (Note(message="cycle: " + "; ".join(steps)),), ranks)
+    notes = [Note(message="cycle: " + "; ".join(steps))]
+    if in_stream_order(ctx, cycle):
+        notes.append(Note(message=STREAM_ORDER))
+    return (first_span, f"rank {first.rank} waits here for rank {first.target}", tuple(labels), tuple(notes), ranks)
+
+
+STREAM_ORDER = ("on NCCL a rank's point-to-point ops run one after another in issue order, async or not: an "
+                "`irecv` holds back the `isend`s posted after it until its message arrives; only a `batch:` lets "
+                "them progress together (NCCL user guide, point-to-point communication)")
+
+
+def in_stream_order(ctx: Context, cycle) -> bool:
+    """Does a rank of the cycle hold an op that never started because NCCL runs ops in issue order?"""
+    if not ctx.outcome.behind:
+        return False
+    ranks = {e.rank for e in cycle}
+    return any(int(ctx.record(rid).ranks[pos]) in ranks for rid, pos in ctx.outcome.behind)
