@@ -220,6 +220,9 @@ def _show_comparison(out, verdict, schedule):
         n = verdict.compared
         out.print(f"tensors: every rank matches the simulator ({n} rank{'s' * (n != 1)}, "
                   f"{len(schedule.tensors[0])} tensor{'s' * (len(schedule.tensors[0]) != 1)} each)")
+    if verdict.undefined:
+        out.print(f"  {verdict.undefined} element{'s' * (verdict.undefined != 1)} left undefined by `reduce` on "
+                  "non-root ranks not compared (Gloo leaves partial sums there; R504)")
     if verdict.order_dependent:
         out.print(f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} whose sum depends on "
                   "the order of addition (V803) compared across ranks only")

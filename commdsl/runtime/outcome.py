@@ -96,6 +96,7 @@ class Verdict:
     disagreements: list[Disagreement] = field(default_factory=list)
     compared: int = 0  # ranks whose tensors were compared
     order_dependent: int = 0  # elements compared across ranks only: their sum depends on the order (V803)
+    undefined: int = 0  # elements `reduce` left undefined on non-root ranks: not compared (R504)
     dtypes: tuple[str, ...] = ()  # the dtypes compared
     missing: list[int] = field(default_factory=list)  # ranks that never reported their tensors
     sim_complete: bool = True
@@ -129,6 +130,7 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
             expected = sim.tensors[rank][name].reshape(-1)
             defined = ~sim.undefined[rank][name].reshape(-1)
             order = sim.order_dependent[rank][name].reshape(-1) & defined
+            v.undefined += int((~defined).sum())
             v.order_dependent += int(order.sum())
             bad = ~close(actual, expected, spec.dtype) & defined & ~order
             if bad.any():

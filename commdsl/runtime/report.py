@@ -86,6 +86,7 @@ def build_report(*, schedule: Schedule, source_text: str, backend: str, start_me
         "disagreements": [{"tensor": d.tensor, "ranks": list(d.ranks), "count": d.count, "first_index": d.index,
                            "values": [_scalar(x) for x in d.values], "more_ranks": d.more} for d in verdict.disagreements],
         "order_dependent_elements": verdict.order_dependent,
+        "undefined_elements": verdict.undefined,
         "tolerance": {d: {"rtol": TOLERANCE[d][0], "atol": TOLERANCE[d][1]} for d in verdict.dtypes if d in TOLERANCE},
         "failures": [{"rank": f.rank, "kind": f.kind, "cause": f.cause, "line": f.at.line, "op": f.at.text,
                       "pid": f.pid, "culprit": i == 0} for i, f in enumerate(failures)],
