@@ -1,15 +1,23 @@
-"""Differential testing: checker, simulator and real Gloo must agree on generated programs.
+"""Differential testing: lint, the simulator, `commdsl run` and the compiled script must agree.
 
-For each random program (2–4 ranks; blocking and async P2P with tags, waits, collectives):
-* the checker's verdict: clean, a stall (deadlock, unmatched op, missing participant...), or another
-  error;
-* the simulator: clean ⇔ it completes with no leftover message and no unwaited request;
-* real Gloo (`commdsl run --no-check`): a clean program completes with every tensor equal to the
-  simulator's; a stalled one is stopped by the hang guard, whose table names exactly the ranks the
-  engine found stuck, at the same source lines. Programs with other errors (collective mismatches:
-  Gloo may crash, hang or compute garbage) are judged statically only.
+For each random program (2–4 ranks; blocking and async P2P with tags, waits, collectives), four legs:
+* lint: the checker's verdict: clean, a stall (deadlock, unmatched op, missing participant...), or
+  another error;
+* sim: clean ⇔ the simulation completes with no leftover message and no unwaited request; its final
+  tensors are then written into the program as `expect`s (`with_expects`), so both real legs check
+  the simulator's values themselves;
+* run (`commdsl run --no-check`, real Gloo): a clean program completes with every expect holding and
+  every tensor equal to the simulator's; a stalled one stops exactly where the engine says (its stuck
+  ranks block until the hang guard stops them, or fail when a finished rank exits);
+* script (`commdsl compile`, then `torchrun` on the script — plain torch, no commdsl): a clean program
+  exits 0 with every expect holding on every rank; a stalled one fails or hangs (stopped after
+  `--script-timeout`).
+Programs with other errors (collective mismatches: Gloo may crash, hang or compute garbage) are judged
+statically only. `--programs` runs the four legs on every program in programs/ instead.
 
-    python tests/differential.py --count 1000 --seed 1     # the tally in docs/reliability.md
+    python tests/differential.py --count 1000 --seed 1               # lint, sim, run (docs/reliability.md)
+    python tests/differential.py --count 100 --seed 1 --script       # all four legs
+    python tests/differential.py --programs                          # programs/, all four legs
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from commdsl.checker import CheckOptions, check_program
 from commdsl.engine import run_engine
@@ -102,18 +112,11 @@ def _mutate(rng: random.Random, ranks: list[list[str]], world: int) -> None:
                 ops[i] = f"{head}{word}{other}" + tail[len(str(peer)):]
 
 
-# Collectives whose Gloo algorithm (a tree from or to the root) can release a member before every
-# member arrives; the engine's model — a collective completes when all members have called it, the
-# portable assumption (NCCL's ring kernels need every member) — holds such a rank back.
-EARLY_RELEASE = {"broadcast", "reduce", "gather", "scatter"}
-
-
 @dataclass
 class Verdict:
     kind: str  # "clean", "stall", "other"
     stuck: dict[int, int]  # rank -> line, for stalls
     codes: list[str]
-    held_at_rooted: frozenset = frozenset()  # stuck ranks the engine holds at a rooted collective
 
 
 def static_verdict(world: int, text: str) -> Verdict:
@@ -128,9 +131,96 @@ def static_verdict(world: int, text: str) -> Verdict:
         return Verdict("clean", {}, codes)
     if result.stops and not set(codes) & MISMATCHES:
         assert set(codes) & STALLS, f"a stall reported without a stall code: {codes}\n{text}"
-        rooted = frozenset(r for r, b in result.stops.items() if getattr(b.op, "kind", None) in EARLY_RELEASE)
-        return Verdict("stall", {r: b.op.span.line for r, b in result.stops.items()}, codes, rooted)
+        return Verdict("stall", {r: b.op.span.line for r, b in result.stops.items()}, codes)
     return Verdict("other", {}, codes)
+
+
+def with_expects(world: int, text: str) -> str:
+    """The program with the simulator's final values of every tensor of every rank appended as `expect`s
+    (one per element), so a real run checks them itself. Only for programs the simulation completes."""
+    from commdsl.simulate import simulate
+
+    sim = simulate(expand(load(SourceFile("gen.comm", text)), world))
+    assert sim.engine.completed, "with_expects needs a program that completes"
+    lines = [text.rstrip("\n")]
+    for rank in range(world):
+        lines.append(f"on rank == {rank}:")
+        for name, values in sim.tensors[rank].items():
+            undefined = sim.undefined[rank][name].reshape(-1)
+            for k, v in enumerate(values.reshape(-1).tolist()):
+                if not undefined[k] and v == v and abs(v) != float("inf"):  # the language has no NaN or inf
+                    lines.append(f"    expect {name}{_element(values.shape, k)} == {_literal(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _element(shape: tuple, k: int) -> str:
+    """The view of flat element k: rows of rows down to a one-element slice (`t[1][2:3]`; `` for 0-d)."""
+    if not shape:
+        return ""
+    index = np.unravel_index(k, shape)
+    return "".join(f"[{i}]" for i in index[:-1]) + f"[{index[-1]}:{index[-1] + 1}]"
+
+
+def _literal(v) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else repr(v)
+
+
+def script_run(world: int, text: str, timeout: float, env: dict | None = None) -> dict:
+    """`commdsl compile --no-check` the program, then run the script under torchrun (a subprocess in its own
+    session, killed with everything it started after `timeout` seconds): exit code, output, whether it hung."""
+    import subprocess
+
+    from commdsl.cli.main import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, script = Path(tmp) / "gen.comm", Path(tmp) / "gen.py"
+        path.write_text(text)
+        with _fds_to(Path(tmp) / "compile.txt"):
+            code = main(["compile", str(path), "--world", str(world), "--no-check", "-o", str(script)])
+        if code != 0:
+            return {"exit_code": code, "output": (Path(tmp) / "compile.txt").read_text(), "hung": False, "compiled": False}
+        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                 str(world), str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=tmp, start_new_session=True, env={**os.environ, **(env or {})})
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc.pid)  # torchrun's workers run in sessions of their own: kill them by descent
+            out, _ = proc.communicate()
+            hung = True
+        return {"exit_code": proc.returncode, "output": out, "hung": hung, "compiled": True}
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant, the deepest first (found before any of them dies)."""
+    import signal
+
+    from processes import children
+
+    order, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        order.append(p)
+        todo += children(p)
+    for p in reversed(order):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def compare_script(verdict: Verdict, world: int, result: dict) -> tuple[str, str]:
+    """("exact" | "disagree", detail): the plain torch script against the static verdict."""
+    output = result["output"][-800:]
+    if verdict.kind == "clean":
+        holds = sum(f"rank {r}: every expect holds" in result["output"] for r in range(world))
+        if result["exit_code"] == 0 and not result["hung"] and holds == world:
+            return "exact", ""
+        return "disagree", f"clean program: script exit {result['exit_code']}, hung {result['hung']}: {output}"
+    if result["hung"] or result["exit_code"] != 0:
+        return "exact", ""
+    return "disagree", f"stalled program, but the script exited 0: {output}"
 
 
 def real_run(world: int, text: str, timeout: float) -> dict:
@@ -186,27 +276,29 @@ def _fds_to(path: Path):
 
 
 def compare(verdict: Verdict, run: dict) -> tuple[str, str]:
-    """("exact" | "early-release" | "disagree", detail) for a real run against the static verdict.
+    """("exact" | "disagree", detail) for a real run against the static verdict.
 
-    "early-release": the run hung as predicted, but the engine holds a rank at a rooted collective
-    (broadcast, reduce, gather, scatter) that Gloo's tree algorithm let through early, so that rank —
-    and ranks it then served — stopped at later lines than the engine's.
+    A stalled program ends on Gloo in one of two ways, both at the engine's lines (the engine models
+    Gloo's early release from rooted collectives): its stuck ranks block until the hang guard stops
+    them, or, once a rank that finished has exited (no closing barrier, as in a plain torch script),
+    they fail with "Connection closed by peer". Ranks the launcher stopped because another failed had
+    not passed their stopping point.
     """
     output = run.get("output", "")[-800:]
     if verdict.kind == "clean":
         if run.get("ok") is True and run["exit_code"] == 0:
             return "exact", ""
         return "disagree", f"clean program failed on Gloo (exit {run['exit_code']}): {output}"
-    blocked = {h["rank"]: h["line"] for h in run.get("hang") or [] if h.get("state") == "blocked"}
-    if run["exit_code"] != 0 and blocked == verdict.stuck:
+    failures = run.get("failures") or []
+    stuck = {h["rank"]: h["line"] for h in run.get("hang") or [] if h.get("state") == "blocked"}
+    stuck.update({f["rank"]: f["line"] for f in failures if f["kind"] in ("peer", "timeout")})
+    stopped = {f["rank"]: f["line"] for f in failures if f["kind"] == "stopped"}
+    before = all(r in verdict.stuck and line is not None and line <= verdict.stuck[r] for r, line in stopped.items())
+    if run["exit_code"] != 0 and stuck and before and all(verdict.stuck.get(r) == line for r, line in stuck.items()) \
+            and set(stuck) | set(stopped) == set(verdict.stuck):
         return "exact", ""
-    everyone_finished = not run.get("hang") and not run.get("failures")
-    if verdict.held_at_rooted and (blocked and run["exit_code"] != 0 or everyone_finished):
-        # Gloo released a member early: it (and whoever it then served) stops later than the engine says,
-        # or, when nothing hung at all, every rank finished (the program runs on Gloo, not portably)
-        return "early-release", f"engine {verdict.stuck}, Gloo {blocked}; held at a rooted collective: " \
-                                f"{sorted(verdict.held_at_rooted)}"
-    return "disagree", f"expected stuck {verdict.stuck}, hang guard saw {blocked} (exit {run['exit_code']}): {output}"
+    return "disagree", (f"expected stuck {verdict.stuck}, Gloo: stuck {stuck}, stopped {stopped} "
+                        f"(exit {run['exit_code']}): {output}")
 
 
 def main() -> None:
@@ -214,10 +306,15 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=2.0, help="the hang guard's --timeout for each run")
+    ap.add_argument("--script", action="store_true", help="also run each program's compiled script under torchrun")
+    ap.add_argument("--script-timeout", type=float, default=30.0, help="seconds before a script counts as hung")
+    ap.add_argument("--programs", action="store_true", help="the four legs on programs/*.comm instead")
     args = ap.parse_args()
+    if args.programs:
+        return shipped(args)
     rng = random.Random(args.seed)
     tally = {"clean": 0, "stall": 0, "other": 0}
-    outcomes = {"exact": 0, "early-release": 0, "disagree": 0}
+    legs = {"run": {"exact": 0, "disagree": 0}, "script": {"exact": 0, "disagree": 0}}
     ran = 0
     start = time.perf_counter()
     for k in range(args.count):
@@ -227,17 +324,48 @@ def main() -> None:
         if verdict.kind == "other":
             continue
         ran += 1
+        if verdict.kind == "clean":
+            text = with_expects(world, text)
         outcome, detail = compare(verdict, real_run(world, text, args.timeout))
-        outcomes[outcome] += 1
+        legs["run"][outcome] += 1
         if outcome != "exact":
-            print(f"{outcome.upper()} on program {k}:\n{text}{detail}", file=sys.stderr)
+            print(f"run: {outcome.upper()} on program {k}:\n{text}{detail}", file=sys.stderr)
+        if args.script:
+            outcome, detail = compare_script(verdict, world, script_run(world, text, args.script_timeout))
+            legs["script"][outcome] += 1
+            if outcome != "exact":
+                print(f"script: {outcome.upper()} on program {k}:\n{text}{detail}", file=sys.stderr)
         if (k + 1) % 50 == 0:
-            print(f"{k + 1} programs, {ran} real runs: {outcomes} ({time.perf_counter() - start:.0f} s)", flush=True)
-    print(f"programs: {args.count} (seed {args.seed}); checker = simulator on all of them")
+            print(f"{k + 1} programs, {ran} real: {legs} ({time.perf_counter() - start:.0f} s)", flush=True)
+    run, script = legs["run"], legs["script"]
+    print(f"programs: {args.count} (seed {args.seed}); lint = simulator on all of them")
     print(f"verdicts: {tally['clean']} clean, {tally['stall']} stalled, {tally['other']} other errors (not run)")
-    print(f"real Gloo runs: {ran}: {outcomes['exact']} exact, {outcomes['early-release']} hung as predicted but a rank "
-          f"passed a rooted collective early (later stopping points), {outcomes['disagree']} disagree; "
-          f"{time.perf_counter() - start:.0f} s")
+    print(f"commdsl run on Gloo: {ran}: {run['exact']} exact, {run['disagree']} disagree")
+    if args.script:
+        print(f"compiled script under torchrun: {ran}: {script['exact']} exact, {script['disagree']} disagree")
+    print(f"{time.perf_counter() - start:.0f} s")
+
+
+def shipped(args) -> None:
+    """The four legs on every program of programs/ at the world sizes test_runtime.py runs them at."""
+    root = Path(__file__).resolve().parent.parent
+    worlds = (2, 4)
+    rows = []
+    for path in sorted((root / "programs").glob("*.comm")):
+        text = path.read_text()
+        program = load(SourceFile(path.name, text))
+        for world in (w for w in worlds if program.accepts(w)):
+            verdict = static_verdict(world, text)
+            run_outcome, detail = compare(verdict, real_run(world, with_expects(world, text), args.timeout))
+            script_outcome, detail2 = compare_script(verdict, world,
+                                                     script_run(world, with_expects(world, text), args.script_timeout))
+            rows.append((path.stem, world, verdict.kind, run_outcome, script_outcome))
+            print(f"| {path.stem} | {world} | {verdict.kind} | {run_outcome} | {script_outcome} |", flush=True)
+            for d in (detail, detail2):
+                if d:
+                    print(d, file=sys.stderr)
+    agree = sum(r[3] == r[4] == "exact" for r in rows)
+    print(f"{agree} of {len(rows)} (program, world) pairs: lint, sim, run and script agree")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         timeout = timedelta(seconds=pg_timeout)
         store, _, _ = next(dist.rendezvous("env://", rank, plan.world, timeout=timeout))
         dist.init_process_group(plan.backend, store=store, rank=rank, world_size=plan.world, timeout=timeout)
-        # the bench's own barriers run on a Gloo group of their own, as the runtime's closing barrier does:
+        # the bench's own barriers run on a Gloo group of their own:
         # never paired with a program's `barrier`, and no device to name under NCCL
         own = dist.new_group(list(range(plan.world)), backend="gloo")
 

@@ -1,7 +1,7 @@
 """The hang guard of a local launch: a thread in the launcher that watches every rank's progress slot.
 
-A rank is *stuck* when it has sat in one communication op (or in set-up, or in the closing barrier)
-for longer than `--timeout`. The guard then takes one snapshot of every slot — the table the user
+A rank is *stuck* when it has sat in one communication op (or in set-up, or in its teardown) for
+longer than `--timeout`. The guard then takes one snapshot of every slot — the table the user
 sees, taken at a single instant — and SIGKILLs every worker, which makes torch's agent return. Local
 ops (compute, expect, print) are never timed out: they cannot wait on anybody.
 

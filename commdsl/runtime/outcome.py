@@ -55,7 +55,7 @@ def where(schedule: Schedule, source_text: str, rank: int, index: int, state: in
         return Where(rank, index, span.line, text)
     if state == progress.INIT or index < 0:
         return Where(rank, index, None, "setting up (process group, groups, tensors)")
-    return Where(rank, index, None, "the closing barrier (all its ops done)")
+    return Where(rank, index, None, "its teardown (all its ops done)")
 
 
 @dataclass
@@ -196,6 +196,9 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
           ranks: list[int]) -> list[Failure]:
     """Every rank among `ranks` that failed, the real culprit first."""
     by_rank = {s.rank: s for s in ev.slots if s.rank >= 0}
+    done = [r for r in ranks if results.get(r) is not None and results[r].finished]
+    ended = (f"; rank{'s' * (len(done) > 1)} {', '.join(map(str, done[:8]))} had finished the program and exited"
+             if done else "")
     found: list[tuple[tuple, Failure]] = []
     for rank in ranks:
         res, slot = results.get(rank), by_rank.get(rank)
@@ -207,7 +210,7 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
             at = where(schedule, source_text, rank, err["index"])
             text = _error_text(err)
             cause = {"error": f"raised {text}", "timeout": f"timed out ({text})",
-                     "peer": f"lost its connection to a failed peer ({_first_sentence(text)})"}[kind]
+                     "peer": f"lost its connection to a peer ({_first_sentence(text)}){ended}"}[kind]
             found.append(((_ORDER[kind], err["time_ns"]), Failure(rank, kind, cause, at, pid)))
             continue
         if res is not None and res.finished:
