@@ -280,10 +280,11 @@ class Expander:
         where = np.flatnonzero(need)
         try:
             right = truthy(self.value(e.right, A[where], _sub_env(env, where)))
-        except Failure as f:
+        except Failure as failure:
+            inner = failure  # `failure` is unbound when the except block ends; the lambda runs later
             mask = np.zeros(A.size, dtype=bool)
-            mask[where] = True if f.mask is True else f.mask
-            raise Failure(mask, lambda k: f.diagnostic(int(np.searchsorted(where, k)))) from None
+            mask[where] = True if inner.mask is True else inner.mask
+            raise Failure(mask, lambda k: inner.diagnostic(int(np.searchsorted(where, k)))) from None
         out = left.copy()
         out[where] = right
         return out

@@ -327,3 +327,13 @@ def test_per_rank_shapes_and_initialisers_give_each_rank_its_own_values(world):
             assert spec.shape == values.shape and spec.numel == values.size
             np.testing.assert_array_equal(sim.tensors[r][name], values)  # the simulator's path
             np.testing.assert_array_equal(initial_value(spec, r, world).reshape(values.shape), values)  # the runtime's
+
+
+def test_a_failure_on_the_right_of_and_names_the_rank_it_fails_on():
+    """Regression (found by ruff's F821): the failure's diagnostic was built after Python had unbound the
+    `except ... as` name, so `commdsl check` crashed with a NameError."""
+    text = "world 3\ntensor x: float32[1]\non rank > 0 and 4 // (rank - 1) == 0:\n    x = 1\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 3)
+    [d] = e.value.diagnostics
+    assert d.code == "N122" and d.span == span_of(text, "4 // (rank - 1)") and "on rank 1" in str(d.notes)
