@@ -21,6 +21,8 @@ from commdsl.syntax.transform import to_ast
 
 MAX_WORLD = 1 << 16
 """The largest world size a program may declare: every rank is expanded in memory."""
+MAX_DIMS = 64
+"""The most dimensions a tensor may have (NumPy's limit; the simulator holds tensors as ndarrays)."""
 OPEN_WORLD_BOUND = 64
 """An open range `world 2..` is checked at every size up to this bound."""
 
@@ -195,6 +197,9 @@ class _Resolver:
         if t.dtype.name not in DTYPES:
             self.error("N104", f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
                        help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
+        if len(t.shape) > MAX_DIMS:
+            self.error("N128", f"tensor `{t.name}` has {len(t.shape)} dimensions, more than {MAX_DIMS}", t.shape[MAX_DIMS],
+                       label=f"dimension {MAX_DIMS + 1}", help=f"declare it with at most {MAX_DIMS} dimensions (merge some of them)")
         for dim in t.shape:
             self.check_expr(dim, "static", self.top)
         self.check_no_tensor_sizes(t.shape, "a tensor's shape")
@@ -204,6 +209,11 @@ class _Resolver:
                 self.error("N103", f"`{call.func.id}` must be the whole initialiser", call,
                            label="combined with other values",
                            help=f"write `= {call.func.id}(seed)` alone, then scale it with an assignment")
+            for call in _random_calls(t.init, top=True):
+                seed = _literal_int(call.args[0]) if len(call.args) == 1 else None
+                if seed is not None and seed < 0:
+                    self.error("N121", f"the seed of `{call.func.id}` must be 0 or more, not {seed}", call.args[0],
+                               label="a negative seed", help=f"write `{call.func.id}({-seed})`")
         self.declare(self.top, t.name, "tensor", t)
 
     def check_group(self, g: n.GroupDecl | n.MeshDecl):
@@ -472,6 +482,15 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
         case n.Call(func=n.Attr(attr="chunk") as f):
             return _is_view_syntax(f.value, scope)
     return False
+
+
+def _literal_int(e) -> int | None:
+    """The value of an integer literal, signs included (`-1`, `+-3`); None for anything else."""
+    sign = 1
+    while isinstance(e, n.Unary) and e.op in "+-":
+        sign = -sign if e.op == "-" else sign
+        e = e.operand
+    return sign * e.value if isinstance(e, n.IntLit) else None
 
 
 def _walk(e):
