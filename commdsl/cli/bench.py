@@ -17,7 +17,7 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (integer, add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -39,13 +39,13 @@ def add_parser(sub):
     p.add_argument("--sizes", default=env_default("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
                    help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
                         "(default: 1K:16M, FACTOR 2)")
-    p.add_argument("--iters", type=int, default=env_default("iters", 20), help="timed iterations per size (default: 20)")
-    p.add_argument("--warmup", type=int, default=env_default("warmup", 5),
+    p.add_argument("--iters", type=integer("--iters", 1), default=env_default("iters", 20), help="timed iterations per size (default: 20)")
+    p.add_argument("--warmup", type=integer("--warmup", 0), default=env_default("warmup", 5),
                    help="untimed iterations before them (default: 5)")
     p.add_argument("--dtype", help="element type (built-ins: default float32; a program: replaces the dtype of "
                                    "every tensor declared like the measured one)")
     p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
-    p.add_argument("--root", type=int, default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
+    p.add_argument("--root", type=integer("--root", 0), default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
     p.add_argument("--param", default="n", metavar="NAME",
                    help="the program's integer param that sets the size (default: n)")
     p.add_argument("--check", action="store_true",

@@ -10,7 +10,7 @@ import os
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (integer, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
@@ -20,7 +20,7 @@ def add_parser(sub):
                        description="Expand the program at one world size and write it as a standalone, readable "
                                    "torch.distributed script that torchrun runs and that checks the expects itself.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--world", type=int, required=True, help="number of ranks the script is for")
+    p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks the script is for")
     p.add_argument("--emit", choices=("python",), default="python", help="what to write (default: python)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
+from commdsl.cli.common import (integer, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
                                 load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
@@ -24,7 +24,7 @@ def add_parser(sub):
                                    "an arrow per message, a band per collective, each row labelled with its source "
                                    "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.")
     p.add_argument("file")
-    p.add_argument("--world", type=int, help="number of ranks (default: the program's size, if it declares one)")
+    p.add_argument("--world", type=integer("--world", 1), help="number of ranks (default: the program's size, if it declares one)")
     p.add_argument("--format", choices=FORMATS,
                    help="mermaid (paste into a ```mermaid block), dot, svg or png "
                         "(default: from the -o suffix, else mermaid)")

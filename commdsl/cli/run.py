@@ -15,7 +15,7 @@ import socket
 
 from rich.markup import escape
 
-from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
+from commdsl.cli.common import (integer, add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
 
@@ -32,8 +32,8 @@ def add_parser(sub):
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="launch even when the static checks find errors (to watch a hang or a crash for real)")
-    p.add_argument("--nnodes", type=int, default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
-    p.add_argument("--node-rank", type=int, default=env_default("node_rank", "0"),
+    p.add_argument("--nnodes", type=integer("--nnodes", 1), default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
+    p.add_argument("--node-rank", type=integer("--node-rank", 0), default=env_default("node_rank", "0"),
                    help="this node's rank (used by --rdzv-backend static)")
     p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=env_default("rdzv_backend", "c10d"),
                    help="rendezvous of the nodes (default: c10d)")
