@@ -10,10 +10,12 @@ import sys
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.diagnostics.render import FORMATS, emit, use_color
 from commdsl.expand import parse_param_value
+from commdsl.files import FileError
 from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
 
@@ -42,8 +44,8 @@ def load_files(paths: list[str], err: Console) -> Loaded:
                       highlight=False)
             out.io_failed = True
             continue
-        except OSError as e:
-            err.print(f"[bold red]error[/]: cannot read {path}: {e.strerror or e}", highlight=False)
+        except FileError as e:
+            err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
             out.io_failed = True
             continue
         out.sources[path] = source
