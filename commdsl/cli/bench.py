@@ -17,8 +17,10 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (integer, add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
+                                add_program_flags, consoles, env_default, integer, load_files, parse_sets,
+                                print_diagnostics)
+from commdsl.files import FileError, check_not_input
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -111,9 +113,16 @@ def config_from_args(args):
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.min_busbw is not None and args.min_busbw < 0:
         raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
-    for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path]
+    for flag, path in outputs:
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"{flag} {path}: the directory does not exist")
+        try:
+            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+        except FileError as e:
+            raise UsageError(str(e)) from None
+    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
+        raise UsageError("--json, --csv and --plot must name different files")
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
     return BenchConfig(path=args.file, collectives=tuple(kinds), nproc=nproc, sizes=tuple(sizes), iters=args.iters,
@@ -230,14 +239,15 @@ def _measure_and_show(cfg, plan, out, err) -> int:
     try:
         meta = {"world": plan.world, "backend": plan.backend, "iters": plan.iters, "warmup": plan.warmup,
                 "check": plan.check, "complete": len(table) == len(plan.cases)}
+        inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
         if cfg.json:
-            output.write_json(cfg.json, output.as_dict(meta, table, sums))
+            output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
         if cfg.csv:
-            output.write_csv(cfg.csv, table)
+            output.write_csv(cfg.csv, table, inputs)
         if cfg.plot and table:
-            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}")
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     if cfg.min_busbw is not None and code == EXIT_OK:
         low = [s for s in sums if not s.baseline and s.avg_busbw < cfg.min_busbw]

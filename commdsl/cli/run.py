@@ -15,9 +15,11 @@ import socket
 
 from rich.markup import escape
 
-from commdsl.cli.common import (integer, add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
+                                add_program_flags, consoles, env_default, integer, load_one, parse_sets,
+                                print_diagnostics)
 from commdsl.diagnostics import CommdslError
+from commdsl.files import FileError, check_not_input
 
 
 def add_parser(sub):
@@ -67,6 +69,13 @@ def config_from_args(args):
     for flag, path in (("--report", args.report), ("--trace", args.trace)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"{flag} {path}: the directory does not exist")
+        if path:
+            try:
+                check_not_input(path, [args.file], flag)
+            except FileError as e:
+                raise UsageError(str(e)) from None
+    if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
+        raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
     endpoint = args.rdzv_endpoint or "127.0.0.1:0"
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -185,11 +194,12 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
         if cfg.report:
             write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
                                                 start_method=start_method, verdict=verdict, results=results,
-                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s))
+                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s),
+                       inputs=[cfg.path])
         if cfg.trace:
-            write_json(cfg.trace, chrome_trace(schedule, source_text, results))
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+            write_json(cfg.trace, chrome_trace(schedule, source_text, results), inputs=[cfg.path])
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     how = backend + (f", {start_method}" if start_method else "")
     verdict_text = "[green]passed[/]" if ok else "[red]failed[/]"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commdsl.cli.common import (integer, EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles,
+from commdsl.cli.common import (EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles, integer,
                                 load_one, parse_sets, print_diagnostics)
 from rich.markup import escape
 

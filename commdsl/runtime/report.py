@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from commdsl.files import write_atomic
 from commdsl.runtime.outcome import Failure, Verdict, where
 from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
@@ -112,7 +113,6 @@ def chrome_trace(schedule: Schedule, source_text: str, results: dict[int, RankRe
             "otherData": {"program": schedule.program, "world": schedule.world}}
 
 
-def write_json(path: str, data: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, allow_nan=False)
-        f.write("\n")
+def write_json(path: str, data: dict, inputs=()) -> None:
+    """Write atomically (`files.write_atomic`), never over one of `inputs`; raises FileError."""
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n", inputs=inputs)
