@@ -11,7 +11,6 @@ when the job could not be run at all.
 from __future__ import annotations
 
 import os
-import socket
 
 from rich.markup import escape
 
@@ -20,6 +19,7 @@ from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError
                                 print_diagnostics)
 from commdsl.diagnostics import CommdslError
 from commdsl.files import FileError, check_not_input
+from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
 
 
 def add_parser(sub):
@@ -76,12 +76,14 @@ def config_from_args(args):
                 raise UsageError(str(e)) from None
     if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
         raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
+    if args.nnodes > 1 and not args.rdzv_id:
+        raise UsageError("--nnodes above 1 needs --rdzv-id JOB, the same on every node of the job and new for "
+                         "every job (one endpoint serves one job)")
     endpoint = args.rdzv_endpoint or "127.0.0.1:0"
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise UsageError(f"--rdzv-endpoint expects HOST:PORT, got {endpoint!r}")
-    if args.nnodes == 1 and args.nproc is not None and int(port) != 0:
-        _check_port_free(host, int(port))
+    try:
+        Endpoint.parse(endpoint)
+    except EndpointError as e:
+        raise UsageError(str(e)) from None
     return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
                      backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
                      trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
@@ -89,23 +91,27 @@ def config_from_args(args):
                      start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """On one node our own agent hosts the rendezvous store, so its port must be free: torch's c10d
-    agent would otherwise take whatever listens there for a store and wait for it far past --timeout."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds
-        try:
-            probe.bind((host.strip("[]"), port))
-        except OSError as e:
-            raise UsageError(f"--rdzv-endpoint {host}:{port}: the port is not available here "
-                             f"({e.strerror or e}); pick a free port, or omit the flag for one") from None
-
-
 def run(args) -> int:
     cfg = config_from_args(args)
     out, err = consoles(args)
     if cfg.nproc is None:
         return run_as_rank(cfg, args.format, out, err)
+    listener = None
+    if cfg.nnodes == 1:  # this process hosts the rendezvous store: bind now, so a taken port is refused at once
+        try:
+            listener = listen(Endpoint.parse(cfg.rdzv_endpoint))
+        except EndpointError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"--rdzv-endpoint {cfg.rdzv_endpoint}: cannot listen there ({e.strerror or e})") from None
+    try:
+        return _run_local(cfg, args, out, err, listener)
+    finally:
+        if listener is not None:
+            listener.close()  # a no-op once the store owns it
+
+
+def _run_local(cfg, args, out, err, listener) -> int:
     loaded = load_one(cfg.path, args.format, out, err)
     if isinstance(loaded, int):
         return loaded
@@ -132,16 +138,16 @@ def run(args) -> int:
     if prepared.errors:
         err.print(f"[yellow]warning[/]: --no-check: launching despite {len(prepared.errors)} error"
                   f"{'s' * (len(prepared.errors) != 1)} the checks found (`commdsl check` shows them)")
-    return launch_and_show(cfg, prepared, source, backend, out, err)
+    return launch_and_show(cfg, prepared, source, backend, out, err, listener)
 
 
-def launch_and_show(cfg, prepared, source, backend: str, out, err) -> int:
+def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None) -> int:
     from commdsl.runtime.launch import LaunchError, run_local
     from commdsl.runtime.outcome import blame, hang_rows, judge_results
 
     schedule = prepared.schedule
     try:
-        run = run_local(schedule, source.text, backend, cfg)
+        run = run_local(schedule, source.text, backend, cfg, listener=listener)
     except LaunchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
@@ -229,7 +235,7 @@ def _show_hang(out, schedule, rows, timeout: float):
     stuck = [r for r in rows if r["stuck"]]
     names = ", ".join(f"rank {r['rank']}" for r in stuck)
     out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
-              f"every rank was stopped[/]")
+                  f"every rank was stopped[/]")
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])

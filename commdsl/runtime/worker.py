@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import gc
 import os
 import signal
 import socket
@@ -41,6 +42,7 @@ class Job:
     backend: str
     timeout: float  # `--timeout`, seconds
     run_dir: str
+    close_fds: tuple[int, ...] = ()  # the launcher's listening sockets a forked worker inherits: closed at once
 
 
 def die_with_parent() -> None:
@@ -84,6 +86,12 @@ def attach(job: Job) -> tuple[int, int, progress.Slot]:
     """A worker's first steps: die with the launcher, leave crash evidence, claim its progress slot.
     Returns (rank, local rank, slot)."""
     die_with_parent()
+    gc.freeze()  # a forked worker never runs the launcher's destructors (its store server's among them)
+    for fd in job.close_fds:  # only the launcher serves the rendezvous store
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     leave_evidence(job.run_dir, rank)
     board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
