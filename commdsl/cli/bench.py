@@ -282,13 +282,18 @@ def _preamble(cfg, plan, measured, sums) -> list[str]:
 
 def _show_hang(out, rows, timeout: float):
     stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"])
-    out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
-              "every rank was stopped[/]")
+    stopped = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in rows if r.get("stopped"))
+    if stopped:
+        out.print(f"[bold red]error[/]: [bold]hang: {stopped} stopped by a signal (SIGSTOP or SIGTSTP) and never "
+                  f"resumed; {stuck or 'the others'} waited longer than --timeout {timeout:g} s[/]")
+    else:
+        out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
+                  "every rank was stopped[/]")
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
-        mark = "  <- stuck" if r["stuck"] else ""
+        mark = "  <- stopped by a signal: the culprit" if r.get("stopped") else "  <- stuck" if r["stuck"] else ""
         out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {r['op']}{mark}", markup=False)
 
 

@@ -156,7 +156,7 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
         ranks = list(range(schedule.world))
     hang = None
     if run.hang is not None:
-        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck)
+        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
     failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
     verdict = judge_results(schedule, prepared.sim, run.results, ranks)
     code = show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
@@ -234,14 +234,21 @@ def _show_comparison(out, verdict, schedule):
 def _show_hang(out, schedule, rows, timeout: float):
     stuck = [r for r in rows if r["stuck"]]
     names = ", ".join(f"rank {r['rank']}" for r in stuck)
-    out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
+    stopped = [r for r in rows if r.get("stopped")]
+    if stopped:  # the culprit: a process someone stopped (kill -STOP, Ctrl-Z), which the others waited for
+        culprits = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in stopped)
+        out.print(f"[bold red]error[/]: [bold]hang: {culprits} {'was' if len(stopped) == 1 else 'were'} stopped "
+                  f"by a signal (SIGSTOP or SIGTSTP) and never resumed; {names or 'the others'} waited longer "
+                  f"than --timeout {timeout:g} s; every rank was killed[/]")
+    else:
+        out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
                   f"every rank was stopped[/]")
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
         place = f"{schedule.path}:{r['line']}  {r['op']}" if r["line"] else r["op"]
-        mark = "  <- stuck" if r["stuck"] else ""
+        mark = "  <- stopped by a signal: the culprit" if r.get("stopped") else "  <- stuck" if r["stuck"] else ""
         out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {place}{mark}", markup=False)
 
 

@@ -222,8 +222,9 @@ def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankRe
 
 
 def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapshot], at_ns: int,
-              stuck: list[int]) -> list[dict]:
-    """One row per local rank of the guard's snapshot: where it was and for how long."""
+              stuck: list[int], stopped: list[int] = ()) -> list[dict]:
+    """One row per local rank of the guard's snapshot: where it was and for how long; a stopped process
+    (SIGSTOP, SIGTSTP) is the culprit (`"stopped": True`), whatever op it was in."""
     rows = []
     for s in slots:
         if s.rank < 0:
@@ -231,11 +232,14 @@ def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapsho
                          "op": "", "stuck": False})
             continue
         at = where(schedule, source_text, s.rank, s.op, s.state)
-        if s.state == progress.RUNNING:
+        if s.local_rank in stopped:
+            state = "stopped"
+        elif s.state == progress.RUNNING:
             state = "blocked" if waits_on_others(schedule, s) else "computing"
         else:
             state = {progress.INIT: "setting up", progress.FINISHING: "finished", progress.DONE: "done",
                      progress.FAILED: "failed"}.get(s.state, progress.STATE_NAMES[s.state])
         rows.append({"rank": s.rank, "pid": s.pid, "state": state, "seconds": round(s.seconds_in_state(at_ns), 3),
-                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck})
+                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck,
+                     "stopped": s.local_rank in stopped})
     return rows
