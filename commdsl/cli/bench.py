@@ -281,7 +281,7 @@ def _preamble(cfg, plan, measured, sums) -> list[str]:
 
 
 def _show_hang(out, rows, timeout: float):
-    stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"])
+    stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"] and not r.get("stopped"))
     stopped = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in rows if r.get("stopped"))
     if stopped:
         out.print(f"[bold red]error[/]: [bold]hang: {stopped} stopped by a signal (SIGSTOP or SIGTSTP) and never "

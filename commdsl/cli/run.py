@@ -20,6 +20,7 @@ from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError
 from commdsl.diagnostics import CommdslError
 from commdsl.files import FileError, check_not_input
 from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
+from commdsl.runtime.config import SUMMARY_ABOVE
 
 
 def add_parser(sub):
@@ -31,6 +32,9 @@ def add_parser(sub):
     p.add_argument("file", metavar="FILE")
     add_launch_flags(p, "ranks to start on this node (without it: run as one rank of an externally launched job)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
+    p.add_argument("--report-values", action="store_true",
+                   help=f"--report lists every element of every tensor (default: tensors over {SUMMARY_ABOVE} "
+                        "elements are summarised by shape, dtype, SHA-256 and their first and last elements)")
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="launch even when the static checks find errors (to watch a hang or a crash for real)")
@@ -84,8 +88,11 @@ def config_from_args(args):
         Endpoint.parse(endpoint)
     except EndpointError as e:
         raise UsageError(str(e)) from None
+    if args.report_values and not args.report:
+        raise UsageError("--report-values says what --report FILE holds: give --report too")
     return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
                      backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
+                     report_values=args.report_values,
                      trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
                      rdzv_backend=args.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=args.rdzv_id,
                      start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
@@ -126,7 +133,7 @@ def _run_local(cfg, args, out, err, listener) -> int:
         return EXIT_FAILURE
     world = cfg.nproc * cfg.nnodes
     try:
-        prepared = prepare(program, world, cfg.params, backend)
+        prepared = prepare(program, world, cfg.params, backend, local_ranks=cfg.nproc)
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
@@ -200,7 +207,8 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
         if cfg.report:
             write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
                                                 start_method=start_method, verdict=verdict, results=results,
-                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s),
+                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s,
+                                                values=cfg.report_values),
                        inputs=[cfg.path])
         if cfg.trace:
             write_json(cfg.trace, chrome_trace(schedule, source_text, results), inputs=[cfg.path])
@@ -237,6 +245,7 @@ def _show_hang(out, schedule, rows, timeout: float):
     stopped = [r for r in rows if r.get("stopped")]
     if stopped:  # the culprit: a process someone stopped (kill -STOP, Ctrl-Z), which the others waited for
         culprits = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in stopped)
+        names = ", ".join(f"rank {r['rank']}" for r in stuck if not r.get("stopped"))
         out.print(f"[bold red]error[/]: [bold]hang: {culprits} {'was' if len(stopped) == 1 else 'were'} stopped "
                   f"by a signal (SIGSTOP or SIGTSTP) and never resumed; {names or 'the others'} waited longer "
                   f"than --timeout {timeout:g} s; every rank was killed[/]")

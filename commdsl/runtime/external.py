@@ -67,7 +67,7 @@ def run_rank(cfg: RunConfig, program: Program, place: Placement, backend: str) -
     ours = dist.PrefixStore(_PREFIX, store)
     if place.rank == 0:
         try:
-            prepared = prepare(program, place.world, cfg.params, backend)
+            prepared = prepare(program, place.world, cfg.params, backend, local_ranks=place.local_world)
             run.schedule, run.sim, run.diagnostics = prepared.schedule, prepared.sim, prepared.diagnostics
             run.refused = bool(prepared.errors) and cfg.check
         except CommdslError as e:

@@ -170,7 +170,7 @@ def _collect(run: LocalRun, run_dir: str, log_dir: str) -> None:
             run.evidence.terminated.add(s.rank)
         records = _read(os.path.join(run_dir, f"rank{s.rank}.jsonl"))
         if records:
-            run.results[s.rank] = assemble(s.rank, records.splitlines())
+            run.results[s.rank] = assemble(s.rank, records.splitlines(), run_dir)
         logs = glob.glob(os.path.join(log_dir, "*", "attempt_*", str(s.local_rank), "stderr.log"))
         tail = _read(max(logs, key=os.path.getmtime))[-4000:] if logs else ""
         if tail.strip():

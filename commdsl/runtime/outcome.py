@@ -112,13 +112,20 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
         for name, spec in schedule.tensors[rank].items():
             actual = r.tensors[name].reshape(-1)
             expected = sim.tensors[rank][name].reshape(-1)
-            defined = ~sim.undefined[rank][name].reshape(-1)
-            bad = ~close(actual, expected, spec.dtype) & defined
-            if bad.any():
-                first = int(np.argmax(bad))
-                v.mismatches.append(Mismatch(rank, name, int(bad.sum()), first, actual[first].item(),
-                                             expected[first].item()))
+            undefined = sim.undefined[rank][name].reshape(-1)
+            count, first = 0, -1
+            for start in range(0, len(actual), COMPARE_CHUNK):  # float64 temporaries a chunk long, not a tensor
+                stop = start + COMPARE_CHUNK
+                bad = ~close(actual[start:stop], expected[start:stop], spec.dtype) & ~undefined[start:stop]
+                if bad.any():
+                    count += int(bad.sum())
+                    first = start + int(np.argmax(bad)) if first < 0 else first
+            if count:
+                v.mismatches.append(Mismatch(rank, name, count, first, actual[first].item(), expected[first].item()))
     return v
+
+
+COMPARE_CHUNK = 1 << 20
 
 
 @dataclass
