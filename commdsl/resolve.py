@@ -31,6 +31,7 @@ BUILTINS = {"rank": "static", "world": "static", "i": "index"}
 ELEMENT_FUNCS = {"min": 2, "max": 2, "abs": 1}
 INIT_FUNCS = {"rand": 1, "randn": 1}
 COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
+BOOL_SUBTRACTION = "N134"  # bool-subtraction: proposed for diagnostics/codes.py (issue 14)
 
 
 class Program(BaseModel):
@@ -265,6 +266,11 @@ class _Resolver:
             case n.Assign():
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
+                if s.op == "-=" and (self.bool_valued(s.target, scope) or self.bool_valued(s.value, scope)):
+                    self.error(BOOL_SUBTRACTION, "`-=` with a bool tensor, which torch refuses", s,
+                               label="subtracts a bool value",
+                               help="compute in a number type: declare the tensor int8 or uint8, or multiply "
+                                    "the mask by 1 first (`m * 1`)")
             case n.Send() | n.Recv():
                 self.check_view(s.buffer, scope)
                 self.check_expr(s.peer, "static", scope)
@@ -439,9 +445,37 @@ class _Resolver:
                            help="compare element-wise with `==`, `<`, ... and combine with `*` (and) or `max` (or)")
             case n.Unary():
                 self.check_expr(e.operand, ctx, scope)
+                if e.op == "-" and ctx != "static" and self.bool_valued(e.operand, scope):
+                    self.error(BOOL_SUBTRACTION, "negation of a bool value, which torch and NumPy refuse", e,
+                               label="`-` on a bool tensor or a comparison",
+                               help="multiply by 1 first (`-(m * 1)`), or declare the tensor int8")
             case n.Binary():
                 self.check_expr(e.left, ctx, scope)
                 self.check_expr(e.right, ctx, scope)
+                if e.op == "-" and ctx != "static" and (self.bool_valued(e.left, scope)
+                                                        or self.bool_valued(e.right, scope)):
+                    self.error(BOOL_SUBTRACTION, "subtraction with a bool value, which torch refuses", e,
+                               label="a bool tensor or a comparison on one side of `-`",
+                               help="multiply the bool side by 1 first (`m * 1 - 1`), or declare the tensor int8")
+
+    def bool_valued(self, e, scope: _Scope) -> bool:
+        """Is `e`, element-wise, a bool tensor: a view of a `bool` tensor, a comparison, or min/max of those?
+        torch refuses `-` with one (and NumPy `-` with two, or unary `-`), while the simulator's NumPy
+        would quietly compute an integer: a guard before expansion (issue 14)."""
+        match e:
+            case n.Binary(op=op) if op in COMPARISONS:
+                return True
+            case n.Call(func=n.Name(id="min" | "max"), args=args) if args:
+                return all(self.bool_valued(a, scope) for a in args)
+            case n.Name() | n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
+                base = e
+                while not isinstance(base, n.Name):
+                    base = base.func.value if isinstance(base, n.Call) else base.value
+                    if not isinstance(base, (n.Name, n.Slice, n.Index, n.Call)):
+                        return False
+                found = scope.lookup(base.id)
+                return found is not None and found[0] == "tensor" and found[1].dtype.name == "bool"
+        return False
 
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""

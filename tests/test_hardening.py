@@ -92,3 +92,43 @@ def test_bad_environment_default_names_the_variable(monkeypatch, capsys):
     rc, _, err = run_cli(["check", "programs/allreduce.comm"], capsys)
     assert rc == 2
     assert "argument --max-world: expected an integer from 1 to 65536, got 'abc' (from COMMDSL_MAX_WORLD)" in err
+
+
+def test_a_failed_launch_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from commdsl.runtime import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    prog = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "programs" / "allreduce.comm")
+    assert run_cli(["run", prog, "--nproc", "2", "--timeout", "inf"], capsys)[0] == 2  # refused before anything
+
+    def broken(*args, **kwargs):
+        raise launch.LaunchError("the agent could not start")
+
+    monkeypatch.setattr(launch, "_launch", broken)
+    rc, _, err = run_cli(["run", prog, "--nproc", "2"], capsys)
+    assert rc == 2 and "the agent could not start" in err
+    assert not list(tmp_path.glob("commdsl-run-*"))
+
+
+# ---- bool arithmetic torch refuses (a guard before expansion; N134 is proposed for the codes table) ----------
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("m -= 1\n", (4, 1)),
+    ("m -= m\n", (4, 1)),
+    ("x -= m\n", (4, 1)),
+    ("x = m - 1\n", (4, 5)),
+    ("x = 1 - (x > 2)\n", (4, 5)),
+    ("x = -m\n", (4, 5)),
+    ("expect x == -(m)\n", (4, 13)),
+])
+def test_subtracting_a_bool_mask_is_refused(text, where):
+    prog = "world 2\ntensor m: bool[4] = i % 2\ntensor x: float32[4] = i\n" + text
+    assert codes(prog) == [("N134", *where)]
+
+
+@pytest.mark.parametrize("text", ["x = m * 1 - 1\n", "x = (x > 1) * 2 - 1\n", "m += m\n", "x -= 1\n",
+                                  "let k = rank - (world > 2)\nx = x - k\n"])
+def test_arithmetic_that_torch_takes_is_not_refused(text):
+    assert codes("world 2\ntensor m: bool[4] = i % 2\ntensor x: float32[4] = i\n" + text) == []
