@@ -114,6 +114,10 @@ def test_multi_node_binds_the_named_address_and_one_endpoint_serves_one_job(tmp_
     first = start(node + ["job-a"], no_orphans)
     nodes = [first]
     try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and first.poll() is None and not [
+                s for s in listening([first.pid]) if s[2] == port]:
+            time.sleep(0.05)  # polling the kernel's tables until job-a hosts the store
         # another job on the same endpoint, while job-a waits for its second node: refused, naming both ids
         other = subprocess.run([sys.executable, "-m", "commdsl", *node, "job-b"], cwd=ROOT, capture_output=True,
                                text=True, timeout=60, env=dict(os.environ, **{TOKEN_VAR: no_orphans}))
