@@ -99,6 +99,7 @@ def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entr
     try:
         return _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir)
     finally:
+        rendezvous.unregister(run_id)
         joined.store = None  # the store server stops listening now, not whenever the last reference goes
         shutil.rmtree(run_dir, ignore_errors=True)
         for k, v in saved.items():

@@ -233,6 +233,11 @@ def register(run_id: str, handler) -> None:
     _SETTLED[run_id] = handler
 
 
+def unregister(run_id: str) -> None:
+    """Forget a run's handler if torch's agent never asked for it (the launch failed first)."""
+    _SETTLED.pop(run_id, None)
+
+
 def loopback_interface() -> str | None:
     """The name of the loopback interface (`lo` on Linux), for GLOO_SOCKET_IFNAME."""
     try:
