@@ -5,12 +5,15 @@ Each test is one finding of the fuzzing and abuse campaign, named after what it 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from commdsl.cli.main import main
 from commdsl.diagnostics import CommdslError
 from commdsl.resolve import load
 from commdsl.source import SourceFile
+from processes import listening
 
 
 def codes(text: str) -> list[tuple[str, int, int]]:
@@ -110,6 +113,7 @@ def test_a_failed_launch_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
     rc, _, err = run_cli(["run", prog, "--nproc", "2"], capsys)
     assert rc == 2 and "the agent could not start" in err
     assert not list(tmp_path.glob("commdsl-run-*"))
+    assert not listening([os.getpid()])  # nor a rendezvous store still listening in this process
 
 
 # ---- bool arithmetic torch refuses (a guard before expansion; N134 is proposed for the codes table) ----------
