@@ -469,9 +469,12 @@ class _Resolver:
                 return all(self.bool_valued(a, scope) for a in args)
             case n.Name() | n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 base = e
-                while not isinstance(base, n.Name):
-                    base = base.func.value if isinstance(base, n.Call) else base.value
-                    if not isinstance(base, (n.Name, n.Slice, n.Index, n.Call)):
+                while not isinstance(base, n.Name):  # down to the tensor of `x[a:b].chunk(k, p)[i]`
+                    if isinstance(base, (n.Slice, n.Index)):
+                        base = base.value
+                    elif isinstance(base, n.Call) and isinstance(base.func, n.Attr) and base.func.attr == "chunk":
+                        base = base.func.value
+                    else:  # not a view (`1()[2]`): resolve reports it; it is no bool tensor
                         return False
                 found = scope.lookup(base.id)
                 return found is not None and found[0] == "tensor" and found[1].dtype.name == "bool"

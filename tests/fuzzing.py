@@ -430,7 +430,7 @@ def through_cli(data: bytes, workdir: str) -> dict[str, str]:
                     return e.code
 
         code = _timed(call, f"commdsl {verb}")
-        if "internal error" in err.getvalue():
+        if f"commdsl {verb}: internal error:" in err.getvalue():  # main()'s own words, not a quoted source line
             raise Bug(f"`commdsl {verb}` exited {code} with an internal error:\n{err.getvalue()}")
         outcome[verb] = "ok" if code == 0 else "diagnostic"
     return outcome

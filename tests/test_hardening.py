@@ -136,3 +136,19 @@ def test_subtracting_a_bool_mask_is_refused(text, where):
                                   "let k = rank - (world > 2)\nx = x - k\n"])
 def test_arithmetic_that_torch_takes_is_not_refused(text):
     assert codes("world 2\ntensor m: bool[4] = i % 2\ntensor x: float32[4] = i\n" + text) == []
+
+
+def test_a_minus_assignment_to_something_that_is_not_a_view_is_a_diagnostic():
+    # found by the long fuzz profile: the N134 guard walked `1()()[2]` as if it were a view
+    assert codes("world 2\ntensor z: bool[2]\n1()()[2] -= 0\n")[0][0] == "N107"
+
+
+@pytest.mark.xfail(strict=True, reason="expansion (core rewrite) must refuse a computed negative seed with N121")
+def test_a_computed_negative_seed_is_a_diagnostic(capsys):
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "seed.comm"
+    path.write_text("world 2\ntensor x: float32[4] = rand(rank - 1)\n")
+    rc, out, err = run_cli(["check", str(path), "--color", "never"], capsys)
+    assert rc == 1 and "N121" in out and "internal error" not in err

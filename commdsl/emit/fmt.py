@@ -89,8 +89,18 @@ class _Exprs:
         return start, end, wrapped
 
     def grouping(self, at: int) -> bool:
-        """Is the `(` at `at` a parenthesis round an expression, rather than a call's `f(`?"""
-        before = self.text[:at].rstrip()
+        """Is the `(` at `at` a parenthesis round an expression, rather than a call's `f(`? A `(` that starts
+        a logical line groups, whatever ends the line before (only a `\\` continuation joins them)."""
+        end = at
+        while True:
+            before = self.text[:end].rstrip(" \t\f")
+            if not before.endswith("\n"):
+                break
+            line = before[:-1].rstrip("\r").rstrip(" \t\f")
+            if not line.endswith("\\"):
+                return True
+            end = len(line) - 1
+        before = before.rstrip()
         if not before or before[-1] in ")]":
             return not before
         word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")):]
