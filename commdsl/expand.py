@@ -431,7 +431,13 @@ class Expander:
             case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 return self.read(e, A, env, target_shape)
             case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
-                return ("rand", self.int_value(e.args[0], A, env, "a seed"), fname == "randn")
+                seed = self.int_value(e.args[0], A, env, "a seed")
+                negative = np.asarray(seed) < 0  # NumPy's generators take seeds of 0 or more
+                if negative.any():
+                    found = NotAnInteger.diagnostic(f"the seed of `{fname}` must be 0 or more", span=e.args[0].span,
+                                                    label="negative here")
+                    raise Failure(negative, lambda k: found) if is_vec(seed) else fail_all(found)
+                return ("rand", seed, fname == "randn")
             case n.Call(func=n.Name(id=fname)):
                 args = tuple(self.elem(a, A, env, target_shape) for a in e.args)
                 if all(a[0] == "c" for a in args):

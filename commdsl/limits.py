@@ -4,9 +4,12 @@ is a diagnostic that names it.
 * ops: the expansion stops at `MAX_OPS` loop steps and ops, or `MAX_RECORDS` statement instances, over all
   ranks of one world size (N133, raised by `expand`); both also bound the engine's work, which is linear
   in them;
-* memory: the simulator holds every rank's tensors in one process and `commdsl run` starts every local rank
-  on this node, so both need the sum over ranks; a program that asks for more than `MEMORY_SHARE` of this
-  machine is refused before anything is allocated (N132);
+* memory: the simulator holds every rank's tensors in one process. `commdsl run` does that in its launcher
+  and also starts this node's ranks, each holding its own tensors plus temporaries up to RANK_FACTOR times
+  them (the runtime works a chunk at a time: measured about 1.2x, docs/reliability.md). So a run needs the
+  world's tensor bytes once plus RANK_FACTOR times every local rank's; a program that asks for more than
+  MEMORY_SHARE of this machine's memory (the smaller of physical memory and a cgroup limit) is refused with
+  the sizes and the limit named (N132), instead of being killed by the OOM killer halfway through;
 * time: `Deadline`, checked as the expansion adds records and at every engine round (N134).
 """
 
@@ -21,7 +24,9 @@ from commdsl.rules.sizes import TensorsExceedMemory, TimeLimitExceeded
 from commdsl.schedule import Schedule
 
 MEMORY_SHARE = 0.5
-"""Of the machine's physical memory, the share one run may use for program tensors."""
+"""Of the machine's memory, the share one run may use for program tensors (the rest: temporaries, torch)."""
+RANK_FACTOR = 3
+"""The most a rank of `commdsl run` holds, in multiples of its own tensors' bytes."""
 MAX_OPS = 200_000_000
 """Loop steps plus ops over all ranks of one expansion (a ring all-reduce at world 4096 is 84 M)."""
 MAX_RECORDS = 2_000_000
@@ -57,10 +62,20 @@ def time_limit(deadline: Deadline, span, where: str) -> TimeLimitReached:
 
 
 def physical_memory() -> int:
+    """This machine's memory, or the cgroup's limit on this process when that is lower."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # not POSIX: no limit we can know
         return 1 << 62
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
 
 
 def tensor_bytes(schedule: Schedule, ranks=None) -> int:
@@ -72,16 +87,25 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator") -> Diagnostic | None:
-    """N132 when the tensors of `ranks` (default: all) exceed the share of this machine's memory."""
-    need = tensor_bytes(schedule, ranks)
-    limit = int(physical_memory() * MEMORY_SHARE)
+def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
+                   local_ranks: int = 0) -> Diagnostic | None:
+    """N132 when the tensors of `ranks` (default: all), plus RANK_FACTOR times those of the `local_ranks`
+    largest ranks (the ranks a run starts on this node), exceed the share of this machine's memory."""
+    ranks = range(schedule.world) if ranks is None else ranks
+    sim = tensor_bytes(schedule, ranks)
+    per_rank = sorted((tensor_bytes(schedule, [r]) for r in range(schedule.world)), reverse=True)
+    here = RANK_FACTOR * sum(per_rank[:local_ranks])
+    need, limit = sim + here, int(physical_memory() * MEMORY_SHARE)
     if need <= limit:
         return None
-    biggest = max(((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in (ranks or range(schedule.world))
+    biggest = max(((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in ranks
                    for spec in schedule.tensors[r].values()), key=lambda x: x[0])[1]
+    notes = [Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it")]
+    if local_ranks:
+        notes.insert(0, Note(message=f"the simulator holds all {schedule.world} ranks' tensors ({_gib(sim)}) and each "
+                                     f"of the {local_ranks} ranks on this node up to {RANK_FACTOR}x its own "
+                                     f"({_gib(here)} together)"))
     return TensorsExceedMemory.diagnostic(
         f"the tensors need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
         span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
-        notes=(Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it"),),
-        help="lower the size params with `--set`, or run on more machines")
+        notes=tuple(notes), help="lower the size params with `--set`, or run on more machines")

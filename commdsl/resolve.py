@@ -18,6 +18,7 @@ from commdsl.rules import Rule
 from commdsl.rules.names import (BadReduceOp, DuplicateDeclaration, InvalidBatch, InvalidExpect, InvalidView,
                                  InvalidWorld, MisplacedDeclaration, UndefinedName, UnknownBackend, UnknownDtype,
                                  WrongKindOfName)
+from commdsl.rules.sizes import InvalidTensorSize
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
@@ -25,6 +26,8 @@ from commdsl.syntax.transform import to_ast
 
 MAX_WORLD = 1 << 16
 """The largest world size a program may declare: every rank is expanded in memory."""
+MAX_DIMS = 64
+"""The most dimensions a tensor may have (NumPy's limit; the simulator holds tensors as ndarrays)."""
 OPEN_WORLD_BOUND = 64
 """An open range `world 2..` is checked at every size up to this bound."""
 
@@ -198,6 +201,10 @@ class _Resolver:
         if t.dtype.name not in DTYPES:
             self.error(UnknownDtype, f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
                        help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
+        if len(t.shape) > MAX_DIMS:
+            self.error(InvalidTensorSize, f"tensor `{t.name}` has {len(t.shape)} dimensions, more than {MAX_DIMS}",
+                       t.shape[MAX_DIMS],
+                       label=f"dimension {MAX_DIMS + 1}", help=f"declare it with at most {MAX_DIMS} dimensions (merge some of them)")
         for dim in t.shape:
             self.check_expr(dim, "static", self.top)
         self.check_no_tensor_sizes(t.shape, "a tensor's shape")

@@ -31,13 +31,17 @@ class SourceFile:
 
     def __init__(self, path: str, text: str):
         self.path = path
-        self.text = text.expandtabs(8)
+        self.original = text  # as written: `fmt` keeps the tabs inside comments
+        self.text = text.expandtabs(8)  # spans and carets count a tab as up to 8 columns
 
     @classmethod
     def read(cls, path: str | Path) -> "SourceFile":
-        """Read a file as UTF-8 (a leading byte-order mark is dropped, as editors write one); raises OSError
-        or UnicodeDecodeError for the CLI to report."""
-        return cls(str(path), Path(path).read_bytes().decode("utf-8-sig"))
+        """Read a file as UTF-8 (a leading byte-order mark is dropped, as editors write one); raises
+        FileError (not a regular file, over `files.MAX_PROGRAM_BYTES`, unreadable) or UnicodeDecodeError
+        for the CLI to report."""
+        from commdsl.files import read_bytes
+
+        return cls(str(path), read_bytes(path).decode("utf-8-sig"))
 
     @cached_property
     def _line_starts(self) -> list[int]:

@@ -60,3 +60,39 @@ def orphan_guard():
         except ProcessLookupError:
             pass
     assert not left, f"processes left behind: {left}"
+
+
+def listening(pids) -> set[tuple[int, str, int]]:
+    """(pid, address, port) of every TCP socket in LISTEN state that one of `pids` holds, as the kernel
+    reports them (/proc/net/tcp and tcp6; `ss -ltnp` reads the same tables)."""
+    import ipaddress
+
+    inodes: dict[str, tuple[str, int]] = {}
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            inodes[fields[9]] = (str(ipaddress.ip_address(raw)), int(hex_port, 16))
+    out = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                out.add((pid, *inodes[target[8:-1]]))
+    return out

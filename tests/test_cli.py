@@ -160,4 +160,4 @@ def test_a_bad_environment_default_only_concerns_its_own_flag(monkeypatch, capsy
     assert run(capsys, "check", str(ROOT / "programs" / "allreduce.comm"))[0] == 0
     with pytest.raises(SystemExit) as e:
         main(["run", str(ROOT / "programs" / "allreduce.comm"), "--nproc", "2"])
-    assert e.value.code == 2 and "invalid float value: 'abc'" in capsys.readouterr().err
+    assert e.value.code == 2 and "got 'abc' (from COMMDSL_TIMEOUT)" in capsys.readouterr().err

@@ -17,16 +17,17 @@ from commdsl.rules import docs as E
 from commdsl.rules.registry import CODES
 
 LIVE = [code for code, rule in CODES.items() if not rule.removed]  # a retired rule's examples no longer hold
+RUNNABLE = [code for code in LIVE if not CODES[code].example_too_large]  # the others' tests build their input
 DOC = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
 
 
-def section_problems(markdown: str) -> list[str]:
+def section_problems(markdown: str, example_too_large: bool = False) -> list[str]:
     """What is wrong with one explanation's sections (empty when it is complete)."""
     found = E.sections(markdown)
     problems = [f"missing section `## {s}`" for s in REQUIRED_SECTIONS if not found.get(s)]
     problems += [f"unknown section `## {s}`" for s in found if s not in REQUIRED_SECTIONS + OPTIONAL_SECTIONS]
     for s in ("Example", "Use instead"):
-        if found.get(s):
+        if found.get(s) and not (s == "Example" and example_too_large):
             try:
                 E.program_and_args(found[s])
             except ValueError as e:
@@ -49,7 +50,7 @@ def lint(program: str, args: list[str], tmp_path: Path, capsys) -> list[dict]:
 def test_every_code_has_a_complete_explanation(code):
     rule = CODES[code]
     assert rule.docs(), f"{code}: the docstring of {rule.__module__}.{rule.__name__} has no sections"
-    assert section_problems(rule.docs()) == []
+    assert section_problems(rule.docs(), rule.example_too_large) == []
 
 
 def test_section_check_finds_a_missing_section():
@@ -70,7 +71,7 @@ def test_docs_have_an_anchor_per_code():
         assert f'<a id="{code.lower()}"></a>' in doc
 
 
-@pytest.mark.parametrize("code", LIVE)
+@pytest.mark.parametrize("code", RUNNABLE)
 def test_example_produces_its_code(code, tmp_path, capsys):
     program, args = E.program_and_args(CODES[code].sections()["Example"])
     found = [d["code"] for d in lint(program, args, tmp_path, capsys)]

@@ -43,6 +43,32 @@ def test_rendezvous_port_already_taken(no_orphans):
 
 
 @pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_a_stopped_worker_is_named_the_culprit_of_the_stall(tmp_path, no_orphans):
+    prog = tmp_path / "barriers.comm"
+    prog.write_text("world 2\nfor k in 0 .. 20000:\n    barrier\n")  # long enough to stop rank 1 in the middle
+    env = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.Popen([sys.executable, "-m", "commdsl", "run", str(prog), "--nproc", "2", "--timeout", "4", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    rank1, seen = None, []
+    for line in proc.stderr:  # -v: the launcher names each rank's pid once the rank runs its ops
+        seen.append(line)
+        if line.startswith("commdsl: rank 1 is running as pid "):
+            rank1 = int(line.split()[-1])
+            break
+    assert rank1 is not None, "".join(seen)
+    os.kill(rank1, signal.SIGSTOP)
+    out, err = proc.communicate(timeout=90)
+    err = "".join(seen) + err
+    assert proc.returncode == 1, out + err
+    assert f"hang: rank 1 (pid {rank1}) was stopped by a signal (SIGSTOP or SIGTSTP) and never resumed" in out
+    [row] = [ln for ln in out.splitlines() if f" {rank1} " in ln]
+    assert "stopped" in row and row.endswith("<- stopped by a signal: the culprit")
+    assert not [p for p in carrying(no_orphans) if running(p)]
+
+
+@pytest.mark.gloo
 @pytest.mark.timeout(90)
 def test_ctrl_c_during_a_run_stops_every_worker(tmp_path, no_orphans):
     prog = tmp_path / "hang.comm"
@@ -68,7 +94,8 @@ def test_tensor_too_large_for_this_machine_is_refused_before_launch(tmp_path, no
     prog.write_text("world 2\nparam n = 4\ntensor x: float32[n, n]\nall_reduce x\n")
     proc = commdsl(["run", str(prog), "--nproc", "2", "--set", "n=100000", "--color", "never"], no_orphans)
     assert proc.returncode == 1
-    assert "error[N132]: the tensors need 74.5 GiB over 2 ranks, more than the" in proc.stdout
+    assert "error[N132]: the tensors need 298.0 GiB over 2 ranks, more than the" in proc.stdout
+    assert "each of the 2 ranks on this node up to 3x its own" in proc.stdout
     assert "this machine has" in proc.stdout and "Traceback" not in proc.stderr
 
 

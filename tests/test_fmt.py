@@ -225,3 +225,17 @@ def test_cli_errors(tmp_path, capsys):
     assert code == 1 and "error[S006]" in err and "cannot format" in err and bad.read_text() == "program t\nsend x\n"
     code, _, err = run(capsys, "fmt", str(tmp_path / "missing.comm"))
     assert code == 2 and "cannot read" in err
+
+
+@pytest.mark.parametrize("text", [
+    "world 2\ntensor x: float32[2]\nprint x \\\n\n(x)[0] = 1\n",  # a `\` continuation onto a blank line
+    "world 2\ntensor x: float32[2]\nprint x\n(x)[0] = 1\n",
+])
+def test_a_parenthesis_that_starts_a_line_groups(text):
+    """Found by the fuzzer: the first pass kept `(x)` and the second, reading `print x` on the line above,
+    took the `(` for a call's and dropped it: fmt was not a fixed point."""
+    from commdsl.source import SourceFile
+
+    once = format_source(SourceFile("t.comm", text))
+    assert format_source(SourceFile("t.comm", once)) == once
+    assert once.endswith("print x\n(x)[0] = 1\n")

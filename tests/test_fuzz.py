@@ -1,13 +1,40 @@
-"""A bounded share of the front-end fuzzer (tests/fuzzing.py) in every CI run."""
+"""A small share of the fuzzer (tests/fuzzing.py) in the quick test loop; .ci/run runs its CI profile.
+
+The hypothesis test draws statements from the grammar with `from_lark` (slow, but it shrinks a failure to a
+minimal statement); the others run a few hundred inputs of each source through every command.
+"""
+
+import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.lark import from_lark
 
-from fuzzing import exercise, inputs
+import fuzzing
 
 
 @pytest.mark.timeout(300)
-def test_fuzzed_inputs_give_diagnostics_not_exceptions():
-    outcomes = {"ok": 0, "diagnostic": 0}
-    for text in inputs(1500, seed=20261122):
-        outcomes[exercise(text)] += 1
-    assert outcomes["diagnostic"] > 0 and sum(outcomes.values()) == 1500
+@pytest.mark.parametrize("source", sorted(fuzzing.SOURCES))
+def test_fuzzed_inputs_give_diagnostics_not_internal_errors(source, tmp_path):
+    stats = fuzzing.run({source: 150}, seed=20261122, save=tmp_path, cli_every=25)
+    assert not stats["bugs"] and not stats["hangs"], fuzzing.report(stats, {source: 150}, 20261122)
+    assert stats["diagnostic"] > 0 and stats["ok"] > 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(header=st.sampled_from(fuzzing.HEADERS),
+       statement=from_lark(fuzzing.lark_grammar(), start="_stmt", explicit=fuzzing.terminal_strategies()))
+def test_statements_from_the_grammar_with_hypothesis(header, statement):
+    fuzzing.exercise(fuzzing.layout(header + statement))  # raises on an internal error; hypothesis shrinks it
+
+
+def test_the_grammar_walker_spells_every_terminal_and_ends():
+    walker = fuzzing.GrammarWalker(random.Random(0), depth=3)
+    for _ in range(200):
+        assert walker.walk("_stmt").strip()
+
+
+def test_layout_indents_by_the_markers():
+    assert fuzzing.layout("for s in 0 .. 1 :\n\x01 barrier\n barrier\n\x02 barrier\n") == \
+        "for s in 0 .. 1 :\n    barrier\n    barrier\nbarrier\n"

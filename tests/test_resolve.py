@@ -43,6 +43,7 @@ CASES: dict[str, Case] = {
     "S005": Case("world 2\nfor s in 0 .. 1\n    barrier\n", 2, 16),
     "S006": Case(X + "send x\n", 3, 7),
     "S007": Case(X + "recv x\n", 3, 7),
+    "S008": Case(X + "barrier\n" * 20_000, 20_001, 1),  # refused before parsing, so cheap
     # names, kinds, dtypes: decided once, without a world size
     "N101": Case(X + "send x to lfet\n", 3, 11),
     "N102": Case(X + "tensor x: float32[8]\n", 3, 1),

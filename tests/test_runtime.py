@@ -186,7 +186,7 @@ barrier
     assert "self.comm:5  send x to 2" in lines[first + 1], out
     # the others either noticed the lost peer or were stopped by the launcher first
     for ln in lines[first + 2 : lines.index("  every other worker was stopped")]:
-        assert ln.startswith("  then rank") and ("failed peer" in ln or "stopped by SIGTERM" in ln), out
+        assert ln.startswith("  then rank") and ("lost its connection to a peer" in ln or "stopped by SIGTERM" in ln), out
 
 
 @pytest.mark.gloo
@@ -360,7 +360,7 @@ def test_blame_prefers_the_rank_that_raised_over_lost_peers():
     failures = blame(schedule, text, results, Evidence(), [0, 1])
     assert [(f.rank, f.kind) for f in failures] == [(1, "error"), (0, "peer")]
     assert failures[0].at.line == 8
-    assert failures[1].cause == ("lost its connection to a failed peer "
+    assert failures[1].cause == ("lost its connection to a peer "
                                  "(RuntimeError: Connection closed by peer [127.0.0.1]:1234)")
 
 

@@ -55,7 +55,8 @@ def run_plan(plan: Plan, timeout: float, verbose: bool, progress: Callable[[int]
     ranks = list(range(plan.world))
     if run.hang is not None:
         out.hang = [_relocate_row(plan, row, s) for row, s in
-                    zip(hang_rows(plan.guard, "", run.hang.slots, run.hang.at_ns, run.hang.stuck), run.hang.slots)]
+                    zip(hang_rows(plan.guard, "", run.hang.slots, run.hang.at_ns, run.hang.stuck,
+                                      run.hang.stopped), run.hang.slots)]
     elif not run.interrupted:
         out.failures = [_relocate(plan, f) for f in blame(plan.guard, "", run.results, run.evidence, ranks)]
     return out

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 
 from commdsl.bench.results import Row, Summary
 from commdsl.bench.sizes import format_size
+from commdsl.files import write_atomic
 
 _LEFT = f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>5}"
 _UNITS = f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>5}"
@@ -76,21 +78,21 @@ CSV_FIELDS = ("variant", "collective", "size_bytes", "requested_bytes", "count",
               "value", "time_us", "algbw_gbps", "busbw_gbps", "wrong")
 
 
-def write_json(path: str, data: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
+def write_json(path: str, data: dict, inputs=()) -> None:
+    """Atomically, never over one of `inputs` (`files.write_atomic`); raises FileError."""
+    write_atomic(path, json.dumps(data, indent=1) + "\n", inputs=inputs)
 
 
-def write_csv(path: str, rows: list[Row]) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if v is None else v) for k, v in _row(r).items()})
+def write_csv(path: str, rows: list[Row], inputs=()) -> None:
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in _row(r).items()})
+    write_atomic(path, buf.getvalue(), inputs=inputs)
 
 
-def plot(path: str, rows: list[Row], summaries: list[Summary], title: str) -> None:
+def plot(path: str, rows: list[Row], summaries: list[Summary], title: str, inputs=()) -> None:
     """busbw against size on a log2 axis, one line per variant (matplotlib's Agg: no display needed)."""
     import matplotlib
 
@@ -113,5 +115,7 @@ def plot(path: str, rows: list[Row], summaries: list[Summary], title: str) -> No
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=120, format=path.rsplit(".", 1)[-1].lower())
     plt.close(fig)
+    write_atomic(path, buf.getvalue(), inputs=inputs)

@@ -17,8 +17,10 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_files, parse_sets, print_diagnostics)
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
+                                add_program_flags, consoles, env_default, integer, load_files, parse_sets,
+                                print_diagnostics)
+from commdsl.files import FileError, check_not_input
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -39,13 +41,13 @@ def add_parser(sub):
     p.add_argument("--sizes", default=env_default("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
                    help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
                         "(default: 1K:16M, FACTOR 2)")
-    p.add_argument("--iters", type=int, default=env_default("iters", 20), help="timed iterations per size (default: 20)")
-    p.add_argument("--warmup", type=int, default=env_default("warmup", 5),
+    p.add_argument("--iters", type=integer("--iters", 1), default=env_default("iters", 20), help="timed iterations per size (default: 20)")
+    p.add_argument("--warmup", type=integer("--warmup", 0), default=env_default("warmup", 5),
                    help="untimed iterations before them (default: 5)")
     p.add_argument("--dtype", help="element type (built-ins: default float32; a program: replaces the dtype of "
                                    "every tensor declared like the measured one)")
     p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
-    p.add_argument("--root", type=int, default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
+    p.add_argument("--root", type=integer("--root", 0), default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
     p.add_argument("--param", default="n", metavar="NAME",
                    help="the program's integer param that sets the size (default: n)")
     p.add_argument("--check", action="store_true",
@@ -111,9 +113,16 @@ def config_from_args(args):
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.min_busbw is not None and args.min_busbw < 0:
         raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
-    for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path]
+    for flag, path in outputs:
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"{flag} {path}: the directory does not exist")
+        try:
+            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+        except FileError as e:
+            raise UsageError(str(e)) from None
+    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
+        raise UsageError("--json, --csv and --plot must name different files")
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
     return BenchConfig(path=args.file, collectives=tuple(kinds), nproc=nproc, sizes=tuple(sizes), iters=args.iters,
@@ -230,14 +239,15 @@ def _measure_and_show(cfg, plan, out, err) -> int:
     try:
         meta = {"world": plan.world, "backend": plan.backend, "iters": plan.iters, "warmup": plan.warmup,
                 "check": plan.check, "complete": len(table) == len(plan.cases)}
+        inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
         if cfg.json:
-            output.write_json(cfg.json, output.as_dict(meta, table, sums))
+            output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
         if cfg.csv:
-            output.write_csv(cfg.csv, table)
+            output.write_csv(cfg.csv, table, inputs)
         if cfg.plot and table:
-            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}")
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     if cfg.min_busbw is not None and code == EXIT_OK:
         low = [s for s in sums if not s.baseline and s.avg_busbw < cfg.min_busbw]
@@ -271,14 +281,19 @@ def _preamble(cfg, plan, measured, sums) -> list[str]:
 
 
 def _show_hang(out, rows, timeout: float):
-    stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"])
-    out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
-              "every rank was stopped[/]")
+    stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"] and not r.get("stopped"))
+    stopped = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in rows if r.get("stopped"))
+    if stopped:
+        out.print(f"[bold red]error[/]: [bold]hang: {stopped} stopped by a signal (SIGSTOP or SIGTSTP) and never "
+                  f"resumed; {stuck or 'the others'} waited longer than --timeout {timeout:g} s[/]")
+    else:
+        out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
+                  "every rank was stopped[/]")
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
-        mark = "  <- stuck" if r["stuck"] else ""
+        mark = "  <- stopped by a signal: the culprit" if r.get("stopped") else "  <- stuck" if r["stuck"] else ""
         out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {r['op']}{mark}", markup=False)
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.diagnostics.render import FORMATS, emit, use_color
 from commdsl.expand import parse_param_value
+from commdsl.files import FileError
 from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
 
@@ -40,8 +44,8 @@ def load_files(paths: list[str], err: Console) -> Loaded:
                       highlight=False)
             out.io_failed = True
             continue
-        except OSError as e:
-            err.print(f"[bold red]error[/]: cannot read {path}: {e.strerror or e}", highlight=False)
+        except FileError as e:
+            err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
             out.io_failed = True
             continue
         out.sources[path] = source
@@ -65,6 +69,12 @@ def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = Tru
     return loaded
 
 
+# what a `--set` value may look like: the language's own literals (ASCII digits; Python's int() and float()
+# would also take `١٢`, `1_000`, `nan` and `inf`), with a sign
+_SET_VALUE = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false")
+MAX_INT = (1 << 63) - 1
+
+
 def parse_sets(values: list[str] | None) -> dict[str, str]:
     """`--set k=v` (repeatable) → {k: "v"}; values are checked against the program by `expand`."""
     out = {}
@@ -72,10 +82,50 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        if parse_param_value(value) is None:
+        value = value.strip()
+        parsed = parse_param_value(value) if _SET_VALUE.fullmatch(value) else None
+        if parsed is None:
             raise UsageError(f"--set {item}: the value is not an integer, number or true/false")
-        out[key.strip()] = value.strip()
+        if type(parsed) is int and abs(parsed) > MAX_INT:
+            raise UsageError(f"--set {item}: the value does not fit in 64 bits")
+        out[key.strip()] = value
     return out
+
+
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""The longest `--timeout`: a week (a finite value keeps every deadline computable)."""
+
+
+def _from_env(flag: str, text: str) -> str:
+    env = "COMMDSL_" + flag.lstrip("-").upper().replace("-", "_")
+    return f" (from {env})" if os.environ.get(env) == text else ""
+
+
+def integer(flag: str, low: int = 0, high: int = MAX_INT):
+    """An argparse `type` for an integer flag: ASCII digits only, within [low, high]; a bad value (also one
+    from the flag's COMMDSL_<FLAG> variable) is a usage error naming the flag and the variable."""
+    def convert(text: str) -> int:
+        s = text.strip()
+        if not re.fullmatch(r"[+-]?[0-9]{1,19}", s) or not low <= int(s) <= high:
+            limit = f"at least {low}" if high == MAX_INT else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"expected an integer {limit}, got {text!r}{_from_env(flag, text)}")
+        return int(s)
+    convert.__name__ = "integer"
+    return convert
+
+
+def seconds(flag: str):
+    """An argparse `type` for a duration in seconds: a finite number above 0, at most MAX_TIMEOUT_S."""
+    def convert(text: str) -> float:
+        s = text.strip()
+        ok = re.fullmatch(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", s) is not None
+        value = float(s) if ok else math.nan
+        if not 0 < value <= MAX_TIMEOUT_S:
+            raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most {MAX_TIMEOUT_S} (a week), "
+                                             f"got {text!r}{_from_env(flag, text)}")
+        return value
+    convert.__name__ = "seconds"
+    return convert
 
 
 def consoles(args) -> tuple[Console, Console]:
@@ -96,11 +146,12 @@ def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS):
 
 def add_launch_flags(p: argparse.ArgumentParser, nproc_help: str):
     """The flags `run` and `bench` share, meaning the same on both (COMMDSL_<FLAG> as defaults)."""
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=env_default("nproc", None),
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=integer("--nproc", 1, 1 << 16),
+                   default=env_default("nproc", None),
                    help=nproc_help)
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
                    help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=float, default=env_default("timeout", "60"), metavar="S",
+    p.add_argument("--timeout", type=seconds("--timeout"), default=env_default("timeout", "60"), metavar="S",
                    help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
     p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
 

@@ -11,8 +11,9 @@ import os
 from rich.markup import escape
 
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
+                                add_program_flags, consoles, integer, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
+from commdsl.files import FileError, check_not_input, write_atomic
 
 
 def add_parser(sub):
@@ -20,7 +21,7 @@ def add_parser(sub):
                        description="Expand the program at one world size and write it as a standalone, readable "
                                    "torch.distributed script that torchrun runs and that checks the expects itself.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--world", type=int, required=True, help="number of ranks the script is for")
+    p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks the script is for")
     p.add_argument("--emit", choices=("python",), default="python", help="what to write (default: python)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
@@ -38,6 +39,11 @@ def run(args) -> int:
     if args.world < 1:
         raise UsageError(f"--world must be at least 1, got {args.world}")
     out, err = consoles(args)
+    if args.output:
+        try:
+            check_not_input(args.output, [args.file], "-o")
+        except FileError as e:
+            raise UsageError(str(e)) from None
     loaded = load_one(args.file, args.format, out, err)
     if isinstance(loaded, int):
         return loaded
@@ -58,10 +64,9 @@ def run(args) -> int:
         out.file.write(text)
         return EXIT_OK
     try:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {escape(args.output)}: {escape(e.strerror or str(e))}")
+        write_atomic(args.output, text, inputs=[args.file], flag="-o")
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     err.print(f"wrote {escape(args.output)}: run it with `torchrun --nproc-per-node {args.world} "
               f"{escape(args.output)}`")

@@ -3,15 +3,22 @@
 Without flags, files that would change are rewritten in place. `--check` writes nothing and exits 1 if any
 file would change; `--diff` writes nothing and prints a unified diff. A file that does not parse is left
 alone and its syntax error reported (exit 1); an unreadable file exits 2.
+
+What formatting does not touch stays as the file had it: a UTF-8 byte-order mark, CRLF line endings
+(when the first line ends so), and the tabs inside comments. A rewrite replaces the file in one step
+(`files.write_atomic`), keeping its permissions: a kill or a full disk leaves the old program whole.
 """
 
 from __future__ import annotations
 
+import codecs
 import difflib
-from pathlib import Path
+
+from rich.markup import escape
 
 from commdsl.cli.common import EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, consoles, print_diagnostics
 from commdsl.diagnostics import CommdslError
+from commdsl.files import FileError, read_bytes, write_atomic
 from commdsl.source import SourceFile
 
 
@@ -36,25 +43,28 @@ def run(args) -> int:
     write = not (args.check or args.diff)
     for path in args.files:
         try:
-            raw = Path(path).read_bytes().decode("utf-8")
+            data = read_bytes(path)
+            bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+            raw = data[len(bom):].decode("utf-8")
         except UnicodeDecodeError as e:
-            err.print(f"[bold red]error[/]: {path}: not UTF-8 text (byte {e.start})", highlight=False)
+            err.print(f"[bold red]error[/]: {escape(path)}: not UTF-8 text (byte {e.start + len(bom)})",
+                      highlight=False)
             io_failed = True
             continue
-        except OSError as e:
-            err.print(f"[bold red]error[/]: cannot read {path}: {e.strerror or e}", highlight=False)
+        except FileError as e:
+            err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
             io_failed = True
             continue
         source = SourceFile(path, raw)
         try:
-            text = format_source(source)
+            text = _line_endings(format_source(source), raw)
         except CommdslError as e:
             print_diagnostics(e.diagnostics, {path: source}, "text", err, err, summary=False)
-            err.print(f"[bold red]error[/]: cannot format {path}: it does not parse", highlight=False)
+            err.print(f"[bold red]error[/]: cannot format {escape(path)}: it does not parse", highlight=False)
             failed += 1
             continue
         except FormatError as e:
-            err.print(f"[bold red]error[/]: {e}", highlight=False)
+            err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
             io_failed = True
             continue
         if text == raw:
@@ -66,14 +76,14 @@ def run(args) -> int:
                 raw.splitlines(keepends=True), text.splitlines(keepends=True), f"{path}", f"{path} (formatted)")))
         if write:
             try:
-                Path(path).write_text(text, encoding="utf-8")
-            except OSError as e:
-                err.print(f"[bold red]error[/]: cannot write {path}: {e.strerror or e}", highlight=False)
+                write_atomic(path, bom + text.encode("utf-8"))
+            except FileError as e:
+                err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
                 io_failed = True
                 continue
-            err.print(f"reformatted {path}", highlight=False)
+            err.print(f"reformatted {escape(path)}", highlight=False)
         elif args.check:
-            err.print(f"would reformat {path}", highlight=False)
+            err.print(f"would reformat {escape(path)}", highlight=False)
     if changed or unchanged or failed:
         err.print(_summary(changed, unchanged, failed, write), highlight=False)
     if io_failed:
@@ -81,6 +91,12 @@ def run(args) -> int:
     if failed or (args.check and changed):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _line_endings(text: str, raw: str) -> str:
+    """The formatted text (LF) with the file's line ending: CRLF when its first line ends with one."""
+    first = raw.find("\n")
+    return text.replace("\n", "\r\n") if first > 0 and raw[first - 1] == "\r" else text
 
 
 def _summary(changed: int, unchanged: int, failed: int, wrote: bool) -> str:

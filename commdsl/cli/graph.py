@@ -10,9 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
-                                load_one, parse_sets, print_diagnostics)
+                                integer, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
+from commdsl.files import MAX_TRACE_BYTES, FileError, check_not_input, read_bytes, write_atomic
 
 FORMATS = ("mermaid", "dot", "svg", "png")
 _SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
@@ -24,7 +27,7 @@ def add_parser(sub):
                                    "an arrow per message, a band per collective, each row labelled with its source "
                                    "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.")
     p.add_argument("file")
-    p.add_argument("--world", type=int, help="number of ranks (default: the program's size, if it declares one)")
+    p.add_argument("--world", type=integer("--world", 1), help="number of ranks (default: the program's size, if it declares one)")
     p.add_argument("--format", choices=FORMATS,
                    help="mermaid (paste into a ```mermaid block), dot, svg or png "
                         "(default: from the -o suffix, else mermaid)")
@@ -62,6 +65,11 @@ def run_graph(args) -> int:
 
     out, err = consoles(args)
     fmt = _format(args)
+    if args.output:
+        try:
+            check_not_input(args.output, [args.file], "-o")
+        except FileError as e:
+            raise UsageError(str(e)) from None
     if fmt == "png" and not args.output and sys.stdout.isatty():
         raise UsageError("PNG is binary: give -o FILE.png (or redirect stdout)")
     params = parse_sets(args.set)
@@ -92,35 +100,36 @@ def run_graph(args) -> int:
             try:
                 data = render(dot, fmt)
             except GraphvizMissing as e:
-                where = _write(args.output and str(Path(args.output).with_suffix(".dot")), data, err)
+                where = _write(args.output and str(Path(args.output).with_suffix(".dot")), data, err, [args.file])
                 err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
                 if where:
-                    err.print(f"the DOT text is in {where}; `--format mermaid` needs no Graphviz", highlight=False)
+                    err.print(f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False)
                 return EXIT_FAILURE
             except RenderError as e:
                 err.print(f"[bold red]error[/]: {e}", highlight=False)
                 return EXIT_FAILURE
-    if _write(args.output, data, err) is None:
+    if _write(args.output, data, err, [args.file]) is None:
         return EXIT_FAILURE
     errors = [f for f in diagram.findings if f.severity == "error"]
     if errors:
         codes = ", ".join(sorted({f.code for f in errors}))
         err.print(f"the diagram shows {len(errors)} error{'s' * (len(errors) != 1)} ({codes}); "
-                  f"`commdsl check {args.file}` explains them", highlight=False)
+                  f"`commdsl check {escape(args.file)}` explains them", highlight=False)
         return EXIT_FINDINGS
     return EXIT_OK
 
 
-def _write(path: str | None, data: bytes, err) -> str | None:
-    """Write to `path`, or stdout when None; return where it went, None on failure (reported)."""
+def _write(path: str | None, data: bytes, err, inputs) -> str | None:
+    """Write to `path` (atomically, never over an input), or stdout when None; return where it went, None on
+    failure (reported)."""
     if not path:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return "stdout"
     try:
-        Path(path).write_bytes(data)
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {path}: {e.strerror or e}", highlight=False)
+        write_atomic(path, data, inputs=inputs)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
         return None
     return path
 
@@ -130,18 +139,22 @@ def run_timeline(args) -> int:
 
     _out, err = consoles(args)
     try:
-        text = Path(args.trace).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        err.print(f"[bold red]error[/]: cannot read {args.trace}: {getattr(e, 'strerror', None) or e}",
+        check_not_input(args.png, [args.trace], "--png")
+        text = read_bytes(args.trace, MAX_TRACE_BYTES).decode("utf-8")
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
+        return EXIT_FAILURE
+    except UnicodeDecodeError as e:
+        err.print(f"[bold red]error[/]: cannot read {escape(args.trace)}: not UTF-8 text (byte {e.start})",
                   highlight=False)
         return EXIT_FAILURE
     try:
         trace = load_trace(text)
     except TraceError as e:
-        err.print(f"[bold red]error[/]: {args.trace}: {e}", highlight=False)
+        err.print(f"[bold red]error[/]: {escape(args.trace)}: {escape(str(e))}", highlight=False)
         return EXIT_FAILURE
     if trace.skipped:
         err.print(f"warning: {trace.skipped} event(s) skipped: a `B` without its `E`, an `E` without its `B`, "
                   "or an `X` without `dur`", highlight=False)
     png = timeline_png(trace, args.title or trace.title or Path(args.trace).name)
-    return EXIT_OK if _write(args.png, png, err) else EXIT_FAILURE
+    return EXIT_OK if _write(args.png, png, err, [args.trace]) else EXIT_FAILURE

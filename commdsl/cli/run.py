@@ -11,14 +11,17 @@ when the job could not be run at all.
 from __future__ import annotations
 
 import os
-import socket
 
 from rich.markup import escape
 
-from commdsl.cli.common import (add_launch_flags, env_default, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, load_one, parse_sets, print_diagnostics)
+from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
+                                add_program_flags, consoles, env_default, integer, load_one, parse_sets,
+                                print_diagnostics)
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import TOLERANCE
+from commdsl.files import FileError, check_not_input
+from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
+from commdsl.runtime.config import SUMMARY_ABOVE
 
 
 def add_parser(sub):
@@ -30,11 +33,14 @@ def add_parser(sub):
     p.add_argument("file", metavar="FILE")
     add_launch_flags(p, "ranks to start on this node (without it: run as one rank of an externally launched job)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
+    p.add_argument("--report-values", action="store_true",
+                   help=f"--report lists every element of every tensor (default: tensors over {SUMMARY_ABOVE} "
+                        "elements are summarised by shape, dtype, SHA-256 and their first and last elements)")
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="launch even when the static checks find errors (to watch a hang or a crash for real)")
-    p.add_argument("--nnodes", type=int, default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
-    p.add_argument("--node-rank", type=int, default=env_default("node_rank", "0"),
+    p.add_argument("--nnodes", type=integer("--nnodes", 1), default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
+    p.add_argument("--node-rank", type=integer("--node-rank", 0), default=env_default("node_rank", "0"),
                    help="this node's rank (used by --rdzv-backend static)")
     p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=env_default("rdzv_backend", "c10d"),
                    help="rendezvous of the nodes (default: c10d)")
@@ -68,29 +74,29 @@ def config_from_args(args):
     for flag, path in (("--report", args.report), ("--trace", args.trace)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"{flag} {path}: the directory does not exist")
+        if path:
+            try:
+                check_not_input(path, [args.file], flag)
+            except FileError as e:
+                raise UsageError(str(e)) from None
+    if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
+        raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
+    if args.nnodes > 1 and not args.rdzv_id:
+        raise UsageError("--nnodes above 1 needs --rdzv-id JOB, the same on every node of the job and new for "
+                         "every job (one endpoint serves one job)")
     endpoint = args.rdzv_endpoint or "127.0.0.1:0"
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise UsageError(f"--rdzv-endpoint expects HOST:PORT, got {endpoint!r}")
-    if args.nnodes == 1 and args.nproc is not None and int(port) != 0:
-        _check_port_free(host, int(port))
+    try:
+        Endpoint.parse(endpoint)
+    except EndpointError as e:
+        raise UsageError(str(e)) from None
+    if args.report_values and not args.report:
+        raise UsageError("--report-values says what --report FILE holds: give --report too")
     return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
                      backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
+                     report_values=args.report_values,
                      trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
                      rdzv_backend=args.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=args.rdzv_id,
                      start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """On one node our own agent hosts the rendezvous store, so its port must be free: torch's c10d
-    agent would otherwise take whatever listens there for a store and wait for it far past --timeout."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds
-        try:
-            probe.bind((host.strip("[]"), port))
-        except OSError as e:
-            raise UsageError(f"--rdzv-endpoint {host}:{port}: the port is not available here "
-                             f"({e.strerror or e}); pick a free port, or omit the flag for one") from None
 
 
 def run(args) -> int:
@@ -98,6 +104,22 @@ def run(args) -> int:
     out, err = consoles(args)
     if cfg.nproc is None:
         return run_as_rank(cfg, args.format, out, err)
+    listener = None
+    if cfg.nnodes == 1:  # this process hosts the rendezvous store: bind now, so a taken port is refused at once
+        try:
+            listener = listen(Endpoint.parse(cfg.rdzv_endpoint))
+        except EndpointError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"--rdzv-endpoint {cfg.rdzv_endpoint}: cannot listen there ({e.strerror or e})") from None
+    try:
+        return _run_local(cfg, args, out, err, listener)
+    finally:
+        if listener is not None:
+            listener.close()  # a no-op once the store owns it
+
+
+def _run_local(cfg, args, out, err, listener) -> int:
     loaded = load_one(cfg.path, args.format, out, err)
     if isinstance(loaded, int):
         return loaded
@@ -112,7 +134,7 @@ def run(args) -> int:
         return EXIT_FAILURE
     world = cfg.nproc * cfg.nnodes
     try:
-        prepared = prepare(program, world, cfg.params, backend)
+        prepared = prepare(program, world, cfg.params, backend, local_ranks=cfg.nproc)
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
@@ -124,16 +146,16 @@ def run(args) -> int:
     if prepared.errors:
         err.print(f"[yellow]warning[/]: --no-check: launching despite {len(prepared.errors)} error"
                   f"{'s' * (len(prepared.errors) != 1)} the checks found (`commdsl check` shows them)")
-    return launch_and_show(cfg, prepared, source, backend, out, err)
+    return launch_and_show(cfg, prepared, source, backend, out, err, listener)
 
 
-def launch_and_show(cfg, prepared, source, backend: str, out, err) -> int:
+def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None) -> int:
     from commdsl.runtime.launch import LaunchError, run_local
     from commdsl.runtime.outcome import blame, hang_rows, judge_results
 
     schedule = prepared.schedule
     try:
-        run = run_local(schedule, source.text, backend, cfg)
+        run = run_local(schedule, source.text, backend, cfg, listener=listener)
     except LaunchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
@@ -142,7 +164,7 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err) -> int:
         ranks = list(range(schedule.world))
     hang = None
     if run.hang is not None:
-        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck)
+        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
     failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
     verdict = judge_results(schedule, prepared.sim, run.results, ranks)
     code = show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
@@ -186,11 +208,13 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
         if cfg.report:
             write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
                                                 start_method=start_method, verdict=verdict, results=results,
-                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s))
+                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s,
+                                                values=cfg.report_values),
+                       inputs=[cfg.path])
         if cfg.trace:
-            write_json(cfg.trace, chrome_trace(schedule, source_text, results))
-    except OSError as e:
-        err.print(f"[bold red]error[/]: cannot write {escape(e.filename or '')}: {escape(e.strerror or str(e))}")
+            write_json(cfg.trace, chrome_trace(schedule, source_text, results), inputs=[cfg.path])
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     how = backend + (f", {start_method}" if start_method else "")
     verdict_text = "[green]passed[/]" if ok else "[red]failed[/]"
@@ -235,14 +259,22 @@ def _show_comparison(out, verdict, schedule):
 def _show_hang(out, schedule, rows, timeout: float):
     stuck = [r for r in rows if r["stuck"]]
     names = ", ".join(f"rank {r['rank']}" for r in stuck)
-    out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
-              f"every rank was stopped[/]")
+    stopped = [r for r in rows if r.get("stopped")]
+    if stopped:  # the culprit: a process someone stopped (kill -STOP, Ctrl-Z), which the others waited for
+        culprits = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in stopped)
+        names = ", ".join(f"rank {r['rank']}" for r in stuck if not r.get("stopped"))
+        out.print(f"[bold red]error[/]: [bold]hang: {culprits} {'was' if len(stopped) == 1 else 'were'} stopped "
+                  f"by a signal (SIGSTOP or SIGTSTP) and never resumed; {names or 'the others'} waited longer "
+                  f"than --timeout {timeout:g} s; every rank was killed[/]")
+    else:
+        out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
+                  f"every rank was stopped[/]")
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f} s"
         place = f"{schedule.path}:{r['line']}  {r['op']}" if r["line"] else r["op"]
-        mark = "  <- stuck" if r["stuck"] else ""
+        mark = "  <- stopped by a signal: the culprit" if r.get("stopped") else "  <- stuck" if r["stuck"] else ""
         out.print(f"  {rank:>4}  {r['pid']:>7}  {r['state']:<10} {secs:>8}  {place}{mark}", markup=False)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commdsl.cli.common import (EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles,
+from commdsl.cli.common import (EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles, integer,
                                 load_one, parse_sets, print_diagnostics)
 from rich.markup import escape
 
@@ -14,7 +14,7 @@ def add_parser(sub):
                        description="Run the program in the simulator (Gloo semantics) at one world size: print "
                                    "each rank's prints and final tensors, and the result of every `expect`.")
     p.add_argument("file")
-    p.add_argument("--world", type=int, required=True, help="number of ranks")
+    p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks")
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)

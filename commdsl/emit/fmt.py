@@ -90,8 +90,18 @@ class _Exprs:
         return start, end, wrapped
 
     def grouping(self, at: int) -> bool:
-        """Is the `(` at `at` a parenthesis round an expression, rather than a call's `f(`?"""
-        before = self.text[:at].rstrip()
+        """Is the `(` at `at` a parenthesis round an expression, rather than a call's `f(`? A `(` that starts
+        a logical line groups, whatever ends the line before (only a `\\` continuation joins them)."""
+        end = at
+        while True:
+            before = self.text[:end].rstrip(" \t\f")
+            if not before.endswith("\n"):
+                break
+            line = before[:-1].rstrip("\r").rstrip(" \t\f")
+            if not line.endswith("\\"):
+                return True
+            end = len(line) - 1
+        before = before.rstrip()
         if not before or before[-1] in ")]":
             return not before
         word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")):]
@@ -161,14 +171,18 @@ class _Source:
     count: int = 0
 
 
-def _scan(text: str) -> _Source:
+def _scan(text: str, original: str | None = None) -> _Source:
+    """`text` with tabs expanded gives the columns; `original` (as written) gives each comment's own text,
+    tabs included, since a comment is the user's prose."""
     out = _Source()
     lines = text.split("\n")
+    written = (original if original is not None else text).split("\n")
     out.count = len(lines)
     start = None
-    for number, raw in enumerate(lines, 1):
+    for number, (raw, as_written) in enumerate(zip(lines, written, strict=True), 1):
         line = raw.rstrip("\r")
-        code, hash_, comment = line.partition("#")
+        code, hash_, _ = line.partition("#")
+        comment = as_written.rstrip("\r").partition("#")[2]
         if not code.strip():
             if hash_:
                 out.full[number] = (len(code) - len(code.lstrip()), _comment(comment))
@@ -187,9 +201,9 @@ def _scan(text: str) -> _Source:
 
 
 def _comment(body: str) -> str:
-    """`#text` → `# text`; `#!` and `##` runs are kept as written."""
+    """`#text` → `# text`; `#!`, `##` and a tab after the `#` are kept as written."""
     body = body.rstrip()
-    if not body or body[0] in " #!":
+    if not body or body[0] in " \t#!":
         return "#" + body
     return "# " + body
 
@@ -198,7 +212,7 @@ class _Printer:
     def __init__(self, source: SourceFile):
         self.source = source
         self.e = _Exprs(source)
-        self.src = _scan(source.text)
+        self.src = _scan(source.text, source.original)
         self.out: list[str] = []
         self.done = 0  # last source line accounted for
         self.columns: list[int] = []  # original indentation (0-based column) of each open depth

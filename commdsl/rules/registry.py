@@ -29,6 +29,7 @@ RULES: tuple[type[Rule], ...] = (
     syntax.MissingColon,
     syntax.SendWithoutDestination,
     syntax.RecvWithoutSource,
+    syntax.ProgramTooLong,
     names.UndefinedName,
     names.DuplicateDeclaration,
     names.WrongKindOfName,

@@ -683,7 +683,7 @@ class UnsupportedElementOp(Rule):
     name = "unsupported-element-op"
 
     HELP: ClassVar[dict[str, str]] = {
-        "-": "invert a mask with `== false`; to subtract, assign the bool tensor to an integer tensor first",
+        "-": "multiply the bool side by 1 first (`m * 1 - 1`), or invert a mask with `== false`",
         "//": "assign one side to an integer tensor first",
         "%": "assign one side to an integer tensor first",
         "abs": "a bool is its own absolute value: drop `abs`",

@@ -297,3 +297,41 @@ class RecvWithoutSource(Rule):
 
     code = "S007"
     name = "recv-without-source"
+
+
+class ProgramTooLong(Rule):
+    """a program over 20,000 lines
+
+    ## What it does
+
+    Reports a program file with more than 20,000 lines (or, whatever its lines, more characters than
+    commdsl reads), at the first line past the limit, before parsing anything.
+
+    ## Why is this bad?
+
+    A program that long is almost always generated, one line per op, where a `for` loop or an `on`
+    condition says the same in one line. The bound keeps the parser's memory bounded whatever the
+    input: Lark keeps state for every line it reads, about 600 bytes per blank or comment line, and a
+    3 MB file of blank lines once took 1.4 GB (docs/security.md).
+
+    ## Example
+
+    ```console
+    $ python -c "print('program long\\nworld 2\\ntensor x: float32[1]\\n' + 'barrier\\n' * 20001)" > long.comm
+    $ commdsl lint long.comm
+    ```
+
+    ## Use instead
+
+    ```comm
+    program long
+    world 2
+    tensor x: float32[1]
+    for s in 0 .. 20000:
+        barrier
+    ```
+    """
+
+    code = "S008"
+    name = "program-too-long"
+    example_too_large = True

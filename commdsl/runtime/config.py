@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+SUMMARY_ABOVE = 1024
+"""A tensor with more elements is summarised in `--report` (shape, dtype, checksum, its first and last
+elements) unless every value was asked for (`--report-values`): a 64 M-element tensor once made a 1.2 GB file."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     path: str
@@ -13,6 +18,7 @@ class RunConfig:
     params: dict[str, str] = field(default_factory=dict)
     timeout: float = 60.0  # hang guard, seconds per op
     report: str | None = None
+    report_values: bool = False  # every element in --report, however large
     trace: str | None = None
     check: bool = True
     nnodes: int = 1

@@ -54,6 +54,7 @@ def run_rank(cfg: RunConfig, program: Program, place: Placement, backend: str) -
     import torch.distributed as dist
 
     from commdsl.runtime.prepare import prepare
+    from commdsl.runtime.rendezvous import worker_store
     from commdsl.runtime.worker import execute
 
     started = time.perf_counter()
@@ -61,11 +62,12 @@ def run_rank(cfg: RunConfig, program: Program, place: Placement, backend: str) -
     timeout = timedelta(seconds=cfg.timeout)
     # the store outlives rank 0's check and every rank's run: give it more than one op's timeout
     store_timeout = timedelta(seconds=max(cfg.timeout, 300))
-    store, _, _ = next(dist.rendezvous("env://", place.rank, place.world, timeout=store_timeout))
+    # under mpirun or srun rank 0 hosts the job's store: bound to MASTER_ADDR's address only, never `*`
+    store = worker_store(place.rank, place.world, store_timeout)
     ours = dist.PrefixStore(_PREFIX, store)
     if place.rank == 0:
         try:
-            prepared = prepare(program, place.world, cfg.params, backend)
+            prepared = prepare(program, place.world, cfg.params, backend, local_ranks=place.local_world)
             run.schedule, run.sim, run.diagnostics = prepared.schedule, prepared.sim, prepared.diagnostics
             run.refused = bool(prepared.errors) and cfg.check
         except CommdslError as e:

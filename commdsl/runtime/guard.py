@@ -1,9 +1,10 @@
 """The hang guard of a local launch: a thread in the launcher that watches every rank's progress slot.
 
-A rank is *stuck* when it has sat in one communication op (or in set-up, or in its teardown) for
-longer than `--timeout`. The guard then takes one snapshot of every slot — the table the user
-sees, taken at a single instant — and SIGKILLs every worker, which makes torch's agent return. Local
-ops (compute, expect, print) are never timed out: they cannot wait on anybody.
+A rank is *stuck* when it has sat in one communication op (or in set-up, or in its teardown)
+for longer than `--timeout`. The guard then takes one snapshot of every slot — the table the user
+sees, taken at a single instant — notes every worker the kernel shows as stopped (SIGSTOP, Ctrl-Z):
+those are what the others wait for — and SIGKILLs every worker, which makes torch's agent return.
+Local ops (compute, expect, print) are never timed out: they cannot wait on anybody.
 
 Output from this thread goes through `os.write`, never `print`: the agent forks workers while the
 thread runs, and a child forked while this thread held Python's stdout lock would inherit it held.
@@ -15,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commdsl.runtime import progress
 from commdsl.schedule import Compute, Expect, Print, Schedule
@@ -30,6 +31,7 @@ class Hang:
     at_ns: int
     slots: list[progress.Snapshot]
     stuck: list[int]  # local ranks past the deadline
+    stopped: list[int] = field(default_factory=list)  # local ranks whose process was stopped (SIGSTOP, SIGTSTP)
 
 
 def waits_on_others(schedule: Schedule, snap: progress.Snapshot) -> bool:
@@ -51,6 +53,16 @@ def is_child(pid: int) -> bool:
         return False
     fields = stat[stat.rindex(")") + 2 :].split()
     return fields[0] != "Z" and int(fields[1]) == os.getpid()
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) or a tracer: state T or t."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] in ("T", "t")
 
 
 def kill_workers(board: progress.Board) -> None:
@@ -83,7 +95,10 @@ class Guard(threading.Thread):
             stuck = [s.local_rank for s in slots
                      if waits_on_others(self.schedule, s) and now - s.since_ns > self.timeout_ns]
             if stuck:
-                self.hang = Hang(now, slots, stuck)
+                # a stopped worker waits on nobody, so it is never past the deadline itself: it is what the
+                # others wait for, and the culprit to name (looked at before the SIGKILL that ends it)
+                stopped = [s.local_rank for s in slots if s.pid > 0 and is_child(s.pid) and is_stopped(s.pid)]
+                self.hang = Hang(now, slots, stuck, stopped)
                 kill_workers(self.board)
                 return
 

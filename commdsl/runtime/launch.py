@@ -18,13 +18,14 @@ import glob
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from commdsl.runtime import progress
+from commdsl.runtime import progress, rendezvous
 from commdsl.runtime.config import RunConfig
 from commdsl.runtime.guard import Guard, Hang, kill_workers
 from commdsl.runtime.outcome import Evidence
@@ -66,32 +67,62 @@ def _quiet_torch_logs(verbose: bool) -> None:
         log.propagate = False
 
 
-def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entry=local_entry) -> LocalRun:
+def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entry=local_entry,
+              listener: socket.socket | None = None) -> LocalRun:
     """Launch this node's `opts.nproc` workers on `schedule` (already checked) and wait for them.
 
     `entry(job)` is what each worker runs (`commdsl bench` passes its own loop); it keeps the slot
-    and record conventions of `local_entry`, so the guard and the blame work unchanged."""
+    and record conventions of `local_entry`, so the guard and the blame work unchanged. `listener`: the
+    rendezvous socket, already bound (`rendezvous.listen`), for a one-node run; bound here when None."""
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # LaunchConfig asks about CUDA: through NVML, fork stays safe
+    _quiet_torch_logs(opts.verbose)
+    start_method = opts.start_method or ("fork" if fork_is_safe() else "spawn")
+    rdzv_timeout = int(max(opts.timeout, 900 if opts.nnodes > 1 else 60))
+    run_id = opts.rdzv_id or f"commdsl-{uuid.uuid4().hex[:12]}"
+    try:
+        endpoint = rendezvous.Endpoint.parse(opts.rdzv_endpoint)
+        if opts.nnodes == 1 and listener is None:
+            listener = rendezvous.listen(endpoint)
+        joined = rendezvous.join(endpoint, run_id, opts.nnodes,
+                                 None if opts.rdzv_backend == "c10d" and opts.nnodes > 1 else opts.node_rank,
+                                 rdzv_timeout, sock=listener)
+    except (rendezvous.EndpointError, OSError, RuntimeError) as e:
+        if listener is not None:
+            listener.close()
+        raise LaunchError(str(e)) from None
+    rendezvous.register(run_id, rendezvous.handler_for(joined, run_id, opts.nnodes))
+    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME",)}
+    loopback = rendezvous.loopback_interface()
+    if opts.nnodes == 1 and loopback and not saved["GLOO_SOCKET_IFNAME"]:
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback  # one node: Gloo's pair sockets on loopback too
+    run_dir = tempfile.mkdtemp(prefix="commdsl-run-")
+    try:
+        return _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir)
+    finally:
+        rendezvous.unregister(run_id)
+        joined.store = None  # the store server stops listening now, not whenever the last reference goes
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir) -> LocalRun:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    _quiet_torch_logs(opts.verbose)
-    start_method = opts.start_method or ("fork" if fork_is_safe() else "spawn")
-    run_dir = tempfile.mkdtemp(prefix="commdsl-run-")
     log_dir = opts.log_dir or os.path.join(run_dir, "logs")
     board = progress.Board(os.path.join(run_dir, "progress"), opts.nproc, create=True)
     job = Job(schedule=schedule if start_method == "fork" else None, path=opts.path, text=text, world=schedule.world,
-              params=opts.params, backend=backend, timeout=opts.timeout, run_dir=run_dir)
-    rdzv_timeout = int(max(opts.timeout, 900 if opts.nnodes > 1 else 60))
-    rdzv_configs: dict = {"timeout": rdzv_timeout, "join_timeout": rdzv_timeout}
-    if opts.rdzv_backend == "static":
-        rdzv_configs["rank"] = opts.node_rank
+              params=opts.params, backend=backend, timeout=opts.timeout, run_dir=run_dir,
+              close_fds=(joined.listen_fd,) if start_method == "fork" and joined.listen_fd is not None else ())
     fields = dict(
-        min_nodes=opts.nnodes, max_nodes=opts.nnodes, nproc_per_node=opts.nproc,
-        run_id=opts.rdzv_id or ("commdsl" if opts.nnodes > 1 else f"commdsl-{uuid.uuid4().hex[:12]}"), role="commdsl",
-        rdzv_backend=opts.rdzv_backend, rdzv_endpoint=opts.rdzv_endpoint, rdzv_configs=rdzv_configs,
+        min_nodes=opts.nnodes, max_nodes=opts.nnodes, nproc_per_node=opts.nproc, run_id=run_id, role="commdsl",
+        rdzv_backend=rendezvous.BACKEND, rdzv_endpoint=f"{joined.host}:{joined.port}", rdzv_configs={},
         max_restarts=0, monitor_interval=0.05, start_method=start_method, shutdown_timeout=5,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL), local_addr=None)
     # LaunchConfig grew fields across releases (shutdown_timeout is new in 2.13; torch 2.11 rejects it):
@@ -122,13 +153,9 @@ def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entr
         run.evidence.exits = {s.rank: guard.exits[s.local_rank] for s in run.evidence.slots
                               if s.local_rank in guard.exits}
         _collect(run, run_dir, log_dir)
-        if opts.log_dir is None:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            shutil.rmtree(os.path.join(run_dir, "progress"), ignore_errors=True)
+        if opts.log_dir is not None:
             for f in glob.glob(os.path.join(run_dir, "rank*.jsonl")):
                 shutil.move(f, os.path.join(opts.log_dir, os.path.basename(f)))
-            shutil.rmtree(run_dir, ignore_errors=True)
     return run
 
 
@@ -144,7 +171,7 @@ def _collect(run: LocalRun, run_dir: str, log_dir: str) -> None:
             run.evidence.terminated.add(s.rank)
         records = _read(os.path.join(run_dir, f"rank{s.rank}.jsonl"))
         if records:
-            run.results[s.rank] = assemble(s.rank, records.splitlines())
+            run.results[s.rank] = assemble(s.rank, records.splitlines(), run_dir)
         logs = glob.glob(os.path.join(log_dir, "*", "attempt_*", str(s.local_rank), "stderr.log"))
         tail = _read(max(logs, key=os.path.getmtime))[-4000:] if logs else ""
         if tail.strip():

@@ -8,10 +8,17 @@ A view is a flat element range of a contiguous tensor: `flat[offset : offset + n
 shares storage, so writes through any view land in the tensor, exactly as the simulator assumes.
 Element expressions run through the simulator's own evaluator (`commdsl.elementwise`) on torch
 tensors; `expect`s are judged on host copies with the simulator's `judge`, so both agree by construction.
+
+Memory: a rank holds its tensors once, plus at most a chunk's worth (CHUNK elements) of temporaries. The
+initial values of a large tensor and an `expect` over one are computed CHUNK elements at a time, the
+element index `i` counting from the chunk's start (`_from`); NumPy's float64 temporaries over a whole
+tensor once made a rank use about 11 times its tensors' bytes.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,6 +63,20 @@ class Context:
         return _to_numpy(self.buffers[name])
 
 
+def write_tensor(path: str, t: torch.Tensor) -> dict:
+    """A flat tensor's bytes, in the simulator's representation (bfloat16 as float32), into file `path`, a
+    chunk at a time; returns the record that names it (`records.decode_array` maps it back)."""
+    dtype = np.float32 if t.dtype == torch.bfloat16 else None
+    with open(path, "wb") as f:
+        for start in range(0, t.numel(), CHUNK):
+            part = _to_numpy(t[start : start + CHUNK])
+            dtype = part.dtype
+            f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+    if dtype is None:
+        dtype = _to_numpy(t[:0]).dtype
+    return {"dtype": np.dtype(dtype).str, "shape": [int(t.numel())], "file": os.path.basename(path)}
+
+
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.dtype == torch.bfloat16:
@@ -77,15 +98,61 @@ def torch_lib(device: torch.device) -> ArrayLib:
                     both(torch.minimum), both(torch.maximum), torch.abs)
 
 
+CHUNK = 1 << 20
+"""Elements per chunk when a large tensor is initialised, judged by an `expect` or written out."""
+
+
 def allocate(specs, rank: int, world: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Every tensor of this rank, initialised exactly as the simulator does (`initial_value`)."""
+    """Every tensor of this rank, initialised exactly as the simulator does (`initial_value`), a chunk at a time."""
+    from dataclasses import replace
+
     from commdsl.simulate import initial_value
 
     out = {}
     for name, spec in specs.items():
-        values = torch.from_numpy(np.ascontiguousarray(initial_value(spec, rank, world)))
-        out[name] = values.to(device=device, dtype=getattr(torch, spec.dtype)).reshape(-1).contiguous()
+        dtype = getattr(torch, spec.dtype)
+        if spec.init is None:
+            out[name] = torch.zeros(spec.numel, dtype=dtype, device=device)
+            continue
+        if spec.numel <= CHUNK:
+            out[name] = _tensor(initial_value(spec, rank, world), dtype, device)
+            continue
+        buf = out[name] = torch.empty(spec.numel, dtype=dtype, device=device)
+        if spec.init[0] == "rand":  # one generator per rank, drawn a chunk at a time: the same stream
+            rng, normal = np.random.default_rng([spec.init[1], rank]), spec.init[2]
+            for start in range(0, spec.numel, CHUNK):
+                n = min(CHUNK, spec.numel - start)
+                draws = rng.standard_normal(n) if normal else rng.random(n)
+                part = replace(spec, shape=(n,), numel=n, init=("c", draws))  # cast as the simulator casts
+                buf[start : start + n].copy_(_tensor(initial_value(part, rank, world), dtype, device))
+            continue
+        for start in range(0, spec.numel, CHUNK):
+            n = min(CHUNK, spec.numel - start)
+            part = replace(spec, shape=(n,), numel=n, init=_from(spec.init, start))
+            buf[start : start + n].copy_(_tensor(initial_value(part, rank, world), dtype, device))
     return out
+
+
+def _tensor(values: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values)).to(device=device, dtype=dtype).reshape(-1).contiguous()
+
+
+def _from(e, start: int):
+    """Element expression `e` for the elements from `start` on: the element index `i` counts from `start`."""
+    if start == 0:
+        return e
+    tag = e[0]
+    if tag == "i":
+        return ("b", "+", e, ("c", start))
+    if tag in ("c", "v"):
+        return e
+    if tag == "u":
+        return ("u", e[1], _from(e[2], start))
+    if tag == "b":
+        return ("b", e[1], _from(e[2], start), _from(e[3], start))
+    if tag == "f":
+        return ("f", e[1], tuple(_from(a, start) for a in e[2]))
+    raise ValueError(f"element expression {tag!r}")
 
 
 def build_steps(ops, ctx: Context) -> list[Step]:
@@ -141,13 +208,35 @@ def _compute(op: Compute, index: int, ctx: Context) -> Step:
 
 def _expect(op: Expect, index: int, ctx: Context) -> Step:
     dtype = ctx.dtypes[op.view.tensor]
+    numel = op.view.numel
 
-    def step():
+    def whole():
         actual = ctx.host(op.view)
         expected = np.broadcast_to(np.asarray(evaluate(op.value, ctx.host, op.view.shape, NUMPY)), op.view.shape)
         ok, detail = judge(actual, expected, op.cmp, dtype)
         ctx.emit("expect", {"index": index, "ok": ok, "detail": detail})
-    return step
+
+    def chunked():
+        """The same verdict, CHUNK elements at a time: every view the expression reads is as large as the
+        expect's (or one element, which is read whole), so chunk k of each lines up."""
+        ok, detail = True, ""
+        for start in range(0, numel, CHUNK):
+            n = min(CHUNK, numel - start)
+
+            def read(v: View, start=start, n=n) -> np.ndarray:
+                if v.numel != numel:
+                    return ctx.host(v)
+                return _to_numpy(ctx.buffers[v.tensor][v.offset + start : v.offset + start + n])
+
+            with np.errstate(all="ignore"):
+                expected = np.broadcast_to(np.asarray(evaluate(_from(op.value, start), read, (n,), NUMPY)), (n,))
+                ok, detail = judge(read(op.view), expected, op.cmp, dtype)
+            if not ok:
+                detail = re.sub(r"^element (\d+)", lambda m: f"element {start + int(m.group(1))}", detail)
+                break
+        ctx.emit("expect", {"index": index, "ok": ok, "detail": detail})
+
+    return whole if numel <= CHUNK else chunked
 
 
 def _print(op: Print, index: int, ctx: Context) -> Step:

@@ -128,15 +128,20 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
         for name, spec in schedule.tensors[rank].items():
             actual = r.tensors[name].reshape(-1)
             expected = sim.tensors[rank][name].reshape(-1)
-            defined = ~sim.undefined[rank][name].reshape(-1)
-            order = sim.order_dependent[rank][name].reshape(-1) & defined
-            v.undefined += int((~defined).sum())
+            undefined = sim.undefined[rank][name].reshape(-1)
+            order = sim.order_dependent[rank][name].reshape(-1) & ~undefined
+            v.undefined += int(undefined.sum())
             v.order_dependent += int(order.sum())
-            bad = ~close(actual, expected, spec.dtype) & defined & ~order
-            if bad.any():
-                first = int(np.argmax(bad))
-                v.mismatches.append(Mismatch(rank, name, int(bad.sum()), first, actual[first].item(),
-                                             expected[first].item()))
+            count, first = 0, -1
+            for start in range(0, len(actual), COMPARE_CHUNK):  # float64 temporaries a chunk long, not a tensor
+                stop = start + COMPARE_CHUNK
+                bad = ~close(actual[start:stop], expected[start:stop], spec.dtype) & ~undefined[start:stop] \
+                    & ~order[start:stop]
+                if bad.any():
+                    count += int(bad.sum())
+                    first = start + int(np.argmax(bad)) if first < 0 else first
+            if count:
+                v.mismatches.append(Mismatch(rank, name, count, first, actual[first].item(), expected[first].item()))
     if v.sim_complete:
         finished = [rank for rank in ranks if rank in results and results[rank].finished]
         v.disagreements = _disagreements(schedule, sim, results, finished)
@@ -175,6 +180,9 @@ def _disagreements(schedule: Schedule, sim: SimResult, results: dict[int, RankRe
 
 def _nan(a: np.ndarray) -> np.ndarray:
     return np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
+
+
+COMPARE_CHUNK = 1 << 20
 
 
 @dataclass
@@ -281,8 +289,9 @@ def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankRe
 
 
 def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapshot], at_ns: int,
-              stuck: list[int]) -> list[dict]:
-    """One row per local rank of the guard's snapshot: where it was and for how long."""
+              stuck: list[int], stopped: list[int] = ()) -> list[dict]:
+    """One row per local rank of the guard's snapshot: where it was and for how long; a stopped process
+    (SIGSTOP, SIGTSTP) is the culprit (`"stopped": True`), whatever op it was in."""
     rows = []
     for s in slots:
         if s.rank < 0:
@@ -290,11 +299,14 @@ def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapsho
                          "op": "", "stuck": False})
             continue
         at = where(schedule, source_text, s.rank, s.op, s.state)
-        if s.state == progress.RUNNING:
+        if s.local_rank in stopped:
+            state = "stopped"
+        elif s.state == progress.RUNNING:
             state = "blocked" if waits_on_others(schedule, s) else "computing"
         else:
             state = {progress.INIT: "setting up", progress.FINISHING: "finished", progress.DONE: "done",
                      progress.FAILED: "failed"}.get(s.state, progress.STATE_NAMES[s.state])
         rows.append({"rank": s.rank, "pid": s.pid, "state": state, "seconds": round(s.seconds_in_state(at_ns), 3),
-                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck})
+                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck,
+                     "stopped": s.local_rank in stopped})
     return rows

@@ -4,14 +4,16 @@ A worker emits a record as soon as something happens (a `print`, an `expect` ver
 the final tensors and op timings at the end. Local runs append the records to one file per rank, so
 whatever a rank printed before a hang or a crash still reaches the user; under an external launcher
 they travel to rank 0 through the c10d store. JSON only: nothing a worker sends is ever unpickled.
-Tensors travel as raw little-endian bytes in base64, in the simulator's representation
-(bfloat16 as float32), so comparing with the simulator needs no torch.
+Tensors travel as raw little-endian bytes in the simulator's representation (bfloat16 as float32), so
+comparing with the simulator needs no torch: in a local run as a file of their own in the run's private
+directory, which the launcher maps (`{"file": ...}`, no copy in either process); through the store as base64.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,8 +25,18 @@ def encode_array(values: np.ndarray) -> dict:
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
 
-def decode_array(d: dict) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(d["data"]), dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+def decode_array(d: dict, base_dir: str | None = None) -> np.ndarray:
+    """The array a record names: base64 `data`, or a `file` (in `base_dir`) mapped read-only."""
+    dtype = np.dtype(d["dtype"])
+    if "file" not in d:
+        return np.frombuffer(base64.b64decode(d["data"]), dtype=dtype).reshape(d["shape"])
+    path = os.path.join(base_dir or ".", os.path.basename(d["file"]))
+    count = int(np.prod(d["shape"], dtype=np.int64))
+    if os.path.getsize(path) != count * dtype.itemsize:
+        raise ValueError(f"{path}: {os.path.getsize(path)} bytes, not {count} x {dtype.itemsize}")
+    if count == 0:
+        return np.empty(d["shape"], dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=tuple(d["shape"]))
 
 
 def line(kind: str, payload: dict) -> str:
@@ -47,8 +59,9 @@ class RankResult:
     init: tuple[int, int] = (0, 0)  # process group and groups set up: (start_ns, end_ns)
 
 
-def assemble(rank: int, lines: list[str]) -> RankResult:
-    """A rank's result from its records; a torn last line (the rank was killed mid-write) is dropped."""
+def assemble(rank: int, lines: list[str], base_dir: str | None = None) -> RankResult:
+    """A rank's result from its records; a torn last line (the rank was killed mid-write) is dropped.
+    `base_dir`: where the tensor files a local run's records name are."""
     out = RankResult(rank)
     for text in lines:
         try:
@@ -65,8 +78,11 @@ def assemble(rank: int, lines: list[str]) -> RankResult:
         elif kind == "error":
             out.error = rec
         elif kind == "final":
+            try:
+                out.tensors = {name: decode_array(d, base_dir) for name, d in rec["tensors"].items()}
+            except (OSError, ValueError):  # the rank died while writing them: it did not finish
+                continue
             out.finished = True
-            out.tensors = {name: decode_array(d) for name, d in rec["tensors"].items()}
             out.times = [tuple(t) for t in rec["times"]]
             out.init = tuple(rec["init"])
     return out

@@ -8,17 +8,33 @@ chrome://tracing open it as is.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
 import numpy as np
 
 from commdsl.dtypes import TOLERANCE
+from commdsl.files import write_atomic
+from commdsl.runtime.config import SUMMARY_ABOVE
 from commdsl.runtime.outcome import Failure, Verdict, where
 from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
 
 REPORT_VERSION = 1
+EDGE = 8  # elements shown at each end of a summarised tensor
+
+
+def tensor_summary(values: np.ndarray) -> dict:
+    """What identifies a large tensor without listing it: its element count, a SHA-256 of its little-endian
+    bytes in the simulator's representation (bfloat16 as float32), hashed a chunk at a time, and its ends."""
+    flat = values.reshape(-1)
+    digest = hashlib.sha256()
+    for start in range(0, len(flat), 1 << 20):
+        part = np.ascontiguousarray(flat[start : start + (1 << 20)])
+        digest.update(part.astype(part.dtype.newbyteorder("<"), copy=False).tobytes())
+    return {"numel": int(len(flat)), "sha256": digest.hexdigest(), "first": _json_values(np.asarray(flat[:EDGE])),
+            "last": _json_values(np.asarray(flat[-EDGE:]))}
 
 
 def _scalar(v):
@@ -57,14 +73,19 @@ def timings(schedule: Schedule, source_text: str, results: dict[int, RankResult]
 
 def build_report(*, schedule: Schedule, source_text: str, backend: str, start_method: str | None,
                  verdict: Verdict, results: dict[int, RankResult], failures: list[Failure],
-                 hang: list[dict] | None, timeout: float, wall_s: float) -> dict:
+                 hang: list[dict] | None, timeout: float, wall_s: float, values: bool = False) -> dict:
+    """The report; `values`: every element of every tensor, however large (else large ones are summarised)."""
     ranks = []
     for rank, r in sorted(results.items()):
         tensors = {}
         if r.finished:
             for name, spec in schedule.tensors[rank].items():
-                tensors[name] = {"dtype": spec.dtype, "shape": list(spec.shape),
-                                 "values": _json_values(r.tensors[name].reshape(spec.shape))}
+                data = r.tensors[name]
+                tensors[name] = {"dtype": spec.dtype, "shape": list(spec.shape)}
+                if values or data.size <= SUMMARY_ABOVE:
+                    tensors[name]["values"] = _json_values(np.asarray(data).reshape(spec.shape))
+                else:
+                    tensors[name]["summary"] = tensor_summary(data)
         ranks.append({"rank": rank, "pid": r.pid, "host": r.host, "finished": r.finished,
                       "prints": [ln for p in r.prints for ln in p["lines"]], "tensors": tensors})
     return {
@@ -118,7 +139,6 @@ def chrome_trace(schedule: Schedule, source_text: str, results: dict[int, RankRe
             "otherData": {"program": schedule.program, "world": schedule.world}}
 
 
-def write_json(path: str, data: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, allow_nan=False)
-        f.write("\n")
+def write_json(path: str, data: dict, inputs=()) -> None:
+    """Write atomically (`files.write_atomic`), never over one of `inputs`; raises FileError."""
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n", inputs=inputs)

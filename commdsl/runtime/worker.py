@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import gc
 import os
 import signal
 import socket
@@ -41,6 +42,7 @@ class Job:
     backend: str
     timeout: float  # `--timeout`, seconds
     run_dir: str
+    close_fds: tuple[int, ...] = ()  # the launcher's listening sockets a forked worker inherits: closed at once
 
 
 def die_with_parent() -> None:
@@ -84,6 +86,12 @@ def attach(job: Job) -> tuple[int, int, progress.Slot]:
     """A worker's first steps: die with the launcher, leave crash evidence, claim its progress slot.
     Returns (rank, local rank, slot)."""
     die_with_parent()
+    gc.freeze()  # a forked worker never runs the launcher's destructors (its store server's among them)
+    for fd in job.close_fds:  # only the launcher serves the rendezvous store
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     leave_evidence(job.run_dir, rank)
     board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
@@ -101,7 +109,13 @@ def local_entry(job: Job) -> None:
             f.flush()
 
         schedule = job.schedule if job.schedule is not None else rebuild(job)
-        failed = execute(schedule, rank, local_rank, job.backend, job.timeout + BACKSTOP_S, slot, emit)
+
+        def save(name, tensor):  # raw bytes beside the records, a chunk at a time: no base64 copy of a tensor
+            from commdsl.runtime.ops import write_tensor
+
+            return write_tensor(os.path.join(job.run_dir, f"rank{rank}.{name}.bin"), tensor)
+
+        failed = execute(schedule, rank, local_rank, job.backend, job.timeout + BACKSTOP_S, slot, emit, save=save)
     if failed:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -126,11 +140,12 @@ def run_steps(steps, slot: progress.Slot, times: list, base: int = 0) -> int:
 
 
 def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_timeout: float,
-            slot: progress.Slot, emit: Callable[[str, dict], None], store=None) -> bool:
+            slot: progress.Slot, emit: Callable[[str, dict], None], store=None, save=None) -> bool:
     """Run this rank's ops; True if it failed (the error record says where and why).
 
     `store`: a c10d store already connected (external launchers); otherwise one is made from the
-    MASTER_ADDR/MASTER_PORT the launcher exported.
+    MASTER_ADDR/MASTER_PORT the launcher exported. `save(name, tensor)`: writes a final tensor somewhere
+    the launcher can read and returns its record; without it, tensors go into the record in base64.
     """
     import torch
     import torch.distributed as dist
@@ -167,7 +182,8 @@ def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_tim
         slot.state(progress.FINISHING, index)
         # no closing barrier: the rank ends when its program does, as a torch script would, so a message
         # still in flight (an isend never waited) is lost here as it is there (R501)
-        tensors = {name: encode_array(ctx.host_flat(name)) for name in specs}
+        tensors = {name: save(name, ctx.buffers[name]) if save else encode_array(ctx.host_flat(name))
+                   for name in specs}
         emit("final", {"tensors": tensors, "times": times, "init": init})
         dist.destroy_process_group()
         slot.state(progress.DONE, index)

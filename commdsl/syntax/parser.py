@@ -15,7 +15,7 @@ from lark.indenter import Indenter
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.rules import Rule
-from commdsl.rules.syntax import (InconsistentDedent, MissingColon, RecvWithoutSource, SendWithoutDestination,
+from commdsl.rules.syntax import (InconsistentDedent, MissingColon, ProgramTooLong, RecvWithoutSource, SendWithoutDestination,
                                   UnexpectedCharacter, UnexpectedEndOfFile, UnexpectedToken as UnexpectedTokenRule)
 from commdsl.source import SourceFile
 
@@ -162,8 +162,32 @@ def _example_states() -> dict[tuple[int, str], type[Rule]]:
     return states
 
 
+MAX_LINES = 20_000
+"""The most lines a program may have. Lark's newline regex keeps state per blank or comment line it
+swallows (about 600 bytes each), so this bounds the parser's memory as the byte limit bounds the file."""
+
+
+def _too_long(source: SourceFile) -> Diagnostic | None:
+    """S008 at the first line past MAX_LINES, before any parsing."""
+    from commdsl.files import MAX_PROGRAM_BYTES
+
+    if source.text.count("\n", 0, len(source.text)) < MAX_LINES and len(source.text) <= 8 * MAX_PROGRAM_BYTES:
+        return None
+    lines = source.text.count("\n") + (not source.text.endswith("\n"))
+    if lines > MAX_LINES:
+        start = source._line_starts[MAX_LINES]
+        return ProgramTooLong.diagnostic(f"the program has {lines} lines, more than the {MAX_LINES} commdsl reads",
+                                         span=source.span(start, start), label=f"line {MAX_LINES + 1}",
+                                         help="loops (`for`) and rank conditions (`on`) say in one line what repeats")
+    return ProgramTooLong.diagnostic(f"the program has {len(source.text)} characters, more than "
+                                     f"{8 * MAX_PROGRAM_BYTES} commdsl reads", span=source.span(0, 0), label="too long")
+
+
 def parse_tree(source: SourceFile) -> Tree:
     """Parse a file into a Lark tree; raise CommdslError with one syntax diagnostic on failure."""
+    long = _too_long(source)
+    if long is not None:
+        raise CommdslError([long])
     text = source.text if source.text.endswith("\n") else source.text + "\n"
     first = text.split("\n", 1)[0]
     code = first.lstrip(" \t\f")

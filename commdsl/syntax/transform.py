@@ -19,6 +19,10 @@ class _Invalid(Exception):
         self.diagnostic = diagnostic
 
 
+MAX_INT_LITERAL = (1 << 63) - 1
+"""The largest integer literal: tensors, ranks and sizes are int64 in the simulator and in torch."""
+
+
 @v_args(inline=True, meta=True)
 class _ToAst(Transformer):
     def __init__(self, source: SourceFile):
@@ -36,11 +40,14 @@ class _ToAst(Transformer):
         return n.Ident(span=self._tok(tok), name=str(tok))
 
     def _int(self, tok: Token) -> int:
-        try:
-            return int(tok)
-        except ValueError:  # Python converts at most 4300 digits
-            raise _Invalid(NotAnInteger.diagnostic(f"this integer literal is too large ({len(tok)} digits)",
-                                                   span=self._tok(tok), label="too many digits")) from None
+        """An integer literal; every value commdsl computes with is an int64, so a literal must fit one."""
+        if len(tok) > len(str(MAX_INT_LITERAL)) or int(tok) > MAX_INT_LITERAL:  # int() takes at most 4300 digits
+            digits = f"{len(tok)} digits" if len(tok) > 30 else f"`{tok}`"
+            raise _Invalid(NotAnInteger.diagnostic(
+                f"this integer literal is too large ({digits})", span=self._tok(tok),
+                label=f"above {MAX_INT_LITERAL} (2**63 - 1)",
+                help="integers are 64-bit: write a smaller value, or a float such as `1e19`"))
+        return int(tok)
 
     # top level -----------------------------------------------------------------------------------
     def start(self, meta, *stmts):
