@@ -64,6 +64,7 @@ class UnsupportedReduceOp(Rule):
 
     code = "B601"
     name = "unsupported-reduce-op"
+    backend_doc = "reduce-ops"
 
 
     @classmethod

@@ -64,6 +64,7 @@ class CollectiveKindMismatch(Rule):
 
     code = "C301"
     name = "collective-kind-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -166,6 +167,7 @@ class RootMismatch(Rule):
 
     code = "C303"
     name = "root-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -215,6 +217,7 @@ class ReduceOpMismatch(Rule):
 
     code = "C304"
     name = "reduce-op-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -265,6 +268,7 @@ class CollectiveDtypeMismatch(Rule):
 
     code = "C305"
     name = "collective-dtype-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -315,6 +319,7 @@ class CollectiveSizeMismatch(Rule):
 
     code = "C306"
     name = "collective-size-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod

@@ -125,6 +125,7 @@ class BufferingHazard(Rule):
 
     code = "D402"
     name = "buffering-hazard"
+    backend_doc = "p2p-completion"
 
 
     @classmethod

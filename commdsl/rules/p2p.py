@@ -66,6 +66,7 @@ class UnmatchedSend(Rule):
 
     code = "P201"
     name = "unmatched-send"
+    backend_doc = "p2p-completion"
 
 
     @classmethod
@@ -162,6 +163,7 @@ class TagMismatch(Rule):
 
     code = "P204"
     name = "tag-mismatch"
+    backend_doc = "p2p-matching"
 
 
     @classmethod
@@ -229,6 +231,7 @@ class MessageSizeMismatch(Rule):
 
     code = "P205"
     name = "message-size-mismatch"
+    backend_doc = "message-mismatch"
 
 
     @classmethod
@@ -290,6 +293,7 @@ class MessageDtypeMismatch(Rule):
 
     code = "P206"
     name = "message-dtype-mismatch"
+    backend_doc = "message-mismatch"
 
 
     @classmethod
@@ -360,6 +364,7 @@ class NcclTagReorder(Rule):
     code = "P207"
     name = "nccl-tag-reorder"
     about_backends = True
+    backend_doc = "p2p-matching"
 
 
     @classmethod
@@ -495,6 +500,7 @@ class P2pWithSelf(Rule):
 
     code = "P209"
     name = "p2p-with-self"
+    backend_doc = "self-p2p"
 
 
     @classmethod

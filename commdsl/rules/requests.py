@@ -63,6 +63,7 @@ class RequestNeverWaited(Rule):
 
     code = "R501"
     name = "request-never-waited"
+    backend_doc = "async-ops"
 
 
     @classmethod
@@ -135,6 +136,7 @@ class RequestWaitedTwice(Rule):
 
     code = "R502"
     name = "request-waited-twice"
+    backend_doc = "waiting-twice"
 
 
     @classmethod
@@ -196,6 +198,7 @@ class RequestWaitedAgain(Rule):
     code = "R505"
     name = "request-waited-again"
     severity = "warning"
+    backend_doc = "waiting-twice"
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -328,6 +331,7 @@ class ReadAfterReduce(Rule):
 
     code = "R504"
     name = "read-after-reduce"
+    backend_doc = "reduce-buffers"
 
 
     @classmethod
