@@ -1,6 +1,6 @@
 """What the diagnostics say (issue 12, items 5 and 7): each backend's own behaviour under `--backend gloo` and
 `--backend nccl`, the notes of both when a program is checked for both, a citation of the backend model's
-section, and no comments quoted from a batch."""
+section, a kind's own words for a rooted collective, and no comments quoted from a batch."""
 
 from __future__ import annotations
 
@@ -149,6 +149,38 @@ def test_r504_says_what_a_non_root_buffer_holds():
     text = HEAD + "reduce x to 0\ny[0:4] = x\n"
     assert one(text, "R504", "gloo")[1][0] == "Gloo uses the non-root buffers for its ring and leaves partial sums in them"
     assert one(text, "R504", "nccl")[1][0].startswith("on NCCL the non-root buffer keeps this rank's own input")
+
+
+# ---- collectives ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stmt, message, label", [
+    ("broadcast x from rank", "`broadcast` on `world`: members disagree on the source rank",
+     "rank 0 names `from 0`; rank 1 names `from 1`"),
+    ("reduce x to rank", "`reduce` on `world`: members disagree on the destination rank",
+     "rank 0 names `to 0`; rank 1 names `to 1`"),
+    ("gather x into y to rank", "`gather` on `world`: members disagree on the destination rank",
+     "rank 0 names `to 0`; rank 1 names `to 1`"),
+    ("scatter y into x from rank", "`scatter` on `world`: members disagree on the source rank",
+     "rank 0 names `from 0`; rank 1 names `from 1`"),
+])
+def test_c303_speaks_of_the_kind_at_hand(stmt, message, label):
+    for backend in ("gloo", "nccl"):
+        d, notes = one(HEAD + stmt + "\n", "C303", backend)
+        assert (d.message, d.label) == (message, label)
+        kind = stmt.split()[0]
+        assert all("broadcast" not in n for n in notes) or kind == "broadcast"
+
+
+@pytest.mark.parametrize("code, body", [
+    ("C301", "on rank == 0:\n    all_reduce x\nelse:\n    broadcast x from 0\n"),
+    ("C304", "on rank == 0:\n    all_reduce x op sum\nelse:\n    all_reduce x op max\n"),
+    ("C305", "tensor z: int32[4] = 0\non rank == 0:\n    all_reduce x\nelse:\n    all_reduce z\n"),
+    ("C306", "on rank == 0:\n    all_reduce x\nelse:\n    all_reduce y\n"),
+])
+def test_collective_disagreements_say_what_each_backend_does(code, body):
+    gloo = one(HEAD + body, code, "gloo")[1][0]
+    nccl = one(HEAD + body, code, "nccl")[1][0]
+    assert "Gloo" in gloo and "NCCL" in nccl and "NCCL" not in gloo
 
 
 # ---- deadlocks and batches ----------------------------------------------------------------------------------------
