@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from commdsl.checker import CheckOptions, check_program
+from commdsl.dtypes import DTYPES
 from commdsl.resolve import load
 from commdsl.rules import BACKEND_DOC
+from commdsl.rules.backend import reduction
 from commdsl.rules.registry import RULES
 from commdsl.source import SourceFile
 
@@ -44,7 +46,7 @@ def test_every_cited_section_exists_and_every_citing_rule_has_backend_notes():
             notes = rule.sections()["Backend notes"]
             assert notes.endswith(f"[{BACKEND_DOC}#{rule.backend_doc}](backend-support.md#{rule.backend_doc}).")
     # the rules the issue names cite it
-    assert {"P201", "P205", "P209", "R501", "R503", "R504", "D401", "D402", "B601", "C303"} <= set(cited)
+    assert {"P201", "P205", "P209", "R501", "R503", "R504", "D401", "D402", "B601", "B602", "C303"} <= set(cited)
 
 
 def test_a_finding_checked_on_both_backends_keeps_the_notes_of_each_and_cites_once():
@@ -181,6 +183,64 @@ def test_collective_disagreements_say_what_each_backend_does(code, body):
     gloo = one(HEAD + body, code, "gloo")[1][0]
     nccl = one(HEAD + body, code, "nccl")[1][0]
     assert "Gloo" in gloo and "NCCL" in nccl and "NCCL" not in gloo
+
+
+# ---- reduce ops and dtypes ----------------------------------------------------------------------------------------
+
+def test_the_reduction_table():
+    refused = {(b, op, dt) for b in ("gloo", "nccl") for op in ("sum", "product", "min", "max", "band", "bor", "bxor",
+                                                                 "avg", "premul_sum")
+               for dt in DTYPES if reduction(b, op, dt).refused}
+    floats = {dt for dt in DTYPES if DTYPES[dt].is_float}
+    ints = {dt for dt in DTYPES if DTYPES[dt].is_int}
+    want = ({("gloo", "premul_sum", dt) for dt in DTYPES}
+            | {("gloo", op, dt) for op in ("band", "bor", "bxor") for dt in floats}
+            | {("gloo", "avg", dt) for dt in DTYPES if dt not in floats}
+            | {("nccl", op, dt) for op in ("band", "bor", "bxor") for dt in DTYPES}
+            | {("nccl", "premul_sum", dt) for dt in DTYPES if dt not in floats}
+            | {("nccl", "avg", "bool")})
+    assert refused == want
+    assert {dt for dt in DTYPES if reduction("nccl", "avg", dt).truncates} == ints
+    assert not any(reduction("gloo", op, dt).truncates for op in ("avg", "sum") for dt in DTYPES)
+
+
+@pytest.mark.parametrize("decl, stmt, backend, why, help", [
+    ("int64", "all_reduce c op avg", "gloo", "Gloo's AVG fails on integer tensors", "reduce with `op sum`, then divide"),
+    ("float32", "all_reduce c op band", "gloo", "Gloo applies `band` to integers and bool only", "reduce an integer copy"),
+    ("float32", "all_reduce c op premul_sum(2)", "gloo", "Gloo has no PREMUL_SUM", "scale the tensor first"),
+    ("int32", "all_reduce c op bor", "nccl", "NCCL has no bitwise reductions", "for bool or 0/1 flags `op max` is OR"),
+    ("int32", "all_reduce c op bxor", "nccl", "NCCL has no bitwise reductions", "gather the values and combine"),
+    ("int32", "all_reduce c op premul_sum(2)", "nccl", "NCCL's premul_sum takes floating point only", "scale and reduce"),
+    ("bool", "all_reduce c op avg", "nccl", "NCCL refuses AVG on bool", "reduce an int or float copy"),
+    ("bool", "reduce c to 0 op avg", "nccl", "NCCL refuses AVG on bool", "reduce an int or float copy"),
+])
+def test_b601_says_what_the_backend_raises_and_a_fix_that_works_there(decl, stmt, backend, why, help):
+    d, notes = one(f"world 2\ntensor c: {decl}[4] = rank\n{stmt}\n", "B601", backend)
+    assert d.message.endswith(f"is not supported by {backend}")
+    assert notes[0].startswith(why) and d.help.startswith(help)
+    assert "bitwise" not in d.help or "bor" in stmt or "bxor" in stmt
+
+
+def test_b601_on_integer_avg_states_what_nccl_does_instead():
+    d, notes = one("world 2\ntensor c: int64[4] = rank\nall_reduce c op avg\n", "B601", "gloo")
+    assert "NCCL instead returns the integer sum divided by the group size, truncated toward zero" in notes[0]
+    assert "bitwise" not in d.help and "band" not in d.help
+
+
+def test_b601_names_every_checked_backend_that_refuses():
+    d, notes = one("world 2\ntensor c: int64[4] = rank\nall_reduce c op premul_sum(2)\n", "B601", "gloo", "nccl")
+    assert d.message == "`all_reduce` with `op premul_sum` on int64 is not supported by gloo or nccl"
+    assert notes[0].startswith("Gloo has no PREMUL_SUM") and notes[1].startswith("NCCL's premul_sum")
+    d, notes = one("world 2\ntensor c: int32[4] = rank\nall_reduce c op bor\n", "B601", "gloo", "nccl")
+    assert d.message.endswith("is not supported by nccl") and not any(n.startswith("only on") for n in notes)
+
+
+def test_b602_integer_avg_on_nccl_is_a_warning_and_gloo_refuses_it():
+    text = "world 2\ntensor c: int32[4] = rank\nall_reduce c op avg\n"
+    d, notes = one(text, "B602", "nccl")
+    assert d.severity == "warning" and d.message == "`all_reduce` with `op avg` on int32 rounds the mean toward zero on nccl"
+    assert [x.code for x in check(text, "gloo")] == ["B601"]
+    assert [x.code for x in check(text.replace("int32", "float32"), "nccl")] == []
 
 
 # ---- deadlocks and batches ----------------------------------------------------------------------------------------
