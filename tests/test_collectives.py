@@ -17,7 +17,7 @@ from commdsl.dtypes import DTYPES
 from commdsl.emit.fmt import format_source
 from commdsl.expand import expand
 from commdsl.resolve import load
-from commdsl.rules.backend import unsupported
+from commdsl.rules.backend import reduction
 from commdsl.schedule import CollectiveRec, VView
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
@@ -29,7 +29,7 @@ PART = 4  # elements per block
 SCALE = 0.5
 
 GLOO_PAIRS = [(op, dt) for op in ("sum", "product", "min", "max", "band", "bor", "bxor", "avg")
-              for dt in DTYPES if unsupported("gloo", op, dt) is None]
+              for dt in DTYPES if not reduction("gloo", op, dt).refused]
 NCCL_ONLY = [("premul_sum", dt) for dt in DTYPES if DTYPES[dt].is_float]
 
 

@@ -100,7 +100,14 @@ def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lint
         for rule in checker_rules(lints):
             for d in rule.check(ctx):
                 key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))
-                found.setdefault(key, (d, []))[1].append(b if not rule.about_backends else "*")
+                if key in found:  # the same finding under another backend: keep what that backend adds
+                    first, seen = found[key]
+                    extra = tuple(n for n in d.notes if n not in first.notes)
+                    if extra:
+                        found[key] = (first.model_copy(update={"notes": first.notes + extra}), seen)
+                else:
+                    found[key] = (d, [])
+                found[key][1].append(b if not rule.about_backends else "*")
     diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
     if sim is not None:
         diags.extend(data_findings(sim))
@@ -115,11 +122,21 @@ def data_findings(sim) -> list[Diagnostic]:
     found = list(IntegerDivisionByZero.from_simulation(sim)) + list(OrderDependentSum.from_simulation(sim))
     if sim.engine.completed:
         found.extend(ExpectFailed.from_simulation(sim))
-    return found
+    return [_cited(d) for d in found]
+
+
+def _cited(d: Diagnostic) -> Diagnostic:
+    """`d` ending with the note that cites its rule's section of the backend model, if the rule has one."""
+    from commdsl.rules.registry import CODES
+
+    cite = CODES[d.code].cite()
+    return d if cite is None else d.model_copy(update={"notes": d.notes + (cite,)})
 
 
 def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
-    """A finding under some of the checked backends only says on which ("*": the rule compares backends)."""
+    """A finding cites the backend model's section its notes come from, and one found under some of the checked
+    backends only says on which ("*": the rule compares backends)."""
+    d = _cited(d)
     seen = sorted(set(seen))
     if "*" in seen or len(seen) == len(set(backends)):
         return d

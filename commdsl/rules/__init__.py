@@ -22,6 +22,8 @@ from commdsl.source import Span
 
 REQUIRED_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead")
 OPTIONAL_SECTIONS = ("Backend notes", "References")
+BACKEND_DOC = "docs/backend-support.md"
+"""The backend model, one section per concept under a stable anchor, which rules cite (`Rule.backend_doc`)."""
 
 
 class Family(NamedTuple):
@@ -72,6 +74,10 @@ class Rule:
     example_too_large: ClassVar[bool] = False
     """The Example is a shell session that writes the program (20,001 lines do not fit a docstring): the
     docs tests skip it, and the rule's own test builds the input."""
+    backend_doc: ClassVar[str | None] = None
+    """The anchor of the section of docs/backend-support.md that holds the backend facts this rule's messages
+    state: the checker ends each finding with a note citing it (`cite`), and the rule's Backend notes link it.
+    One section per concept, so a fact is sourced once however many rules state it."""
 
     @classmethod
     def _text(cls) -> str:
@@ -83,8 +89,20 @@ class Rule:
 
     @classmethod
     def docs(cls) -> str:
-        """The markdown sections, without the summary line."""
-        return cls._text().partition("\n\n")[2]
+        """The markdown sections, without the summary line; Backend notes end with the link to the model."""
+        text = cls._text().partition("\n\n")[2]
+        if cls.backend_doc is None:
+            return text
+        where = f"{BACKEND_DOC}#{cls.backend_doc}"
+        link = f"The model the checker applies: [{where}](backend-support.md#{cls.backend_doc})."
+        head, found, rest = text.partition("## Backend notes\n")
+        body, nxt, tail = rest.partition("\n## ")
+        return f"{head}{found}{body.rstrip()}\n\n{link}\n" + (f"\n## {tail}" if nxt else "")
+
+    @classmethod
+    def cite(cls) -> Note | None:
+        """The note that points a finding at the backend model's section, if the rule has one."""
+        return Note(message=f"see {BACKEND_DOC}#{cls.backend_doc}") if cls.backend_doc else None
 
     @classmethod
     def sections(cls) -> dict[str, str]:

@@ -59,11 +59,13 @@ class CollectiveKindMismatch(Rule):
 
     Measured on Gloo: `all_reduce` against `broadcast` on two ranks hangs until the timeout. Only
     `TORCH_DISTRIBUTED_DEBUG=DETAIL` turns it into an error (a fingerprint mismatch), and that mode makes
-    a small `all_reduce` about 14 times slower.
+    a small `all_reduce` about 14 times slower. On NCCL the members' kernels never line up: a hang, or data
+    mixed up silently where the sizes happen to agree (from the sources, not measured).
     """
 
     code = "C301"
     name = "collective-kind-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -161,11 +163,13 @@ class RootMismatch(Rule):
     ## Backend notes
 
     Measured on Gloo: a broadcast with a different `src` per rank hangs until the timeout, and
-    `TORCH_DISTRIBUTED_DEBUG=DETAIL` does **not** detect it.
+    `TORCH_DISTRIBUTED_DEBUG=DETAIL` does **not** detect it: its fingerprint compares kinds, dtypes and
+    shapes, not roots. Neither torch nor NCCL compares roots either; each member's kernel uses its own.
     """
 
     code = "C303"
     name = "root-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -210,11 +214,13 @@ class ReduceOpMismatch(Rule):
     ## Backend notes
 
     Measured on Gloo: `SUM` on one rank and `MAX` on the other completes with a **silently wrong result
-    on every rank**, and `TORCH_DISTRIBUTED_DEBUG=DETAIL` does **not** detect it.
+    on every rank**, and `TORCH_DISTRIBUTED_DEBUG=DETAIL` does **not** detect it. Nothing compares reduce
+    ops on NCCL either: each rank's kernel applies its own.
     """
 
     code = "C304"
     name = "reduce-op-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -260,11 +266,13 @@ class CollectiveDtypeMismatch(Rule):
     ## Backend notes
 
     Measured on Gloo: `float32` against `int32` in one `all_reduce` gives silent garbage; only
-    `TORCH_DISTRIBUTED_DEBUG=DETAIL` reports it.
+    `TORCH_DISTRIBUTED_DEBUG=DETAIL` reports it. On NCCL it has been reported to give garbage
+    (pytorch#150248) or to hang (pytorch#150433).
     """
 
     code = "C305"
     name = "collective-dtype-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -310,11 +318,13 @@ class CollectiveSizeMismatch(Rule):
     Measured on Gloo, `all_reduce` with shapes `[4]` and `[8]`: at world size 2 one rank aborts
     (`Received data size doesn't match expected size`); at world size 4 **rank 0 silently gets a wrong
     result** while the others die. Shapes `[2, 2]` and `[4]` (same element count) succeed silently, which
-    is why commdsl compares element counts, not shapes.
+    is why commdsl compares element counts, not shapes. On NCCL, "it may hang as soon as the sizes differ
+    ... some data will be incorrect" (NVIDIA/nccl#1417).
     """
 
     code = "C306"
     name = "collective-size-mismatch"
+    backend_doc = "collective-matching"
 
 
     @classmethod
@@ -607,9 +617,32 @@ _FIELDS = (
     ("C305", "dtype", "dtype", "passes {v}"),
     ("C309", "blocking", "blocking or async call", "{v}"),
 )
-_NOTES = {"C303": "a broadcast with different roots hangs; DETAIL mode does not catch it",
-          "C304": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
-          "C305": "Gloo reinterprets the bytes: silent garbage"}
+_NOTES = {  # what each backend does with the disagreement (docs/backend-support.md#collective-matching)
+    "C301": {"gloo": "on Gloo this hangs until the timeout (only TORCH_DISTRIBUTED_DEBUG=DETAIL makes it an error)",
+             "nccl": "on NCCL the kernels never line up: a hang, or data mixed up silently where the sizes agree"},
+    "C304": {"gloo": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
+             "nccl": "nothing compares reduce ops on NCCL: each rank's kernel applies its own, silently"},
+    "C305": {"gloo": "Gloo reinterprets the bytes: silent garbage",
+             "nccl": "on NCCL the result is garbage, or the call hangs"},
+    "C306": {"gloo": "Gloo aborts one rank and may leave another with a silently wrong result",
+             "nccl": "on NCCL the call may hang, or complete with some of the data wrong"},
+}
+
+
+def _root_words(kind) -> tuple[str, str]:
+    """(the keyword, what the root is) of a rooted kind, as its form writes it: `from` the source, `to` the
+    destination."""
+    return ("from", "source") if kind.root_sends else ("to", "destination")
+
+
+def _root_note(kind, backend: str) -> str:
+    """Why members of one `kind` call with different roots cannot meet, on `backend`."""
+    _, role = _root_words(kind)
+    if backend == "nccl":
+        return (f"neither torch nor NCCL compares roots: each member's `{kind.name}` kernel uses its own {role}, so "
+                f"they disagree on who sends (a hang or wrong data)")
+    return ("on Gloo the members wait for messages that never come, until the timeout; TORCH_DISTRIBUTED_DEBUG="
+            "DETAIL does not compare roots")
 
 
 def _findings(ctx: Context, rule: type[Rule]) -> Iterator[Diagnostic]:
@@ -659,7 +692,7 @@ def _classify(ctx: Context) -> list:
                     f"`{group.name}`", first, other, f"rank {first.rank}: `{first.op.kind}`",
                     f"rank {other.rank}: `{other.op.kind}`",
                     "every member of a group must call the same collective at the same step",
-                    note="torch hangs here (or errors only under TORCH_DISTRIBUTED_DEBUG=DETAIL)")))
+                    note=_NOTES["C301"][ctx.backend])))
             continue
         odd = _first_differing(c.buffers)
         if odd is not None and _buffers_swapped(swaps, inst, 0, odd):
@@ -684,6 +717,14 @@ def _classify(ctx: Context) -> list:
                 continue
             first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
             say = [f"rank {m.rank} " + text.format(v=m.value(column)) for m in (first, other)]
+            kind = ctx.record(c.rec[0]).kind
+            if code == "C303":
+                keyword, role = _root_words(kind)
+                say = [f"rank {m.rank} names `{keyword} {m.op.root}`" for m in (first, other)]
+                out.append((code, _pair(f"`{kind.name}` on `{group.name}`: members disagree on the {role} rank",
+                                        first, other, say[0], say[1], "pass the same root on every rank",
+                                        note=_root_note(kind, ctx.backend))))
+                break
             if code == "C309":
                 make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
                              say[0], say[1], "call it the same way on every rank",
@@ -691,7 +732,7 @@ def _classify(ctx: Context) -> list:
                                   "code reads as if the ranks disagreed")
             else:
                 make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
-                             say[0], say[1], "pass the same value on every rank", note=_NOTES.get(code))
+                             say[0], say[1], "pass the same value on every rank", note=_NOTES[code][ctx.backend])
             out.append((code, make))
             break
         else:
@@ -747,8 +788,7 @@ def _sizes(ctx: Context, c, group):
     s0, s1 = int(c.contribution[0]), int(c.contribution[odd])
     return ("C306", _pair(f"`{first.op.kind}` on `{group.name}`: rank {first.rank} contributes {_count(s0)}, "
                           f"rank {other.rank} {_count(s1)}", first, other, _count(s0), _count(s1),
-                          "size every member's buffers alike",
-                          note="Gloo aborts one rank and may leave another with a silently wrong result"))
+                          "size every member's buffers alike", note=_NOTES["C306"][ctx.backend]))
 
 
 def _count(n: int) -> str:

@@ -29,10 +29,10 @@ class Deadlock(Rule):
 
     ## Why is this bad?
 
-    No rank in the cycle can ever continue, so the job hangs until the process-group timeout (30 minutes
-    by default) and then fails with a timeout that names none of the lines involved. Order the operations
-    so one side of each pair goes first (send on even ranks first, receive on odd ranks first), or post
-    the exchange in a `batch:` block.
+    No rank in the cycle can ever continue, so the job hangs until the process-group timeout (by default
+    30 minutes on Gloo, 10 on NCCL) and then fails with a timeout that names none of the lines involved.
+    Order the operations so one side of each pair goes first (send on even ranks first, receive on odd
+    ranks first), or post the exchange in a `batch:` block.
 
     ## Example
 
@@ -59,10 +59,18 @@ class Deadlock(Rule):
         recv y from 0
         send x to 0
     ```
+
+    ## Backend notes
+
+    On NCCL a rank's point-to-point ops on one communicator run in the order they were issued, async or
+    not, so `isend` and `irecv` do not help there: two ranks that each post `irecv` then `isend` without a
+    `batch` wait for each other (pytorch#109401), while Gloo completes the same program. Under NCCL's rules
+    the checker reports such cycles here, with a note saying so.
     """
 
     code = "D401"
     name = "deadlock"
+    backend_doc = "p2p-completion"
 
 
     @classmethod
@@ -71,8 +79,12 @@ class Deadlock(Rule):
             if not ctx.waits.definite(cycle):
                 continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
-            help = ("post each rank's exchange in one `batch:` block" if in_stream_order(ctx, cycle) else
-                    "reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`")
+            if in_stream_order(ctx, cycle):
+                help = "post each rank's exchange in one `batch:` block"
+            elif "nccl" in ctx.backends:  # async ops run in issue order there: only a batch lets them overlap
+                help = "reorder the ops so one side of each pair goes first, or post the exchange in a `batch:` block"
+            else:
+                help = "reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`"
             yield cls.diagnostic(f"deadlock: ranks {ranks} wait for each other", span=span, label=label,
                                  labels=labels, notes=notes, help=help)
 
@@ -121,10 +133,15 @@ class BufferingHazard(Rule):
     1 element, 1 KiB, 64 KiB, 1 MiB and 64 MiB alike. Two ranks that both `send` first and `recv`
     afterwards deadlock at every size, until `Timed out waiting ... for send operation to complete`. With
     `isend` on both sides, then `recv`, the exchange completes.
+
+    NCCL's send is "blocking for the GPU" (NCCL user guide): it may complete before its receive is posted
+    when the message fits the peer's buffer (`NCCL_BUFFSIZE`, 4 MiB by default) and the two ranks have
+    exchanged before, and waits for the receive otherwise (sources only, not measured).
     """
 
     code = "D402"
     name = "buffering-hazard"
+    backend_doc = "p2p-completion"
 
 
     @classmethod
@@ -138,17 +155,25 @@ class BufferingHazard(Rule):
                 notes += (Note(message="where sends return before their receive is posted, the program completes"),)
             yield cls.diagnostic(f"deadlock: ranks {ranks} all block in `send` waiting for each other", span=span,
                                  label=label, labels=labels, notes=notes,
-                                 help="post the exchange in a `batch:` block, use `isend`, or alternate send/recv order "
-                                      "by rank parity")
+                                 help=UNBLOCK["nccl" if "nccl" in ctx.backends else "gloo"])
 
 
 BUFFERING = {
     "gloo": "on Gloo a blocking `send` returns only once the receiver posts its `recv`, at every message size: "
             "this always hangs there",
-    "nccl": "on NCCL a `send` finishes before its `recv` is posted only while the message fits the peer's "
-            "buffer (NCCL_BUFFSIZE, 4 MiB by default): this passes small tests and hangs with bigger tensors",
+    "nccl": "on NCCL a `send` can finish before its `recv` is posted only when the message fits the peer's "
+            "buffer (under NCCL_BUFFSIZE, 4 MiB by default) and the pair has exchanged before: this may pass small "
+            "tests and hang with bigger tensors",
 }
 """What each backend's blocking send does, the reason a send cycle is a hazard there."""
+
+UNBLOCK = {
+    "gloo": "post the exchange in a `batch:` block, use `isend`, or alternate send/recv order by rank parity",
+    "nccl": "post the exchange in a `batch:` block, or alternate send/recv order by rank parity (on NCCL an `isend` "
+            "runs in issue order like a `send`)",
+}
+"""The fixes that break a send cycle on each backend (docs/backend-support.md#nccl-streams); a program checked
+for both gets NCCL's, which work on Gloo too."""
 
 
 def _completes_buffered(ctx: Context) -> bool:

@@ -60,7 +60,9 @@ its name: `commdsl explain P201`, `commdsl explain unmatched-send`), and `commds
 prints the table below.
 
 Each entry has a program that produces the diagnostic and a fixed program that does not; a test runs
-both through the checker, so they stay true. Backend notes cite what Gloo was measured to do.
+both through the checker, so they stay true. Backend notes say what Gloo was measured to do and what
+NCCL's sources say it does, and link the section of [the backend model](backend-support.md) the
+checker applies; a finding whose notes state a backend fact cites that section too.
 
 ## Reading a diagnostic
 
@@ -72,14 +74,17 @@ error[P201]: `send` on rank 0 to rank 1 has no matching `recv`
   |     ^^^^^^^^^^^ rank 1 finishes without posting one
   |
   = note: a matching `recv` on rank 1 would name rank 0
+  = note: on Gloo this `send` blocks until the process group's timeout (30 minutes by default), then raises
+  = note: see docs/backend-support.md#p2p-completion
   = note: at world size 2
 ```
 
 The header gives the severity, the code and a message that makes sense alone. `-->` points at the
 culprit (`path:line:column`, 1-based); `^^^` marks it and `---` marks the other party (the matching
 send, the other rank's collective, each edge of a deadlock cycle). `= note:` lines give facts (world
-sizes, ranks, what the backend does), `= help:` suggests a fix. A finding that repeats across world
-sizes and ranks is reported once, with the sizes listed.
+sizes, ranks, what each checked backend does, and where that is sourced), `= help:` suggests a fix that
+works on every checked backend. A finding that repeats across world sizes and ranks is reported once,
+with the sizes listed; one found under some of the checked backends only says on which.
 
 Severity: **error** for anything that hangs, crashes or gives wrong data; **warning** for idiom lints
 (L7xx), which only `commdsl lint` reports.

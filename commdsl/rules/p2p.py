@@ -59,13 +59,19 @@ class UnmatchedSend(Rule):
     ## Backend notes
 
     On Gloo a blocking `send` returns only once the receiver has posted the matching `recv`, at every
-    message size (measured from 1 element to 64 MiB), so an unmatched `send` always hangs there. An
-    `isend` never waited, followed by process exit, loses the message; the receiver, if any, sees
-    `Connection closed by peer`.
+    message size (measured from 1 element to 64 MiB), so an unmatched `send` always hangs there, until the
+    process group's timeout (30 minutes by default). An `isend` never waited, followed by process exit,
+    loses the message.
+
+    On NCCL the call returns to Python at once, but the send's kernel waits for its receive: the ops the
+    rank issues after it on that stream never run, and NCCL's watchdog ends the process after its timeout
+    (10 minutes by default). A send to the rank itself inside a `batch` needs the receive from itself in
+    the same batch, or NCCL raises `ncclInvalidUsage` (`Trying to send to self without a matching recv`).
     """
 
     code = "P201"
     name = "unmatched-send"
+    backend_doc = "p2p-completion"
 
 
     @classmethod
@@ -83,8 +89,8 @@ class UnmatchedRecv(Rule):
 
     ## Why is this bad?
 
-    The receiver blocks until the process-group timeout, 30 minutes by default, and its buffer is never
-    written. The other ranks usually finish normally, so the job looks stuck rather than failed.
+    The receiver waits for ever (until the process group's timeout) and its buffer is never written. The
+    other ranks usually finish normally, so the job looks stuck rather than failed.
 
     ## Example
 
@@ -107,10 +113,18 @@ class UnmatchedRecv(Rule):
     else:
         recv x from 0
     ```
+
+    ## Backend notes
+
+    On Gloo the `recv` (or the `wait` of an `irecv`) blocks until the process group's timeout, 30 minutes
+    by default, then raises. On NCCL the call returns to Python at once, but the receive's kernel never
+    ends: the ops issued after it on that stream never run, and NCCL's watchdog ends the process after its
+    timeout (10 minutes by default).
     """
 
     code = "P202"
     name = "unmatched-recv"
+    backend_doc = "p2p-completion"
 
 
     @classmethod
@@ -162,6 +176,7 @@ class TagMismatch(Rule):
 
     code = "P204"
     name = "tag-mismatch"
+    backend_doc = "p2p-matching"
 
 
     @classmethod
@@ -177,7 +192,7 @@ class TagMismatch(Rule):
                 f"rank {s_rank} sends with tag {send_op.tag} but rank {r_rank} receives with tag {recv_op.tag}",
                 span=send_op.span, label=f"tag {send_op.tag}",
                 labels=(Label(span=recv_op.span, message=f"tag {recv_op.tag}"),),
-                notes=(Note(message="messages match by (peer, tag): neither side ever completes"),),
+                notes=(Note(message="Gloo matches messages by (peer, tag): neither side ever completes"),),
                 help="use the same tag on both sides")
 
 
@@ -224,24 +239,40 @@ class MessageSizeMismatch(Rule):
 
     Measured on Gloo: a receive that posts 8 elements for a 4-element send completes **silently** and
     leaves the last 4 elements untouched; a receive that posts 2 elements for a 4-element send aborts the
-    receiving process (SIGABRT). `TORCH_DISTRIBUTED_DEBUG=DETAIL` does not check point-to-point sizes.
+    receiving process (SIGABRT, Gloo's `op.preamble.length <= op.nbytes` check).
+    `TORCH_DISTRIBUTED_DEBUG=DETAIL` does not check point-to-point sizes.
+
+    NCCL requires the same count on both sides and checks nothing: a larger receive has been reported to
+    hang, or to complete with its last elements unwritten (pytorch#113376); a smaller one to complete
+    without an error (NVIDIA/nccl#1938).
     """
 
     code = "P205"
     name = "message-size-mismatch"
+    backend_doc = "message-mismatch"
 
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for s, r in _mismatched_pairs(ctx):
             if s.dtype == r.dtype and s.view.numel != r.view.numel:
-                what = ("the last elements stay untouched, silently" if r.view.numel > s.view.numel
-                        else "the receiver aborts (`Received data size doesn't match`)")
+                larger = r.view.numel > s.view.numel
                 yield cls.diagnostic(
                     f"rank {s.rank} sends {s.view.numel} elements but rank {r.rank} receives {r.view.numel}",
                     span=s.span, label=f"sends {s.view.numel} elements",
                     labels=(Label(span=r.span, message=f"receives {r.view.numel}"),),
-                    notes=(Note(message=f"on Gloo {what}"),), help="size both views alike")
+                    notes=(Note(message=SIZE_MISMATCH[ctx.backend, larger]),), help="size both views alike")
+
+
+SIZE_MISMATCH = {
+    ("gloo", True): "on Gloo the receive completes silently and its last elements keep their old values",
+    ("gloo", False): "on Gloo the receiving process aborts (SIGABRT: `op.preamble.length <= op.nbytes`)",
+    ("nccl", True): "NCCL requires equal counts and checks nothing: the receive may hang waiting for the rest, or "
+                    "complete with its last elements unwritten",
+    ("nccl", False): "NCCL requires equal counts and checks nothing: the receive may complete without an error, "
+                     "holding part of the message",
+}
+"""What a receive larger (True) or smaller than its send does, per backend (docs/backend-support.md)."""
 
 
 class MessageDtypeMismatch(Rule):
@@ -285,11 +316,14 @@ class MessageDtypeMismatch(Rule):
     ## Backend notes
 
     Measured on Gloo: `float32` sent and `int32` or `float64` posted completes without any error and
-    leaves garbage in the receive buffer.
+    leaves garbage in the receive buffer. NCCL requires the same datatype on both sides and checks nothing:
+    it reads the count in the receiver's datatype, so the bytes are garbage, and a different byte count
+    behaves as a size mismatch (`P205`).
     """
 
     code = "P206"
     name = "message-dtype-mismatch"
+    backend_doc = "message-mismatch"
 
 
     @classmethod
@@ -299,8 +333,15 @@ class MessageDtypeMismatch(Rule):
                 yield cls.diagnostic(
                     f"rank {s.rank} sends {s.dtype} but rank {r.rank} receives {r.dtype}", span=s.span,
                     label=f"sends {s.dtype}", labels=(Label(span=r.span, message=f"receives {r.dtype}"),),
-                    notes=(Note(message="Gloo reinterprets the bytes: the receiver gets garbage, silently"),),
+                    notes=(Note(message=DTYPE_MISMATCH[ctx.backend]),),
                     help="give both buffers the same dtype")
+
+
+DTYPE_MISMATCH = {
+    "gloo": "Gloo moves bytes: the receiver reinterprets them as its dtype and gets garbage, silently",
+    "nccl": "NCCL requires the same datatype on both sides and checks nothing: the receiver gets garbage, and "
+            "where the byte counts differ the transfer is a size mismatch",
+}
 
 
 class NcclTagReorder(Rule):
@@ -360,6 +401,7 @@ class NcclTagReorder(Rule):
     code = "P207"
     name = "nccl-tag-reorder"
     about_backends = True
+    backend_doc = "p2p-matching"
 
 
     @classmethod
@@ -489,12 +531,19 @@ class P2pWithSelf(Rule):
 
     ## Backend notes
 
-    Measured on Gloo: `send` to the own rank raises `ValueError: Invalid destination rank`; `recv` from
-    the own rank, and `isend` to it, raise `RuntimeError: Pair is not connected`.
+    torch refuses `send` to the own rank on every backend (`ValueError: Invalid destination rank`). Measured
+    on Gloo: `recv` from the own rank, and `isend` to it, raise `RuntimeError: Pair is not connected`, and so
+    does a `batch` holding a send to self and the receive from self.
+
+    NCCL accepts a send to self and a receive from self inside one `batch`, and only there: alone, NCCL
+    raises `ncclInvalidUsage` (`Trying to send to self without a matching recv`, or `recv ... send`). Under
+    NCCL's rules the checker reports the unbatched ones only (a batched send to self without its receive is
+    `P201`).
     """
 
     code = "P209"
     name = "p2p-with-self"
+    backend_doc = "self-p2p"
 
 
     @classmethod
@@ -506,8 +555,19 @@ class P2pWithSelf(Rule):
             direction = "to" if rec.is_send else "from"
             yield cls.diagnostic(f"rank {rank} `{rec.word}`s {direction} itself", span=op.span,
                                  label=f"peer is rank {op.peer}, the rank itself",
-                                 notes=(Note(message="Gloo raises `Invalid destination rank` or `Pair is not connected`"),),
+                                 notes=(Note(message=_self_refused(ctx.backend, rec)),),
                                  help="copy locally with `=`, or fix the peer expression")
+
+
+def _self_refused(backend: str, rec) -> str:
+    """What torch and the backend raise for a P2P op with the rank itself (docs/backend-support.md#self-p2p)."""
+    if rec.word == "send":
+        return "torch raises `ValueError: Invalid destination rank` on every backend"
+    if backend == "gloo":
+        return "Gloo raises `RuntimeError: Pair is not connected`, inside a `batch` too"
+    other = "recv" if rec.is_send else "send"
+    return (f"NCCL raises `ncclInvalidUsage` (`Trying to {rec.word.lstrip('i')} to self without a matching "
+            f"{other}`): it allows P2P with self only as a send and a receive in one `batch`")
 
 
 class PeerNotInGroup(Rule):
@@ -589,8 +649,27 @@ def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnost
         yield rule.diagnostic(
             f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} rank {peer} has no matching `{other}`",
             span=op.span, label=f"rank {peer} {fate}",
-            notes=(Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),),
+            notes=(Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),
+                   Note(message=_never_met(ctx.backend, rec, self_=peer == rank))),
             help=_peer_hint(ctx, row))
+
+
+def _never_met(backend: str, rec, self_: bool) -> str:
+    """What the backend does with a send or receive whose partner never comes (docs/backend-support.md)."""
+    word = rec.word
+    if backend == "nccl":
+        if self_:
+            other = "recv" if rec.is_send else "send"
+            return (f"NCCL raises `ncclInvalidUsage` (`Trying to {word.lstrip('i')} to self without a matching "
+                    f"{other}`): a P2P op with self needs its partner in the same `batch`")
+        return ("on NCCL the call returns to Python, but its kernel never ends: what the rank issues after it on "
+                "that stream never runs, and the watchdog ends the process after its timeout (10 minutes by default)")
+    if rec.blocking:
+        return f"on Gloo this `{word}` blocks until the process group's timeout (30 minutes by default), then raises"
+    lost = ("never waited, the message is lost when the rank exits" if rec.is_send
+            else "never waited, the buffer is never written")
+    return (f"on Gloo the `wait` of this `{word}` blocks until the process group's timeout (30 minutes by "
+            f"default), then raises; {lost}")
 
 
 def _peer_hint(ctx: Context, row: int) -> str | None:

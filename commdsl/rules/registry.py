@@ -87,6 +87,7 @@ RULES: tuple[type[Rule], ...] = (
     requests.ReadAfterReduce,
     requests.RequestWaitedAgain,
     backend.UnsupportedReduceOp,
+    backend.IntegerAvgTruncates,
     idioms.SendLoopIsBroadcast,
     idioms.RecvLoopIsGather,
     idioms.PairwiseExchangeIsAllToAll,

@@ -57,13 +57,20 @@ class RequestNeverWaited(Rule):
 
     ## Backend notes
 
-    Measured on Gloo: an `isend` never waited, followed by process exit, loses the message; the receiver
-    fails with `Connection closed by peer`.
+    Measured on Gloo (torch 2.13, world 2): an `isend` never waited, its rank then exiting, loses the
+    message when the receiver posts its `recv` later (the receiver fails with `Connection closed by peer`),
+    and also when the receiver had already posted it, for a large message (4 MiB lost, 1 element
+    delivered). An async collective never waited, its rank then exiting: the peers fail with `Connection
+    closed by peer`.
+
+    On NCCL `wait` does not block the CPU either: it orders the rank's later work after the op. The op
+    runs on the GPU whether waited or not, but a rank that exits before it completes takes it down, and
+    the peer waits until NCCL's watchdog fires.
     """
 
     code = "R501"
     name = "request-never-waited"
-
+    backend_doc = "async-ops"
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -77,9 +84,25 @@ class RequestNeverWaited(Rule):
             rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
             yield cls.diagnostic(
                 f"the request of `{_word(op)}` on rank {rank} is never waited", span=op.span, label="never waited",
-                notes=(Note(message="the rank may exit (or reuse the buffer) before the op completes; on Gloo the "
-                                    "message is lost and the peer sees `Connection closed by peer`"),),
+                notes=(Note(message=_unwaited(ctx.backend, op)),),
                 help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends")
+
+
+def _unwaited(backend: str, op) -> str:
+    """What becomes of an async op nobody waits for, per backend (docs/backend-support.md#async-ops)."""
+    if backend == "nccl":
+        return ("on NCCL the op runs on its stream whether waited or not, but nothing orders the rank's later work "
+                "after it, and a rank that exits before it completes takes it down: the peer waits until the "
+                "watchdog fires")
+    if type(op) is Send:
+        return ("on Gloo the message is lost if the rank exits before it is through: always when the receive is "
+                "posted later (the peer fails with `Connection closed by peer`), and for a large message even when "
+                "it was posted first")
+    if type(op) is Collective:
+        return ("on Gloo the collective runs on a worker thread: if the rank exits before it ends, the other "
+                "members fail with `Connection closed by peer`")
+    return ("on Gloo the receive goes on after the rank moves past it: its buffer may be read before the data "
+            "lands, and if the rank exits first the sender fails with `Connection closed by peer`")
 
 
 class RequestWaitedTwice(Rule):
@@ -135,6 +158,7 @@ class RequestWaitedTwice(Rule):
 
     code = "R502"
     name = "request-waited-twice"
+    backend_doc = "waiting-twice"
 
 
     @classmethod
@@ -196,6 +220,7 @@ class RequestWaitedAgain(Rule):
     code = "R505"
     name = "request-waited-again"
     severity = "warning"
+    backend_doc = "waiting-twice"
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -259,11 +284,18 @@ class BufferInFlight(Rule):
     else:
         recv x from 0
     ```
+
+    ## Backend notes
+
+    On Gloo an `isend` or `irecv` is posted at once and the transport reads or writes its buffer on its own
+    thread whenever the peer is ready; an async collective runs on one of the process group's worker
+    threads. On NCCL the op runs on its communicator's stream, and only `wait` makes the rank's later work
+    wait for it. On both, the ops of one `batch` run together.
     """
 
     code = "R503"
     name = "buffer-in-flight"
-
+    backend_doc = "async-ops"
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -278,11 +310,28 @@ class BufferInFlight(Rule):
             window = ctx.schedule.op_at(w_rec, w_pos)
             kind = "writes" if race.writes else "reads"
             flight = "receives into" if race.window_writes else "sends from"
+            batched = getattr(w_rec, "batched", False)
             yield cls.diagnostic(f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
                                  span=rec.span, label=f"{kind} `{race.tensor}` here",
-                                 labels=(Label(span=w_rec.span, message="still in flight (not yet waited)"),),
-                                 notes=(Note(message="the result depends on timing: a data race"),),
-                                 help="`wait` the request before touching the buffer")
+                                 labels=(Label(span=w_rec.span, message="in the same batch" if batched
+                                               else "still in flight (not yet waited)"),),
+                                 notes=(Note(message=_in_flight(ctx.backend, window, batched)),),
+                                 help="`wait` the request before touching the buffer" if not batched else
+                                      "use separate buffers for the ops of one batch")
+
+
+def _in_flight(backend: str, window, batched: bool) -> str:
+    """Why touching a buffer an async op holds is a race on the backend (docs/backend-support.md#async-ops)."""
+    if batched:
+        return ("the ops of a batch run together (on NCCL as one group, on Gloo as separate `isend`s and `irecv`s): "
+                "which one touches the elements first depends on timing")
+    if backend == "nccl":
+        return ("on NCCL the op runs on its own stream and only `wait` orders the rank's later work after it: the "
+                "two run concurrently, and the result depends on timing")
+    if type(window) is Collective:
+        return "on Gloo the collective runs on a worker thread until it ends: the result depends on timing"
+    return ("on Gloo the transport reads or writes the buffer on its own thread whenever the peer is ready: the "
+            "result depends on timing")
 
 
 class ReadAfterReduce(Rule):
@@ -324,10 +373,15 @@ class ReadAfterReduce(Rule):
 
     Measured on Gloo at world size 4 with inputs `rank + 1`: the root got `[10, ...]`, while rank 1 ended
     with `[9, 9, 10, 10]`, rank 2 with `[7, 7, 8, 8]` and rank 3 with `[4, 4, 5, 5]`: partial sums.
+
+    On NCCL torch passes the tensor as both send and receive buffer, and NCCL writes the receive buffer on
+    the root only: a non-root rank keeps its own input, so the read gets that, not the result (from the
+    sources, not measured).
     """
 
     code = "R504"
     name = "read-after-reduce"
+    backend_doc = "reduce-buffers"
 
 
     @classmethod
@@ -345,8 +399,16 @@ class ReadAfterReduce(Rule):
                 f"rank {u.rank} reads `{reduce.inputs[0].tensor}` after `reduce` to rank {reduce.root} left it undefined",
                 span=rec.span, label="reads an undefined buffer",
                 labels=(Label(span=red_rec.span, message=f"only rank {reduce.root} gets the result"),),
-                notes=(Note(message="Gloo leaves partial sums in non-root buffers"),),
+                notes=(Note(message=NON_ROOT_AFTER_REDUCE[ctx.backend]),),
                 help="read it only on the root, or use `all_reduce`")
+
+
+NON_ROOT_AFTER_REDUCE = {
+    "gloo": "Gloo uses the non-root buffers for its ring and leaves partial sums in them",
+    "nccl": "on NCCL the non-root buffer keeps this rank's own input (NCCL writes the root's only): the read gets "
+            "the input, not the result",
+}
+"""What a non-root rank's buffer holds after `reduce`, per backend (docs/backend-support.md#reduce-buffers)."""
 
 
 def _word(op) -> str:

@@ -190,6 +190,7 @@ class OrderDependentSum(Rule):
     code = "V803"
     name = "order-dependent-sum"
     severity = "warning"
+    backend_doc = "summation-order"
 
     @classmethod
     def from_simulation(cls, sim) -> Iterator[Diagnostic]:
