@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
+from commdsl.p2p import form
 from commdsl.source import Span
 from commdsl.values import item, sub
 
@@ -230,7 +231,7 @@ class P2PRec(Record):
     @property
     def word(self) -> str:
         """The op as the user wrote it: `send`, `isend`, ..."""
-        return ("" if self.node.blocking else "i") + ("send" if self.is_send else "recv")
+        return form(self.is_send, self.node.blocking).word
 
     def at(self, k: int, groups: "list[Group] | None" = None) -> "Send | Recv":
         gid = None if self.gid is None else int(item(self.gid, k))

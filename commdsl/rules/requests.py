@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.p2p import form
 from commdsl.rules import Rule
 from commdsl.schedule import Collective, Send
 
@@ -414,4 +415,4 @@ NON_ROOT_AFTER_REDUCE = {
 def _word(op) -> str:
     if type(op) is Collective:
         return op.kind
-    return "isend" if type(op) is Send else "irecv"
+    return form(type(op) is Send, op.blocking).word

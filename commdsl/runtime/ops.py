@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
+from commdsl.p2p import form
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
@@ -260,10 +261,9 @@ def _repr(t: torch.Tensor) -> str:
 
 def _p2p(op: Send | Recv, index: int, ctx: Context) -> Step:
     t, peer, tag, group = ctx.view(op.view), op.peer, op.tag, _group(op.group, ctx)
+    fn = form(isinstance(op, Send), op.blocking).function
     if op.blocking:
-        fn = dist.send if isinstance(op, Send) else dist.recv
         return _blocking(lambda: fn(t, peer, group=group, tag=tag), ctx)
-    fn = dist.isend if isinstance(op, Send) else dist.irecv
     reqs, req = ctx.reqs, op.req
 
     def post():
@@ -272,7 +272,7 @@ def _p2p(op: Send | Recv, index: int, ctx: Context) -> Step:
 
 
 def _batch(op: Batch, index: int, ctx: Context) -> Step:
-    p2p = [dist.P2POp(dist.isend if isinstance(o, Send) else dist.irecv, ctx.view(o.view), o.peer,
+    p2p = [dist.P2POp(form(isinstance(o, Send), o.blocking).batched.function, ctx.view(o.view), o.peer,
                       _group(o.group, ctx), o.tag) for o in op.ops]
 
     def step():
