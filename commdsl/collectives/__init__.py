@@ -9,8 +9,9 @@ runtime, and `python_call`, `commdsl compile`) and nccl-tests' bus-bandwidth fac
 `commdsl bench`). Everything common to all collectives (rendezvous, matching calls into instances,
 the mismatch rules) lives in the engine and the checker, which look kinds up in `KINDS`.
 
-To add a collective: a module here with its `Kind`, a rule in `grammar/commdsl.lark` (and the word
-in `syntax/nodes.CollectiveKind`), and its entry in docs/language.md.
+To add a collective: a module here defining `KIND` (its `statement` maps the grammar rule's parts to the
+syntax node), its rule `<name>_op` in `grammar/commdsl.lark`, and its entry in docs/language.md. The
+modules are found by name (`_registry`); the transformer and every stage look the kind up.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class Kind:
     rooted: bool = False  # has a root rank: `from ROOT` (it sends) or `to ROOT` (it receives)
     reducing: bool = False  # takes `op REDOP`
     root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
+
+    # ---- syntax ---------------------------------------------------------------------------------
+    def statement(self, *parts) -> dict:
+        """The `syntax.nodes.Collective` fields of a statement, from the parts of its grammar rule
+        `<name>_op` in order (a buffer view, `buffers` as (views, listed), a root, `redop`, `splits`,
+        `group_ref`; an optional part absent is None)."""
+        raise NotImplementedError  # pragma: no cover - every kind defines it
 
     # ---- buffers --------------------------------------------------------------------------------
     def fit(self, call: Call) -> Problem | None:
@@ -234,12 +242,18 @@ def chunks(t, count: int, shape) -> list:
     return [p.view(shape) for p in t.reshape(-1).chunk(count)] if count else []
 
 
-def _registry() -> dict[str, Kind]:
-    from commdsl.collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, reduce,
-                                     reduce_scatter, scatter)
+ORDER = ("broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all",
+         "barrier")
+"""The order the docs, `bench` and `explain` list the kinds in; a kind not named here follows, by name."""
 
-    kinds = (broadcast.KIND, all_reduce.KIND, reduce.KIND, all_gather.KIND, gather.KIND, scatter.KIND,
-             reduce_scatter.KIND, all_to_all.KIND, barrier.KIND)
+
+def _registry() -> dict[str, Kind]:
+    """Every module of this package defines one kind, `KIND`, named as the module."""
+    import importlib
+    import pkgutil
+
+    kinds = [importlib.import_module(f"{__name__}.{m.name}").KIND for m in pkgutil.iter_modules(__path__)]
+    kinds.sort(key=lambda k: (ORDER.index(k.name) if k.name in ORDER else len(ORDER), k.name))
     return {k.name: k for k in kinds}
 
 

@@ -77,6 +77,10 @@ class AllToAll(Kind):
     form = "all_to_all {ins} into {outs}{splits}"
     bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_to_all x into y", "x")
 
+    def statement(self, src, dst, splits, group):
+        fields = {"in_splits": splits[0], "out_splits": splits[1]} if splits is not None else {}
+        return {"inputs": (src,), "outputs": (dst,), "group": group, **fields}
+
     def fit(self, call: Call) -> Problem | None:
         rec, n = call.rec, call.count
         size = at(call.size, None, n)

@@ -21,6 +21,9 @@ class Broadcast(Kind):
     rooted = True
     root_sends = True
 
+    def statement(self, buf, root, group):
+        return {"inputs": (buf,), "outputs": (buf,), "root": root, "group": group}
+
     def roles(self, is_root):
         return (True, False, False) if is_root else (False, True, False)
 

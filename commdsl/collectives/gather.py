@@ -13,6 +13,10 @@ class Gather(Kind):
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "gather x into y to {root}", "y")
     rooted = True
 
+    def statement(self, src, dst, root, group):
+        outs, listed = dst
+        return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "root": root, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
         return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
                              "output", "input", where=call.is_root)

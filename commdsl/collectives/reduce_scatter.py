@@ -11,6 +11,10 @@ class ReduceScatter(Kind):
     bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]", "reduce_scatter x into y op {op}", "x")
     reducing = True
 
+    def statement(self, src, dst, redop, group):
+        ins, listed = src
+        return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "redop": redop, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
         return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
                              "input", "output")

@@ -15,6 +15,10 @@ class Scatter(Kind):
     rooted = True
     root_sends = True
 
+    def statement(self, src, dst, root, group):
+        ins, listed = src
+        return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "root": root, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
         return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
                              "input", "output", where=call.is_root)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from commdsl.source import Span
 
@@ -218,10 +218,16 @@ class Recv(Node):
     handle: Ident | None = None
 
 
-CollectiveKind = Literal[
-    "broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
-    "reduce_scatter", "all_to_all", "barrier",
-]
+def _collective_kind(name: str) -> str:
+    """A collective's name must be one of `commdsl.collectives.KINDS` (each kind's module defines it)."""
+    from commdsl.collectives import KINDS  # late: the kinds import values, which import these nodes
+
+    if name not in KINDS:
+        raise ValueError(f"unknown collective {name!r}")
+    return name
+
+
+CollectiveKind = Annotated[str, AfterValidator(_collective_kind)]
 
 
 class Collective(Node):

@@ -6,6 +6,7 @@ from lark import Token, Transformer, Tree, v_args
 from lark.exceptions import VisitError
 from lark.tree import Meta
 
+from commdsl.collectives import KINDS
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.rules.names import InvalidView, MisusedHandle
 from commdsl.rules.sizes import NotAnInteger
@@ -160,45 +161,12 @@ class _ToAst(Transformer):
     def buffer_list(self, meta, *views):
         return tuple(views), True
 
-    def _coll(self, meta, op, **fields):
-        return n.Collective(span=self._span(meta), op=op, **fields)
-
-    def broadcast_op(self, meta, buf, root, group):
-        return self._coll(meta, "broadcast", inputs=(buf,), outputs=(buf,), root=root, group=group)
-
-    def all_reduce_op(self, meta, buf, redop, group):
-        return self._coll(meta, "all_reduce", inputs=(buf,), outputs=(buf,), redop=redop, group=group)
-
-    def reduce_op(self, meta, buf, root, redop, group):
-        return self._coll(meta, "reduce", inputs=(buf,), outputs=(buf,), root=root, redop=redop, group=group)
-
-    def all_gather_op(self, meta, src, dst, group):
-        outs, listed = dst
-        return self._coll(meta, "all_gather", inputs=(src,), outputs=outs, outputs_listed=listed, group=group)
-
-    def gather_op(self, meta, src, dst, root, group):
-        outs, listed = dst
-        return self._coll(meta, "gather", inputs=(src,), outputs=outs, outputs_listed=listed, root=root,
-                          group=group)
-
-    def scatter_op(self, meta, src, dst, root, group):
-        ins, listed = src
-        return self._coll(meta, "scatter", inputs=ins, inputs_listed=listed, outputs=(dst,), root=root,
-                          group=group)
-
-    def reduce_scatter_op(self, meta, src, dst, redop, group):
-        ins, listed = src
-        return self._coll(meta, "reduce_scatter", inputs=ins, inputs_listed=listed, outputs=(dst,),
-                          redop=redop, group=group)
-
-    def all_to_all_op(self, meta, src, dst, splits, group):
-        fields = {}
-        if splits is not None:
-            fields = {"in_splits": splits[0], "out_splits": splits[1]}
-        return self._coll(meta, "all_to_all", inputs=(src,), outputs=(dst,), group=group, **fields)
-
-    def barrier_op(self, meta, group):
-        return self._coll(meta, "barrier", group=group)
+    def __default__(self, data, children, meta):
+        """A collective's rule, `<kind>_op`: its kind module says what its parts mean (`Kind.statement`)."""
+        kind = KINDS.get(data.removesuffix("_op")) if data.endswith("_op") else None
+        if kind is None:
+            return super().__default__(data, children, meta)
+        return n.Collective(span=self._span(meta), op=kind.name, **kind.statement(*children))
 
     def wait_handles(self, meta, *names):
         return n.Wait(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
