@@ -42,18 +42,12 @@ class Model:
     streams: bool = False  # ops on one communicator run in issue order, async or not (NCCL)
     self_in_batch: bool = False  # a send to self and a receive from self in one batch meet (NCCL)
 
-    @property
-    def buffering(self) -> str:
-        return "infinite" if self.eager_sends else "zero"
-
 
 GLOO = Model("gloo", early_release=True)
-PORTABLE = Model("portable")  # every collective waits for every member, as NCCL's kernels do
 NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
 # bad parameters
 PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = range(5)
-PROBLEMS = ("peer-out-of-range", "self", "not-member", "peer-not-in-group", "root-not-in-group")
 
 
 class Rows:
@@ -211,7 +205,6 @@ class Engine:
         self.record_matches = record_matches
         self.matches: list[tuple[Posts, Posts]] = []
         self.instances: list[Instance] = []
-        self.tensor_ids = {name: i for i, name in enumerate(schedule.infos)}
         self.dtype_ids = {name: i for i, name in enumerate(sorted({i.dtype for i in schedule.infos.values()}))}
         self.kind_ids: dict[str, int] = {}
         self.redop_ids: dict[str | None, int] = {None: -1}

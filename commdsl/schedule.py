@@ -58,9 +58,6 @@ class View:
         return (self.tensor == other.tensor and self.offset < other.stop and other.offset < self.stop
                 and self.numel > 0 and other.numel > 0)
 
-    def covers(self, other: "View") -> bool:
-        return self.tensor == other.tensor and self.offset <= other.offset and other.stop <= self.stop
-
 
 @dataclass(frozen=True, slots=True)
 class Group:

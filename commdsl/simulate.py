@@ -681,8 +681,4 @@ def simulate(schedule: Schedule, initial: dict[str, np.ndarray] | None = None) -
     return SimResult(schedule, run_engine(schedule, observer=data), data)
 
 
-def finish(schedule: Schedule, data: Data, outcome: Outcome) -> SimResult:
-    return SimResult(schedule, outcome, data)
-
-
 __all__ = ["simulate", "SimResult", "ExpectResult", "Data", "initial_value", "cast", "close", "judge", "format_tensor"]

@@ -237,7 +237,7 @@ class RequestWaitedAgain(Rule):
 def _double_waits(ctx: Context):
     """(rank, op, the second wait's span, the first wait's span) of every request waited twice."""
     req = ctx.schedule.requests
-    for q, wait_rid, wait_pos in ctx.outcome.double_waits:
+    for q, wait_rid, _ in ctx.outcome.double_waits:
         rank, op = int(req.rank[q]), ctx.op(req.record[q], req.pos[q])
         first, _ = ctx.locate(int(ctx.outcome.req_waited[q]))
         yield rank, op, ctx.record(wait_rid).span, first.span
