@@ -43,8 +43,11 @@ class P2PForm:
         return form(self.is_send, blocking=False)
 
 
-FORMS = {(is_send, blocking): P2PForm(("" if blocking else "i") + ("send" if is_send else "recv"), is_send, blocking)
-         for is_send in (True, False) for blocking in (True, False)}
+FORMS = {
+    (is_send, blocking): P2PForm(("" if blocking else "i") + ("send" if is_send else "recv"), is_send, blocking)
+    for is_send in (True, False)
+    for blocking in (True, False)
+}
 
 
 def form(is_send: bool, blocking: bool) -> P2PForm:

@@ -36,8 +36,11 @@ from commdsl.runtime.worker import BACKSTOP_S, Job, attach, run_steps
 def entry(plan: Plan, job: Job) -> None:
     """What the elastic agent runs in each worker (through functools.partial); exits non-zero on failure."""
     rank, local_rank, slot = attach(job)
-    with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records, \
-         open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results:
+    with (
+        open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records,
+        open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results,
+    ):
+
         def emit(kind: str, payload: dict):
             records.write(line(kind, payload))
             records.flush()
@@ -89,15 +92,27 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         def prepare(number: int) -> _Live:
             case = plan.cases[number]
             s, specs = case.schedule, case.schedule.tensors[rank]
-            ctx = Context(rank=rank, backend=plan.backend, device=device,
-                          buffers=allocate(specs, rank, plan.world, device),
-                          dtypes={name: spec.dtype for name, spec in specs.items()},
-                          groups=[None] + [group(g.ranks) for g in s.groups[1:]], emit=emit,
-                          sync=torch.cuda.current_stream(device).synchronize if nccl else None)
+            ctx = Context(
+                rank=rank,
+                backend=plan.backend,
+                device=device,
+                buffers=allocate(specs, rank, plan.world, device),
+                dtypes={name: spec.dtype for name, spec in specs.items()},
+                groups=[None] + [group(g.ranks) for g in s.groups[1:]],
+                emit=emit,
+                sync=torch.cuda.current_stream(device).synchronize if nccl else None,
+            )
             steps = build_steps(s.ops[rank], ctx)
-            return _Live(number, ctx, steps, case.bases[rank], [(0, 0)] * len(steps), [0] * len(steps),
-                         _expected(plan, number, rank) if plan.check else None,
-                         {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None)
+            return _Live(
+                number,
+                ctx,
+                steps,
+                case.bases[rank],
+                [(0, 0)] * len(steps),
+                [0] * len(steps),
+                _expected(plan, number, rank) if plan.check else None,
+                {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None,
+            )
 
         for numbers in plan.rounds:
             slot.state(progress.RUNNING)  # local work (op -1): the hang guard only times waits
@@ -122,8 +137,14 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
                         slot.state(progress.RUNNING)
                         c.wrong += _wrong(c.ctx, c.expected)
             for c in live:
-                result({"case": c.number, "durations_ns": c.durations, "op_ns": c.spent,
-                        "wrong": c.wrong if plan.check else None})
+                result(
+                    {
+                        "case": c.number,
+                        "durations_ns": c.durations,
+                        "op_ns": c.spent,
+                        "wrong": c.wrong if plan.check else None,
+                    }
+                )
             del live
         slot.state(progress.FINISHING)
         barrier()  # nobody tears down while a peer still talks to it

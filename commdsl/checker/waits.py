@@ -128,8 +128,12 @@ class _Ahead:
                 q_tag = tag[ask] if tags and with_tag else np.zeros(ask.size, dtype=np.int64)
                 hit = _member((gid[ask], src[ask], dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
                 for i in ask[hit].tolist():
-                    m = np.flatnonzero((o_gid == gid[i]) & (o_src == src[i]) & (o_dst == dst[i])
-                                       & (o_tag == (tag[i] if tags and with_tag else 0)))[0]
+                    m = np.flatnonzero(
+                        (o_gid == gid[i])
+                        & (o_src == src[i])
+                        & (o_dst == dst[i])
+                        & (o_tag == (tag[i] if tags and with_tag else 0))
+                    )[0]
                     found[i] = (op.id, int(m if pos is None else pos[m]))
                     open_[i] = False
                 if not open_.any():
@@ -209,8 +213,9 @@ def analyse(outcome: Outcome) -> Analysis:
         op = rec.base + pos
         out = edges.setdefault(r, [])
         things = list(_waits_on(outcome, rec, r, pos, member_of, instances, missing_members))
-        if things and all(isinstance(x, Pending) and posts.send[x.row] == 1 and posts.rank[x.row] == r
-                          for _, x in things):
+        if things and all(
+            isinstance(x, Pending) and posts.send[x.row] == 1 and posts.rank[x.row] == r for _, x in things
+        ):
             only_sends.add(r)
         for target, thing in things:
             if isinstance(thing, Pending):
@@ -269,15 +274,28 @@ def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _
     near: list = [None] * n
     loose = ask[~could[ask]]
     if loose.size:
-        close = ahead.messages(peers[loose], want[loose], posts.gid[loose], posts.src[loose], posts.dst[loose],
-                               posts.tag[loose], tags, with_tag=False)
+        close = ahead.messages(
+            peers[loose],
+            want[loose],
+            posts.gid[loose],
+            posts.src[loose],
+            posts.dst[loose],
+            posts.tag[loose],
+            tags,
+            with_tag=False,
+        )
         for i, hit in zip(loose.tolist(), close):
             if hit is not None and tags:
                 near[i] = hit
                 continue
             # the peer's own pending op on the same pair with another tag, the first in its program
-            m = np.flatnonzero((posts.send == want[i]) & (posts.gid == posts.gid[i]) & (posts.src == posts.src[i])
-                               & (posts.dst == posts.dst[i]) & (posts.tag != posts.tag[i]))
+            m = np.flatnonzero(
+                (posts.send == want[i])
+                & (posts.gid == posts.gid[i])
+                & (posts.src == posts.src[i])
+                & (posts.dst == posts.dst[i])
+                & (posts.tag != posts.tag[i])
+            )
             if m.size:
                 first = int(m[np.lexsort((posts.pos[m], posts.rec[m]))[0]])
                 near[i] = (int(posts.rec[first]), int(posts.pos[first]))
@@ -335,7 +353,7 @@ def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, 
             yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
         return
     if isinstance(rec, WaitRec):
-        reqs = rec.reqs[rec.starts[pos]:rec.starts[pos + 1]]
+        reqs = rec.reqs[rec.starts[pos] : rec.starts[pos + 1]]
         for q in reqs[~outcome.req_done[reqs]].tolist():
             yield from _request(outcome, q, instances, rank)
 
@@ -444,6 +462,6 @@ def _cycles(edges: dict[int, list[Edge]]) -> list[list[Edge]]:
             e = next(e for e in edges[v] if e.target in members)
             path.append(e)
             v = e.target
-        cycles.append(path[seen[v]:])
+        cycles.append(path[seen[v] :])
     cycles.sort(key=lambda c: min(e.rank for e in c))
     return cycles

@@ -121,7 +121,7 @@ class Kind:
 
     rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one
 
-    def members_disagree(self, inst: "Instance") -> tuple[int, int] | None:
+    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
         """Two members (indices) whose calls cannot meet for a reason of this kind's own (C312), or None."""
         return None
 
@@ -138,13 +138,16 @@ class Kind:
         raise NotImplementedError
 
     # ---- torch ----------------------------------------------------------------------------------
-    def torch_call(self, op, ins: list, outs: list, group, red, is_root: bool, size: int,
-                   device_ids: list[int] | None = None) -> Callable[[bool], object]:
+    def torch_call(
+        self, op, ins: list, outs: list, group, red, is_root: bool, size: int, device_ids: list[int] | None = None
+    ) -> Callable[[bool], object]:
         """A function of `async_op` that issues this rank's call (`op` is the rank's concrete op;
         `device_ids`: NCCL's device of this rank, for the calls that take it)."""
         raise NotImplementedError  # pragma: no cover
 
-    def python_call(self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int) -> tuple[str, list[str]]:
+    def python_call(
+        self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int
+    ) -> tuple[str, list[str]]:
         """(function, arguments) of the call in a generated script (`dist.broadcast`, ...); views and the reduce
         op come as source text."""
         raise NotImplementedError  # pragma: no cover
@@ -156,6 +159,7 @@ class Kind:
 
 
 # ---- helpers the kinds share ----------------------------------------------------------------------
+
 
 def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, where=None) -> Problem | None:
     """A buffer that holds `size` parts of `part` elements: one tensor of size × part, or a list of size
@@ -179,6 +183,7 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
                 return f"the {whole} list has {count} buffers for a group of {size[k]}"
             first = next(int(x[k]) for x in numels if x[k] != part[k])
             return f"each {whole} buffer must hold {part[k]} elements (the {each}), one holds {first}"
+
         return Problem(mask, message) if mask.any() else None
     total = at(bufs[0].numel, None, n)
     mask = total != size * part
@@ -186,8 +191,10 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
         mask &= where
     if not mask.any():
         return None
-    return Problem(mask, lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} "
-                                   f"needs {size[k] * part[k]}")
+    return Problem(
+        mask,
+        lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} needs {size[k] * part[k]}",
+    )
 
 
 def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:
@@ -242,8 +249,17 @@ def chunks(t, count: int, shape) -> list:
     return [p.view(shape) for p in t.reshape(-1).chunk(count)] if count else []
 
 
-ORDER = ("broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all",
-         "barrier")
+ORDER = (
+    "broadcast",
+    "all_reduce",
+    "reduce",
+    "all_gather",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "all_to_all",
+    "barrier",
+)
 """The order the docs, `bench` and `explain` list the kinds in; a kind not named here follows, by name."""
 
 

@@ -17,8 +17,9 @@ class AllGather(Kind):
         return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "group": group}
 
     def fit(self, call: Call) -> Problem | None:
-        return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
-                             "output", "input")
+        return parts_problem(
+            call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed, "output", "input"
+        )
 
     def apply(self, inst: Instance) -> Outputs:
         parts = [x[0] for x in inst.inputs]

@@ -8,7 +8,6 @@ before the last member arrives (measured: docs/backend-support.md).
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from commdsl.collectives import DATA, Instance, Kind, Outputs

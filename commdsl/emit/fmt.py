@@ -45,7 +45,8 @@ def _shape(node) -> object:
     """A node with every span dropped: two programs that mean the same have equal shapes."""
     if isinstance(node, n.Node):
         return (type(node).__name__,) + tuple(
-            (name, _shape(getattr(node, name))) for name in type(node).model_fields if name != "span")
+            (name, _shape(getattr(node, name))) for name in type(node).model_fields if name != "span"
+        )
     if isinstance(node, tuple):
         return tuple(_shape(x) for x in node)
     return node
@@ -104,7 +105,7 @@ class _Exprs:
         before = before.rstrip()
         if not before or before[-1] in ")]":
             return not before
-        word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")):]
+        word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")) :]
         return not word or word in _keywords()
 
     def expr(self, e) -> tuple[str, int]:
@@ -145,8 +146,11 @@ class _Exprs:
 @lru_cache(maxsize=1)
 def _keywords() -> frozenset[str]:
     """The grammar's keywords (`to`, `from`, `print`...): a `(` after one opens a group, not a call."""
-    return frozenset(t.pattern.value for t in lark_parser().terminals
-                     if t.pattern.type == "str" and t.pattern.value.replace("_", "").isalpha())
+    return frozenset(
+        t.pattern.value
+        for t in lark_parser().terminals
+        if t.pattern.type == "str" and t.pattern.value.replace("_", "").isalpha()
+    )
 
 
 def _simple(e) -> bool:
@@ -229,6 +233,7 @@ class _Printer:
         """Emit the comment lines before source line `line`, where the next item sits at `depth` (written at
         `column`). A comment goes to the open depth whose original indentation is nearest its own: after a
         block's last statement it may belong to that block or to what follows."""
+
         def written_at(d: int) -> int:
             if d == depth and column is not None:
                 return column

@@ -144,7 +144,8 @@ def build(program: Program, schedule: Schedule) -> Diagram:
     if size > MAX_EVENTS:
         raise DiagramTooLarge(
             f"world size {schedule.world} gives {size} sends, receives and collective calls; a diagram stays "
-            f"readable up to about {MAX_EVENTS}")
+            f"readable up to about {MAX_EVENTS}"
+        )
     waits = analyse(outcome)
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
 
@@ -178,8 +179,10 @@ def build(program: Program, schedule: Schedule) -> Diagram:
     groups = [(inst.gid, inst.seq, inst.calls) for inst in outcome.instances]
     groups += [(gid, seq, waiting.take(np.array(w.rows))) for (gid, seq), w in unfinished.items()]
     for gid, seq, calls in sorted(groups, key=lambda g: (g[0], g[1])):
-        evs = [event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
-               for k in np.argsort(calls.rank, kind="stable")]
+        evs = [
+            event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
+            for k in np.argsort(calls.rank, kind="stable")
+        ]
         label, mismatch = _band_label(evs, schedule.groups[gid])
         band = Band(label, schedule.groups[gid], evs, mismatch=mismatch)
         bands.append(band)
@@ -203,8 +206,11 @@ def build(program: Program, schedule: Schedule) -> Diagram:
         ev = post(outcome.unmatched, row)
         want = "recv" if isinstance(ev.op, Send) else "send"
         ev.status = "unmatched"
-        ev.note = (f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`" if reason == "finished"
-                   else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`")
+        ev.note = (
+            f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`"
+            if reason == "finished"
+            else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`"
+        )
     for row, near, peer in waits.tag_mismatches:
         ev = post(outcome.unmatched, row)
         other = schedule.op_at(schedule.records[near[0]], near[1])
@@ -218,8 +224,9 @@ def build(program: Program, schedule: Schedule) -> Diagram:
         if any(m == member for m, _ in band.missing):
             continue
         band.missing.append(
-            (member, f"rank {member} {'finishes without calling it' if reason == 'finished' else 'never calls it'}"))
-    for key, w in unfinished.items():
+            (member, f"rank {member} {'finishes without calling it' if reason == 'finished' else 'never calls it'}")
+        )
+    for key in unfinished:
         band = band_of[key]
         named = {m for m, _ in band.missing}
         called = {ev.rank for ev in band.calls}
@@ -236,13 +243,16 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             lanes.append(Lane(rank, None))
         else:
             rid, _ = outcome.head(rank)
-            lanes.append(Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1))
-    findings = [Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
-                for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))]
+            lanes.append(
+                Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1)
+            )
+    findings = [
+        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
+        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
+    ]
     params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
     title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
-    return Diagram(title, schedule.world, lanes, events, messages, bands, cycles,
-                   _gutter(program, events), findings)
+    return Diagram(title, schedule.world, lanes, events, messages, bands, cycles, _gutter(program, events), findings)
 
 
 def _unfinished(waiting):
@@ -416,8 +426,10 @@ def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
         parts = [p for p in next(iter(variants)) if p != biggest.dtype]
         size = [_size(biggest.inputs, biggest.dtype)] if biggest.inputs else []
         return " · ".join(parts + size) + group, False
-    lines = [(f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}") + ": " + " · ".join(parts)
-             for parts, ranks in variants.items()]
+    lines = [
+        (f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}") + ": " + " · ".join(parts)
+        for parts, ranks in variants.items()
+    ]
     return "\n".join(lines) + group, True
 
 
@@ -502,8 +514,10 @@ def _left(lines: list[str]) -> str:
 def _html(lines: list[tuple[str, str]], width: float) -> str:
     """An HTML-like label of (text, colour) lines, flush left in a cell `width` points wide."""
     body = "<br/>".join(f'<font color="{c}">{html.escape(t)}</font>' for t, c in lines)
-    return (f'<<table border="0" cellborder="0" cellpadding="0" cellspacing="0"><tr>'
-            f'<td width="{width:.0f}" align="left" balign="left">{body}</td></tr></table>>')
+    return (
+        f'<<table border="0" cellborder="0" cellpadding="0" cellspacing="0"><tr>'
+        f'<td width="{width:.0f}" align="left" balign="left">{body}</td></tr></table>>'
+    )
 
 
 class _Layout:
@@ -573,17 +587,22 @@ def to_dot(d: Diagram) -> str:
     for lane in d.lanes:
         r, color = lane.rank, RED if lane.stuck_line is not None else "black"
         for node, y in (("h", 0), ("f", lay.bottom)):
-            out.append(f'  {node}{r} [shape=box, width=1.1, height=0.4, label="rank {r}", color="{color}", '
-                       f'pos="{x[r]},{y}!"];')
+            out.append(
+                f'  {node}{r} [shape=box, width=1.1, height=0.4, label="rank {r}", color="{color}", pos="{x[r]},{y}!"];'
+            )
         out.append(f'  h{r} -> f{r} [arrowhead=none, color="{GREY}"];')
         if lane.stuck_line is not None:
-            out.append(f'  stuck{r} [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(_stuck(lane, True))}, '
-                       f'pos="{x[r]},{lay.bottom - 32}!"];')
+            out.append(
+                f'  stuck{r} [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(_stuck(lane, True))}, '
+                f'pos="{x[r]},{lay.bottom - 32}!"];'
+            )
     for row, entries in enumerate(d.gutter):
         if entries:
-            out.append(f'  g{row} [shape=plaintext, fixedsize=true, width={(lay.gutter - 40) / 72:.2f}, '
-                       f'height={0.17 * len(entries):.2f}, fontname="Courier", fontsize=9, '
-                       f'label={_left([t for _, t in entries])}, pos="{gx},{lay.y(row)}!"];')
+            out.append(
+                f"  g{row} [shape=plaintext, fixedsize=true, width={(lay.gutter - 40) / 72:.2f}, "
+                f'height={0.17 * len(entries):.2f}, fontname="Courier", fontsize=9, '
+                f'label={_left([t for _, t in entries])}, pos="{gx},{lay.y(row)}!"];'
+            )
     ids = {id(ev): f"e{i}" for i, ev in enumerate(d.events)}
     for k, b in enumerate(d.bands):
         xs = [x[ev.rank] for ev in b.calls] + [x[m] for m, _ in b.missing]
@@ -592,22 +611,27 @@ def to_dot(d: Diagram) -> str:
         width = max(hi - lo + 90, 6.2 * max(len(t) for t in label.split("\n")) + 24)
         style = "rounded,filled" if b.complete else "rounded,filled,dashed"
         color = BLUE if b.complete and not b.mismatch else RED
-        out.append(f'  band{k} [shape=box, style="{style}", fillcolor="#dce9f9e6", color="{color}", fixedsize=true, '
-                   f'width={width / 72:.2f}, height={_band_height(b) / 72:.2f}, label={_q(label)}, '
-                   f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];')
+        out.append(
+            f'  band{k} [shape=box, style="{style}", fillcolor="#dce9f9e6", color="{color}", fixedsize=true, '
+            f"width={width / 72:.2f}, height={_band_height(b) / 72:.2f}, label={_q(label)}, "
+            f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];'
+        )
     for ev in d.events:
         i, (ex, ey) = ids[id(ev)], lay.at(ev)
         fill, color = _FILL[ev.status], _LINE[ev.status]
         shape = 'circle, width=0.12, fixedsize=true, label=""' if ev.status == "unmatched" else "point"
-        out.append(f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, '
-                   f'pos="{ex},{ey}!"];')
+        out.append(
+            f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, pos="{ex},{ey}!"];'
+        )
         if type(ev.op) is Collective:
             continue
         lines = lay.labels[id(ev)]
         height, w = 13 * len(lines), COL_W - 22
         ly = ey + 3 + height / 2 if type(ev.op) is Send else ey - 3 - height / 2  # sends above, receives below
-        out.append(f'  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, '
-                   f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];')
+        out.append(
+            f"  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, "
+            f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
+        )
         if ev.status in ("unmatched", "blocked"):  # a stub towards the peer that never answers
             peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
             stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
@@ -624,23 +648,32 @@ def to_dot(d: Diagram) -> str:
             a, b = f"w{c}_{k}a", f"w{c}_{k}b"
             out.append(f'  {a} [shape=point, width=0.01, color="{RED}", pos="{x1 + side},{level}!"];')
             out.append(f'  {b} [shape=point, width=0.01, color="{RED}", pos="{x2 - side},{level}!"];')
-            out.append(f'  {a}t [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(e.text)}, '
-                       f'pos="{(x1 + x2) / 2},{level + 7}!"];')
+            out.append(
+                f'  {a}t [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(e.text)}, '
+                f'pos="{(x1 + x2) / 2},{level + 7}!"];'
+            )
             red = f'color="{RED}", penwidth=2'
             out.append(f"  {ids[id(e.src)]} -> {a} [{red}, arrowhead=none, tailclip=false];")
             out.append(f"  {a} -> {b} [{red}, arrowhead=none];")
             out.append(f"  {b} -> {ids[id(e.dst)]} [{red}];")
             level -= 22
     if d.findings:
-        lines = [(f"{f.severity}[{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}",
-                  RED if f.severity == "error" else ORANGE) for f in d.findings[:8]]
+        lines = [
+            (
+                f"{f.severity}[{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}",
+                RED if f.severity == "error" else ORANGE,
+            )
+            for f in d.findings[:8]
+        ]
         if len(d.findings) > 8:
             lines.append((f"… and {len(d.findings) - 8} more: run `commdsl check`", "black"))
         width = max(x[-1] + COL_W / 2 - gx, 6.5 * max(len(t) for t, _ in lines))
         top = lay.bottom - (56 if any(lane.stuck_line is not None for lane in d.lanes) else 36)
-        out.append(f'  findings [shape=plaintext, fixedsize=true, width={width / 72:.2f}, '
-                   f'height={0.2 * len(lines):.2f}, fontsize=10, label={_html(lines, width)}, '
-                   f'pos="{gx - 20 + width / 2},{top - 7 * len(lines)}!"];')
+        out.append(
+            f"  findings [shape=plaintext, fixedsize=true, width={width / 72:.2f}, "
+            f"height={0.2 * len(lines):.2f}, fontsize=10, label={_html(lines, width)}, "
+            f'pos="{gx - 20 + width / 2},{top - 7 * len(lines)}!"];'
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -654,8 +687,10 @@ def render(dot: str, fmt: str) -> bytes:
     try:
         return graphviz.Source(dot).pipe(format=fmt, quiet=True)
     except graphviz.ExecutableNotFound:
-        raise GraphvizMissing("Graphviz's `dot` program was not found on PATH (Debian/Ubuntu: apt-get install "
-                              "graphviz; macOS: brew install graphviz; conda: conda install graphviz)") from None
+        raise GraphvizMissing(
+            "Graphviz's `dot` program was not found on PATH (Debian/Ubuntu: apt-get install "
+            "graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
+        ) from None
     except graphviz.CalledProcessError as e:
         detail = (e.stderr or b"").decode(errors="replace").strip()
         raise RenderError(f"Graphviz failed: {detail or e}") from None
@@ -733,13 +768,21 @@ def load_trace(text: str) -> Trace:
             skipped += 1
     skipped += sum(len(v) for v in open_.values())
     if not raw:
-        raise TraceError("no duration events: expected `ph: \"X\"` events or `B`/`E` pairs")
+        raise TraceError('no duration events: expected `ph: "X"` events or `B`/`E` pairs')
+
     def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
         index = order.get((kind,) + key)
         return (0, index) if index is not None else (1, 0)
 
-    keys = sorted({key for key, *_ in raw}, key=lambda key: (
-        placed("process_sort_index", key[:1]), _sortable(key[0]), placed("thread_sort_index", key), _sortable(key[1])))
+    keys = sorted(
+        {key for key, *_ in raw},
+        key=lambda key: (
+            placed("process_sort_index", key[:1]),
+            _sortable(key[0]),
+            placed("thread_sort_index", key),
+            _sortable(key[1]),
+        ),
+    )
     tids = {}
     for pid, tid in keys:
         tids.setdefault(pid, []).append(tid)
@@ -792,8 +835,18 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     for s in trace.slices:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     named = sorted(counts, key=lambda n: (-counts[n], n))[:10]
-    palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
-               "#9c755f", "#86bcb6"]
+    palette = [
+        "#4e79a7",
+        "#f28e2b",
+        "#59a14f",
+        "#e15759",
+        "#76b7b2",
+        "#edc948",
+        "#b07aa1",
+        "#ff9da7",
+        "#9c755f",
+        "#86bcb6",
+    ]
     colour = {n: palette[i] for i, n in enumerate(sorted(named))}
     rows = len(trace.tracks)
     fig = Figure(figsize=(11, 1.4 + 0.45 * rows), dpi=110)
@@ -801,14 +854,26 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     ax = fig.add_subplot()
     for s in trace.slices:
         height = max(0.25, 0.7 - 0.18 * s.depth)
-        ax.broken_barh([((s.start - t0) / scale, max(s.dur / scale, span / scale / 2000))],
-                       (s.track - height / 2, height), facecolors=colour.get(s.kind, "#bab0ac"),
-                       edgecolors="white", linewidth=0.4)
+        ax.broken_barh(
+            [((s.start - t0) / scale, max(s.dur / scale, span / scale / 2000))],
+            (s.track - height / 2, height),
+            facecolors=colour.get(s.kind, "#bab0ac"),
+            edgecolors="white",
+            linewidth=0.4,
+        )
         room = int(s.dur / span * 8.0 * 72 / 4.6) if span else 0  # characters that fit in the bar (7 pt)
         if s.depth == 0 and room >= 6:
             label = s.name if len(s.name) <= room else s.name[: room - 1] + "…"
-            ax.text((s.start - t0 + s.dur / 2) / scale, s.track, label, ha="center", va="center", fontsize=7,
-                    color="white", clip_on=True)
+            ax.text(
+                (s.start - t0 + s.dur / 2) / scale,
+                s.track,
+                label,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+                clip_on=True,
+            )
     ax.set_yticks(range(rows), trace.tracks)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xlim(0, span / scale * 1.01 if span else 1)
