@@ -140,6 +140,40 @@ class _Resolver:
             return
         scope.names[name] = (kind, node)
 
+    def check_header(self, stmt: n.ProgramDecl | n.WorldDecl | n.BackendDecl, header: dict, seen_statement: bool):
+        """A header line (`program`, `world`, `backend`): once each, before any statement; recorded in `header`."""
+        key = stmt.kind
+        if key in header:
+            self.error(
+                DuplicateDeclaration,
+                f"`{key}` is declared twice",
+                stmt,
+                label="second declaration",
+                notes=[n_note("first declared here", header[key])],
+            )
+            return
+        if seen_statement:
+            self.error(
+                MisplacedDeclaration,
+                f"`{key}` must come before the program's statements",
+                stmt,
+                label="header line after a statement",
+                help="move the header (program, world, backend, param) to the top",
+            )
+        header[key] = stmt
+        if isinstance(stmt, n.WorldDecl):
+            self.check_world(stmt)
+        if isinstance(stmt, n.BackendDecl):
+            for ident in stmt.names:
+                if ident.name not in BACKENDS:
+                    self.error(
+                        UnknownBackend,
+                        f"unknown backend `{ident.name}`",
+                        ident,
+                        label="not a backend",
+                        help="backends are `gloo` and `nccl`",
+                    )
+
     def run(self) -> Program:
         header: dict[str, n.Node] = {}
         params, tensors, groups, body = [], [], [], []
@@ -150,37 +184,7 @@ class _Resolver:
         seen_statement = False
         for stmt in self.module.body:
             if isinstance(stmt, (n.ProgramDecl, n.WorldDecl, n.BackendDecl)):
-                key = stmt.kind
-                if key in header:
-                    self.error(
-                        DuplicateDeclaration,
-                        f"`{key}` is declared twice",
-                        stmt,
-                        label="second declaration",
-                        notes=[n_note("first declared here", header[key])],
-                    )
-                    continue
-                if seen_statement:
-                    self.error(
-                        MisplacedDeclaration,
-                        f"`{key}` must come before the program's statements",
-                        stmt,
-                        label="header line after a statement",
-                        help="move the header (program, world, backend, param) to the top",
-                    )
-                header[key] = stmt
-                if isinstance(stmt, n.WorldDecl):
-                    self.check_world(stmt)
-                if isinstance(stmt, n.BackendDecl):
-                    for ident in stmt.names:
-                        if ident.name not in BACKENDS:
-                            self.error(
-                                UnknownBackend,
-                                f"unknown backend `{ident.name}`",
-                                ident,
-                                label="not a backend",
-                                help="backends are `gloo` and `nccl`",
-                            )
+                self.check_header(stmt, header, seen_statement)
                 continue
             if isinstance(stmt, n.ParamDecl):
                 self.check_expr(stmt.default, "static", self.top)
@@ -339,59 +343,9 @@ class _Resolver:
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
             case n.Send() | n.Recv():
-                self.check_view(s.buffer, scope)
-                self.check_expr(s.peer, "static", scope)
-                if s.tag is not None:
-                    self.check_expr(s.tag, "static", scope)
-                self.check_group_ref(s.group, scope)
-                if in_batch and s.handle is not None:
-                    self.error(
-                        InvalidBatch,
-                        "a P2P op inside `batch` has no handle of its own",
-                        s,
-                        label="the batch waits for all its ops at its end",
-                    )
+                self.check_p2p(s, scope, in_batch)
             case n.Collective():
-                if in_batch:
-                    self.error(
-                        InvalidBatch,
-                        f"`{s.op}` cannot be part of a `batch`",
-                        s,
-                        label="only send, recv, isend and irecv batch together",
-                        help="move the collective out of the `batch:` block",
-                    )
-                for v in s.inputs + s.outputs:
-                    self.check_view(v, scope)
-                if s.root is not None:
-                    self.check_expr(s.root, "static", scope)
-                for e in s.in_splits + s.out_splits:
-                    self.check_expr(e, "static", scope)
-                if s.redop is not None:
-                    if s.redop.name.name not in REDUCE_OPS:
-                        self.error(
-                            BadReduceOp,
-                            f"unknown reduce op `{s.redop.name.name}`",
-                            s.redop.name,
-                            label="not a reduce op",
-                            help=_suggest(s.redop.name.name, REDUCE_OPS, "reduce ops are " + ", ".join(REDUCE_OPS)),
-                        )
-                    elif s.redop.name.name == "premul_sum" and s.redop.scale is None:
-                        self.error(
-                            BadReduceOp,
-                            "`premul_sum` needs a scale factor",
-                            s.redop,
-                            label="write `op premul_sum(0.5)`",
-                        )
-                    elif s.redop.scale is not None and s.redop.name.name != "premul_sum":
-                        self.error(
-                            BadReduceOp,
-                            f"`{s.redop.name.name}` takes no argument",
-                            s.redop.scale,
-                            label="only `premul_sum` takes a scale",
-                        )
-                    if s.redop.scale is not None:
-                        self.check_expr(s.redop.scale, "static", scope)
-                self.check_group_ref(s.group, scope)
+                self.check_collective(s, scope, in_batch)
             case n.Wait():
                 if in_batch:
                     self.error(InvalidBatch, "`wait` inside `batch`", s, label="the batch waits at its end by itself")
@@ -400,6 +354,63 @@ class _Resolver:
             case n.Print():
                 for v in s.views:
                     self.check_view(v, scope)
+            case n.For() | n.On() | n.Batch():
+                self.check_compound(s, scope, in_batch)
+
+    def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
+        self.check_view(s.buffer, scope)
+        self.check_expr(s.peer, "static", scope)
+        if s.tag is not None:
+            self.check_expr(s.tag, "static", scope)
+        self.check_group_ref(s.group, scope)
+        if in_batch and s.handle is not None:
+            self.error(
+                InvalidBatch,
+                "a P2P op inside `batch` has no handle of its own",
+                s,
+                label="the batch waits for all its ops at its end",
+            )
+
+    def check_collective(self, s: n.Collective, scope: _Scope, in_batch: bool):
+        if in_batch:
+            self.error(
+                InvalidBatch,
+                f"`{s.op}` cannot be part of a `batch`",
+                s,
+                label="only send, recv, isend and irecv batch together",
+                help="move the collective out of the `batch:` block",
+            )
+        for v in s.inputs + s.outputs:
+            self.check_view(v, scope)
+        if s.root is not None:
+            self.check_expr(s.root, "static", scope)
+        for e in s.in_splits + s.out_splits:
+            self.check_expr(e, "static", scope)
+        if s.redop is not None:
+            self.check_redop(s.redop, scope)
+        self.check_group_ref(s.group, scope)
+
+    def check_redop(self, redop: n.RedOp, scope: _Scope):
+        """A known reduce op; a scale for `premul_sum` and for it only."""
+        name = redop.name.name
+        if name not in REDUCE_OPS:
+            self.error(
+                BadReduceOp,
+                f"unknown reduce op `{name}`",
+                redop.name,
+                label="not a reduce op",
+                help=_suggest(name, REDUCE_OPS, "reduce ops are " + ", ".join(REDUCE_OPS)),
+            )
+        elif name == "premul_sum" and redop.scale is None:
+            self.error(BadReduceOp, "`premul_sum` needs a scale factor", redop, label="write `op premul_sum(0.5)`")
+        elif redop.scale is not None and name != "premul_sum":
+            self.error(BadReduceOp, f"`{name}` takes no argument", redop.scale, label="only `premul_sum` takes a scale")
+        if redop.scale is not None:
+            self.check_expr(redop.scale, "static", scope)
+
+    def check_compound(self, s: n.For | n.On | n.Batch, scope: _Scope, in_batch: bool):
+        """A block statement: its header's expressions, then its body in a scope of its own."""
+        match s:
             case n.For():
                 self.check_expr(s.lo, "static", scope)
                 self.check_expr(s.hi, "static", scope)
@@ -513,49 +524,11 @@ class _Resolver:
             case n.IntLit() | n.FloatLit() | n.BoolLit():
                 return
             case n.Name():
-                found = scope.lookup(e.id)
-                if found is None:
-                    self.undefined(e.id, e, scope)
-                    return
-                kind = found[0]
-                if kind == "index" and ctx == "static":
-                    self.error(
-                        WrongKindOfName,
-                        "`i` (the element index) is only defined in element expressions",
-                        e,
-                        label="not an integer known per rank",
-                        help="use `i` in tensor initialisers, assignments and `expect`",
-                    )
-                elif kind == "tensor" and ctx != "elem":
-                    where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
-                    self.error(
-                        WrongKindOfName,
-                        f"tensor `{e.id}` used where {where} is expected",
-                        e,
-                        label="a tensor, not a number",
-                    )
-                elif kind in ("group", "mesh", "handle"):
-                    self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+                self.check_name(e, ctx, scope)
             case n.Attr():
                 self.check_attr(e, scope)
             case n.Call(func=n.Name(id=fname)) if fname in ELEMENT_FUNCS or fname in INIT_FUNCS:
-                arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
-                if fname in INIT_FUNCS and ctx != "init":
-                    self.error(
-                        WrongKindOfName,
-                        f"`{fname}` is only allowed in tensor initialisers",
-                        e,
-                        label="random values come from the initialiser",
-                    )
-                if len(e.args) != arity:
-                    self.error(
-                        InvalidView,
-                        f"`{fname}` takes {arity} argument{'s' * (arity > 1)}",
-                        e,
-                        label=f"{len(e.args)} given",
-                    )
-                for a in e.args:
-                    self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
+                self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
@@ -585,6 +558,52 @@ class _Resolver:
             case n.Binary():
                 self.check_expr(e.left, ctx, scope)
                 self.check_expr(e.right, ctx, scope)
+
+    def check_name(self, e: n.Name, ctx: str, scope: _Scope):
+        """A name used as a value: declared, and of a kind the context takes."""
+        found = scope.lookup(e.id)
+        if found is None:
+            self.undefined(e.id, e, scope)
+            return
+        kind = found[0]
+        if kind == "index" and ctx == "static":
+            self.error(
+                WrongKindOfName,
+                "`i` (the element index) is only defined in element expressions",
+                e,
+                label="not an integer known per rank",
+                help="use `i` in tensor initialisers, assignments and `expect`",
+            )
+        elif kind == "tensor" and ctx != "elem":
+            where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
+            self.error(
+                WrongKindOfName,
+                f"tensor `{e.id}` used where {where} is expected",
+                e,
+                label="a tensor, not a number",
+            )
+        elif kind in ("group", "mesh", "handle"):
+            self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+
+    def check_function_call(self, e: n.Call, fname: str, ctx: str, scope: _Scope):
+        """min, max, abs anywhere values are; rand, randn only in initialisers; each with its arity."""
+        arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
+        if fname in INIT_FUNCS and ctx != "init":
+            self.error(
+                WrongKindOfName,
+                f"`{fname}` is only allowed in tensor initialisers",
+                e,
+                label="random values come from the initialiser",
+            )
+        if len(e.args) != arity:
+            self.error(
+                InvalidView,
+                f"`{fname}` takes {arity} argument{'s' * (arity > 1)}",
+                e,
+                label=f"{len(e.args)} given",
+            )
+        for a in e.args:
+            self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
 
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
