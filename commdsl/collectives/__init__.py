@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from commdsl.values import at, item
+
+if TYPE_CHECKING:
+    from commdsl.schedule import CollectiveRec
 
 REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
 DATA = "(rank + i) % 5 + 1"
@@ -34,7 +38,7 @@ class Call:
     `rec`'s fields are aligned with these ranks; `size` is each rank's group size and `me` its index
     in the group; `is_root` whether it is the root."""
 
-    rec: object  # schedule.CollectiveRec
+    rec: CollectiveRec
     size: object
     me: object
     is_root: object
