@@ -112,11 +112,9 @@ def add_parser(sub):
     p.set_defaults(handler=run)
 
 
-def config_from_args(args):
+def _collectives(args) -> list[str]:
+    """The built-ins `--collective` names (repeated or comma-separated, `all` for every one), in order, once each."""
     from commdsl.bench.builtin import COLLECTIVES
-    from commdsl.bench.config import BenchConfig
-    from commdsl.bench.sizes import SizeError, parse_sweep
-    from commdsl.dtypes import DTYPES
 
     kinds: list[str] = []
     for item in args.collective or []:
@@ -127,6 +125,54 @@ def config_from_args(args):
                 raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}, all")
             elif name not in kinds:
                 kinds.append(name)
+    return kinds
+
+
+def _check_outputs(args) -> None:
+    """`--json`, `--csv` and `--plot`: in existing directories, none of them an input, no two the same file."""
+    outputs = [
+        (flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path
+    ]
+    for flag, path in outputs:
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"{flag} {path}: the directory does not exist")
+        try:
+            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+        except FileError as e:
+            raise UsageError(str(e)) from None
+    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
+        raise UsageError("--json, --csv and --plot must name different files")
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
+
+
+def _check_measure_flags(args, kinds: list[str]) -> None:
+    """The flags that shape the measurement: counts, dtype, op, comparison, timeout, floor."""
+    from commdsl.dtypes import DTYPES
+
+    if args.iters < 1:
+        raise UsageError(f"--iters must be at least 1, got {args.iters}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
+    if args.file is not None and args.op != "sum":
+        raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
+    if args.compare == "builtin" and args.file is None:
+        raise UsageError("--compare builtin compares a program with the built-in it stands for: give a FILE")
+    if args.compare not in (None, "builtin") and len(kinds) > 1:
+        raise UsageError("--compare FILE compares with one variant: give one --collective, or a FILE")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.min_busbw is not None and args.min_busbw < 0:
+        raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
+
+
+def config_from_args(args):
+    from commdsl.bench.config import BenchConfig
+    from commdsl.bench.sizes import SizeError, parse_sweep
+
+    kinds = _collectives(args)
     if (args.file is None) == (not kinds):
         raise UsageError(
             "give either a program FILE or --collective NAME, not both"
@@ -146,36 +192,8 @@ def config_from_args(args):
         sizes = parse_sweep(str(args.sizes))
     except SizeError as e:
         raise UsageError(str(e)) from None
-    if args.iters < 1:
-        raise UsageError(f"--iters must be at least 1, got {args.iters}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.dtype is not None and args.dtype not in DTYPES:
-        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
-    if args.file is not None and args.op != "sum":
-        raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
-    if args.compare == "builtin" and args.file is None:
-        raise UsageError("--compare builtin compares a program with the built-in it stands for: give a FILE")
-    if args.compare not in (None, "builtin") and len(kinds) > 1:
-        raise UsageError("--compare FILE compares with one variant: give one --collective, or a FILE")
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.min_busbw is not None and args.min_busbw < 0:
-        raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
-    outputs = [
-        (flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path
-    ]
-    for flag, path in outputs:
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: the directory does not exist")
-        try:
-            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
-        except FileError as e:
-            raise UsageError(str(e)) from None
-    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
-        raise UsageError("--json, --csv and --plot must name different files")
-    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
-        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
+    _check_measure_flags(args, kinds)
+    _check_outputs(args)
     return BenchConfig(
         path=args.file,
         collectives=tuple(kinds),
@@ -278,6 +296,27 @@ def _plan(cfg, programs, backend: str, out_dir: str):
     return plan, notes
 
 
+def _write_outputs(cfg, plan, table, sums) -> None:
+    """`--json`, `--csv` and `--plot`, each written whole or not at all (FileError says why)."""
+    from commdsl.bench import output
+
+    meta = {
+        "world": plan.world,
+        "backend": plan.backend,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "complete": len(table) == len(plan.cases),
+    }
+    inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
+    if cfg.json:
+        output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
+    if cfg.csv:
+        output.write_csv(cfg.csv, table, inputs)
+    if cfg.plot and table:
+        output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+
+
 def _measure_and_show(cfg, plan, out, err) -> int:
     from commdsl.bench import output
     from commdsl.bench.launch import run_plan
@@ -320,21 +359,7 @@ def _measure_and_show(cfg, plan, out, err) -> int:
         )
         code = EXIT_FINDINGS
     try:
-        meta = {
-            "world": plan.world,
-            "backend": plan.backend,
-            "iters": plan.iters,
-            "warmup": plan.warmup,
-            "check": plan.check,
-            "complete": len(table) == len(plan.cases),
-        }
-        inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
-        if cfg.json:
-            output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
-        if cfg.csv:
-            output.write_csv(cfg.csv, table, inputs)
-        if cfg.plot and table:
-            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+        _write_outputs(cfg, plan, table, sums)
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
