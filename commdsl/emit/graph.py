@@ -729,6 +729,33 @@ def load_trace(text: str) -> Trace:
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise TraceError("expected Chrome trace event JSON: an object with a `traceEvents` list, or a list of events")
+    names, order, raw, skipped = _read_events(events)
+    if not raw:
+        raise TraceError('no duration events: expected `ph: "X"` events or `B`/`E` pairs')
+
+    def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
+        index = order.get((kind,) + key)
+        return (0, index) if index is not None else (1, 0)
+
+    keys = sorted(
+        {key for key, *_ in raw},
+        key=lambda key: (
+            placed("process_sort_index", key[:1]),
+            _sortable(key[0]),
+            placed("thread_sort_index", key),
+            _sortable(key[1]),
+        ),
+    )
+    other = data.get("otherData") if isinstance(data, dict) else None
+    title = ""
+    if isinstance(other, dict) and isinstance(other.get("program"), str):
+        title = other["program"] + (f" — world {other['world']}" if _number(other.get("world")) else "")
+    return Trace(_track_labels(keys, names), _stacked_slices(keys, raw), skipped, title)
+
+
+def _read_events(events: list) -> tuple[dict, dict, list, int]:
+    """(track names, track sort indices, (track, name, kind, start, duration) per slice, events skipped) of a
+    trace's events: `M` metadata, `X` complete events and `B`/`E` pairs (an unclosed `B` is skipped)."""
     names: dict[tuple, str] = {}
     order: dict[tuple, float] = {}
     raw: list[tuple[tuple, str, str, float, float]] = []
@@ -740,11 +767,7 @@ def load_trace(text: str) -> Trace:
         ph = ev.get("ph")
         key = (ev.get("pid", 0), ev.get("tid", 0))
         if ph == "M":
-            arg = ev.get("args") or {}
-            if ev.get("name") in ("process_name", "thread_name") and isinstance(arg.get("name"), str):
-                names[(ev["name"],) + (key[:1] if ev["name"] == "process_name" else key)] = arg["name"]
-            elif ev.get("name") in ("process_sort_index", "thread_sort_index") and _number(arg.get("sort_index")):
-                order[(ev["name"],) + (key[:1] if ev["name"] == "process_sort_index" else key)] = arg["sort_index"]
+            _read_metadata(ev, key, names, order)
             continue
         if ph not in ("X", "B", "E"):
             continue
@@ -767,23 +790,21 @@ def load_trace(text: str) -> Trace:
         else:
             skipped += 1
     skipped += sum(len(v) for v in open_.values())
-    if not raw:
-        raise TraceError('no duration events: expected `ph: "X"` events or `B`/`E` pairs')
+    return names, order, raw, skipped
 
-    def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
-        index = order.get((kind,) + key)
-        return (0, index) if index is not None else (1, 0)
 
-    keys = sorted(
-        {key for key, *_ in raw},
-        key=lambda key: (
-            placed("process_sort_index", key[:1]),
-            _sortable(key[0]),
-            placed("thread_sort_index", key),
-            _sortable(key[1]),
-        ),
-    )
-    tids = {}
+def _read_metadata(ev: dict, key: tuple, names: dict, order: dict) -> None:
+    """A process or thread name, or sort index, from an `M` event."""
+    arg = ev.get("args") or {}
+    if ev.get("name") in ("process_name", "thread_name") and isinstance(arg.get("name"), str):
+        names[(ev["name"],) + (key[:1] if ev["name"] == "process_name" else key)] = arg["name"]
+    elif ev.get("name") in ("process_sort_index", "thread_sort_index") and _number(arg.get("sort_index")):
+        order[(ev["name"],) + (key[:1] if ev["name"] == "process_sort_index" else key)] = arg["sort_index"]
+
+
+def _track_labels(keys: list, names: dict) -> list[str]:
+    """Each track's label: its process and thread names, or ids where the trace names none."""
+    tids: dict = {}
     for pid, tid in keys:
         tids.setdefault(pid, []).append(tid)
     labels = []
@@ -796,6 +817,11 @@ def load_trace(text: str) -> Trace:
             labels.append(thread)
         else:
             labels.append(f"pid {pid} / tid {tid}" if several else f"pid {pid}")
+    return labels
+
+
+def _stacked_slices(keys: list, raw: list) -> list[Slice]:
+    """The slices of each track, with their nesting depth (a slice inside another is drawn below it)."""
     index = {key: i for i, key in enumerate(keys)}
     slices = []
     for track in range(len(keys)):
@@ -806,11 +832,7 @@ def load_trace(text: str) -> Trace:
                 ends.pop()
             slices.append(Slice(track, name, kind, start, dur, len(ends)))
             ends.append(start + dur)
-    other = data.get("otherData") if isinstance(data, dict) else None
-    title = ""
-    if isinstance(other, dict) and isinstance(other.get("program"), str):
-        title = other["program"] + (f" — world {other['world']}" if _number(other.get("world")) else "")
-    return Trace(labels, slices, skipped, title)
+    return slices
 
 
 def _number(v) -> bool:
