@@ -202,8 +202,34 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             src.status = dst.status = "cycle"
             edges.append(WaitEdge(src, dst, f"rank {e.rank} waits for rank {e.target}"))
         cycles.append(edges)
+    _mark_unmatched(schedule, waits, loose)
+    _mark_missing(waits, band_of, unfinished)
+
+    events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
+    _place(events, messages, bands, schedule.world)
+    findings = [
+        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
+        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
+    ]
+    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
+    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
+    return Diagram(
+        title,
+        schedule.world,
+        _lanes(schedule, outcome),
+        events,
+        messages,
+        bands,
+        cycles,
+        _gutter(program, events),
+        findings,
+    )
+
+
+def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
+    """Unmatched sends and receives (`unmatched[row]`) say why; the rest of them are blocked on their peer."""
     for row, reason in waits.unmatched:
-        ev = post(outcome.unmatched, row)
+        ev = unmatched[row]
         want = "recv" if isinstance(ev.op, Send) else "send"
         ev.status = "unmatched"
         ev.note = (
@@ -212,13 +238,17 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`"
         )
     for row, near, peer in waits.tag_mismatches:
-        ev = post(outcome.unmatched, row)
+        ev = unmatched[row]
         other = schedule.op_at(schedule.records[near[0]], near[1])
         ev.status = "unmatched"
         ev.note = f"unmatched: tag {ev.op.tag} here, tag {other.tag} on rank {peer} (line {other.span.line})"
-    for ev in loose:
+    for ev in unmatched:
         if ev.status == "ok":
             ev.status, ev.note = "blocked", f"waits for rank {ev.op.peer}"
+
+
+def _mark_missing(waits, band_of: dict, unfinished: dict) -> None:
+    """Each unfinished collective names the members it waits for, and its callers are blocked."""
     for inst, member, _op, reason in waits.missing:
         band = band_of[(inst.gid, inst.seq)]
         if any(m == member for m, _ in band.missing):
@@ -235,8 +265,9 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             if ev.status == "ok":
                 ev.status = "blocked"
 
-    events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
-    _place(events, messages, bands, schedule.world)
+
+def _lanes(schedule: Schedule, outcome) -> list[Lane]:
+    """One lane per rank: finished, or the line it stopped at and how many of its ops never ran."""
     lanes = []
     for rank in range(schedule.world):
         if outcome.finished[rank]:
@@ -246,13 +277,7 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             lanes.append(
                 Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1)
             )
-    findings = [
-        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
-        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
-    ]
-    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
-    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
-    return Diagram(title, schedule.world, lanes, events, messages, bands, cycles, _gutter(program, events), findings)
+    return lanes
 
 
 def _unfinished(waiting):
