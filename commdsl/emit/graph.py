@@ -311,29 +311,40 @@ def _place(events: list[Event], messages: list[Message], bands: list[Band], worl
     for b in bands:  # calls of one collective share one node
         for ev in b.calls[1:]:
             node[id(ev)] = node[id(b.calls[0])]
-    count = len(events)
-    base: dict[int, int] = {}
-    edges: list[tuple[int, int, int]] = []
+    count, base, edges = len(events), {}, []
     for rank in range(world):
-        mine = [ev for ev in events if ev.rank == rank]
-        posts = sorted({ev.posted for ev in mine})
-        by_done = sorted((ev for ev in mine if ev.done != NEVER), key=lambda ev: ev.done)
-        k, prev = 0, None
-        for p in posts:  # checkpoint node: every event of this rank completed before index p
-            cp = count
-            count += 1
-            base[cp] = -1
-            if prev is not None:
-                edges.append((prev, cp, 0))
-            while k < len(by_done) and by_done[k].done < p:
-                edges.append((node[id(by_done[k])], cp, 0))
-                k += 1
-            for ev in mine:
-                if ev.posted == p:
-                    edges.append((cp, node[id(ev)], 1))
-            prev = cp
+        count = _program_order(rank, events, node, count, base, edges)
     for m in messages:
         edges.append((node[id(m.send)], node[id(m.recv)], 1))
+    row = _longest_paths(count, base, edges)
+    _split_rows(events, bands, node, row)
+
+
+def _program_order(rank: int, events: list[Event], node: dict, count: int, base: dict, edges: list) -> int:
+    """Edges of `rank`'s real program order, through one checkpoint node per posting index (every event of
+    the rank completed before that index); returns the node count with the checkpoints added."""
+    mine = [ev for ev in events if ev.rank == rank]
+    posts = sorted({ev.posted for ev in mine})
+    by_done = sorted((ev for ev in mine if ev.done != NEVER), key=lambda ev: ev.done)
+    k, prev = 0, None
+    for p in posts:
+        cp = count
+        count += 1
+        base[cp] = -1
+        if prev is not None:
+            edges.append((prev, cp, 0))
+        while k < len(by_done) and by_done[k].done < p:
+            edges.append((node[id(by_done[k])], cp, 0))
+            k += 1
+        for ev in mine:
+            if ev.posted == p:
+                edges.append((cp, node[id(ev)], 1))
+        prev = cp
+    return count
+
+
+def _longest_paths(count: int, base: dict, edges: list[tuple[int, int, int]]) -> list[int]:
+    """Each node's row: the longest weighted path to it (Kahn's order over the acyclic graph)."""
     row = [base.get(i, 0) for i in range(count)]
     out: list[list[tuple[int, int]]] = [[] for _ in range(count)]
     indegree = [0] * count
@@ -352,8 +363,12 @@ def _place(events: list[Event], messages: list[Message], bands: list[Band], worl
                 ready.append(v)
     if seen != count:  # the engine ran these events in some order, so this cannot happen
         raise RuntimeError("internal error: the causal order of the schedule has a cycle")
-    # Events on one row are causally unordered, so a row whose items would overlap (two ops of one rank
-    # in a `batch`, two collectives over the same ranks) may be split into sub-rows in any order.
+    return row
+
+
+def _split_rows(events: list[Event], bands: list[Band], node: dict, row: list[int]) -> None:
+    """Set each event's row. Events on one row are causally unordered, so a row whose items would overlap
+    (two ops of one rank in a `batch`, two collectives over the same ranks) is split into sub-rows."""
     items: dict[int, list[tuple[int, int, list[Event]]]] = {}
     in_band = {id(ev) for b in bands for ev in b.calls}
     for b in bands:
