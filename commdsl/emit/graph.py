@@ -611,6 +611,31 @@ def _band_height(b: Band) -> float:
     return 18 + 12 * (b.label.count("\n") + 1 + (not b.complete))
 
 
+def _dot_event(d: Diagram, lay: _Layout, ev: Event, i: str) -> list[str]:
+    """The DOT lines of one event: its dot, its text (sends above, receives below) and, for an op that never
+    completes, a dashed stub towards the peer that never answers."""
+    x, (ex, ey) = lay.x, lay.at(ev)
+    fill, color = _FILL[ev.status], _LINE[ev.status]
+    shape = 'circle, width=0.12, fixedsize=true, label=""' if ev.status == "unmatched" else "point"
+    out = [f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, pos="{ex},{ey}!"];']
+    if type(ev.op) is Collective:
+        return out
+    lines = lay.labels[id(ev)]
+    height, w = 13 * len(lines), COL_W - 22
+    ly = ey + 3 + height / 2 if type(ev.op) is Send else ey - 3 - height / 2
+    out.append(
+        f"  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, "
+        f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
+    )
+    if ev.status in ("unmatched", "blocked"):
+        peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
+        stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
+        dash = f'style=dashed, color="{color}", arrowsize=0.6'
+        out.append(f'  s{i} [shape=point, width=0.01, color="{color}", pos="{stub},{ey}!"];')
+        out.append(f"  {i} -> s{i} [{dash}, arrowhead=tee];" if type(ev.op) is Send else f"  s{i} -> {i} [{dash}];")
+    return out
+
+
 def to_dot(d: Diagram) -> str:
     """Graphviz DOT with every node pinned; `dot -Tsvg` renders it as is (the graph selects neato itself)."""
     lay = _Layout(d)
@@ -657,27 +682,7 @@ def to_dot(d: Diagram) -> str:
             f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];'
         )
     for ev in d.events:
-        i, (ex, ey) = ids[id(ev)], lay.at(ev)
-        fill, color = _FILL[ev.status], _LINE[ev.status]
-        shape = 'circle, width=0.12, fixedsize=true, label=""' if ev.status == "unmatched" else "point"
-        out.append(
-            f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, pos="{ex},{ey}!"];'
-        )
-        if type(ev.op) is Collective:
-            continue
-        lines = lay.labels[id(ev)]
-        height, w = 13 * len(lines), COL_W - 22
-        ly = ey + 3 + height / 2 if type(ev.op) is Send else ey - 3 - height / 2  # sends above, receives below
-        out.append(
-            f"  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, "
-            f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
-        )
-        if ev.status in ("unmatched", "blocked"):  # a stub towards the peer that never answers
-            peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
-            stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
-            dash = f'style=dashed, color="{color}", arrowsize=0.6'
-            out.append(f'  s{i} [shape=point, width=0.01, color="{color}", pos="{stub},{ey}!"];')
-            out.append(f"  {i} -> s{i} [{dash}, arrowhead=tee];" if type(ev.op) is Send else f"  s{i} -> {i} [{dash}];")
+        out += _dot_event(d, lay, ev, ids[id(ev)])
     for m in d.messages:
         out.append(f"  {ids[id(m.send)]} -> {ids[id(m.recv)]};")
     level = lay.level
