@@ -182,25 +182,11 @@ def analyse(outcome: Outcome) -> Analysis:
     missing_members = _missing_members(outcome)
     ahead = _Ahead(outcome)
     could, near = _could_match(posts, peers, finished, ahead, outcome.model.tags)
-    unmatched, tags = [], []
-    for i in range(len(posts)):
-        peer = int(peers[i])
-        if finished[peer]:
-            unmatched.append((i, "finished"))
-        elif could[i]:
-            continue
-        elif near[i] is not None:
-            tags.append((i, near[i], peer))
-        else:
-            unmatched.append((i, "never"))
+    unmatched, tags = _never_matched(peers, finished, could, near)
     edges: dict[int, list[Edge]] = {}
     missing: list[tuple[Waiting, int, int, str]] = []
     instances = _instances(waiting)
-    asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not finished[m]]
-    will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
-    queued = outcome.queued_calls
-    if queued is not None and len(queued):  # NCCL: a call that waits on its stream is still coming
-        will |= set(zip(queued.rank.tolist(), queued.gid.tolist()))
+    will = _calls_to_come(outcome, ahead, missing_members)
     member_of = {}
     for inst in instances.values():
         for row in inst.rows:
@@ -238,6 +224,33 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.append(Edge(r, op, target, thing))
     cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+def _never_matched(peers: np.ndarray, finished: np.ndarray, could: np.ndarray, near: list):
+    """(pending op, "finished" or "never") for each pending op its peer will not answer, and (op, the peer's
+    op that differs only in tag, peer) where a tag alone keeps them apart."""
+    unmatched, tags = [], []
+    for i in range(len(peers)):
+        peer = int(peers[i])
+        if finished[peer]:
+            unmatched.append((i, "finished"))
+        elif could[i]:
+            continue
+        elif near[i] is not None:
+            tags.append((i, near[i], peer))
+        else:
+            unmatched.append((i, "never"))
+    return unmatched, tags
+
+
+def _calls_to_come(outcome: Outcome, ahead: _Ahead, missing_members: dict) -> set:
+    """(rank, group id) of every absent member that will still call a collective on that group."""
+    asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not outcome.finished[m]]
+    will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
+    queued = outcome.queued_calls
+    if queued is not None and len(queued):  # NCCL: a call that waits on its stream is still coming
+        will |= set(zip(queued.rank.tolist(), queued.gid.tolist(), strict=True))
+    return will
 
 
 EVERY_MISSING = -1
