@@ -82,7 +82,7 @@ def _format(args) -> str:
 
 
 def run_graph(args) -> int:
-    from commdsl.emit.graph import DiagramTooLarge, GraphvizMissing, RenderError, build, render, to_dot, to_mermaid
+    from commdsl.emit.graph import DiagramTooLarge, build
     from commdsl.expand import expand
 
     out, err = consoles(args)
@@ -113,26 +113,8 @@ def run_graph(args) -> int:
     except DiagramTooLarge as e:
         err.print(f"[bold red]error[/]: {e}; draw a smaller --world or --set smaller params", highlight=False)
         return EXIT_FAILURE
-    if fmt == "mermaid":
-        data = to_mermaid(diagram).encode()
-    else:
-        dot = to_dot(diagram)
-        data = dot.encode()
-        if fmt != "dot":
-            try:
-                data = render(dot, fmt)
-            except GraphvizMissing as e:
-                where = _write(args.output and str(Path(args.output).with_suffix(".dot")), data, err, [args.file])
-                err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
-                if where:
-                    err.print(
-                        f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False
-                    )
-                return EXIT_FAILURE
-            except RenderError as e:
-                err.print(f"[bold red]error[/]: {e}", highlight=False)
-                return EXIT_FAILURE
-    if _write(args.output, data, err, [args.file]) is None:
+    data = _drawn(diagram, fmt, args, err)
+    if data is None or _write(args.output, data, err, [args.file]) is None:
         return EXIT_FAILURE
     errors = [f for f in diagram.findings if f.severity == "error"]
     if errors:
@@ -144,6 +126,27 @@ def run_graph(args) -> int:
         )
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _drawn(diagram, fmt: str, args, err) -> bytes | None:
+    """The diagram in `fmt`, or None when Graphviz cannot draw it (reported; the DOT text is kept beside -o)."""
+    from commdsl.emit.graph import GraphvizMissing, RenderError, render, to_dot, to_mermaid
+
+    if fmt == "mermaid":
+        return to_mermaid(diagram).encode()
+    dot = to_dot(diagram)
+    if fmt == "dot":
+        return dot.encode()
+    try:
+        return render(dot, fmt)
+    except GraphvizMissing as e:
+        where = _write(args.output and str(Path(args.output).with_suffix(".dot")), dot.encode(), err, [args.file])
+        err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
+        if where:
+            err.print(f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False)
+    except RenderError as e:
+        err.print(f"[bold red]error[/]: {e}", highlight=False)
+    return None
 
 
 def _write(path: str | None, data: bytes, err, inputs) -> str | None:
