@@ -121,21 +121,7 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
             barrier()  # every rank starts the round together
             for iteration in range(plan.warmup + plan.iters):
                 for c in live:  # a round's cases alternate iteration by iteration: they see the same load
-                    if plan.check:
-                        slot.state(progress.RUNNING)
-                        for name, b in c.ctx.buffers.items():
-                            b.copy_(c.initial[name])
-                        slot.state(progress.INIT)
-                        barrier()
-                    slot.s[progress.STATE] = progress.RUNNING
-                    run_steps(c.steps, slot, c.times, c.base)
-                    if iteration >= plan.warmup and c.steps:
-                        c.durations.append(c.times[-1][1] - c.times[0][0])
-                        for i, (t0, t1) in enumerate(c.times):
-                            c.spent[i] += t1 - t0
-                    if plan.check:
-                        slot.state(progress.RUNNING)
-                        c.wrong += _wrong(c.ctx, c.expected)
+                    _iterate(c, plan.check, iteration >= plan.warmup, slot, barrier)
             for c in live:
                 result(
                     {
@@ -157,6 +143,26 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         emit("error", {"index": index, "type": type(e).__name__, "message": str(e).strip(), "time_ns": time.time_ns()})
         slot.state(progress.FAILED, index)
         return True
+
+
+def _iterate(c: _Live, check: bool, timed: bool, slot: progress.Slot, barrier) -> None:
+    """One iteration of one case: reset its buffers (with --check), run its steps, keep the times of a timed
+    iteration, count the elements that differ from the simulator."""
+    if check:
+        slot.state(progress.RUNNING)
+        for name, b in c.ctx.buffers.items():
+            b.copy_(c.initial[name])
+        slot.state(progress.INIT)
+        barrier()
+    slot.s[progress.STATE] = progress.RUNNING
+    run_steps(c.steps, slot, c.times, c.base)
+    if timed and c.steps:
+        c.durations.append(c.times[-1][1] - c.times[0][0])
+        for i, (t0, t1) in enumerate(c.times):
+            c.spent[i] += t1 - t0
+    if check:
+        slot.state(progress.RUNNING)
+        c.wrong += _wrong(c.ctx, c.expected)
 
 
 @dataclass
