@@ -1,9 +1,9 @@
 """The bounds on one check: ops, memory and time. Whatever the input, a check ends, and a bound it reaches
 is a diagnostic that names it.
 
-* ops: the expansion stops at `MAX_OPS` loop steps and ops, or `MAX_RECORDS` statement instances, over all
-  ranks of one world size (N133, raised by `expand`); both also bound the engine's work, which is linear
-  in them;
+* ops: the expansion stops at `MAX_OPS` loop steps and ops, `MAX_RECORDS` statement instances, or
+  `MAX_COLLECTIVE_CALLS` calls of collectives that move data, over all ranks of one world size (N133, raised
+  by `expand`); they also bound the engine's work, which is linear in them;
 * memory: the simulator holds every rank's tensors in one process. `commdsl run` does that in its launcher
   and also starts this node's ranks, each holding its own tensors plus temporaries up to RANK_FACTOR times
   them (the runtime works a chunk at a time: measured about 1.2x, docs/reliability.md). So a run needs the
@@ -31,6 +31,10 @@ MAX_OPS = 200_000_000
 """Loop steps plus ops over all ranks of one expansion (a ring all-reduce at world 4096 is 84 M)."""
 MAX_RECORDS = 2_000_000
 """Statement instances of one expansion: each is a record, with Python work and memory of its own."""
+MAX_COLLECTIVE_CALLS = 1_000_000
+"""Calls of collectives that move data, summed over ranks, in one expansion. The simulator computes each
+member's part of a collective on its own (about 20-40 us each, where an op elsewhere costs well under
+1 us): `world 65536` with 65 `all_reduce`s, a 100-byte program, took minutes before this bound."""
 TIME_LIMIT = 600.0
 """Seconds one `check`/`lint` of one program may take, by default (`--max-time`)."""
 

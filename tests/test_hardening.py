@@ -69,6 +69,23 @@ def test_65_dimensions_every_verb_gives_the_diagnostic(verb, tmp_path, capsys):
     assert rc == 1 and "error[N128]" in out + err and "internal error" not in err
 
 
+# ---- world 65536: refused before the work, naming the limit, or checked in seconds ----------------------------
+
+@pytest.mark.timeout(30)
+def test_world_65536_with_many_collectives_is_n133_before_any_work(tmp_path, capsys):
+    path = tmp_path / "w.comm"  # 100 bytes; `check` took minutes in the simulator's collectives
+    path.write_text("world 65536\ntensor x: float32[4] = rank\nfor k in 0 .. 64:\n    all_reduce x op max\n")
+    rc, out, err = run_cli(["check", str(path), "--color", "never"], capsys)
+    assert rc == 1 and "error[N133]: the program expands to over 1,000,000 collective calls at world 65536" in out
+
+
+@pytest.mark.timeout(60)  # before: 74 s here, the async windows were sorted out one rank at a time over all ranks
+def test_world_65536_with_many_async_sends_checks_in_seconds():
+    text = ("world 65536\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor k in 0 .. 19:\n"
+            "    h = isend x to (rank + k + 1) % world\n    recv y from (rank + world - k - 1) % world\n    wait h\n")
+    assert codes(text) == []
+
+
 # ---- command-line numbers --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("argv", "text"), [

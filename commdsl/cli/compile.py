@@ -33,7 +33,8 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from commdsl.emit.python import emit_python
+    from commdsl.emit.python import ScriptTooLarge, check_script_size, emit_python
+    from commdsl.expand import expand
     from commdsl.runtime.prepare import prepare
 
     if args.world < 1:
@@ -49,11 +50,18 @@ def run(args) -> int:
         return loaded
     program, source = loaded.programs[0], loaded.sources[args.file]
     backend = args.backend or program.backends[0]
+    params = parse_sets(args.set)
     try:
-        prepared = prepare(program, args.world, parse_sets(args.set), backend)
+        schedule = expand(program, args.world, params)
+        check_script_size(schedule)  # before the check: a script too large to use is not worth checking
+        prepared = prepare(program, args.world, params, backend, schedule=schedule)
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
+    except ScriptTooLarge as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}; compile a smaller --world or --set smaller params",
+                  highlight=False)
+        return EXIT_FAILURE
     if prepared.errors and args.check:
         print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
         err.print(f"not compiled: the checks found errors at world size {args.world} (--no-check compiles anyway)")

@@ -557,14 +557,17 @@ class ExpansionTooLarge(Rule):
     ## What it does
 
     Reports a program that expands to more than 200,000,000 loop steps and ops over all ranks at one world
-    size, or to more than 2,000,000 statement instances, usually because a loop bound or a param is far
-    larger than meant. (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances.)
+    size, to more than 2,000,000 statement instances, or to more than 1,000,000 calls of collectives that
+    move data (every rank's call counts), usually because a loop bound or a param is far larger than meant.
+    (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
+    65536 are 4,259,840 collective calls.)
 
     ## Why is this bad?
 
     commdsl expands every rank's ops before checking, simulating or running them; a runaway loop would
-    take minutes and gigabytes before anything useful happens. The expansion stops at the limit and points
-    at the loop that crossed it.
+    take minutes and gigabytes before anything useful happens. The simulator computes each rank's part of
+    a collective on its own, so collective calls cost far more than other ops. The expansion stops at the
+    limit and points at the loop or collective that crossed it.
 
     ## Example
 
