@@ -518,8 +518,10 @@ class TensorsExceedMemory(Rule):
     ## What it does
 
     Reports a program whose tensors, summed over every rank, need more memory than commdsl may use on
-    this machine (half of its physical memory). The simulator holds all ranks' tensors in one process,
-    and `commdsl run` starts every local rank on this node, so both need the sum.
+    this machine (half of its physical memory, or of its cgroup limit). The simulator holds all ranks'
+    tensors in one process, with temporaries up to 8 times them in all (a collective's per-member results,
+    the float64 copies that check whether a sum depends on its order); `commdsl run` also starts every
+    local rank on this node, each holding up to 3 times its own tensors. The check counts both.
 
     ## Why is this bad?
 
