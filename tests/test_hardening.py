@@ -161,11 +161,8 @@ def test_a_minus_assignment_to_something_that_is_not_a_view_is_a_diagnostic():
     assert codes("world 2\ntensor z: bool[2]\n1()()[2] -= 0\n")[0][0] == "N107"
 
 
-def test_a_computed_negative_seed_is_a_diagnostic(capsys):
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.mkdtemp()) / "seed.comm"
+def test_a_computed_negative_seed_is_a_diagnostic(tmp_path, capsys):
+    path = tmp_path / "seed.comm"
     path.write_text("world 2\ntensor x: float32[4] = rand(rank - 1)\n")
     rc, out, err = run_cli(["check", str(path), "--color", "never"], capsys)
     assert rc == 1 and "N121" in out and "internal error" not in err
