@@ -39,3 +39,22 @@ def test_dynamic_imports_take_only_fixed_names():
                     isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)
                                                     and v.value.id == "name")
                     for v in arg.values), f"{path.name}:{node.lineno}"
+
+
+def test_every_test_the_security_and_reliability_docs_name_exists():
+    """docs/security.md promises nothing without a test: each `tests/test_x.py::name` (and `::name` after it,
+    meaning the same file) it and docs/reliability.md name must be a test function of that file."""
+    import re
+
+    root = PACKAGE.parent
+    missing = []
+    for doc in ("docs/security.md", "docs/reliability.md"):
+        current = None
+        for m in re.finditer(r"(?:tests/)?(test_\w+\.py)|::(\w+)", (root / doc).read_text()):
+            if m.group(1):
+                current = m.group(1)
+                if not (root / "tests" / current).exists():
+                    missing.append(f"{doc}: {current}")
+            elif current is None or not re.search(rf"^def {m.group(2)}\(", (root / "tests" / current).read_text(), re.M):
+                missing.append(f"{doc}: {current}::{m.group(2)}")
+    assert missing == []
