@@ -108,6 +108,18 @@ def test_bad_numbers_on_the_command_line_are_usage_errors(argv, text, capsys):
     assert rc == 2 and text in err and "internal error" not in err
 
 
+def test_a_log_dir_that_cannot_be_one_is_a_usage_error(tmp_path, capsys):
+    from pathlib import Path
+
+    prog = str(Path(__file__).resolve().parent.parent / "programs" / "allreduce.comm")
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    rc, _, err = run_cli(["run", prog, "--nproc", "2", "--log-dir", str(a_file)], capsys)
+    assert rc == 2 and f"--log-dir {a_file}: this is a file, not a directory" in err and "internal error" not in err
+    rc, _, err = run_cli(["run", prog, "--nproc", "2", "--log-dir", str(a_file / "sub")], capsys)
+    assert rc == 2 and "cannot write there" in err and "internal error" not in err  # it was NotADirectoryError
+
+
 def test_bad_environment_default_names_the_variable(monkeypatch, capsys):
     monkeypatch.setenv("COMMDSL_MAX_WORLD", "abc")
     rc, _, err = run_cli(["check", "programs/allreduce.comm"], capsys)

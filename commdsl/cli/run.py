@@ -91,6 +91,15 @@ def config_from_args(args):
         raise UsageError(str(e)) from None
     if args.report_values and not args.report:
         raise UsageError("--report-values says what --report FILE holds: give --report too")
+    if args.log_dir is not None:  # last: it creates the directory, as torch's launcher would
+        if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
+            raise UsageError(f"--log-dir {args.log_dir}: this is a file, not a directory")
+        try:
+            os.makedirs(args.log_dir, exist_ok=True)
+            if not os.access(args.log_dir, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied")
+        except OSError as e:
+            raise UsageError(f"--log-dir {args.log_dir}: cannot write there ({e.strerror or e})") from None
     return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
                      backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
                      report_values=args.report_values,
