@@ -20,7 +20,7 @@ from rich.markup import escape
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
                                 add_program_flags, consoles, env_default, integer, load_files, parse_sets,
                                 print_diagnostics)
-from commdsl.files import FileError, check_not_input
+from commdsl.files import FileError, check_output
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -115,10 +115,8 @@ def config_from_args(args):
         raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path]
     for flag, path in outputs:
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: the directory does not exist")
         try:
-            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+            check_output(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
         except FileError as e:
             raise UsageError(str(e)) from None
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):

@@ -13,7 +13,7 @@ from rich.markup import escape
 from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
                                 add_program_flags, consoles, integer, load_one, parse_sets, print_diagnostics)
 from commdsl.diagnostics import CommdslError
-from commdsl.files import FileError, check_not_input, write_atomic
+from commdsl.files import FileError, check_output, write_atomic
 
 
 def add_parser(sub):
@@ -42,7 +42,7 @@ def run(args) -> int:
     out, err = consoles(args)
     if args.output:
         try:
-            check_not_input(args.output, [args.file], "-o")
+            check_output(args.output, [args.file], "-o")
         except FileError as e:
             raise UsageError(str(e)) from None
     loaded = load_one(args.file, args.format, out, err)

@@ -19,7 +19,7 @@ from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError
                                 print_diagnostics)
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import TOLERANCE
-from commdsl.files import FileError, check_not_input
+from commdsl.files import FileError, check_output
 from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
 from commdsl.runtime.config import SUMMARY_ABOVE
 
@@ -72,11 +72,9 @@ def config_from_args(args):
     if args.nproc is None and args.nnodes > 1:
         raise UsageError("--nnodes needs --nproc (under torchrun, give the node flags to torchrun instead)")
     for flag, path in (("--report", args.report), ("--trace", args.trace)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: the directory does not exist")
         if path:
             try:
-                check_not_input(path, [args.file], flag)
+                check_output(path, [args.file], flag)
             except FileError as e:
                 raise UsageError(str(e)) from None
     if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
