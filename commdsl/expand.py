@@ -22,7 +22,7 @@ import numpy as np
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.elementwise import category, integer_division, refusal
-from commdsl.limits import MAX_OPS, MAX_RECORDS, Deadline, time_limit
+from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_RECORDS, Deadline, time_limit
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.rules.names import InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (BadParamValue, BufferDoesNotFit, ExpansionTooLarge, HandleNotAssigned, InvalidGroup,
@@ -88,6 +88,7 @@ class Expander:
         self.top: list[int] = []
         self.op_count = 0
         self.steps = 0
+        self.collective_calls = 0
         self.errors: dict[tuple, tuple[Diagnostic, int]] = {}
         self.alive = np.ones(world, dtype=bool)
         self.deaths = 0
@@ -790,6 +791,15 @@ class Expander:
                             inputs_listed=s.inputs_listed, outputs_listed=s.outputs_listed, root=root, redop=redop,
                             scale=scale, in_splits=in_splits, out_splits=out_splits)
         self.check_fit(rec, kind, A, gid, me, root)
+        if kind.name != "barrier":
+            self.collective_calls += int(A.size)
+            if self.collective_calls > MAX_COLLECTIVE_CALLS:
+                raise fail_all(ExpansionTooLarge.diagnostic(
+                    f"the program expands to over {MAX_COLLECTIVE_CALLS:,} collective calls at world {self.W}",
+                    span=s.span, label="this collective pushes it over the limit",
+                    notes=(Note(message="the simulator computes every rank's part of a collective on its own: "
+                                        "that many would take minutes"),),
+                    help="check the loop bounds and params, or check a smaller world size with `--world`"))
         if s.handle is not None:
             rec.req = self.new_requests(A, len(self.records))
         self.add(rec)

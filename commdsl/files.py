@@ -92,6 +92,19 @@ def check_not_input(target: str | os.PathLike, inputs: Iterable[str | os.PathLik
             )
 
 
+def check_output(target: str | os.PathLike, inputs: Iterable[str | os.PathLike], flag: str = "") -> None:
+    """FileError, before any work, when `target` cannot become the output file: it is one of `inputs` (through
+    any link), a directory, or in a directory that does not exist (a run or a benchmark once finished only
+    to find it could not write its report)."""
+    check_not_input(target, inputs, flag)
+    path = os.fspath(target)
+    where = f"{flag} {path}" if flag else path
+    if os.path.isdir(path):
+        raise FileError(f"{where}: this is a directory; name a file")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise FileError(f"{where}: the directory does not exist")
+
+
 def _default_mode() -> int:
     umask = os.umask(0o022)
     os.umask(umask)

@@ -1,13 +1,14 @@
 """The bounds on one check: ops, memory and time. Whatever the input, a check ends, and a bound it reaches
 is a diagnostic that names it.
 
-* ops: the expansion stops at `MAX_OPS` loop steps and ops, or `MAX_RECORDS` statement instances, over all
-  ranks of one world size (N133, raised by `expand`); both also bound the engine's work, which is linear
-  in them;
-* memory: the simulator holds every rank's tensors in one process. `commdsl run` does that in its launcher
-  and also starts this node's ranks, each holding its own tensors plus temporaries up to RANK_FACTOR times
-  them (the runtime works a chunk at a time: measured about 1.2x, docs/reliability.md). So a run needs the
-  world's tensor bytes once plus RANK_FACTOR times every local rank's; a program that asks for more than
+* ops: the expansion stops at `MAX_OPS` loop steps and ops, `MAX_RECORDS` statement instances, or
+  `MAX_COLLECTIVE_CALLS` calls of collectives that move data, over all ranks of one world size (N133, raised
+  by `expand`); they also bound the engine's work, which is linear in them;
+* memory: the simulator holds every rank's tensors in one process, with temporaries up to SIM_FACTOR times
+  them in all. `commdsl run` does that in its launcher and also starts this node's ranks, each holding its
+  own tensors plus temporaries up to RANK_FACTOR times them (the runtime works a chunk at a time: measured
+  about 1.25x, docs/reliability.md). So a run needs SIM_FACTOR times the world's tensor bytes plus
+  RANK_FACTOR times every local rank's; a program that asks for more than
   MEMORY_SHARE of this machine's memory (the smaller of physical memory and a cgroup limit) is refused with
   the sizes and the limit named (N132), instead of being killed by the OOM killer halfway through;
 * time: `Deadline`, checked as the expansion adds records and at every engine round (N134).
@@ -27,10 +28,20 @@ MEMORY_SHARE = 0.5
 """Of the machine's memory, the share one run may use for program tensors (the rest: temporaries, torch)."""
 RANK_FACTOR = 3
 """The most a rank of `commdsl run` holds, in multiples of its own tensors' bytes."""
+SIM_FACTOR = 8
+"""The most the simulator holds, in multiples of all ranks' tensor bytes: the tensors, a collective's
+per-member inputs and outputs, and, for a floating-point sum over three or more members, the float64
+copies its order check computes with (measured with `benchmarks/run_memory.py` and `commdsl sim`: 2.7x
+for an all_reduce on two ranks, 7.5x on four and on eight; initialisers and expects go a piece at a time,
+`simulate.SIM_CHUNK`). It once counted 1x, while an expect over 200 MiB a rank took the simulator 7.4 GiB."""
 MAX_OPS = 200_000_000
 """Loop steps plus ops over all ranks of one expansion (a ring all-reduce at world 4096 is 84 M)."""
 MAX_RECORDS = 2_000_000
 """Statement instances of one expansion: each is a record, with Python work and memory of its own."""
+MAX_COLLECTIVE_CALLS = 1_000_000
+"""Calls of collectives that move data, summed over ranks, in one expansion. The simulator computes each
+member's part of a collective on its own (about 20-40 us each, where an op elsewhere costs well under
+1 us): `world 65536` with 65 `all_reduce`s, a 100-byte program, took minutes before this bound."""
 TIME_LIMIT = 600.0
 """Seconds one `check`/`lint` of one program may take, by default (`--max-time`)."""
 
@@ -89,10 +100,11 @@ def _gib(n: int) -> str:
 
 def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
                    local_ranks: int = 0) -> Diagnostic | None:
-    """N132 when the tensors of `ranks` (default: all), plus RANK_FACTOR times those of the `local_ranks`
-    largest ranks (the ranks a run starts on this node), exceed the share of this machine's memory."""
+    """N132 when SIM_FACTOR times the tensors of `ranks` (default: all), plus RANK_FACTOR times those of the
+    `local_ranks` largest ranks (the ranks a run starts on this node), exceed the share of this machine's
+    memory."""
     ranks = range(schedule.world) if ranks is None else ranks
-    sim = tensor_bytes(schedule, ranks)
+    sim = SIM_FACTOR * tensor_bytes(schedule, ranks)
     per_rank = sorted((tensor_bytes(schedule, [r]) for r in range(schedule.world)), reverse=True)
     here = RANK_FACTOR * sum(per_rank[:local_ranks])
     need, limit = sim + here, int(physical_memory() * MEMORY_SHARE)
@@ -101,11 +113,13 @@ def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
     biggest = max(((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in ranks
                    for spec in schedule.tensors[r].values()), key=lambda x: x[0])[1]
     notes = [Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it")]
+    held = (f"the simulator holds all {schedule.world} ranks' tensors and its temporaries, up to {SIM_FACTOR}x "
+            f"the tensors ({_gib(sim)})")
     if local_ranks:
-        notes.insert(0, Note(message=f"the simulator holds all {schedule.world} ranks' tensors ({_gib(sim)}) and each "
-                                     f"of the {local_ranks} ranks on this node up to {RANK_FACTOR}x its own "
-                                     f"({_gib(here)} together)"))
+        held += (f", and each of the {local_ranks} ranks on this node up to {RANK_FACTOR}x its own "
+                 f"({_gib(here)} together)")
+    notes.insert(0, Note(message=held))
     return TensorsExceedMemory.diagnostic(
-        f"the tensors need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
+        f"the tensors and their temporaries need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
         span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
         notes=tuple(notes), help="lower the size params with `--set`, or run on more machines")

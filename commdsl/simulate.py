@@ -111,13 +111,25 @@ def cast(values: np.ndarray, dtype: str) -> np.ndarray:
     return bfloat16_round(out) if dtype == "bfloat16" else out
 
 
+CLOSE_CHUNK = 1 << 20
+"""Elements `close` compares at a time: NumPy's isclose makes about five float64 temporaries of its
+inputs' size (40 bytes an element, ten times a float32 tensor)."""
+
+
 def close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> np.ndarray:
     """Elementwise equality: exact for integers and bool, torch.testing's tolerance for floats."""
-    if dtype in TOLERANCE:
-        rtol, atol = TOLERANCE[dtype]
-        return np.isclose(actual.astype(np.float64), np.asarray(expected, dtype=np.float64), rtol=rtol, atol=atol,
-                          equal_nan=True)
-    return actual == expected
+    if dtype not in TOLERANCE:
+        return actual == expected
+    rtol, atol = TOLERANCE[dtype]
+    actual, expected = np.broadcast_arrays(np.asarray(actual), np.asarray(expected))
+    if actual.ndim != 1:
+        return close(actual.reshape(-1), expected.reshape(-1), dtype).reshape(actual.shape)
+    out = np.empty(actual.shape, dtype=bool)
+    for lo in range(0, actual.size, CLOSE_CHUNK):
+        hi = lo + CLOSE_CHUNK
+        out[lo:hi] = np.isclose(actual[lo:hi].astype(np.float64), expected[lo:hi].astype(np.float64), rtol=rtol,
+                                atol=atol, equal_nan=True)
+    return out
 
 
 def compare(actual: np.ndarray, expected, cmp: str, dtype: str) -> np.ndarray:
@@ -208,10 +220,13 @@ def combine(op: str, x, y):
 
 
 class _Elements:
-    """The elements a record's expression is evaluated on: `count` per rank of its positions."""
+    """The elements a record's expression is evaluated on: `count` per rank of its positions. A window
+    (`lo`, set for one rank whose view is too large to evaluate at once) is `count` elements from `lo` of
+    that rank's `full` ones: views as large as the target are read from `lo`, one-element views whole."""
 
-    def __init__(self, pos, n: int, count):
-        self.pos, self.n, self.count = pos, n, count
+    def __init__(self, pos, n: int, count, lo: int | None = None, full=None):
+        self.pos, self.n, self.count, self.lo = pos, n, count, lo
+        self.full = count if full is None else full
 
     @cached_property
     def rep(self) -> np.ndarray:
@@ -223,7 +238,7 @@ class _Elements:
         """Each element's index within its rank's view (`i` in the language)."""
         counts = np.broadcast_to(np.asarray(self.count, dtype=np.int64), (self.n,))
         first = np.cumsum(counts) - counts
-        return np.arange(int(counts.sum()), dtype=np.int64) - first[self.rep]
+        return np.arange(int(counts.sum()), dtype=np.int64) - first[self.rep] + (self.lo or 0)
 
     def const(self, v):
         if is_vec(v):
@@ -325,17 +340,35 @@ class Data(Observer):
             parts = [cast(random_init(int(at(info.init[1], None, W)[r]), r, int(counts[r]), info.init[2]), info.dtype)
                      for r in range(W)]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np_dtype)
-        el = _Elements(None, W, counts)
-        with np.errstate(all="ignore"):
-            value = self.ev(info.init, el, None, np.arange(W))
-        return cast(self.flat(value, int(counts.sum())), info.dtype).copy()
+        total = int(counts.sum())
+        out = None
+        for ks, window in _chunks(counts, W):
+            if ks is None:
+                el, G = _Elements(None, W, counts), np.arange(W)
+            elif window is None:
+                el, G = _Elements(ks, ks.size, counts[ks]), ks
+            else:
+                el, G = _Elements(ks, 1, window[1] - window[0], window[0], counts[ks]), ks
+            with np.errstate(all="ignore"):
+                value = self.ev(info.init, el, el.pos, G)
+            part = cast(self.flat(value, int(np.sum(_segments(el.count, G.size)))), info.dtype)
+            if ks is None:
+                return part.copy()
+            if out is None:
+                out = np.empty(total, dtype=part.dtype)
+            first = int(self.base[name][ks[0]]) + (window[0] if window else 0)
+            out[first:first + part.size] = part
+        return out
 
     # ---- reading and writing ----------------------------------------------------------------------
-    def indices(self, v, G: np.ndarray, pos):
-        """Flat indices of view `v` on ranks G (a record's positions `pos`), and the count per rank."""
+    def indices(self, v, G: np.ndarray, pos, el: _Elements | None = None):
+        """Flat indices of view `v` on ranks G (a record's positions `pos`), and the count per rank; within
+        `el`'s window when it has one (a one-element view stays whole: it is broadcast)."""
         n = G.size
         count = at(v.numel, pos, n) if is_vec(v.numel) else v.numel
         start = self.base[v.tensor][G] + (at(v.offset, pos, n) if is_vec(v.offset) else v.offset)
+        if el is not None and el.lo is not None and not np.all(np.asarray(count) == 1):
+            return _ragged(start + el.lo, el.count, n), el.count
         return _ragged(start, count, n), count
 
     def rank_values(self, name: str, rank: int) -> np.ndarray:
@@ -366,10 +399,10 @@ class Data(Observer):
             return el.i
         if tag == "v":
             v = e[1]
-            idx, count = self.indices(v, G, pos)
+            idx, count = self.indices(v, G, pos, el)
             values = self.buf[v.tensor][idx]
             per_rank = np.broadcast_to(np.asarray(count), (G.size,))
-            if (per_rank == 1).all() and not (np.broadcast_to(np.asarray(el.count), (G.size,)) == 1).all():
+            if (per_rank == 1).all() and not (np.broadcast_to(np.asarray(el.full), (G.size,)) == 1).all():
                 return values[el.rep]  # one element, broadcast over the target
             return values
         if tag == "u":
@@ -437,14 +470,19 @@ class Data(Observer):
         self.buf[t.tensor][idx] = cast(np.asarray(self.flat(value, idx.size)), self.dtype[t.tensor])
 
     def expect(self, rec: ExpectRec, G, pos):
+        """Judged a piece at a time (`_chunks`): an expect only reads, so the pieces cannot disturb each other."""
         v = rec.view
-        idx, count = self.indices(v, G, pos)
-        el = _Elements(pos, G.size, count)
-        with np.errstate(all="ignore"):
-            expected = np.broadcast_to(np.asarray(self.flat(self.ev(rec.value, el, pos, G), idx.size)), idx.shape)
-        actual = self.buf[v.tensor][idx]
-        good = compare(actual, expected, rec.cmp, self.dtype[v.tensor])
-        ok = _all_per_rank(good, count, G.size)
+        failed = Failed(rec.cmp, np.zeros(G.size, dtype=bool))
+        count = at(v.numel, pos, G.size) if is_vec(v.numel) else v.numel
+        ok = np.ones(G.size, dtype=bool)
+        for ks, window in _chunks(count, G.size):
+            if ks is None:
+                ks, el = np.arange(G.size), _Elements(pos, G.size, count)
+            else:
+                p = ks if pos is None else pos[ks]
+                el = (_Elements(p, ks.size, at(count, ks, ks.size) if is_vec(count) else count) if window is None
+                      else _Elements(p, 1, window[1] - window[0], window[0], _segments(count, G.size)[ks]))
+            self.judge_piece(rec, G[ks] if ks.size != G.size else G, el, ks, ok, failed)
         undefined = self.undef.per_rank([v, *rec.reads], self, G, pos)
         if undefined is None:
             undefined = np.zeros(G.size, dtype=bool)
@@ -452,16 +490,31 @@ class Data(Observer):
         if order is not None and order.any():
             self.order_read.append(rec)
         ok &= ~undefined
-        failed = Failed(rec.cmp, undefined)
-        if not ok.all():  # each failing rank's first failing element, kept to word its detail when asked
-            bad = np.flatnonzero(~good)
-            owners, first = np.unique(el.rep[bad], return_index=True)
-            at_ = bad[first]
-            starts = np.cumsum(np.broadcast_to(np.asarray(count, dtype=np.int64), (G.size,))) - count
-            failed.element = dict(zip(owners.tolist(), (at_ - starts[owners]).tolist()))
-            failed.got = dict(zip(owners.tolist(), actual[at_].tolist()))
-            failed.want = dict(zip(owners.tolist(), expected[at_].tolist()))
+        failed.undefined = undefined
         self.expect_recs.append((rec, G.copy(), ok, failed))
+
+    def judge_piece(self, rec: ExpectRec, G, el: _Elements, ks: np.ndarray, ok: np.ndarray, failed: Failed):
+        """Judge the piece of an expect on ranks G (positions `ks` of the record's ranks): clear their `ok`
+        where it fails, and keep each failing rank's first failing element to word its detail when asked."""
+        idx, count = self.indices(rec.view, G, el.pos, el)
+        with np.errstate(all="ignore"):
+            expected = np.broadcast_to(np.asarray(self.flat(self.ev(rec.value, el, el.pos, G), idx.size)), idx.shape)
+        actual = self.buf[rec.view.tensor][idx]
+        good = compare(actual, expected, rec.cmp, self.dtype[rec.view.tensor])
+        here = _all_per_rank(good, count, G.size)
+        if here.all():
+            return
+        bad = np.flatnonzero(~good)
+        owners, first = np.unique(el.rep[bad], return_index=True)
+        at_ = bad[first]
+        starts = np.cumsum(np.broadcast_to(np.asarray(count, dtype=np.int64), (G.size,))) - count
+        for o, a, start in zip(owners.tolist(), at_.tolist(), starts[owners].tolist()):
+            k = int(ks[o])
+            if ok[k]:  # an earlier window of this rank failed first
+                failed.element[k] = a - start + (el.lo or 0)
+                failed.got[k] = actual[a:a + 1].tolist()[0]
+                failed.want[k] = expected[a:a + 1].tolist()[0]
+        ok[ks] &= here
 
     def expect_results(self) -> list[ExpectResult]:
         out = []
@@ -641,6 +694,34 @@ class Spread(list):
     def __init__(self, exact: list):
         super().__init__()
         self.exact = exact
+
+
+SIM_CHUNK = 1 << 22
+"""Elements an initialiser or an `expect` is evaluated on at a time (over all ranks): the evaluation makes
+int64 indices and float64 temporaries of its size, which over a whole large tensor came to more than ten
+times the tensors' bytes. Computations are not split: a write may alias what the expression reads."""
+
+
+def _chunks(count, n: int, limit: int | None = None):
+    """(positions, window) pieces of `n` ranks with `count` elements each, at most `limit` elements a piece:
+    consecutive ranks together (window None), a rank with more than `limit` alone, in windows (lo, hi)."""
+    limit = SIM_CHUNK if limit is None else limit
+    counts = np.asarray(_segments(count, n), dtype=np.int64)
+    csum = np.cumsum(counts)
+    if not n or int(csum[-1]) <= limit:
+        yield None, None  # one piece: all of them
+        return
+    k = 0
+    while k < n:
+        c = int(counts[k])
+        if c > limit:
+            for lo in range(0, c, limit):
+                yield np.array([k]), (lo, min(c, lo + limit))
+            k += 1
+            continue
+        end = max(k + 1, int(np.searchsorted(csum, int(csum[k]) - c + limit, side="right")))
+        yield np.arange(k, end), None
+        k = end
 
 
 def _ragged(starts, counts, n: int) -> np.ndarray:

@@ -245,6 +245,8 @@ def binary(node: n.Binary, a, b):
 
 def _int_op(node: n.Binary, op: str, a, b, size: int):
     ma, mb = _magnitude(a), _magnitude(b)
+    if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64 (even `0 * 2**63` would not convert)
+        return _by_rank(node, a, b, size)
     if op in ("+", "-"):
         if ma + mb >= SAFE:
             return _by_rank(node, a, b, size)
@@ -253,8 +255,6 @@ def _int_op(node: n.Binary, op: str, a, b, size: int):
         if ma * mb >= SAFE:
             return _by_rank(node, a, b, size)
         return a * b
-    if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64
-        return _by_rank(node, a, b, size)
     if op == "//":
         return np.floor_divide(a, b)
     if op == "%":

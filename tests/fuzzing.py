@@ -53,7 +53,7 @@ from commdsl.diagnostics import CommdslError  # noqa: E402
 from commdsl.diagnostics.render import emit  # noqa: E402
 from commdsl.emit.fmt import format_source  # noqa: E402
 from commdsl.emit.graph import DiagramTooLarge, build, to_dot, to_mermaid  # noqa: E402
-from commdsl.emit.python import emit_python  # noqa: E402
+from commdsl.emit.python import ScriptTooLarge, emit_python  # noqa: E402
 from commdsl.expand import expand  # noqa: E402
 from commdsl.files import MAX_PROGRAM_BYTES  # noqa: E402
 from commdsl.limits import memory_problem  # noqa: E402
@@ -342,7 +342,7 @@ def exercise(data: bytes | str) -> dict[str, str]:
         try:
             _timed(fn, verb)
             outcome[verb] = "ok"
-        except (CommdslError, DiagramTooLarge) as e:
+        except (CommdslError, DiagramTooLarge, ScriptTooLarge) as e:
             if isinstance(e, CommdslError):
                 _render(e.diagnostics, sources)
             outcome[verb] = "diagnostic"

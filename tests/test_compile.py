@@ -81,6 +81,35 @@ def test_repeated_ops_fold_into_a_loop(tmp_path, capfd):
     compile(text, "out.py", "exec")  # valid Python
 
 
+@pytest.mark.timeout(60)  # before: 500 s and a 300 MB script
+def test_a_script_too_large_to_use_is_refused_before_the_check_naming_the_limit(tmp_path, capfd):
+    from commdsl.emit.python import MAX_SCRIPT_OPS
+
+    prog = tmp_path / "wide.comm"
+    prog.write_text("world 65536\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor k in 0 .. 14:\n"
+                    "    h = isend x to (rank + k + 1) % world\n    recv y from (rank + world - k - 1) % world\n"
+                    "    wait h\n")
+    code, text = compile_to(tmp_path, str(prog), 65536)
+    err = capfd.readouterr().err
+    assert code == 2 and text == "" and not (tmp_path / "out.py").exists()
+    assert "world size 65536 gives 2,949,120 ops over all ranks" in err and f"up to {MAX_SCRIPT_OPS:,}" in err
+
+
+def test_folding_compares_each_op_once(monkeypatch):
+    """`_repeat` looks at up to 8 periods from every op: the ops' keys are made once, not once per look
+    (a script of 65536 ranks took 500 s, most of it remaking them)."""
+    from commdsl.emit import python
+
+    made = []
+    key = python._key
+    monkeypatch.setattr(python, "_key", lambda op: made.append(op) or key(op))
+    text = "world 2\ntensor x: float32[4] = 1\nfor k in 0 .. 49:\n    all_reduce x op max\n    x *= 1\n"
+    program = load(SourceFile("f.comm", text))
+    schedule = expand(program, 2)
+    assert "for _ in range(50):" in emit_python(schedule, program.source)
+    assert len(made) == schedule.num_ops  # before: about 8 times as many per op
+
+
 def test_deadlock_is_not_compiled(tmp_path, capfd):
     code, text = compile_to(tmp_path, str(ROOT / "programs" / "bad" / "head_to_head_send.comm"), 2)
     assert code == 1 and text == ""

@@ -12,7 +12,7 @@ import pytest
 
 from commdsl.diagnostics import CommdslError
 from commdsl.expand import expand
-from commdsl.limits import MAX_OPS
+from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS
 from commdsl.resolve import load
 from commdsl.schedule import Batch, Collective, Compute, Recv, Send, Wait
 from commdsl.simulate import initial_value, simulate
@@ -301,6 +301,21 @@ def test_the_documented_step_budget_is_the_one_enforced():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
     stated = {int(x.replace(",", "")) for x in re.findall(r"more than ([\d,]+)\s+loop\s+steps", doc)}
     assert stated == {MAX_OPS}
+    calls = {int(x.replace(",", "")) for x in re.findall(r"more than ([\d,]+)\s+calls\s+of\s+collectives", doc)}
+    assert calls == {MAX_COLLECTIVE_CALLS}
+
+
+@pytest.mark.timeout(30)
+def test_the_collective_call_budget_stops_at_the_collective_before_any_simulation():
+    # 65 all_reduces at world 65536: 4.3 M calls the simulator computes one member at a time (minutes)
+    text = "world 65536\ntensor x: float32[4] = rank\nfor k in 0 .. 64:\n    all_reduce x op max\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 65536)
+    [d] = e.value.diagnostics
+    assert d.code == "N133" and d.span == span_of(text, "all_reduce x op max")
+    assert f"over {MAX_COLLECTIVE_CALLS:,} collective calls at world 65536" in d.message
+    # barriers move no data and cost the engine little: they do not count
+    assert expand(program("world 65536\nfor k in 0 .. 64:\n    barrier\n"), 65536).num_ops == 65 * 65536
 
 
 # ---- tensors: per-rank shapes and initialisers -------------------------------------------------------------

@@ -94,7 +94,8 @@ def test_tensor_too_large_for_this_machine_is_refused_before_launch(tmp_path, no
     prog.write_text("world 2\nparam n = 4\ntensor x: float32[n, n]\nall_reduce x\n")
     proc = commdsl(["run", str(prog), "--nproc", "2", "--set", "n=100000", "--color", "never"], no_orphans)
     assert proc.returncode == 1
-    assert "error[N132]: the tensors need 298.0 GiB over 2 ranks, more than the" in proc.stdout
+    assert "error[N132]: the tensors and their temporaries need 819.6 GiB over 2 ranks, more than the" in proc.stdout
+    assert "the simulator holds all 2 ranks' tensors and its temporaries, up to 8x the tensors (596.0 GiB)" in proc.stdout
     assert "each of the 2 ranks on this node up to 3x its own" in proc.stdout
     assert "this machine has" in proc.stdout and "Traceback" not in proc.stderr
 

@@ -146,6 +146,29 @@ def test_no_output_overwrites_the_input(argv, how, prog, tmp_path, capsys):
     assert prog.read_text() == PROGRAM
 
 
+OUTPUTS = [
+    ["compile", "{p}", "--world", "2", "-o", "{out}"],
+    ["graph", "{p}", "--world", "2", "--format", "dot", "-o", "{out}"],
+    ["run", "{p}", "--nproc", "2", "--report", "{out}"],
+    ["run", "{p}", "--nproc", "2", "--trace", "{out}"],
+    ["bench", "{p}", "--nproc", "2", "--json", "{out}"],
+    ["bench", "--collective", "all_reduce", "--nproc", "2", "--plot", "{out}"],
+    ["timeline", "{p}", "--png", "{out}"],
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv", OUTPUTS)
+@pytest.mark.parametrize(("where", "says"), [("dir", "this is a directory; name a file"),
+                                             ("missing/out.png", "the directory does not exist")])
+def test_an_output_that_cannot_be_a_file_is_refused_before_the_work(argv, where, says, prog, tmp_path, capsys):
+    """A run or a benchmark once went all the way through, then could not write its report over a directory."""
+    (tmp_path / "dir").mkdir()
+    out = tmp_path / where
+    rc, _, err = cli(capsys, *[a.format(p=prog, out=out) for a in argv])
+    assert rc == 2 and f"{out}: {says}" in err and "internal error" not in err
+
+
 def test_timeline_does_not_overwrite_its_trace(tmp_path, capsys):
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')

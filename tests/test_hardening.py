@@ -69,6 +69,23 @@ def test_65_dimensions_every_verb_gives_the_diagnostic(verb, tmp_path, capsys):
     assert rc == 1 and "error[N128]" in out + err and "internal error" not in err
 
 
+# ---- world 65536: refused before the work, naming the limit, or checked in seconds ----------------------------
+
+@pytest.mark.timeout(30)
+def test_world_65536_with_many_collectives_is_n133_before_any_work(tmp_path, capsys):
+    path = tmp_path / "w.comm"  # 100 bytes; `check` took minutes in the simulator's collectives
+    path.write_text("world 65536\ntensor x: float32[4] = rank\nfor k in 0 .. 64:\n    all_reduce x op max\n")
+    rc, out, err = run_cli(["check", str(path), "--color", "never"], capsys)
+    assert rc == 1 and "error[N133]: the program expands to over 1,000,000 collective calls at world 65536" in out
+
+
+@pytest.mark.timeout(60)  # before: 74 s here, the async windows were sorted out one rank at a time over all ranks
+def test_world_65536_with_many_async_sends_checks_in_seconds():
+    text = ("world 65536\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor k in 0 .. 19:\n"
+            "    h = isend x to (rank + k + 1) % world\n    recv y from (rank + world - k - 1) % world\n    wait h\n")
+    assert codes(text) == []
+
+
 # ---- command-line numbers --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("argv", "text"), [
@@ -89,6 +106,18 @@ def test_bad_numbers_on_the_command_line_are_usage_errors(argv, text, capsys):
     prog = str(Path(__file__).resolve().parent.parent / "programs" / "allreduce.comm")
     rc, _, err = run_cli([prog if a == "P" else a for a in argv], capsys)
     assert rc == 2 and text in err and "internal error" not in err
+
+
+def test_a_log_dir_that_cannot_be_one_is_a_usage_error(tmp_path, capsys):
+    from pathlib import Path
+
+    prog = str(Path(__file__).resolve().parent.parent / "programs" / "allreduce.comm")
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    rc, _, err = run_cli(["run", prog, "--nproc", "2", "--log-dir", str(a_file)], capsys)
+    assert rc == 2 and f"--log-dir {a_file}: this is a file, not a directory" in err and "internal error" not in err
+    rc, _, err = run_cli(["run", prog, "--nproc", "2", "--log-dir", str(a_file / "sub")], capsys)
+    assert rc == 2 and "cannot write there" in err and "internal error" not in err  # it was NotADirectoryError
 
 
 def test_bad_environment_default_names_the_variable(monkeypatch, capsys):
@@ -144,11 +173,8 @@ def test_a_minus_assignment_to_something_that_is_not_a_view_is_a_diagnostic():
     assert codes("world 2\ntensor z: bool[2]\n1()()[2] -= 0\n")[0][0] == "N107"
 
 
-def test_a_computed_negative_seed_is_a_diagnostic(capsys):
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.mkdtemp()) / "seed.comm"
+def test_a_computed_negative_seed_is_a_diagnostic(tmp_path, capsys):
+    path = tmp_path / "seed.comm"
     path.write_text("world 2\ntensor x: float32[4] = rand(rank - 1)\n")
     rc, out, err = run_cli(["check", str(path), "--color", "never"], capsys)
     assert rc == 1 and "N121" in out and "internal error" not in err

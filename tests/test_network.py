@@ -164,3 +164,43 @@ def test_rank_0_under_mpirun_hosts_the_store_on_master_addr_only(tmp_path, no_or
             p.communicate(timeout=30)
     assert {addr for _, addr, _ in found} <= LOOPBACK, found
     assert [s for s in found if s[2] == port] == [(ranks[0].pid, "127.0.0.1", port)]
+
+
+# ---- what the rendezvous needs of torch (pyproject says torch>=2.4; measured on 2.11 and 2.13) ------------------
+
+def test_the_store_uses_torchs_older_backend_below_the_first_measured_libuv_one():
+    from commdsl.runtime import rendezvous
+
+    assert rendezvous.store_options("2.4.1+cpu") == {"use_libuv": False}
+    assert rendezvous.store_options("2.10.0") == {"use_libuv": False}
+    assert rendezvous.store_options("2.11.0+cu128") == {} and rendezvous.store_options("2.13.0+cpu") == {}
+
+
+@pytest.mark.parametrize("backend", [{"use_libuv": False}, {}])
+def test_both_store_backends_serve_the_socket_commdsl_binds(backend, monkeypatch):
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from commdsl.runtime import rendezvous
+
+    monkeypatch.setattr(rendezvous, "store_options", lambda version=None: backend)
+    sock = rendezvous.listen(rendezvous.Endpoint("127.0.0.1", 0))
+    store, _ = rendezvous._server(sock, timedelta(seconds=20))
+    client = dist.TCPStore("127.0.0.1", store.port, None, False, timedelta(seconds=20))
+    client.set("k", "v")
+    assert store.get("k") == b"v"
+    del client, store
+
+
+def test_a_torch_without_the_agent_store_api_is_a_launch_error_not_a_traceback(monkeypatch):
+    import torch.distributed.elastic.rendezvous as api
+
+    from commdsl.runtime import launch
+    from commdsl.runtime.config import RunConfig
+
+    monkeypatch.delattr(api, "RendezvousStoreInfo")
+    opts = RunConfig(path="p.comm", nproc=2, params={}, timeout=5.0)
+    with pytest.raises(launch.LaunchError, match=r"commdsl run needs torch 2.4 or later \(this is torch .*\): it "
+                                                 r"lacks torch.distributed.elastic.rendezvous.RendezvousInfo"):
+        launch.run_local(None, "", "gloo", opts)

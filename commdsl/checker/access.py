@@ -165,11 +165,11 @@ class Access(Observer):
         own = self._table(self.owner, t, -1)
         table[idx] += 1  # a view's elements on one rank are distinct, and ranks' elements never overlap
         own[idx] = op_ids[owner]
-        if reqs is not None:
-            for k in range(G.size):
-                sel = idx[owner == k]
-                if sel.size:
-                    self.windows.setdefault(int(reqs[k]), []).append((t, sel, writes))
+        if reqs is not None:  # `owner` is sorted: rank k's elements are one slice (a mask per rank was quadratic)
+            ends = np.cumsum(np.bincount(owner, minlength=G.size)).tolist()
+            for k, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
+                if b > a:
+                    self.windows.setdefault(int(reqs[k]), []).append((t, idx[a:b], writes))
 
     def close(self, t: str, idx: np.ndarray, writes: bool) -> None:
         (self.writing[t] if writes else self.reading[t])[idx] -= 1

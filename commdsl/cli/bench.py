@@ -32,7 +32,7 @@ from commdsl.cli.common import (
     parse_sets,
     print_diagnostics,
 )
-from commdsl.files import FileError, check_not_input
+from commdsl.files import FileError, check_output
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -129,15 +129,13 @@ def _collectives(args) -> list[str]:
 
 
 def _check_outputs(args) -> None:
-    """`--json`, `--csv` and `--plot`: in existing directories, none of them an input, no two the same file."""
+    """`--json`, `--csv` and `--plot`: each a writable target that is not an input, no two the same file."""
     outputs = [
         (flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path
     ]
     for flag, path in outputs:
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: the directory does not exist")
         try:
-            check_not_input(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+            check_output(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
         except FileError as e:
             raise UsageError(str(e)) from None
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):

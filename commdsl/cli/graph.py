@@ -25,7 +25,7 @@ from commdsl.cli.common import (
     print_diagnostics,
 )
 from commdsl.diagnostics import CommdslError
-from commdsl.files import MAX_TRACE_BYTES, FileError, check_not_input, read_bytes, write_atomic
+from commdsl.files import MAX_TRACE_BYTES, FileError, check_output, read_bytes, write_atomic
 
 FORMATS = ("mermaid", "dot", "svg", "png")
 _SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
@@ -89,7 +89,7 @@ def run_graph(args) -> int:
     fmt = _format(args)
     if args.output:
         try:
-            check_not_input(args.output, [args.file], "-o")
+            check_output(args.output, [args.file], "-o")
         except FileError as e:
             raise UsageError(str(e)) from None
     if fmt == "png" and not args.output and sys.stdout.isatty():
@@ -169,7 +169,7 @@ def run_timeline(args) -> int:
 
     _out, err = consoles(args)
     try:
-        check_not_input(args.png, [args.trace], "--png")
+        check_output(args.png, [args.trace], "--png")
         text = read_bytes(args.trace, MAX_TRACE_BYTES).decode("utf-8")
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)

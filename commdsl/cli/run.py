@@ -31,7 +31,7 @@ from commdsl.cli.common import (
 )
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import TOLERANCE
-from commdsl.files import FileError, check_not_input
+from commdsl.files import FileError, check_output
 from commdsl.runtime.config import SUMMARY_ABOVE
 from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
 
@@ -119,11 +119,9 @@ def config_from_args(args):
     if args.nproc is None and args.nnodes > 1:
         raise UsageError("--nnodes needs --nproc (under torchrun, give the node flags to torchrun instead)")
     for flag, path in (("--report", args.report), ("--trace", args.trace)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: the directory does not exist")
         if path:
             try:
-                check_not_input(path, [args.file], flag)
+                check_output(path, [args.file], flag)
             except FileError as e:
                 raise UsageError(str(e)) from None
     if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
@@ -140,6 +138,15 @@ def config_from_args(args):
         raise UsageError(str(e)) from None
     if args.report_values and not args.report:
         raise UsageError("--report-values says what --report FILE holds: give --report too")
+    if args.log_dir is not None:  # last: it creates the directory, as torch's launcher would
+        if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
+            raise UsageError(f"--log-dir {args.log_dir}: this is a file, not a directory")
+        try:
+            os.makedirs(args.log_dir, exist_ok=True)
+            if not os.access(args.log_dir, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied")
+        except OSError as e:
+            raise UsageError(f"--log-dir {args.log_dir}: cannot write there ({e.strerror or e})") from None
     return RunConfig(
         path=args.file,
         nproc=int(args.nproc) if args.nproc is not None else None,

@@ -33,6 +33,9 @@ from commdsl.p2p import form
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Schedule, Send, TensorSpec, View, Wait
 from commdsl.source import SourceFile
 
+MAX_SCRIPT_OPS = 250_000
+"""The most ops, over all ranks, a compiled script holds: it has every rank's ops (repeats folded into loops)
+and every rank parses all of it, so past this it is tens of MB that take minutes to write and to import."""
 _MAX_PERIOD = 8  # longest block of ops looked at when folding repeats into a loop
 _MIN_REPEATS = 3
 
@@ -130,8 +133,21 @@ if __name__ == "__main__":
 '''
 
 
+class ScriptTooLarge(Exception):
+    """The expansion has more ops than a script can usefully hold (`MAX_SCRIPT_OPS`)."""
+
+
+def check_script_size(schedule: Schedule) -> None:
+    """ScriptTooLarge, naming the limit, when `schedule` has more than MAX_SCRIPT_OPS ops over all ranks."""
+    ops = schedule.num_ops
+    if ops > MAX_SCRIPT_OPS:
+        raise ScriptTooLarge(f"world size {schedule.world} gives {ops:,} ops over all ranks; a script holds every "
+                             f"rank's ops, and every rank parses all of it: it stays usable up to {MAX_SCRIPT_OPS:,}")
+
+
 def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", script: str = "out.py") -> str:
-    """The script's text."""
+    """The script's text; ScriptTooLarge past MAX_SCRIPT_OPS ops."""
+    check_script_size(schedule)
     uses_rand = any(spec.init is not None and spec.init[0] == "rand"
                     for specs in schedule.tensors for spec in specs.values())
     tolerance = ",\n    ".join(f"torch.{name}: {tol}" for name, tol in TOLERANCE.items())
@@ -188,9 +204,10 @@ class _Rank:
         return _text(" ".join(self.source.line_text(line).split("#")[0].split()))
 
     def block(self, ops, depth: int):
+        keys = [_key(o) for o in ops]  # once per op: `_repeat` compares each op with up to 8 others
         i = 0
         while i < len(ops):
-            period, reps = _repeat(ops, i)
+            period, reps = _repeat(keys, i)
             if reps >= _MIN_REPEATS:
                 first = ops[i].span.line
                 self.emit(depth, f"for _ in range({reps}):", None)
@@ -422,16 +439,16 @@ def _key(op):
     return replace(op, bindings=())
 
 
-def _repeat(ops, i: int) -> tuple[int, int]:
-    """(period, repeats) of the longest-covering run of a repeated block starting at `i`."""
+def _repeat(keys, i: int) -> tuple[int, int]:
+    """(period, repeats) of the longest-covering run of a repeated block starting at `i` (`keys`: the ops' `_key`s)."""
     best = (1, 1)
     for period in range(1, _MAX_PERIOD + 1):
-        if i + 2 * period > len(ops):
+        if i + 2 * period > len(keys):
             break
-        block = [_key(o) for o in ops[i : i + period]]
+        block = keys[i : i + period]
         reps = 1
-        while i + (reps + 1) * period <= len(ops) and all(
-                _key(ops[i + reps * period + j]) == block[j] for j in range(period)):
+        while i + (reps + 1) * period <= len(keys) and all(
+                keys[i + reps * period + j] == block[j] for j in range(period)):
             reps += 1
         if reps >= _MIN_REPEATS and period * reps > best[0] * best[1]:
             best = (period, reps)

@@ -518,8 +518,10 @@ class TensorsExceedMemory(Rule):
     ## What it does
 
     Reports a program whose tensors, summed over every rank, need more memory than commdsl may use on
-    this machine (half of its physical memory). The simulator holds all ranks' tensors in one process,
-    and `commdsl run` starts every local rank on this node, so both need the sum.
+    this machine (half of its physical memory, or of its cgroup limit). The simulator holds all ranks'
+    tensors in one process, with temporaries up to 8 times them in all (a collective's per-member results,
+    the float64 copies that check whether a sum depends on its order); `commdsl run` also starts every
+    local rank on this node, each holding up to 3 times its own tensors. The check counts both.
 
     ## Why is this bad?
 
@@ -557,14 +559,17 @@ class ExpansionTooLarge(Rule):
     ## What it does
 
     Reports a program that expands to more than 200,000,000 loop steps and ops over all ranks at one world
-    size, or to more than 2,000,000 statement instances, usually because a loop bound or a param is far
-    larger than meant. (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances.)
+    size, to more than 2,000,000 statement instances, or to more than 1,000,000 calls of collectives that
+    move data (every rank's call counts), usually because a loop bound or a param is far larger than meant.
+    (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
+    65536 are 4,259,840 collective calls.)
 
     ## Why is this bad?
 
     commdsl expands every rank's ops before checking, simulating or running them; a runaway loop would
-    take minutes and gigabytes before anything useful happens. The expansion stops at the limit and points
-    at the loop that crossed it.
+    take minutes and gigabytes before anything useful happens. The simulator computes each rank's part of
+    a collective on its own, so collective calls cost far more than other ops. The expansion stops at the
+    limit and points at the loop or collective that crossed it.
 
     ## Example
 

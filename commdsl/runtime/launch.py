@@ -85,6 +85,7 @@ def run_local(
     rdzv_timeout = int(max(opts.timeout, 900 if opts.nnodes > 1 else 60))
     run_id = opts.rdzv_id or f"commdsl-{uuid.uuid4().hex[:12]}"
     try:
+        rendezvous.require_torch()
         endpoint = rendezvous.Endpoint.parse(opts.rdzv_endpoint)
         if opts.nnodes == 1 and listener is None:
             listener = rendezvous.listen(endpoint)

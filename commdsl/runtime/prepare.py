@@ -27,16 +27,19 @@ class Prepared:
         return [d for d in self.diagnostics if d.severity == "error"]
 
 
-def prepare(program: Program, world: int, params: dict, backend: str, local_ranks: int = 0) -> Prepared:
+def prepare(program: Program, world: int, params: dict, backend: str, local_ranks: int = 0,
+            schedule: Schedule | None = None) -> Prepared:
     """Raises CommdslError when the program does not expand at this size, or its tensors cannot fit in
     this machine's memory with `local_ranks` ranks running here beside the simulator (both stop a run even
-    under --no-check: there is nothing that could run)."""
+    under --no-check: there is nothing that could run). `schedule`: the expansion at `world`, when the
+    caller has made it already (to bound its own work before the check)."""
     from commdsl.checker import analyse_schedule
     from commdsl.diagnostics import CommdslError
     from commdsl.expand import expand
     from commdsl.limits import memory_problem
 
-    schedule = expand(program, world, params)
+    if schedule is None:
+        schedule = expand(program, world, params)
     too_big = memory_problem(schedule, what="a run (simulator and ranks)" if local_ranks else "the simulator",
                              local_ranks=local_ranks)
     if too_big is not None:

@@ -19,6 +19,14 @@ rank is the order in which it claimed a slot in the store. What a run may listen
 One endpoint serves one job. The store's host records the job id; a node with another id, a node past
 the job's count, or a second host on the same port is refused at once, naming the endpoint.
 tests/test_network.py asks the kernel (/proc/net/tcp*) what a run's processes listen on.
+
+What this needs of torch (`require_torch` says so before a run, instead of failing inside it): the
+agent-store rendezvous API (`RendezvousInfo`, `RendezvousStoreInfo`, `RendezvousHandler.use_agent_store`,
+torch 2.4) and `TCPStore(master_listen_fd=...)`. torch's libuv store backend, the default since 2.4,
+did not serve a listening socket handed to it until pytorch#150215 (2025: it never called `uv_listen`),
+so below torch 2.11, the oldest measured with libuv, the store runs on torch's older backend
+(`use_libuv=False`), which always honoured it. Measured: torch 2.13 (CPU) with both backends, 2.11 (GPU
+machine) with libuv; 2.4 to 2.10 were not available to test.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from datetime import timedelta
 
 BACKEND = "commdsl"
 _PREFIX = "commdsl/"
+LIBUV_LISTEN_FD = (2, 11)
+"""The first torch whose default (libuv) store backend is known to serve a socket handed to it."""
 
 
 class EndpointError(Exception):
@@ -85,6 +95,35 @@ def listen(endpoint: Endpoint) -> socket.socket:
     raise last or OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
 
 
+def require_torch() -> None:
+    """EndpointError naming what is missing when this torch lacks what commdsl's rendezvous needs."""
+    import torch
+    import torch.distributed as dist
+
+    missing = []
+    try:
+        from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo  # noqa: F401
+        if not hasattr(RendezvousHandler, "use_agent_store"):
+            missing.append("RendezvousHandler.use_agent_store")
+    except ImportError:
+        missing.append("torch.distributed.elastic.rendezvous.RendezvousInfo and RendezvousStoreInfo")
+    if "master_listen_fd" not in (dist.TCPStore.__init__.__doc__ or ""):
+        missing.append("TCPStore(master_listen_fd=...)")
+    if missing:
+        raise EndpointError(f"commdsl run needs torch 2.4 or later (this is torch {torch.__version__}): it lacks "
+                            f"{', '.join(missing)}; under torchrun, `commdsl run` without --nproc uses torchrun's store")
+
+
+def store_options(version=None) -> dict:
+    """Keyword arguments for the store server on a handed-over socket: torch's older backend below
+    LIBUV_LISTEN_FD, whose libuv backend did not serve such a socket."""
+    import torch
+
+    version = torch.__version__ if version is None else version
+    release = tuple(int(x) for x in str(version).split("+")[0].split(".")[:2] if x.isdigit())
+    return {"use_libuv": False} if release < LIBUV_LISTEN_FD else {}
+
+
 def _server(sock: socket.socket, timeout: timedelta):
     """A TCPStore server on `sock` (which it then owns)."""
     import torch.distributed as dist
@@ -92,7 +131,8 @@ def _server(sock: socket.socket, timeout: timedelta):
     host, port = sock.getsockname()[:2]
     fd = sock.detach()
     try:
-        return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd), fd
+        return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd,
+                             **store_options()), fd
     except BaseException:
         os.close(fd)
         raise
