@@ -24,15 +24,40 @@ from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.elementwise import category, integer_division, refusal
 from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_RECORDS, Deadline, time_limit
 from commdsl.resolve import MAX_WORLD, Program
-from commdsl.rules.names import InvalidView, WrongKindOfName
-from commdsl.rules.sizes import (BadParamValue, BufferDoesNotFit, ExpansionTooLarge, HandleNotAssigned, InvalidGroup,
-                                 InvalidTensorSize, MeshDoesNotTileWorld, MixedDtypes, NotAnInteger, ShapeMismatch,
-                                 UnsupportedElementOp, ViewOutOfBounds, WorldSizeNotDeclared, DivisionByZero)
-from commdsl.rules.names import BadReduceOp
-from commdsl.schedule import (BatchRec, CollectiveRec, ComputeRec, ExpectRec, Group, P2PRec, PrintRec, Requests,
-                              Schedule, TensorInfo, VView, WaitRec, elem_reads)
+from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
+from commdsl.rules.sizes import (
+    BadParamValue,
+    BufferDoesNotFit,
+    DivisionByZero,
+    ExpansionTooLarge,
+    HandleNotAssigned,
+    InvalidGroup,
+    InvalidTensorSize,
+    MeshDoesNotTileWorld,
+    MixedDtypes,
+    NotAnInteger,
+    ShapeMismatch,
+    UnsupportedElementOp,
+    ViewOutOfBounds,
+    WorldSizeNotDeclared,
+)
+from commdsl.schedule import (
+    BatchRec,
+    CollectiveRec,
+    ComputeRec,
+    ExpectRec,
+    Group,
+    P2PRec,
+    PrintRec,
+    Requests,
+    Schedule,
+    TensorInfo,
+    VView,
+    WaitRec,
+    elem_reads,
+)
 from commdsl.syntax import nodes as n
-from commdsl.values import (Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform)
+from commdsl.values import Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform
 
 MAX_TENSOR_ELEMENTS = 1 << 34
 VIEW_CACHE = 64
@@ -144,11 +169,17 @@ class Expander:
         members = [as_int(self.value(m, np.zeros(0, dtype=np.int64), env), m, "a group member") for m in g.members]
         bad = [m for m in members if not 0 <= m < self.W]
         if bad:
-            raise _Stop(InvalidGroup.diagnostic(f"group `{g.name}` names rank {bad[0]}, outside world {self.W}",
-                                                span=g.span, label=f"ranks are 0..{self.W - 1}"))
+            raise _Stop(
+                InvalidGroup.diagnostic(
+                    f"group `{g.name}` names rank {bad[0]}, outside world {self.W}",
+                    span=g.span,
+                    label=f"ranks are 0..{self.W - 1}",
+                )
+            )
         if len(set(members)) != len(members):
-            raise _Stop(InvalidGroup.diagnostic(f"group `{g.name}` names a rank twice", span=g.span,
-                                                label="duplicate member"))
+            raise _Stop(
+                InvalidGroup.diagnostic(f"group `{g.name}` names a rank twice", span=g.span, label="duplicate member")
+            )
         # torch's new_group orders a group by global rank, whatever order the list is written in
         self.name_groups((g.name, None), [self.add_group(g.name, tuple(sorted(members)))] * self.W)
 
@@ -165,16 +196,20 @@ class Expander:
         sizes = [as_int(self.value(d.size, np.zeros(0, dtype=np.int64), env), d, "a mesh dimension") for d in m.dims]
         if math.prod(sizes) != self.W or any(s < 1 for s in sizes):
             dims = " × ".join(f"{d.name}={s}" for d, s in zip(m.dims, sizes))
-            raise _Stop(MeshDoesNotTileWorld.diagnostic(
-                f"mesh `{m.name}` is {dims} = {math.prod(sizes)} ranks, but the world has {self.W}",
-                span=m.span, label="the mesh must tile the world exactly"))
+            raise _Stop(
+                MeshDoesNotTileWorld.diagnostic(
+                    f"mesh `{m.name}` is {dims} = {math.prod(sizes)} ranks, but the world has {self.W}",
+                    span=m.span,
+                    label="the mesh must tile the world exactly",
+                )
+            )
         coords = [tuple(int(c) for c in np.unravel_index(r, sizes)) for r in range(self.W)]
         for axis, d in enumerate(m.dims):
             by_rest: dict = {}
             for r, c in enumerate(coords):
-                by_rest.setdefault(c[:axis] + c[axis + 1:], []).append(r)
+                by_rest.setdefault(c[:axis] + c[axis + 1 :], []).append(r)
             made = {k: self.add_group(f"{m.name}.{d.name}{list(k)}", tuple(rs)) for k, rs in sorted(by_rest.items())}
-            self.name_groups((m.name, d.name), [made[c[:axis] + c[axis + 1:]] for c in coords])
+            self.name_groups((m.name, d.name), [made[c[:axis] + c[axis + 1 :]] for c in coords])
 
     def add_group(self, name: str, ranks: tuple[int, ...]) -> Group:
         g = Group(len(self.groups), name, ranks)
@@ -207,17 +242,27 @@ class Expander:
         for d in shape:
             neg |= np.asarray(d) < 0
         if neg.any():
-            raise Failure(neg, lambda k: InvalidTensorSize.diagnostic(
-                f"tensor `{t.name}` has negative shape {[int(item(d, k)) for d in shape]}", span=t.span,
-                label=f"on rank {A[k]}"))
+            raise Failure(
+                neg,
+                lambda k: InvalidTensorSize.diagnostic(
+                    f"tensor `{t.name}` has negative shape {[int(item(d, k)) for d in shape]}",
+                    span=t.span,
+                    label=f"on rank {A[k]}",
+                ),
+            )
         numel = np.ones(A.size, dtype=object)
         for d in shape:
             numel = numel * np.asarray(d, dtype=object)
         big = np.array([x > MAX_TENSOR_ELEMENTS for x in numel], dtype=bool) if A.size else np.zeros(0, dtype=bool)
         if big.any():
-            raise Failure(big, lambda k: InvalidTensorSize.diagnostic(
-                f"tensor `{t.name}` has {numel[k]} elements, over the limit of {MAX_TENSOR_ELEMENTS}", span=t.span,
-                label=f"shape {[int(item(d, k)) for d in shape]}"))
+            raise Failure(
+                big,
+                lambda k: InvalidTensorSize.diagnostic(
+                    f"tensor `{t.name}` has {numel[k]} elements, over the limit of {MAX_TENSOR_ELEMENTS}",
+                    span=t.span,
+                    label=f"shape {[int(item(d, k)) for d in shape]}",
+                ),
+            )
         shape = tuple(self.widen(d, A) for d in shape)
         init = None
         if t.init is not None:
@@ -256,8 +301,11 @@ class Expander:
                 return e.value
             case n.Name():
                 if e.id not in env:
-                    raise fail_all(WrongKindOfName.diagnostic(f"`{e.id}` has no value here", span=e.span,
-                                                              label="not known before expansion"))
+                    raise fail_all(
+                        WrongKindOfName.diagnostic(
+                            f"`{e.id}` has no value here", span=e.span, label="not known before expansion"
+                        )
+                    )
                 return env[e.id]
             case n.Attr():
                 return self.attr(e, A, env)
@@ -269,8 +317,9 @@ class Expander:
                 return self.logical(e, A, env)
             case n.Binary():
                 return binary(e, self.value(e.left, A, env), self.value(e.right, A, env))
-        raise fail_all(WrongKindOfName.diagnostic("this expression has no integer value", span=e.span,
-                                                  label="expected a number"))
+        raise fail_all(
+            WrongKindOfName.diagnostic("this expression has no integer value", span=e.span, label="expected a number")
+        )
 
     def logical(self, e: n.Binary, A: np.ndarray, env: Env):
         """`and`/`or` short-circuit: the right side is evaluated only on the ranks that need it."""
@@ -295,8 +344,11 @@ class Expander:
             v = self.view(e.value, A, env)
             return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
         if "rank" not in env:
-            raise fail_all(WrongKindOfName.diagnostic("a param's default cannot use groups or tensors", span=e.span,
-                                                      label="not known when params are set"))
+            raise fail_all(
+                WrongKindOfName.diagnostic(
+                    "a param's default cannot use groups or tensors", span=e.span, label="not known when params are set"
+                )
+            )
         ref = e.value
         name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
         gid_of, idx_in = self.group_of[(name, dim)]
@@ -306,9 +358,14 @@ class Expander:
         idx = idx_in[A]
         outside = idx < 0
         if outside.any():
-            raise Failure(outside, lambda k: InvalidGroup.diagnostic(
-                f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no `.rank` there",
-                span=e.span, label=f"members are {_ranks_text(self.groups[gid_of[A[k]]].ranks)}"))
+            raise Failure(
+                outside,
+                lambda k: InvalidGroup.diagnostic(
+                    f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no `.rank` there",
+                    span=e.span,
+                    label=f"members are {_ranks_text(self.groups[gid_of[A[k]]].ranks)}",
+                ),
+            )
         return idx
 
     def is_view(self, e, env: Env) -> bool:
@@ -355,9 +412,14 @@ class Expander:
                 hi = rows if e.hi is None else self.int_value(e.hi, A, env, "a slice bound")
                 bad = ~((0 <= np.asarray(lo)) & (np.asarray(lo) <= hi) & (np.asarray(hi) <= rows))
                 if np.any(bad):
-                    raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
-                        f"slice `[{item(lo, k)}:{item(hi, k)}]` is out of bounds for {item(rows, k)} rows", span=e.span,
-                        label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}"))
+                    raise Failure(
+                        np.broadcast_to(bad, A.shape),
+                        lambda k: ViewOutOfBounds.diagnostic(
+                            f"slice `[{item(lo, k)}:{item(hi, k)}]` is out of bounds for {item(rows, k)} rows",
+                            span=e.span,
+                            label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}",
+                        ),
+                    )
                 return self.rows_view(base, lo, hi if not is_vec(lo) and lo == 0 else hi - lo, keep=True)
             case n.Index():
                 base = self.view(e.value, A, env)
@@ -365,9 +427,14 @@ class Expander:
                 k_ = self.int_value(e.index, A, env, "an index")
                 bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < rows))
                 if np.any(bad):
-                    raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
-                        f"index {item(k_, k)} is out of bounds for {item(rows, k)} rows", span=e.span,
-                        label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}"))
+                    raise Failure(
+                        np.broadcast_to(bad, A.shape),
+                        lambda k: ViewOutOfBounds.diagnostic(
+                            f"index {item(k_, k)} is out of bounds for {item(rows, k)} rows",
+                            span=e.span,
+                            label=f"`{self.text(e.value)}` has shape {[item(d, k) for d in base.shape]}",
+                        ),
+                    )
                 return self.rows_view(base, k_, 1, keep=False)
             case n.Call(func=n.Attr(attr="chunk") as f):
                 return self.chunk(e, f, A, env)
@@ -382,14 +449,23 @@ class Expander:
         parts = self.int_value(e.args[1], A, env, "a chunk count")
         if _below(parts, 1):
             few = np.asarray(parts) < 1
-            raise Failure(np.broadcast_to(few, A.shape), lambda k: ViewOutOfBounds.diagnostic(
-                f"`chunk` into {item(parts, k)} parts", span=e.span, label="needs at least 1 part"))
+            raise Failure(
+                np.broadcast_to(few, A.shape),
+                lambda k: ViewOutOfBounds.diagnostic(
+                    f"`chunk` into {item(parts, k)} parts", span=e.span, label="needs at least 1 part"
+                ),
+            )
         if _below(k_, 0) or _at_least(k_, parts):
             bad = ~((0 <= np.asarray(k_)) & (np.asarray(k_) < parts))
-            raise Failure(np.broadcast_to(bad, A.shape), lambda k: ViewOutOfBounds.diagnostic(
-                f"chunk index {item(k_, k)} is out of bounds for {item(parts, k)} parts", span=e.span,
-                label=f"valid indices are 0..{item(parts, k) - 1}"))
-        small, extra = (np.divmod(rows, parts) if is_vec(rows) or is_vec(parts) else divmod(rows, parts))
+            raise Failure(
+                np.broadcast_to(bad, A.shape),
+                lambda k: ViewOutOfBounds.diagnostic(
+                    f"chunk index {item(k_, k)} is out of bounds for {item(parts, k)} parts",
+                    span=e.span,
+                    label=f"valid indices are 0..{item(parts, k) - 1}",
+                ),
+            )
+        small, extra = np.divmod(rows, parts) if is_vec(rows) or is_vec(parts) else divmod(rows, parts)
         if not (is_vec(k_) or is_vec(extra) or is_vec(small)):
             start, count = k_ * small + min(k_, extra), small + int(k_ < extra)
         elif not is_vec(extra) and extra == 0:  # even pieces
@@ -401,8 +477,11 @@ class Expander:
 
     def rows(self, v: VView, node):
         if not v.shape:
-            raise fail_all(ViewOutOfBounds.diagnostic("a 0-dimensional tensor cannot be sliced", span=node.span,
-                                                      label="has no rows"))
+            raise fail_all(
+                ViewOutOfBounds.diagnostic(
+                    "a 0-dimensional tensor cannot be sliced", span=node.span, label="has no rows"
+                )
+            )
         return v.shape[0]
 
     @staticmethod
@@ -417,7 +496,7 @@ class Expander:
         return self.infos[v.tensor].dtype
 
     def text(self, e) -> str:
-        return self.program.source.text[e.span.start:e.span.end]
+        return self.program.source.text[e.span.start : e.span.end]
 
     # ---- element expressions ----------------------------------------------------------------------
     def elem(self, e, A, env, target_shape: tuple):
@@ -432,13 +511,7 @@ class Expander:
             case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 return self.read(e, A, env, target_shape)
             case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
-                seed = self.int_value(e.args[0], A, env, "a seed")
-                negative = np.asarray(seed) < 0  # NumPy's generators take seeds of 0 or more
-                if negative.any():
-                    found = NotAnInteger.diagnostic(f"the seed of `{fname}` must be 0 or more", span=e.args[0].span,
-                                                    label="negative here")
-                    raise Failure(negative, lambda k: found) if is_vec(seed) else fail_all(found)
-                return ("rand", seed, fname == "randn")
+                return ("rand", self.seed(fname, e.args[0], A, env), fname == "randn")
             case n.Call(func=n.Name(id=fname)):
                 args = tuple(self.elem(a, A, env, target_shape) for a in e.args)
                 if all(a[0] == "c" for a in args):
@@ -453,19 +526,40 @@ class Expander:
                     self.torch_accepts("-", [(e.operand, inner)], e)
                 return ("u", e.op, inner)
             case n.Binary():
-                left = self.elem(e.left, A, env, target_shape)
-                right = self.elem(e.right, A, env, target_shape)
-                if left[0] == "c" and right[0] == "c":
-                    return ("c", binary(e, left[1], right[1]))
-                if e.op == "**":
-                    if right[0] != "c":
-                        raise fail_all(WrongKindOfName.diagnostic(
-                            "the exponent of `**` must be a number known per rank", span=e.right.span,
-                            label="varies per element", help="multiply instead, e.g. `x * x`"))
-                    right = ("c", _negative_powers_float(right[1]))
-                self.torch_accepts(e.op, [(e.left, left), (e.right, right)], e)
-                return ("b", e.op, left, right, e.span)
+                return self.elem_binary(e, A, env, target_shape)
         return ("c", self.value(e, A, env))
+
+    def seed(self, fname: str, arg, A, env):
+        """The per-rank seed of `rand`/`randn`: an integer of 0 or more (NumPy's generators take no other)."""
+        seed = self.int_value(arg, A, env, "a seed")
+        negative = np.asarray(seed) < 0
+        if negative.any():
+            found = NotAnInteger.diagnostic(
+                f"the seed of `{fname}` must be 0 or more", span=arg.span, label="negative here"
+            )
+            raise Failure(negative, lambda k: found) if is_vec(seed) else fail_all(found)
+        return seed
+
+    def elem_binary(self, e: n.Binary, A, env, target_shape: tuple):
+        """A binary element operation: folded where both sides are per-rank constants; `**` takes a constant
+        exponent only."""
+        left = self.elem(e.left, A, env, target_shape)
+        right = self.elem(e.right, A, env, target_shape)
+        if left[0] == "c" and right[0] == "c":
+            return ("c", binary(e, left[1], right[1]))
+        if e.op == "**":
+            if right[0] != "c":
+                raise fail_all(
+                    WrongKindOfName.diagnostic(
+                        "the exponent of `**` must be a number known per rank",
+                        span=e.right.span,
+                        label="varies per element",
+                        help="multiply instead, e.g. `x * x`",
+                    )
+                )
+            right = ("c", _negative_powers_float(right[1]))
+        self.torch_accepts(e.op, [(e.left, left), (e.right, right)], e)
+        return ("b", e.op, left, right, e.span)
 
     def torch_accepts(self, op: str, operands: list, node) -> None:
         """Refuse, before launch, an element operation torch would refuse at run time (N135), and an integer
@@ -481,9 +575,11 @@ class Expander:
             zero = divisor[1] == 0
             if np.any(zero):
                 found = DivisionByZero.diagnostic(
-                    f"integer division by zero in `{op}`", span=node.span,
+                    f"integer division by zero in `{op}`",
+                    span=node.span,
                     label=f"`{self.text(operands[-1][0])}` is 0 here",
-                    help="torch raises ZeroDivisionError for integer `//` and `%` by zero")
+                    help="torch raises ZeroDivisionError for integer `//` and `%` by zero",
+                )
                 raise Failure(zero, lambda k: found) if is_vec(zero) else fail_all(found)
 
     def read(self, e, A, env, target_shape):
@@ -492,19 +588,28 @@ class Expander:
         one = np.asarray(v.numel) == 1
         bad = ~(same | one)
         if np.any(bad):
-            raise Failure(np.broadcast_to(bad, A.shape), lambda k: ShapeMismatch.diagnostic(
-                f"shape {[item(d, k) for d in v.shape]} does not match {[item(d, k) for d in target_shape]}",
-                span=e.span, label=f"`{self.text(e)}` has shape {[item(d, k) for d in v.shape]}",
-                help="operands of an element expression have the target's shape (or one element)"))
+            raise Failure(
+                np.broadcast_to(bad, A.shape),
+                lambda k: ShapeMismatch.diagnostic(
+                    f"shape {[item(d, k) for d in v.shape]} does not match {[item(d, k) for d in target_shape]}",
+                    span=e.span,
+                    label=f"`{self.text(e)}` has shape {[item(d, k) for d in v.shape]}",
+                    help="operands of an element expression have the target's shape (or one element)",
+                ),
+            )
         return ("v", v)
 
     # ---- statements ---------------------------------------------------------------------------------
     def add(self, rec, top: bool = True):
         if len(self.records) >= MAX_RECORDS:
-            raise fail_all(ExpansionTooLarge.diagnostic(
-                f"the program expands to over {MAX_RECORDS:,} statement instances at world {self.W}", span=rec.span,
-                label="this statement pushes it over the limit",
-                help="check the loop bounds and params; commdsl expands every statement instance in memory"))
+            raise fail_all(
+                ExpansionTooLarge.diagnostic(
+                    f"the program expands to over {MAX_RECORDS:,} statement instances at world {self.W}",
+                    span=rec.span,
+                    label="this statement pushes it over the limit",
+                    help="check the loop bounds and params; commdsl expands every statement instance in memory",
+                )
+            )
         if self.deadline.passed():
             raise time_limit(self.deadline, rec.span, f"expanding the program at world {self.W}")
         self.compact(rec)
@@ -573,10 +678,16 @@ class Expander:
     def spend(self, steps: int, node) -> None:
         self.steps += steps
         if self.steps > MAX_OPS:
-            raise fail_all(ExpansionTooLarge.diagnostic(
-                f"the program expands to over {MAX_OPS:,} loop steps and ops at world {self.W}", span=node.span,
-                label="this loop pushes it over the limit" if isinstance(node, n.For) else "this op pushes it over the limit",
-                help="check the loop bounds and params; commdsl expands every rank's ops in memory"))
+            raise fail_all(
+                ExpansionTooLarge.diagnostic(
+                    f"the program expands to over {MAX_OPS:,} loop steps and ops at world {self.W}",
+                    span=node.span,
+                    label="this loop pushes it over the limit"
+                    if isinstance(node, n.For)
+                    else "this op pushes it over the limit",
+                    help="check the loop bounds and params; commdsl expands every rank's ops in memory",
+                )
+            )
 
     def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> None:
         env = dict(env)  # `let`s are block-scoped
@@ -676,8 +787,12 @@ class Expander:
         taken.append((s.orelse, np.flatnonzero(rest)))
         for body, where in taken:
             if where.size:
-                self.block(body, A if where.size == A.size else A[where],
-                           env if where.size == A.size else _sub_env(env, where), b)
+                self.block(
+                    body,
+                    A if where.size == A.size else A[where],
+                    env if where.size == A.size else _sub_env(env, where),
+                    b,
+                )
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that
@@ -713,8 +828,20 @@ class Expander:
         req = None
         if not s.blocking and not batched:
             req = self.new_requests(A, len(self.records))
-        rec = P2PRec(s, A, b, is_send=isinstance(s, n.Send), view=view, dtype=self.dtype_of(view), peer=peer,
-                     tag=tag, gid=gid, blocking=s.blocking and not batched, req=req, batched=batched)
+        rec = P2PRec(
+            s,
+            A,
+            b,
+            is_send=isinstance(s, n.Send),
+            view=view,
+            dtype=self.dtype_of(view),
+            peer=peer,
+            tag=tag,
+            gid=gid,
+            blocking=s.blocking and not batched,
+            req=req,
+            batched=batched,
+        )
         if batched:
             self.batch.append(self.add(rec, top=False))
             return
@@ -752,10 +879,15 @@ class Expander:
             got = slots[A] if slots is not None else np.full(A.size, -1, dtype=np.int64)
             missing = got < 0
             if missing.any():
-                raise Failure(missing, lambda k, h=h: HandleNotAssigned.diagnostic(
-                    f"handle `{h.name}` has no request on rank {A[k]}", span=h.span,
-                    label="not assigned on this rank before this point",
-                    help="assign it with `h = isend ...` (or another async op) on every rank that waits"))
+                raise Failure(
+                    missing,
+                    lambda k, h=h: HandleNotAssigned.diagnostic(
+                        f"handle `{h.name}` has no request on rank {A[k]}",
+                        span=h.span,
+                        label="not assigned on this rank before this point",
+                        help="assign it with `h = isend ...` (or another async op) on every rank that waits",
+                    ),
+                )
             columns.append(got)
         reqs = np.stack(columns, axis=1).reshape(-1)
         keep = ~np.isin(self.live, reqs)
@@ -771,10 +903,14 @@ class Expander:
         root = uniform(self.int_value(s.root, A, env, "a root rank")) if s.root is not None else None
         dtypes = {self.dtype_of(v) for v in inputs + outputs}
         if len(dtypes) > 1:
-            raise fail_all(MixedDtypes.diagnostic(
-                f"`{s.op}` mixes dtypes {', '.join(sorted(dtypes))}", span=s.span,
-                label="input and output buffers differ in dtype",
-                help="collectives move bytes: give every buffer of one op the same dtype"))
+            raise fail_all(
+                MixedDtypes.diagnostic(
+                    f"`{s.op}` mixes dtypes {', '.join(sorted(dtypes))}",
+                    span=s.span,
+                    label="input and output buffers differ in dtype",
+                    help="collectives move bytes: give every buffer of one op the same dtype",
+                )
+            )
         dtype = dtypes.pop() if dtypes else "float32"
         redop = scale = None
         if kind.reducing:
@@ -783,23 +919,48 @@ class Expander:
                 v = self.value(s.redop.scale, A, env)
                 scale = uniform(np.asarray(v, dtype=np.float64)) if is_vec(v) else float(v)
         elif s.redop is not None:
-            raise fail_all(BadReduceOp.diagnostic(f"`{s.op}` takes no reduce op", span=s.redop.span,
-                                                  label="only reducing collectives take `op`"))
+            raise fail_all(
+                BadReduceOp.diagnostic(
+                    f"`{s.op}` takes no reduce op", span=s.redop.span, label="only reducing collectives take `op`"
+                )
+            )
         in_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.in_splits)
         out_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.out_splits)
-        rec = CollectiveRec(s, A, b, kind=kind, gid=gid, dtype=dtype, inputs=inputs, outputs=outputs,
-                            inputs_listed=s.inputs_listed, outputs_listed=s.outputs_listed, root=root, redop=redop,
-                            scale=scale, in_splits=in_splits, out_splits=out_splits)
+        rec = CollectiveRec(
+            s,
+            A,
+            b,
+            kind=kind,
+            gid=gid,
+            dtype=dtype,
+            inputs=inputs,
+            outputs=outputs,
+            inputs_listed=s.inputs_listed,
+            outputs_listed=s.outputs_listed,
+            root=root,
+            redop=redop,
+            scale=scale,
+            in_splits=in_splits,
+            out_splits=out_splits,
+        )
         self.check_fit(rec, kind, A, gid, me, root)
         if kind.name != "barrier":
             self.collective_calls += int(A.size)
             if self.collective_calls > MAX_COLLECTIVE_CALLS:
-                raise fail_all(ExpansionTooLarge.diagnostic(
-                    f"the program expands to over {MAX_COLLECTIVE_CALLS:,} collective calls at world {self.W}",
-                    span=s.span, label="this collective pushes it over the limit",
-                    notes=(Note(message="the simulator computes every rank's part of a collective on its own: "
-                                        "that many would take minutes"),),
-                    help="check the loop bounds and params, or check a smaller world size with `--world`"))
+                raise fail_all(
+                    ExpansionTooLarge.diagnostic(
+                        f"the program expands to over {MAX_COLLECTIVE_CALLS:,} collective calls at world {self.W}",
+                        span=s.span,
+                        label="this collective pushes it over the limit",
+                        notes=(
+                            Note(
+                                message="the simulator computes every rank's part of a collective on its own: "
+                                "that many would take minutes"
+                            ),
+                        ),
+                        help="check the loop bounds and params, or check a smaller world size with `--world`",
+                    )
+                )
         if s.handle is not None:
             rec.req = self.new_requests(A, len(self.records))
         self.add(rec)
@@ -833,9 +994,15 @@ class Expander:
             return
         bad = problem.mask & member
         if bad.any():
-            raise Failure(bad, lambda k: BufferDoesNotFit.diagnostic(
-                problem.message(k), span=rec.span, label=f"on rank {A[k]}, group of {item(size, k)}",
-                help="size the buffers for the group: see docs/language.md, Collectives"))
+            raise Failure(
+                bad,
+                lambda k: BufferDoesNotFit.diagnostic(
+                    problem.message(k),
+                    span=rec.span,
+                    label=f"on rank {A[k]}, group of {item(size, k)}",
+                    help="size the buffers for the group: see docs/language.md, Collectives",
+                ),
+            )
 
     # ---- the result ---------------------------------------------------------------------------------
     def requests(self) -> Requests:
@@ -903,11 +1070,19 @@ def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> 
     for k, v in overrides.items():
         if k not in declared:
             names = ", ".join(declared) or "none"
-            problems.append(BadParamValue.diagnostic(f"`--set {k}`: the program has no param `{k}`",
-                                                     notes=(Note(message=f"its params: {names}"),)))
+            problems.append(
+                BadParamValue.diagnostic(
+                    f"`--set {k}`: the program has no param `{k}`", notes=(Note(message=f"its params: {names}"),)
+                )
+            )
         elif isinstance(v, str) and parse_param_value(v) is None:
-            problems.append(BadParamValue.diagnostic(f"`--set {k}={v}`: not an integer, number or true/false",
-                                                     span=declared[k].span, label=f"`{k}` is declared here"))
+            problems.append(
+                BadParamValue.diagnostic(
+                    f"`--set {k}={v}`: not an integer, number or true/false",
+                    span=declared[k].span,
+                    label=f"`{k}` is declared here",
+                )
+            )
     if problems:
         raise CommdslError(problems)
     env: dict[str, object] = {}
@@ -925,15 +1100,23 @@ def resolve_params(program: Program, overrides: Mapping[str, object] | None) -> 
     return env
 
 
-def expand(program: Program, world: int, params: Mapping[str, object] | None = None,
-           deadline: Deadline | None = None) -> Schedule:
+def expand(
+    program: Program, world: int, params: Mapping[str, object] | None = None, deadline: Deadline | None = None
+) -> Schedule:
     """The Schedule of `program` at `world` ranks; raises CommdslError with every expansion error, and
     TimeLimitReached when `deadline` passes first."""
     if not program.accepts(world) or not 1 <= world <= MAX_WORLD:
         span = program.world.span if program.world else None
-        raise CommdslError([WorldSizeNotDeclared.diagnostic(
-            f"world size {world} is outside the program's declared sizes ({program.describe_world()})",
-            span=span, label="declared here" if span else "", help="run at a declared size, or widen the `world` line")])
+        raise CommdslError(
+            [
+                WorldSizeNotDeclared.diagnostic(
+                    f"world size {world} is outside the program's declared sizes ({program.describe_world()})",
+                    span=span,
+                    label="declared here" if span else "",
+                    help="run at a declared size, or widen the `world` line",
+                )
+            ]
+        )
     env = resolve_params(program, params)
     ex = Expander(program, world, env, deadline)
     try:
@@ -948,9 +1131,19 @@ def expand(program: Program, world: int, params: Mapping[str, object] | None = N
         ex.kill(ex.everyone[ex.alive], f)
     if ex.errors:
         raise CommdslError([_at_world(d, world, rank) for d, rank in ex.errors.values()])
-    return Schedule(program=program.name, path=program.path, world=world, params=env, backends=program.backends,
-                    groups=ex.groups, infos=ex.infos, records=ex.records, top=ex.top, requests=ex.requests(),
-                    group_of=ex.group_of)
+    return Schedule(
+        program=program.name,
+        path=program.path,
+        world=world,
+        params=env,
+        backends=program.backends,
+        groups=ex.groups,
+        infos=ex.infos,
+        records=ex.records,
+        top=ex.top,
+        requests=ex.requests(),
+        group_of=ex.group_of,
+    )
 
 
 def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:

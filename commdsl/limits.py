@@ -66,10 +66,14 @@ class TimeLimitReached(Exception):
 
 
 def time_limit(deadline: Deadline, span, where: str) -> TimeLimitReached:
-    return TimeLimitReached(TimeLimitExceeded.diagnostic(
-        f"the check reached its time limit of {deadline.seconds:g} s while {where}", span=span,
-        label="it had got this far",
-        help="raise the limit with `--max-time`, or check a smaller world size with `--world`"))
+    return TimeLimitReached(
+        TimeLimitExceeded.diagnostic(
+            f"the check reached its time limit of {deadline.seconds:g} s while {where}",
+            span=span,
+            label="it had got this far",
+            help="raise the limit with `--max-time`, or check a smaller world size with `--world`",
+        )
+    )
 
 
 def physical_memory() -> int:
@@ -98,8 +102,9 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
-                   local_ranks: int = 0) -> Diagnostic | None:
+def memory_problem(
+    schedule: Schedule, ranks=None, what: str = "the simulator", local_ranks: int = 0
+) -> Diagnostic | None:
     """N132 when SIM_FACTOR times the tensors of `ranks` (default: all), plus RANK_FACTOR times those of the
     `local_ranks` largest ranks (the ranks a run starts on this node), exceed the share of this machine's
     memory."""
@@ -110,16 +115,25 @@ def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
     need, limit = sim + here, int(physical_memory() * MEMORY_SHARE)
     if need <= limit:
         return None
-    biggest = max(((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in ranks
-                   for spec in schedule.tensors[r].values()), key=lambda x: x[0])[1]
+    biggest = max(
+        ((spec.numel * DTYPES[spec.dtype].itemsize, spec) for r in ranks for spec in schedule.tensors[r].values()),
+        key=lambda x: x[0],
+    )[1]
     notes = [Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it")]
-    held = (f"the simulator holds all {schedule.world} ranks' tensors and its temporaries, up to {SIM_FACTOR}x "
-            f"the tensors ({_gib(sim)})")
+    held = (
+        f"the simulator holds all {schedule.world} ranks' tensors and its temporaries, up to {SIM_FACTOR}x "
+        f"the tensors ({_gib(sim)})"
+    )
     if local_ranks:
-        held += (f", and each of the {local_ranks} ranks on this node up to {RANK_FACTOR}x its own "
-                 f"({_gib(here)} together)")
+        held += (
+            f", and each of the {local_ranks} ranks on this node up to {RANK_FACTOR}x its own ({_gib(here)} together)"
+        )
     notes.insert(0, Note(message=held))
     return TensorsExceedMemory.diagnostic(
-        f"the tensors and their temporaries need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
-        span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
-        notes=tuple(notes), help="lower the size params with `--set`, or run on more machines")
+        f"the tensors and their temporaries need {_gib(need)} over {schedule.world} ranks, "
+        f"more than the {_gib(limit)} {what} may use",
+        span=biggest.span,
+        label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
+        notes=tuple(notes),
+        help="lower the size params with `--set`, or run on more machines",
+    )

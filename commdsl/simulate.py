@@ -24,7 +24,7 @@ from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.p2p import delivered
-from commdsl.schedule import (ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View)
+from commdsl.schedule import ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View
 from commdsl.source import Span
 from commdsl.values import at, is_vec
 
@@ -41,7 +41,7 @@ class ExpectResult:
 class SimResult:
     schedule: Schedule
     engine: Outcome
-    data: "Data"
+    data: Data
 
     @property
     def ok(self) -> bool:
@@ -49,19 +49,25 @@ class SimResult:
 
     @cached_property
     def tensors(self) -> list[dict[str, np.ndarray]]:
-        return [{name: self.data.rank_values(name, r) for name in self.schedule.infos} for r in range(self.schedule.world)]
+        return [
+            {name: self.data.rank_values(name, r) for name in self.schedule.infos} for r in range(self.schedule.world)
+        ]
 
     @cached_property
     def undefined(self) -> list[dict[str, np.ndarray]]:
         """Per rank and tensor, the elements `reduce` left undefined."""
-        return [{name: self.data.rank_marked(self.data.undef, name, r) for name in self.schedule.infos}
-                for r in range(self.schedule.world)]
+        return [
+            {name: self.data.rank_marked(self.data.undef, name, r) for name in self.schedule.infos}
+            for r in range(self.schedule.world)
+        ]
 
     @cached_property
     def order_dependent(self) -> list[dict[str, np.ndarray]]:
         """Per rank and tensor, the elements whose value depends on the order a backend sums in."""
-        return [{name: self.data.rank_marked(self.data.order, name, r) for name in self.schedule.infos}
-                for r in range(self.schedule.world)]
+        return [
+            {name: self.data.rank_marked(self.data.order, name, r) for name in self.schedule.infos}
+            for r in range(self.schedule.world)
+        ]
 
     @property
     def expects(self) -> list[ExpectResult]:
@@ -77,6 +83,7 @@ class SimResult:
 
 
 # ---- values, shared with the runtime -------------------------------------------------------------
+
 
 def initial_value(spec: TensorSpec, rank: int, world: int) -> np.ndarray:
     """One rank's tensor's initial contents (flat): what the runtime allocates. The simulator computes
@@ -127,8 +134,9 @@ def close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> np.ndarray:
     out = np.empty(actual.shape, dtype=bool)
     for lo in range(0, actual.size, CLOSE_CHUNK):
         hi = lo + CLOSE_CHUNK
-        out[lo:hi] = np.isclose(actual[lo:hi].astype(np.float64), expected[lo:hi].astype(np.float64), rtol=rtol,
-                                atol=atol, equal_nan=True)
+        out[lo:hi] = np.isclose(
+            actual[lo:hi].astype(np.float64), expected[lo:hi].astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
+        )
     return out
 
 
@@ -157,8 +165,10 @@ def judge(actual: np.ndarray, expected, cmp: str, dtype: str) -> tuple[bool, str
     if good.all():
         return True, ""
     bad = int(np.argmin(good.reshape(-1)))
-    return False, (f"element {bad}: got {actual.reshape(-1)[bad].item()!r}, expected {cmp} "
-                   f"{np.broadcast_to(np.asarray(expected), actual.shape).reshape(-1)[bad].item()!r}")
+    return False, (
+        f"element {bad}: got {actual.reshape(-1)[bad].item()!r}, expected {cmp} "
+        f"{np.broadcast_to(np.asarray(expected), actual.shape).reshape(-1)[bad].item()!r}"
+    )
 
 
 def format_tensor(values: np.ndarray, dtype: str) -> str:
@@ -170,6 +180,7 @@ def format_tensor(values: np.ndarray, dtype: str) -> str:
 
 
 # ---- vectorised element expressions ---------------------------------------------------------------
+
 
 class Weak:
     """A per-rank constant spread over elements: weak in NumPy's sense (NEP 50), like the Python scalar
@@ -203,9 +214,23 @@ def _unweak(x, other):
     return x
 
 
-_UFUNC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
-          "%": np.remainder, "**": np.power, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
-          ">": np.greater, ">=": np.greater_equal, "min": np.minimum, "max": np.maximum}
+_UFUNC = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.true_divide,
+    "//": np.floor_divide,
+    "%": np.remainder,
+    "**": np.power,
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "min": np.minimum,
+    "max": np.maximum,
+}
 
 
 def combine(op: str, x, y):
@@ -215,6 +240,7 @@ def combine(op: str, x, y):
     x2, y2 = _unweak(x, y), _unweak(y, x)
     if not isinstance(x2, np.ndarray) and not isinstance(y2, np.ndarray):
         from commdsl.values import BINARY
+
         return BINARY[op](x2, y2) if op in BINARY else (min(x2, y2) if op == "min" else max(x2, y2))
     return _UFUNC[op](x2, y2)
 
@@ -264,6 +290,7 @@ class Failed:
 
 # ---- the data ---------------------------------------------------------------------------------------
 
+
 class Marks:
     """The elements of every rank's tensors that carry one property, in flat buffers like the data's, kept
     only for tensors where some element ever had it: left undefined by `reduce`, or a value that depends on
@@ -290,7 +317,7 @@ class Marks:
         m = self.of.get(name)
         return m is not None and bool(m[idx].any())
 
-    def per_rank(self, views, data: "Data", G: np.ndarray, pos) -> np.ndarray | None:
+    def per_rank(self, views, data: Data, G: np.ndarray, pos) -> np.ndarray | None:
         """For each rank of G, whether any element it reads through `views` is marked (None: none is)."""
         out = None
         for v in views:
@@ -303,7 +330,7 @@ class Marks:
 
     def rank(self, name: str, b: int, n: int) -> np.ndarray | None:
         m = self.of.get(name)
-        return None if m is None else m[b:b + n]
+        return None if m is None else m[b : b + n]
 
 
 class Data(Observer):
@@ -314,8 +341,10 @@ class Data(Observer):
         self.backend = backend
         W = schedule.world
         self.numel = {name: info.numel_array(W) for name, info in schedule.infos.items()}
-        self.base = {name: np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64)
-                     for name, n in self.numel.items()}
+        self.base = {
+            name: np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64)
+            for name, n in self.numel.items()
+        }
         self.dtype = {name: info.dtype for name, info in schedule.infos.items()}
         self.names = list(schedule.infos)
         self.buf = {name: (initial[name] if initial and name in initial else self.initial(name)) for name in self.names}
@@ -337,8 +366,10 @@ class Data(Observer):
         if info.init is None:
             return np.zeros(int(counts.sum()), dtype=np_dtype)
         if info.init[0] == "rand":
-            parts = [cast(random_init(int(at(info.init[1], None, W)[r]), r, int(counts[r]), info.init[2]), info.dtype)
-                     for r in range(W)]
+            parts = [
+                cast(random_init(int(at(info.init[1], None, W)[r]), r, int(counts[r]), info.init[2]), info.dtype)
+                for r in range(W)
+            ]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np_dtype)
         total = int(counts.sum())
         out = None
@@ -357,7 +388,7 @@ class Data(Observer):
             if out is None:
                 out = np.empty(total, dtype=part.dtype)
             first = int(self.base[name][ks[0]]) + (window[0] if window else 0)
-            out[first:first + part.size] = part
+            out[first : first + part.size] = part
         return out
 
     # ---- reading and writing ----------------------------------------------------------------------
@@ -374,7 +405,7 @@ class Data(Observer):
     def rank_values(self, name: str, rank: int) -> np.ndarray:
         b, n = int(self.base[name][rank]), int(self.numel[name][rank])
         shape = self.s.infos[name].spec(rank).shape
-        return self.buf[name][b:b + n].reshape(shape)
+        return self.buf[name][b : b + n].reshape(shape)
 
     def rank_marked(self, marks: Marks, name: str, rank: int) -> np.ndarray:
         b, n = int(self.base[name][rank]), int(self.numel[name][rank])
@@ -421,7 +452,9 @@ class Data(Observer):
             args = [self.ev(a, el, pos, G) for a in e[2]]
             if e[1] == "abs":
                 a = args[0]
-                return Weak(np.abs(a.a)) if isinstance(a, Weak) else (np.abs(a) if isinstance(a, np.ndarray) else abs(a))
+                return (
+                    Weak(np.abs(a.a)) if isinstance(a, Weak) else (np.abs(a) if isinstance(a, np.ndarray) else abs(a))
+                )
             return combine(e[1], args[0], args[1])
         raise ValueError(f"element expression {tag!r} is not allowed here")
 
@@ -450,7 +483,7 @@ class Data(Observer):
 
     def read_at(self, v: View, rank: int) -> np.ndarray:
         b = int(self.base[v.tensor][rank]) + v.offset
-        return self.buf[v.tensor][b:b + v.numel].reshape(v.shape)
+        return self.buf[v.tensor][b : b + v.numel].reshape(v.shape)
 
     def compute(self, rec: ComputeRec, G, pos):
         t = rec.target
@@ -480,8 +513,11 @@ class Data(Observer):
                 ks, el = np.arange(G.size), _Elements(pos, G.size, count)
             else:
                 p = ks if pos is None else pos[ks]
-                el = (_Elements(p, ks.size, at(count, ks, ks.size) if is_vec(count) else count) if window is None
-                      else _Elements(p, 1, window[1] - window[0], window[0], _segments(count, G.size)[ks]))
+                el = (
+                    _Elements(p, ks.size, at(count, ks, ks.size) if is_vec(count) else count)
+                    if window is None
+                    else _Elements(p, 1, window[1] - window[0], window[0], _segments(count, G.size)[ks])
+                )
             self.judge_piece(rec, G[ks] if ks.size != G.size else G, el, ks, ok, failed)
         undefined = self.undef.per_rank([v, *rec.reads], self, G, pos)
         if undefined is None:
@@ -512,8 +548,8 @@ class Data(Observer):
             k = int(ks[o])
             if ok[k]:  # an earlier window of this rank failed first
                 failed.element[k] = a - start + (el.lo or 0)
-                failed.got[k] = actual[a:a + 1].tolist()[0]
-                failed.want[k] = expected[a:a + 1].tolist()[0]
+                failed.got[k] = actual[a : a + 1].tolist()[0]
+                failed.want[k] = expected[a : a + 1].tolist()[0]
         ok[ks] &= here
 
     def expect_results(self) -> list[ExpectResult]:
@@ -575,12 +611,21 @@ class Data(Observer):
         kind = first.kind
         if kind.name == "barrier":
             return
-        if any(r.kind is not kind for r in recs) or (np.unique(calls.contribution).size > 1) \
-                or np.unique(calls.redop).size > 1 or np.unique(calls.root).size > 1 or np.unique(calls.scale).size > 1 \
-                or np.unique(calls.dtype).size > 1:
+        if (
+            any(r.kind is not kind for r in recs)
+            or (np.unique(calls.contribution).size > 1)
+            or np.unique(calls.redop).size > 1
+            or np.unique(calls.root).size > 1
+            or np.unique(calls.scale).size > 1
+            or np.unique(calls.dtype).size > 1
+        ):
             return  # members disagree: the checker reports it; the data would be garbage
-        writes = np.array([kind.roles(bool(r == root))[1] or kind.roles(bool(r == root))[2]
-                           for r, root in zip(calls.rank.tolist(), calls.root.tolist())])
+        writes = np.array(
+            [
+                kind.roles(bool(r == root))[1] or kind.roles(bool(r == root))[2]
+                for r, root in zip(calls.rank.tolist(), calls.root.tolist())
+            ]
+        )
         writing = writing & writes  # members whose buffers the collective does not touch need no result
         if not writing.any():
             return
@@ -613,7 +658,9 @@ class Data(Observer):
                     self.mark(self.undef, view, r, True)
                     continue
                 b = int(self.base[view.tensor][r]) + view.offset
-                self.buf[view.tensor][b:b + view.numel] = cast(np.asarray(values).reshape(-1), self.dtype[view.tensor])
+                self.buf[view.tensor][b : b + view.numel] = cast(
+                    np.asarray(values).reshape(-1), self.dtype[view.tensor]
+                )
                 self.mark(self.undef, view, r, False)
                 order = True if tainted else (spread[m][j] if spread is not None else False)
                 self.mark(self.order, view, r, order)
@@ -629,8 +676,7 @@ class Data(Observer):
             return None
         if sum(x is not None for x in inst.inputs) < 3:
             return None
-        wide = replace(inst, inputs=[None if x is None else [a.astype(np.float64) for a in x]
-                                                 for x in inst.inputs])
+        wide = replace(inst, inputs=[None if x is None else [a.astype(np.float64) for a in x] for x in inst.inputs])
         exact = kind.apply(wide)
         out = Spread(exact=[[None] * len(o) for o in outputs])
         for m, (mine, ref) in enumerate(zip(outputs, exact)):
@@ -665,6 +711,7 @@ class Data(Observer):
 
     def instance(self, member: list, first, calls: Calls) -> InstanceData:
         """What `Kind.apply` computes on: each member's inputs (None for a member that has not called)."""
+
         def each(fn, absent):
             return [absent if m is None else fn(*m) for m in member]
 
@@ -673,14 +720,18 @@ class Data(Observer):
             root = next((k for k, m in enumerate(member) if m is not None and m[2] == int(calls.root[0])), None)
         scale = None if first.scale is None else float(at(first.scale, np.array([int(calls.pos[0])]), 1)[0])
         return InstanceData(
-            size=len(member), root=root, redop=first.redop, scale=scale,
+            size=len(member),
+            root=root,
+            redop=first.redop,
+            scale=scale,
             inputs=each(self.contributed, None),
             input_shapes=each(lambda rec, p, r: [v.at(p).shape for v in rec.inputs], None),
             output_numel=each(lambda rec, p, r: [v.at(p).numel for v in rec.outputs], None),
             inputs_listed=each(lambda rec, p, r: rec.inputs_listed, False),
             outputs_listed=each(lambda rec, p, r: rec.outputs_listed, False),
             in_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.in_splits), ()),
-            out_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.out_splits), ()))
+            out_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.out_splits), ()),
+        )
 
     def mark(self, marks: Marks, view: View, rank: int, flags):
         b = int(self.base[view.tensor][rank]) + view.offset

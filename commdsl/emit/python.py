@@ -100,7 +100,7 @@ def expect(failures, line, actual, cmp, expected):
                         f"expected {{cmp}} {{e.reshape(-1)[k].item()!r}}")
 '''
 
-_FOOTER = '''
+_FOOTER = """
 
 def main():
     global DEVICE
@@ -130,7 +130,7 @@ RANKS = [{ranks}]
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 class ScriptTooLarge(Exception):
@@ -141,23 +141,34 @@ def check_script_size(schedule: Schedule) -> None:
     """ScriptTooLarge, naming the limit, when `schedule` has more than MAX_SCRIPT_OPS ops over all ranks."""
     ops = schedule.num_ops
     if ops > MAX_SCRIPT_OPS:
-        raise ScriptTooLarge(f"world size {schedule.world} gives {ops:,} ops over all ranks; a script holds every "
-                             f"rank's ops, and every rank parses all of it: it stays usable up to {MAX_SCRIPT_OPS:,}")
+        raise ScriptTooLarge(
+            f"world size {schedule.world} gives {ops:,} ops over all ranks; a script holds every "
+            f"rank's ops, and every rank parses all of it: it stays usable up to {MAX_SCRIPT_OPS:,}"
+        )
 
 
 def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", script: str = "out.py") -> str:
     """The script's text; ScriptTooLarge past MAX_SCRIPT_OPS ops."""
     check_script_size(schedule)
-    uses_rand = any(spec.init is not None and spec.init[0] == "rand"
-                    for specs in schedule.tensors for spec in specs.values())
+    uses_rand = any(
+        spec.init is not None and spec.init[0] == "rand" for specs in schedule.tensors for spec in specs.values()
+    )
     tolerance = ",\n    ".join(f"torch.{name}: {tol}" for name, tol in TOLERANCE.items())
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend {backend!r}")
-    parts = [_HEADER.format(program=_text(schedule.program), path=_text(schedule.path),
-                            command_path=_text(shlex.quote(schedule.path)), world=int(schedule.world),
-                            script=_text(shlex.quote(script)), backend=backend, tolerance=tolerance,
-                            numpy=" and NumPy" if uses_rand else "",
-                            numpy_import="import numpy as np\n" if uses_rand else "")]
+    parts = [
+        _HEADER.format(
+            program=_text(schedule.program),
+            path=_text(schedule.path),
+            command_path=_text(shlex.quote(schedule.path)),
+            world=int(schedule.world),
+            script=_text(shlex.quote(script)),
+            backend=backend,
+            tolerance=tolerance,
+            numpy=" and NumPy" if uses_rand else "",
+            numpy_import="import numpy as np\n" if uses_rand else "",
+        )
+    ]
     names = _python_names(schedule)
     used = {op.kind for ops in schedule.ops for op in ops if isinstance(op, Collective)}
     parts += ["\n" + KINDS[k].python_prelude for k in sorted(used) if KINDS[k].python_prelude]
@@ -169,9 +180,13 @@ def emit_python(schedule: Schedule, source: SourceFile, backend: str = "gloo", s
 
 
 def _groups(schedule: Schedule) -> str:
-    lines = ["", "", "def make_groups():",
-             '    """Every process group, created in the same order on every rank (index 0 is the world)."""',
-             "    return ["]
+    lines = [
+        "",
+        "",
+        "def make_groups():",
+        '    """Every process group, created in the same order on every rank (index 0 is the world)."""',
+        "    return [",
+    ]
     lines.append("        None,  # the world")
     for g in schedule.groups[1:]:
         lines.append(f"        dist.new_group({[int(r) for r in g.ranks]}),  # {_text(g.name)}")
@@ -188,8 +203,12 @@ class _Rank:
         self.lines: list[str] = []
 
     def function(self) -> str:
-        self.lines = ["", "", f"def rank_{self.rank}(groups, out, failures):",
-                      f'    """Rank {self.rank}: its tensors, then its ops in program order."""']
+        self.lines = [
+            "",
+            "",
+            f"def rank_{self.rank}(groups, out, failures):",
+            f'    """Rank {self.rank}: its tensors, then its ops in program order."""',
+        ]
         for spec in self.specs.values():
             self.emit(1, f"{self.names[spec.name]} = {self.init(spec)}", spec.span.line)
         self.block(self.s.ops[self.rank], 1)
@@ -244,8 +263,9 @@ class _Rank:
             return self.view(e[1])
         if tag == "i":
             n = math.prod(shape)
-            return f"torch.arange({int(n)}, device=DEVICE)" + (f".view({', '.join(str(int(d)) for d in shape)})"
-                                                               if len(shape) != 1 else "")
+            return f"torch.arange({int(n)}, device=DEVICE)" + (
+                f".view({', '.join(str(int(d)) for d in shape)})" if len(shape) != 1 else ""
+            )
         if tag == "u":
             text = f"{'~' if e[1] not in ('+', '-') else e[1]}{self.expr(e[2], shape, False)}"
             return text if top else f"({text})"
@@ -276,8 +296,10 @@ class _Rank:
         if spec.init[0] == "rand":
             seed, normal = spec.init[1], spec.init[2]
             draw = "standard_normal" if normal else "random"
-            return (f"torch.from_numpy(np.random.default_rng([{int(seed)}, {self.rank}]).{draw}({int(spec.numel)}))"
-                    f".view({shape or '()'}).to({dtype}).to(DEVICE)")
+            return (
+                f"torch.from_numpy(np.random.default_rng([{int(seed)}, {self.rank}]).{draw}({int(spec.numel)}))"
+                f".view({shape or '()'}).to({dtype}).to(DEVICE)"
+            )
         value = self.expr(spec.init, spec.shape)
         if spec.init[0] == "c":
             return f"torch.full(({shape}{',' if len(spec.shape) == 1 else ''}), {value}, dtype={dtype}, device=DEVICE)"
@@ -311,19 +333,25 @@ class _Rank:
         if isinstance(op, Expect):
             if op.cmp not in ("==", "!=", "<", "<=", ">", ">="):
                 raise ValueError(f"comparison {op.cmp!r}")
-            return [f"expect(failures, {int(op.span.line)}, {self.view(op.view)}, {op.cmp!r}, "
-                    f"{self.expr(op.value, op.view.shape)})"]
+            return [
+                f"expect(failures, {int(op.span.line)}, {self.view(op.view)}, {op.cmp!r}, "
+                f"{self.expr(op.value, op.view.shape)})"
+            ]
         if isinstance(op, Print):  # the text is the user's view as written: a string literal, never code
-            return [f"out.append({_string(t + ' = ')} + fmt({self.view(v)}))" for t, v in zip(op.texts, op.views,
-                                                                                            strict=True)]
+            return [
+                f"out.append({_string(t + ' = ')} + fmt({self.view(v)}))"
+                for t, v in zip(op.texts, op.views, strict=True)
+            ]
         if isinstance(op, (Send, Recv)):
             return [self.p2p(op)]
         if isinstance(op, Batch):
             lines = ["for work in dist.batch_isend_irecv(["]
             for o in op.ops:
                 fn = form(isinstance(o, Send), o.blocking).batched.torch_name
-                lines.append(f"    dist.P2POp(dist.{fn}, {self.view(o.view)}, {int(o.peer)}, {self.group(o.group)}, "
-                             f"{int(o.tag)}),  # line {o.span.line}: {self.text(o.span.line)}")
+                lines.append(
+                    f"    dist.P2POp(dist.{fn}, {self.view(o.view)}, {int(o.peer)}, {self.group(o.group)}, "
+                    f"{int(o.tag)}),  # line {o.span.line}: {self.text(o.span.line)}"
+                )
             lines += ["]):", "    work.wait()"]
             return lines
         if isinstance(op, Wait):
@@ -364,21 +392,54 @@ _OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", "<=", ">", "
 _REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg")
 _INTEGRAL = ("int8", "int16", "int32", "int64", "uint8", "bool")
 # names the script defines or uses itself, at module level or inside a rank's function
-SCRIPT_NAMES = frozenset({
-    "torch", "dist", "np", "os", "sys", "timedelta", "WORLD_SIZE", "BACKEND", "TIMEOUT", "TOLERANCE", "DEVICE",
-    "RANKS", "flat", "minimum", "maximum", "fmt", "expect", "main", "make_groups", "groups", "out", "failures",
-    "work", "reduce_scatter_single", "p", "_"})
+SCRIPT_NAMES = frozenset(
+    {
+        "torch",
+        "dist",
+        "np",
+        "os",
+        "sys",
+        "timedelta",
+        "WORLD_SIZE",
+        "BACKEND",
+        "TIMEOUT",
+        "TOLERANCE",
+        "DEVICE",
+        "RANKS",
+        "flat",
+        "minimum",
+        "maximum",
+        "fmt",
+        "expect",
+        "main",
+        "make_groups",
+        "groups",
+        "out",
+        "failures",
+        "work",
+        "reduce_scatter_single",
+        "p",
+        "_",
+    }
+)
 _GENERATED = re.compile(r"r[0-9]+|rank_[0-9]+")  # request handles, rank functions
 
 
 def _reserved(name: str) -> bool:
-    return (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in SCRIPT_NAMES
-            or hasattr(builtins, name) or _GENERATED.fullmatch(name) is not None or name.startswith("__"))
+    return (
+        keyword.iskeyword(name)
+        or keyword.issoftkeyword(name)
+        or name in SCRIPT_NAMES
+        or hasattr(builtins, name)
+        or _GENERATED.fullmatch(name) is not None
+        or name.startswith("__")
+    )
 
 
 def _python_names(schedule: Schedule) -> dict[str, str]:
     """Tensor name → the name the script uses: the same where it is free, else with trailing underscores
-    (`torch` → `torch_`, `def` → `def_`, `r0` → `r0_`; `_` → `t_`, `__x` → `t__x`), never colliding with another name."""
+    (`torch` → `torch_`, `def` → `def_`, `r0` → `r0_`; `_` → `t_`, `__x` → `t__x`), never colliding with another
+    name."""
     tensors = {name for specs in schedule.tensors for name in specs}
     out: dict[str, str] = {}
     for name in sorted(tensors):
@@ -397,12 +458,12 @@ def _text(s: str) -> str:
     the docstring reads as `s` and nothing in `s` can end it or a comment."""
     out = []
     for ch in s:
-        if ch in "\\\"\'":
+        if ch in "\\\"'":
             out.append("\\" + ch)
         elif ch.isprintable() and ch not in "\x85\u2028\u2029":
             out.append(ch)
         else:
-            out.append(ascii(ch)[1:-1] if ord(ch) > 0x7f else f"\\x{ord(ch):02x}")
+            out.append(ascii(ch)[1:-1] if ord(ch) > 0x7F else f"\\x{ord(ch):02x}")
     return "".join(out)
 
 
@@ -448,7 +509,8 @@ def _repeat(keys, i: int) -> tuple[int, int]:
         block = keys[i : i + period]
         reps = 1
         while i + (reps + 1) * period <= len(keys) and all(
-                keys[i + reps * period + j] == block[j] for j in range(period)):
+            keys[i + reps * period + j] == block[j] for j in range(period)
+        ):
             reps += 1
         if reps >= _MIN_REPEATS and period * reps > best[0] * best[1]:
             best = (period, reps)

@@ -27,8 +27,9 @@ class Prepared:
         return [d for d in self.diagnostics if d.severity == "error"]
 
 
-def prepare(program: Program, world: int, params: dict, backend: str, local_ranks: int = 0,
-            schedule: Schedule | None = None) -> Prepared:
+def prepare(
+    program: Program, world: int, params: dict, backend: str, local_ranks: int = 0, schedule: Schedule | None = None
+) -> Prepared:
     """Raises CommdslError when the program does not expand at this size, or its tensors cannot fit in
     this machine's memory with `local_ranks` ranks running here beside the simulator (both stop a run even
     under --no-check: there is nothing that could run). `schedule`: the expansion at `world`, when the
@@ -40,11 +41,11 @@ def prepare(program: Program, world: int, params: dict, backend: str, local_rank
 
     if schedule is None:
         schedule = expand(program, world, params)
-    too_big = memory_problem(schedule, what="a run (simulator and ranks)" if local_ranks else "the simulator",
-                             local_ranks=local_ranks)
+    too_big = memory_problem(
+        schedule, what="a run (simulator and ranks)" if local_ranks else "the simulator", local_ranks=local_ranks
+    )
     if too_big is not None:
         raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
     diags, sim = analyse_schedule(program, schedule, (backend,), False, True)
     diags = [d.model_copy(update={"worlds": (world,)}) for d in diags]
     return Prepared(schedule, sim, diags)
-
