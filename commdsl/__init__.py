@@ -36,6 +36,10 @@ def load(path):
 
 def check(program, worlds=None, backends=None, params=None, lints: bool = False):
     """Every finding at every declared (or given) world size, as Diagnostics."""
-    options = CheckOptions(worlds=tuple(worlds) if worlds else None, backends=tuple(backends) if backends else None,
-                           params=dict(params or {}), lints=lints)
+    options = CheckOptions(
+        worlds=tuple(worlds) if worlds else None,
+        backends=tuple(backends) if backends else None,
+        params=dict(params or {}),
+        lints=lints,
+    )
     return check_program(program, options)

@@ -20,14 +20,16 @@ and the op counts as done, so the rest of the program is still checked.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 import numpy as np
 
 from commdsl.limits import Deadline, time_limit
-from commdsl.schedule import (BatchRec, CollectiveRec, LOCAL_RECORDS, P2PRec, Schedule, WaitRec)
+from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, P2PRec, Schedule, WaitRec
 from commdsl.values import at
 
 
@@ -42,24 +44,23 @@ class Model:
     streams: bool = False  # ops on one communicator run in issue order, async or not (NCCL)
     self_in_batch: bool = False  # a send to self and a receive from self in one batch meet (NCCL)
 
-    @property
-    def buffering(self) -> str:
-        return "infinite" if self.eager_sends else "zero"
-
 
 GLOO = Model("gloo", early_release=True)
-PORTABLE = Model("portable")  # every collective waits for every member, as NCCL's kernels do
 NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
 # bad parameters
 PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = range(5)
-PROBLEMS = ("peer-out-of-range", "self", "not-member", "peer-not-in-group", "root-not-in-group")
 
 
 class Rows:
-    """A table of equal-length int64 columns (posted messages, collective calls)."""
+    """A table of equal-length int64 columns (posted messages, collective calls). A subclass declares its
+    columns as annotations; `COLUMNS` lists them in that order."""
 
-    COLUMNS: tuple[str, ...] = ()
+    COLUMNS: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.COLUMNS = tuple(name for name in inspect.get_annotations(cls) if name != "COLUMNS")
 
     def __init__(self, **cols):
         self.__dict__.update(cols)
@@ -85,14 +86,38 @@ class Posts(Rows):
     """Posted sends and receives, in posting order. `via`: the record the rank was at when it posted (a
     batch, or the op itself); `req`: the request id of an async op, else -1."""
 
-    COLUMNS = ("send", "gid", "src", "dst", "tag", "rank", "rec", "pos", "req", "via", "numel", "dtype")
+    send: np.ndarray
+    gid: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    tag: np.ndarray
+    rank: np.ndarray
+    rec: np.ndarray
+    pos: np.ndarray
+    req: np.ndarray
+    via: np.ndarray
+    numel: np.ndarray
+    dtype: np.ndarray
 
 
 class Calls(Rows):
     """Collective calls: instance (gid, seq), the caller's index in the group, what members must agree on."""
 
-    COLUMNS = ("gid", "seq", "me", "rank", "rec", "pos", "req", "kind", "root", "redop", "scale", "dtype",
-               "contribution", "buffers", "released")
+    gid: np.ndarray
+    seq: np.ndarray
+    me: np.ndarray
+    rank: np.ndarray
+    rec: np.ndarray
+    pos: np.ndarray
+    req: np.ndarray
+    kind: np.ndarray
+    root: np.ndarray
+    redop: np.ndarray
+    scale: np.ndarray
+    dtype: np.ndarray
+    contribution: np.ndarray
+    buffers: np.ndarray
+    released: np.ndarray
 
 
 @dataclass
@@ -118,6 +143,7 @@ class Observer:
     def released(self, calls: Calls, leaving: np.ndarray) -> None:
         """Members of an unfinished instance (`calls`, those that have called, in group order) that leave
         early (`leaving`, Gloo's rooted collectives)."""
+
     def waited(self, reqs: np.ndarray) -> None: ...
 
 
@@ -147,7 +173,7 @@ class Outcome:
     instances: list[Instance] | None = None  # every complete collective, when asked for
     calls_seen: int = 0
     early: int = 0  # members Gloo's rooted collectives released before every member had called
-    queued_calls: "Calls | None" = None  # NCCL: collective calls that never started, behind an op on their stream
+    queued_calls: Calls | None = None  # NCCL: collective calls that never started, behind an op on their stream
     behind: dict = field(default_factory=dict)  # op (record id, position) that never started → request ahead of it
 
     @property
@@ -160,7 +186,7 @@ class Outcome:
         return np.flatnonzero(~self.finished)
 
     @cached_property
-    def stops(self) -> dict[int, "Stop"]:
+    def stops(self) -> dict[int, Stop]:
         """Where each unfinished rank stopped: its op there and its index in the rank's ops."""
         out = {}
         for r in self.stalled.tolist():
@@ -183,8 +209,14 @@ class Outcome:
 
 
 class Engine:
-    def __init__(self, schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
-                 record_matches: bool = False, deadline: Deadline | None = None):
+    def __init__(
+        self,
+        schedule: Schedule,
+        model: Model = GLOO,
+        observer: Observer | None = None,
+        record_matches: bool = False,
+        deadline: Deadline | None = None,
+    ):
         self.s = schedule
         self.deadline = deadline or Deadline(None)
         self.model = model
@@ -211,7 +243,6 @@ class Engine:
         self.record_matches = record_matches
         self.matches: list[tuple[Posts, Posts]] = []
         self.instances: list[Instance] = []
-        self.tensor_ids = {name: i for i, name in enumerate(schedule.infos)}
         self.dtype_ids = {name: i for i, name in enumerate(sorted({i.dtype for i in schedule.infos.values()}))}
         self.kind_ids: dict[str, int] = {}
         self.redop_ids: dict[str | None, int] = {None: -1}
@@ -424,10 +455,20 @@ class Engine:
             n = G.size
         src, dst = (G, peer) if rec.is_send else (peer, G)
         tag = at(rec.tag, p, n).astype(np.int64) if self.model.tags else np.zeros(n, dtype=np.int64)
-        rows = Posts(send=np.full(n, int(rec.is_send), dtype=np.int64), gid=gid, src=src, dst=dst, tag=tag, rank=G,
-                     rec=np.full(n, rec.id, dtype=np.int64), pos=p, req=req, via=np.full(n, via, dtype=np.int64),
-                     numel=at(rec.view.numel, p, n).astype(np.int64),
-                     dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64))
+        rows = Posts(
+            send=np.full(n, int(rec.is_send), dtype=np.int64),
+            gid=gid,
+            src=src,
+            dst=dst,
+            tag=tag,
+            rank=G,
+            rec=np.full(n, rec.id, dtype=np.int64),
+            pos=p,
+            req=req,
+            via=np.full(n, via, dtype=np.int64),
+            numel=at(rec.view.numel, p, n).astype(np.int64),
+            dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64),
+        )
         return rows, void
 
     def match(self) -> bool:
@@ -465,8 +506,11 @@ class Engine:
         """(a stable order by channel, receives before sends; each row's channel key in that order)."""
         W = self.W
         tag = rows.tag
-        if W <= 1 << 16 and (tag.size == 0 or (tag.min() >= 0 and tag.max() < 1 << 12)) and \
-                (rows.gid.size == 0 or rows.gid.max() < 1 << 14):
+        if (
+            W <= 1 << 16
+            and (tag.size == 0 or (tag.min() >= 0 and tag.max() < 1 << 12))
+            and (rows.gid.size == 0 or rows.gid.max() < 1 << 14)
+        ):
             key = ((rows.gid << 12 | tag) * W + rows.src) * W + rows.dst  # fits in 63 bits
             order = np.argsort(key * 2 + rows.send, kind="stable")
             return order, key[order]
@@ -503,9 +547,10 @@ class Engine:
         of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md)."""
         lo, hi = np.minimum(rows.src, rows.dst), np.maximum(rows.src, rows.dst)
         batched = rows.via != rows.rec
-        return [("main", g, r) if b else ("pair", g, a, z, r)
-                for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(),
-                                         batched.tolist())]
+        return [
+            ("main", g, r) if b else ("pair", g, a, z, r)
+            for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(), batched.tolist())
+        ]
 
     def admit(self, rows, streams: list[tuple]):
         """The rows that start now; the others wait for the ops before them on their stream. A running async op
@@ -623,15 +668,30 @@ class Engine:
         m = Gk.size
         kind = self.kind_ids.setdefault(rec.kind.name, len(self.kind_ids))
         redop = self.redop_ids.setdefault(rec.redop, len(self.redop_ids))
-        scale = np.full(m, -1, dtype=np.int64) if rec.scale is None else \
-            at(rec.scale, p, m).astype(np.float64).view(np.int64)
-        self.fresh_calls.append(Calls(
-            gid=gid, seq=seq, me=me, rank=Gk, rec=np.full(m, rec.id, dtype=np.int64), pos=p, req=req,
-            kind=np.full(m, kind, dtype=np.int64), root=root, redop=np.full(m, redop, dtype=np.int64), scale=scale,
-            dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
-            contribution=at(rec.contribution, p, m).astype(np.int64),
-            buffers=np.full(m, self.buffer_ids.setdefault(rec.buffer_names, len(self.buffer_ids)), dtype=np.int64),
-            released=np.zeros(m, dtype=np.int64)))
+        scale = (
+            np.full(m, -1, dtype=np.int64)
+            if rec.scale is None
+            else at(rec.scale, p, m).astype(np.float64).view(np.int64)
+        )
+        self.fresh_calls.append(
+            Calls(
+                gid=gid,
+                seq=seq,
+                me=me,
+                rank=Gk,
+                rec=np.full(m, rec.id, dtype=np.int64),
+                pos=p,
+                req=req,
+                kind=np.full(m, kind, dtype=np.int64),
+                root=root,
+                redop=np.full(m, redop, dtype=np.int64),
+                scale=scale,
+                dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
+                contribution=at(rec.contribution, p, m).astype(np.int64),
+                buffers=np.full(m, self.buffer_ids.setdefault(rec.buffer_names, len(self.buffer_ids)), dtype=np.int64),
+                released=np.zeros(m, dtype=np.int64),
+            )
+        )
         self.calls_seen += m
         if self.model.streams:
             calls = self.fresh_calls.pop()
@@ -673,10 +733,10 @@ class Engine:
         for i in np.flatnonzero(~full).tolist():
             s, c = int(starts[i]), int(counts[i])
             rec = self.s.records[int(rows.rec[s])]
-            if not rec.kind.rooted or int(rows.released[s:s + c].min()) == 1:
+            if not rec.kind.rooted or int(rows.released[s : s + c].min()) == 1:
                 continue
             arrived, root = self.arrived(rows, s, c)
-            go = rec.kind.released(arrived, root)[rows.me[s:s + c]] & (rows.released[s:s + c] == 0)
+            go = rec.kind.released(arrived, root)[rows.me[s : s + c]] & (rows.released[s : s + c] == 0)
             if not go.any():
                 continue
             idx = s + np.flatnonzero(go)
@@ -693,7 +753,7 @@ class Engine:
         """(which members of the instance at rows[s:s+c] have called, the root's index in the group)."""
         gid = int(rows.gid[s])
         arrived = np.zeros(int(self.group_size[gid]), dtype=bool)
-        arrived[rows.me[s:s + c]] = True
+        arrived[rows.me[s : s + c]] = True
         root = int(rows.root[s])
         if root < 0:
             return arrived, None
@@ -714,8 +774,10 @@ class Engine:
             s, c = int(starts[i]), int(counts[i])
             self.disagreements.append(Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(s, s + c))))
         if self.record_matches:
-            self.instances += [Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(int(s), int(s + c))))
-                               for s, c in zip(starts, counts)]
+            self.instances += [
+                Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(int(s), int(s + c))))
+                for s, c in zip(starts, counts)
+            ]
         self.obs.completed(rows, starts, counts)
         waiting = rows.released == 0  # members released early are done already
         req = rows.req[waiting]
@@ -728,8 +790,11 @@ class Engine:
         bad_r = Posts.concat([b[1] for b in self.bad_msgs]) if self.bad_msgs else Posts.empty()
         matches = None
         if self.record_matches:
-            matches = ((Posts.concat([m[0] for m in self.matches]), Posts.concat([m[1] for m in self.matches]))
-                       if self.matches else (Posts.empty(), Posts.empty()))
+            matches = (
+                (Posts.concat([m[0] for m in self.matches]), Posts.concat([m[1] for m in self.matches]))
+                if self.matches
+                else (Posts.empty(), Posts.empty())
+            )
         pending = Posts.concat([self.pending] + self.fresh) if self.fresh else self.pending
         queued_posts = [e[1] for q in self.queues.values() for e in q if isinstance(e[1], Posts)]
         if queued_posts:  # NCCL: posts that never started count among those that never met
@@ -737,10 +802,26 @@ class Engine:
         pending = pending.take(np.lexsort((pending.pos, pending.rec, pending.rank)))  # rank by rank, in program order
         arrivals = Calls.concat([self.arrivals] + self.fresh_calls) if self.fresh_calls else self.arrivals
         queued_calls = [e[1] for q in self.queues.values() for e in q if isinstance(e[1], Calls)]
-        return Outcome(self.s, self.model, self.pc >= self.length, self.pc.copy(), pending, arrivals, (bad_s, bad_r),
-                       self.disagreements, self.bad, self.req_done, self.req_waited, self.double_waits, matches,
-                       self.instances if self.record_matches else None, self.calls_seen, self.early,
-                       Calls.concat(queued_calls) if queued_calls else Calls.empty(), self.stream_heads())
+        return Outcome(
+            self.s,
+            self.model,
+            self.pc >= self.length,
+            self.pc.copy(),
+            pending,
+            arrivals,
+            (bad_s, bad_r),
+            self.disagreements,
+            self.bad,
+            self.req_done,
+            self.req_waited,
+            self.double_waits,
+            matches,
+            self.instances if self.record_matches else None,
+            self.calls_seen,
+            self.early,
+            Calls.concat(queued_calls) if queued_calls else Calls.empty(),
+            self.stream_heads(),
+        )
 
     def stream_heads(self) -> dict[tuple[int, int], int]:
         """For each op that never started (NCCL; op as (record id, position)), the request of the async op its
@@ -778,6 +859,11 @@ def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - first, counts) + np.arange(total)
 
 
-def run_engine(schedule: Schedule, model: Model = GLOO, observer: Observer | None = None,
-               record_matches: bool = False, deadline: Deadline | None = None) -> Outcome:
+def run_engine(
+    schedule: Schedule,
+    model: Model = GLOO,
+    observer: Observer | None = None,
+    record_matches: bool = False,
+    deadline: Deadline | None = None,
+) -> Outcome:
     return Engine(schedule, model, observer, record_matches, deadline).run()

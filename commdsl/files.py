@@ -44,9 +44,17 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_PROGRAM_BYTES) -> bytes
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
-                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
-                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a plain file")
+            kind = (
+                "a directory"
+                if stat.S_ISDIR(info.st_mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(info.st_mode)
+                else "a device"
+                if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(info.st_mode)
+                else "not a plain file"
+            )
             raise FileError(f"cannot read {os.fspath(path)}: it is {kind}, not a regular file")
         os.set_blocking(fd, True)
         chunks, total = [], 0
@@ -58,8 +66,10 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_PROGRAM_BYTES) -> bytes
             total += len(chunk)
         if total > limit:
             more = max(info.st_size, total)
-            raise FileError(f"cannot read {os.fspath(path)}: it is {'over ' if more == total else ''}{_size(more)}, "
-                            f"more than the {_size(limit)} commdsl reads")
+            raise FileError(
+                f"cannot read {os.fspath(path)}: it is {'over ' if more == total else ''}{_size(more)}, "
+                f"more than the {_size(limit)} commdsl reads"
+            )
         return b"".join(chunks)
     except OSError as e:
         raise FileError(f"cannot read {os.fspath(path)}: {e.strerror or e}") from None
@@ -77,8 +87,9 @@ def check_not_input(target: str | os.PathLike, inputs: Iterable[str | os.PathLik
             same = False
         if same:
             where = f"{flag} {target}" if flag else target
-            raise FileError(f"{where}: this is the input {os.fspath(source)}; refusing to overwrite it "
-                            "(name another file)")
+            raise FileError(
+                f"{where}: this is the input {os.fspath(source)}; refusing to overwrite it (name another file)"
+            )
 
 
 def check_output(target: str | os.PathLike, inputs: Iterable[str | os.PathLike], flag: str = "") -> None:
@@ -100,8 +111,9 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, *, inputs: Iterable[str | os.PathLike] = (),
-                 flag: str = "") -> None:
+def write_atomic(
+    path: str | os.PathLike, data: bytes | str, *, inputs: Iterable[str | os.PathLike] = (), flag: str = ""
+) -> None:
     """Replace `path` with `data` in one step: a temporary file in the same directory, flushed, then renamed.
 
     A symbolic link is followed (the file it names is replaced, the link stays). An existing file keeps
@@ -126,7 +138,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, inputs: Iterable
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

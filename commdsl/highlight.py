@@ -12,13 +12,37 @@ from __future__ import annotations
 from pygments.lexer import RegexLexer, bygroups, words
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, Text, Whitespace
 
+from commdsl.collectives import KINDS
 from commdsl.dtypes import DTYPES
+from commdsl.p2p import FORMS
 
 # `world` is a keyword only at the start of its header line; elsewhere it is the built-in world size.
-KEYWORDS = ("program", "backend", "param", "tensor", "group", "mesh", "let", "split", "by", "for", "in",
-            "on", "else", "batch", "to", "from", "tag", "op", "into", "splits", "wait", "expect", "print")
-COMM_OPS = ("send", "recv", "isend", "irecv", "broadcast", "all_reduce", "reduce", "all_gather", "gather",
-            "scatter", "reduce_scatter", "all_to_all", "barrier")
+KEYWORDS = (
+    "program",
+    "backend",
+    "param",
+    "tensor",
+    "group",
+    "mesh",
+    "let",
+    "split",
+    "by",
+    "for",
+    "in",
+    "on",
+    "else",
+    "batch",
+    "to",
+    "from",
+    "tag",
+    "op",
+    "into",
+    "splits",
+    "wait",
+    "expect",
+    "print",
+)
+COMM_OPS = tuple(f.word for f in FORMS.values()) + tuple(KINDS)
 BUILTINS = ("rank", "world", "i", "min", "max", "abs", "rand", "randn")
 
 
@@ -41,8 +65,10 @@ class CommdslLexer(RegexLexer):
             (r"(wait)(\s+)(all)\b", bygroups(Keyword, Whitespace, Keyword)),
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
-            (words(("program", "backend", "param", "tensor", "group", "mesh", "let"), suffix=r"\b"),
-             Keyword.Declaration),
+            (
+                words(("program", "backend", "param", "tensor", "group", "mesh", "let"), suffix=r"\b"),
+                Keyword.Declaration,
+            ),
             (words(COMM_OPS, suffix=r"\b"), Keyword.Reserved),
             (words(KEYWORDS, suffix=r"\b"), Keyword),
             (words(("and", "or", "not"), suffix=r"\b"), Operator.Word),

@@ -15,9 +15,19 @@ from pydantic import BaseModel, ConfigDict
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES, REDUCE_OPS
 from commdsl.rules import Rule
-from commdsl.rules.names import (BadReduceOp, DuplicateDeclaration, InvalidBatch, InvalidExpect, InvalidView,
-                                 InvalidWorld, MisplacedDeclaration, UndefinedName, UnknownBackend, UnknownDtype,
-                                 WrongKindOfName)
+from commdsl.rules.names import (
+    BadReduceOp,
+    DuplicateDeclaration,
+    InvalidBatch,
+    InvalidExpect,
+    InvalidView,
+    InvalidWorld,
+    MisplacedDeclaration,
+    UndefinedName,
+    UnknownBackend,
+    UnknownDtype,
+    WrongKindOfName,
+)
 from commdsl.rules.sizes import InvalidTensorSize
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
@@ -83,7 +93,7 @@ class Program(BaseModel):
 @dataclass
 class _Scope:
     names: dict[str, tuple[str, n.Node | None]] = field(default_factory=dict)
-    parent: "_Scope | None" = None
+    parent: _Scope | None = None
 
     def lookup(self, name: str):
         scope = self
@@ -119,10 +129,50 @@ class _Resolver:
             label = "already declared" if where is None else f"already declared as a {what}"
             notes = [] if where is None else [n_note("first declared here", where)]
             msg = f"`{name}` is a built-in name" if where is None else f"`{name}` is declared twice"
-            self.error(DuplicateDeclaration, msg, node, label=label, notes=notes,
-                       help=None if where else f"`{name}` always means the built-in; choose another name")
+            self.error(
+                DuplicateDeclaration,
+                msg,
+                node,
+                label=label,
+                notes=notes,
+                help=None if where else f"`{name}` always means the built-in; choose another name",
+            )
             return
         scope.names[name] = (kind, node)
+
+    def check_header(self, stmt: n.ProgramDecl | n.WorldDecl | n.BackendDecl, header: dict, seen_statement: bool):
+        """A header line (`program`, `world`, `backend`): once each, before any statement; recorded in `header`."""
+        key = stmt.kind
+        if key in header:
+            self.error(
+                DuplicateDeclaration,
+                f"`{key}` is declared twice",
+                stmt,
+                label="second declaration",
+                notes=[n_note("first declared here", header[key])],
+            )
+            return
+        if seen_statement:
+            self.error(
+                MisplacedDeclaration,
+                f"`{key}` must come before the program's statements",
+                stmt,
+                label="header line after a statement",
+                help="move the header (program, world, backend, param) to the top",
+            )
+        header[key] = stmt
+        if isinstance(stmt, n.WorldDecl):
+            self.check_world(stmt)
+        if isinstance(stmt, n.BackendDecl):
+            for ident in stmt.names:
+                if ident.name not in BACKENDS:
+                    self.error(
+                        UnknownBackend,
+                        f"unknown backend `{ident.name}`",
+                        ident,
+                        label="not a backend",
+                        help="backends are `gloo` and `nccl`",
+                    )
 
     def run(self) -> Program:
         header: dict[str, n.Node] = {}
@@ -134,23 +184,7 @@ class _Resolver:
         seen_statement = False
         for stmt in self.module.body:
             if isinstance(stmt, (n.ProgramDecl, n.WorldDecl, n.BackendDecl)):
-                key = stmt.kind
-                if key in header:
-                    self.error(DuplicateDeclaration, f"`{key}` is declared twice", stmt, label="second declaration",
-                               notes=[n_note("first declared here", header[key])])
-                    continue
-                if seen_statement:
-                    self.error(MisplacedDeclaration, f"`{key}` must come before the program's statements", stmt,
-                               label="header line after a statement",
-                               help="move the header (program, world, backend, param) to the top")
-                header[key] = stmt
-                if isinstance(stmt, n.WorldDecl):
-                    self.check_world(stmt)
-                if isinstance(stmt, n.BackendDecl):
-                    for ident in stmt.names:
-                        if ident.name not in BACKENDS:
-                            self.error(UnknownBackend, f"unknown backend `{ident.name}`", ident,
-                                       label="not a backend", help="backends are `gloo` and `nccl`")
+                self.check_header(stmt, header, seen_statement)
                 continue
             if isinstance(stmt, n.ParamDecl):
                 self.check_expr(stmt.default, "static", self.top)
@@ -181,7 +215,10 @@ class _Resolver:
             path=self.module.span.path,
             world=world,
             backends=tuple(i.name for i in backend.names) if backend else ("gloo",),
-            params=tuple(params), tensors=tuple(tensors), groups=tuple(groups), body=tuple(body),
+            params=tuple(params),
+            tensors=tuple(tensors),
+            groups=tuple(groups),
+            body=tuple(body),
             source=self.source,
         )
 
@@ -190,8 +227,13 @@ class _Resolver:
         if any(s < 1 for s in sizes):
             self.error(InvalidWorld, "a world size must be at least 1", w, label="world size 0")
         elif w.hi is not None and w.lo > w.hi:
-            self.error(InvalidWorld, f"empty world range `{w.lo}..{w.hi}`", w, label="the range is empty",
-                       help=f"write `world {w.hi}..{w.lo}`")
+            self.error(
+                InvalidWorld,
+                f"empty world range `{w.lo}..{w.hi}`",
+                w,
+                label="the range is empty",
+                help=f"write `world {w.hi}..{w.lo}`",
+            )
         elif len(set(w.sizes)) != len(w.sizes):
             self.error(InvalidWorld, "a world size is listed twice", w, label="duplicate size")
         elif max(sizes) > MAX_WORLD:
@@ -199,21 +241,34 @@ class _Resolver:
 
     def check_tensor(self, t: n.TensorDecl):
         if t.dtype.name not in DTYPES:
-            self.error(UnknownDtype, f"unknown dtype `{t.dtype.name}`", t.dtype, label="not a dtype",
-                       help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)))
+            self.error(
+                UnknownDtype,
+                f"unknown dtype `{t.dtype.name}`",
+                t.dtype,
+                label="not a dtype",
+                help=_suggest(t.dtype.name, DTYPES, "dtypes are " + ", ".join(DTYPES)),
+            )
         if len(t.shape) > MAX_DIMS:
-            self.error(InvalidTensorSize, f"tensor `{t.name}` has {len(t.shape)} dimensions, more than {MAX_DIMS}",
-                       t.shape[MAX_DIMS],
-                       label=f"dimension {MAX_DIMS + 1}", help=f"declare it with at most {MAX_DIMS} dimensions (merge some of them)")
+            self.error(
+                InvalidTensorSize,
+                f"tensor `{t.name}` has {len(t.shape)} dimensions, more than {MAX_DIMS}",
+                t.shape[MAX_DIMS],
+                label=f"dimension {MAX_DIMS + 1}",
+                help=f"declare it with at most {MAX_DIMS} dimensions (merge some of them)",
+            )
         for dim in t.shape:
             self.check_expr(dim, "static", self.top)
         self.check_no_tensor_sizes(t.shape, "a tensor's shape")
         if t.init is not None:
             self.check_expr(t.init, "init", self.top)
             for call in _random_calls(t.init) if not _random_calls(t.init, top=True) else ():
-                self.error(WrongKindOfName, f"`{call.func.id}` must be the whole initialiser", call,
-                           label="combined with other values",
-                           help=f"write `= {call.func.id}(seed)` alone, then scale it with an assignment")
+                self.error(
+                    WrongKindOfName,
+                    f"`{call.func.id}` must be the whole initialiser",
+                    call,
+                    label="combined with other values",
+                    help=f"write `= {call.func.id}(seed)` alone, then scale it with an assignment",
+                )
         self.declare(self.top, t.name, "tensor", t)
 
     def check_group(self, g: n.GroupDecl | n.MeshDecl):
@@ -223,8 +278,9 @@ class _Resolver:
             for d in g.dims:
                 self.check_expr(d.size, "static", self.top)
                 if d.name in dims:
-                    self.error(DuplicateDeclaration, f"mesh dimension `{d.name}` is declared twice", d,
-                               label="duplicate")
+                    self.error(
+                        DuplicateDeclaration, f"mesh dimension `{d.name}` is declared twice", d, label="duplicate"
+                    )
                 dims.add(d.name)
             self.declare(self.top, g.name, "mesh", g)
             return
@@ -240,8 +296,13 @@ class _Resolver:
         for e in exprs:
             for sub in _walk(e):
                 if isinstance(sub, n.Attr) and sub.attr in ("size", "rows") and _is_view_syntax(sub.value, self.top):
-                    self.error(WrongKindOfName, f"{what} cannot depend on a tensor's `.{sub.attr}`", sub,
-                               label="not known before the tensors are made", help="use a param instead")
+                    self.error(
+                        WrongKindOfName,
+                        f"{what} cannot depend on a tensor's `.{sub.attr}`",
+                        sub,
+                        label="not known before the tensors are made",
+                        help="use a param instead",
+                    )
 
     # statements ----------------------------------------------------------------------------------
     def check_block(self, stmts: tuple, scope: _Scope, in_batch: bool):
@@ -251,15 +312,30 @@ class _Resolver:
     def check_stmt(self, s, scope: _Scope, in_batch: bool):
         if in_batch and isinstance(s, (n.Assign, n.Expect, n.Print)):  # also under a `for` or `on` in the batch
             word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[s.kind]
-            self.error(InvalidBatch, f"{word} cannot be part of a `batch`", s,
-                       label="only send, recv, isend and irecv batch together",
-                       help="move it after the `batch:` block, which waits for its ops at its end")
+            self.error(
+                InvalidBatch,
+                f"{word} cannot be part of a `batch`",
+                s,
+                label="only send, recv, isend and irecv batch together",
+                help="move it after the `batch:` block, which waits for its ops at its end",
+            )
         match s:
-            case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() \
-                    | n.GroupDecl() | n.MeshDecl():
-                self.error(MisplacedDeclaration, f"`{s.kind}` declarations belong at the top level", s,
-                           label="declared inside a block",
-                           help="declare tensors, groups, params and the header at the top of the file")
+            case (
+                n.ProgramDecl()
+                | n.WorldDecl()
+                | n.BackendDecl()
+                | n.ParamDecl()
+                | n.TensorDecl()
+                | n.GroupDecl()
+                | n.MeshDecl()
+            ):
+                self.error(
+                    MisplacedDeclaration,
+                    f"`{s.kind}` declarations belong at the top level",
+                    s,
+                    label="declared inside a block",
+                    help="declare tensors, groups, params and the header at the top of the file",
+                )
             case n.Let():
                 self.check_expr(s.value, "static", scope)
                 self.declare(scope, s.name, "let", s)
@@ -267,40 +343,9 @@ class _Resolver:
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
             case n.Send() | n.Recv():
-                self.check_view(s.buffer, scope)
-                self.check_expr(s.peer, "static", scope)
-                if s.tag is not None:
-                    self.check_expr(s.tag, "static", scope)
-                self.check_group_ref(s.group, scope)
-                if in_batch and s.handle is not None:
-                    self.error(InvalidBatch, "a P2P op inside `batch` has no handle of its own", s,
-                               label="the batch waits for all its ops at its end")
+                self.check_p2p(s, scope, in_batch)
             case n.Collective():
-                if in_batch:
-                    self.error(InvalidBatch, f"`{s.op}` cannot be part of a `batch`", s,
-                               label="only send, recv, isend and irecv batch together",
-                               help="move the collective out of the `batch:` block")
-                for v in s.inputs + s.outputs:
-                    self.check_view(v, scope)
-                if s.root is not None:
-                    self.check_expr(s.root, "static", scope)
-                for e in s.in_splits + s.out_splits:
-                    self.check_expr(e, "static", scope)
-                if s.redop is not None:
-                    if s.redop.name.name not in REDUCE_OPS:
-                        self.error(BadReduceOp, f"unknown reduce op `{s.redop.name.name}`", s.redop.name,
-                                   label="not a reduce op",
-                                   help=_suggest(s.redop.name.name, REDUCE_OPS,
-                                                 "reduce ops are " + ", ".join(REDUCE_OPS)))
-                    elif s.redop.name.name == "premul_sum" and s.redop.scale is None:
-                        self.error(BadReduceOp, "`premul_sum` needs a scale factor", s.redop,
-                                   label="write `op premul_sum(0.5)`")
-                    elif s.redop.scale is not None and s.redop.name.name != "premul_sum":
-                        self.error(BadReduceOp, f"`{s.redop.name.name}` takes no argument", s.redop.scale,
-                                   label="only `premul_sum` takes a scale")
-                    if s.redop.scale is not None:
-                        self.check_expr(s.redop.scale, "static", scope)
-                self.check_group_ref(s.group, scope)
+                self.check_collective(s, scope, in_batch)
             case n.Wait():
                 if in_batch:
                     self.error(InvalidBatch, "`wait` inside `batch`", s, label="the batch waits at its end by itself")
@@ -309,6 +354,63 @@ class _Resolver:
             case n.Print():
                 for v in s.views:
                     self.check_view(v, scope)
+            case n.For() | n.On() | n.Batch():
+                self.check_compound(s, scope, in_batch)
+
+    def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
+        self.check_view(s.buffer, scope)
+        self.check_expr(s.peer, "static", scope)
+        if s.tag is not None:
+            self.check_expr(s.tag, "static", scope)
+        self.check_group_ref(s.group, scope)
+        if in_batch and s.handle is not None:
+            self.error(
+                InvalidBatch,
+                "a P2P op inside `batch` has no handle of its own",
+                s,
+                label="the batch waits for all its ops at its end",
+            )
+
+    def check_collective(self, s: n.Collective, scope: _Scope, in_batch: bool):
+        if in_batch:
+            self.error(
+                InvalidBatch,
+                f"`{s.op}` cannot be part of a `batch`",
+                s,
+                label="only send, recv, isend and irecv batch together",
+                help="move the collective out of the `batch:` block",
+            )
+        for v in s.inputs + s.outputs:
+            self.check_view(v, scope)
+        if s.root is not None:
+            self.check_expr(s.root, "static", scope)
+        for e in s.in_splits + s.out_splits:
+            self.check_expr(e, "static", scope)
+        if s.redop is not None:
+            self.check_redop(s.redop, scope)
+        self.check_group_ref(s.group, scope)
+
+    def check_redop(self, redop: n.RedOp, scope: _Scope):
+        """A known reduce op; a scale for `premul_sum` and for it only."""
+        name = redop.name.name
+        if name not in REDUCE_OPS:
+            self.error(
+                BadReduceOp,
+                f"unknown reduce op `{name}`",
+                redop.name,
+                label="not a reduce op",
+                help=_suggest(name, REDUCE_OPS, "reduce ops are " + ", ".join(REDUCE_OPS)),
+            )
+        elif name == "premul_sum" and redop.scale is None:
+            self.error(BadReduceOp, "`premul_sum` needs a scale factor", redop, label="write `op premul_sum(0.5)`")
+        elif redop.scale is not None and name != "premul_sum":
+            self.error(BadReduceOp, f"`{name}` takes no argument", redop.scale, label="only `premul_sum` takes a scale")
+        if redop.scale is not None:
+            self.check_expr(redop.scale, "static", scope)
+
+    def check_compound(self, s: n.For | n.On | n.Batch, scope: _Scope, in_batch: bool):
+        """A block statement: its header's expressions, then its body in a scope of its own."""
+        match s:
             case n.For():
                 self.check_expr(s.lo, "static", scope)
                 self.check_expr(s.hi, "static", scope)
@@ -328,8 +430,13 @@ class _Resolver:
     def check_expect(self, s: n.Expect, scope: _Scope):
         c = s.cond
         if not (isinstance(c, n.Binary) and c.op in COMPARISONS):
-            self.error(InvalidExpect, "`expect` takes a comparison `VIEW == VALUE`", c,
-                       label="not a comparison", help="write e.g. `expect x == world * (world - 1) / 2`")
+            self.error(
+                InvalidExpect,
+                "`expect` takes a comparison `VIEW == VALUE`",
+                c,
+                label="not a comparison",
+                help="write e.g. `expect x == world * (world - 1) / 2`",
+            )
             return
         self.check_view(c.left, scope)
         self.check_expr(c.right, "elem", scope)
@@ -347,11 +454,21 @@ class _Resolver:
         if kind == "mesh":
             dims = [d.name for d in decl.dims]
             if g.dim is None:
-                self.error(WrongKindOfName, f"`{g.name}` is a mesh; name one of its dimensions", g,
-                           label="a mesh is not a group", help=f"write `in {g.name}.{dims[0]}`")
+                self.error(
+                    WrongKindOfName,
+                    f"`{g.name}` is a mesh; name one of its dimensions",
+                    g,
+                    label="a mesh is not a group",
+                    help=f"write `in {g.name}.{dims[0]}`",
+                )
             elif g.dim not in dims:
-                self.error(UndefinedName, f"mesh `{g.name}` has no dimension `{g.dim}`", g, label="unknown dimension",
-                           help=f"its dimensions are {', '.join(dims)}")
+                self.error(
+                    UndefinedName,
+                    f"mesh `{g.name}` has no dimension `{g.dim}`",
+                    g,
+                    label="unknown dimension",
+                    help=f"its dimensions are {', '.join(dims)}",
+                )
             return
         self.error(WrongKindOfName, f"`{g.text}` is not a group", g, label=f"`{g.name}` is a {kind}")
 
@@ -369,8 +486,13 @@ class _Resolver:
                 if found is None:
                     self.undefined(e.id, e, scope, "tensor")
                 elif found[0] != "tensor":
-                    self.error(WrongKindOfName, f"`{e.id}` is not a tensor", e, label=f"`{e.id}` is a {found[0]}",
-                               help="communication ops and assignments work on declared tensors")
+                    self.error(
+                        WrongKindOfName,
+                        f"`{e.id}` is not a tensor",
+                        e,
+                        label=f"`{e.id}` is a {found[0]}",
+                        help="communication ops and assignments work on declared tensors",
+                    )
             case n.Slice():
                 self.check_view(e.value, scope)
                 for b in (e.lo, e.hi):
@@ -382,13 +504,19 @@ class _Resolver:
             case n.Call(func=n.Attr(attr="chunk") as f):
                 self.check_view(f.value, scope)
                 if len(e.args) != 2:
-                    self.error(InvalidView, "`chunk` takes two arguments: `chunk(k, parts)`", e,
-                               label=f"{len(e.args)} given")
+                    self.error(
+                        InvalidView, "`chunk` takes two arguments: `chunk(k, parts)`", e, label=f"{len(e.args)} given"
+                    )
                 for a in e.args:
                     self.check_expr(a, "static", scope)
             case _:
-                self.error(InvalidView, "expected a tensor view", e, label="not a tensor or a view of one",
-                           help="a view is `x`, `x[lo:hi]`, `x[k]` or `x.chunk(k, parts)`")
+                self.error(
+                    InvalidView,
+                    "expected a tensor view",
+                    e,
+                    label="not a tensor or a view of one",
+                    help="a view is `x`, `x[lo:hi]`, `x[k]` or `x.chunk(k, parts)`",
+                )
 
     def check_expr(self, e, ctx: str, scope: _Scope):
         """ctx: "static" (ints per rank), "elem" (elementwise, may read views), "init" (elementwise, no views)."""
@@ -396,53 +524,86 @@ class _Resolver:
             case n.IntLit() | n.FloatLit() | n.BoolLit():
                 return
             case n.Name():
-                found = scope.lookup(e.id)
-                if found is None:
-                    self.undefined(e.id, e, scope)
-                    return
-                kind = found[0]
-                if kind == "index" and ctx == "static":
-                    self.error(WrongKindOfName, "`i` (the element index) is only defined in element expressions", e,
-                               label="not an integer known per rank",
-                               help="use `i` in tensor initialisers, assignments and `expect`")
-                elif kind == "tensor" and ctx != "elem":
-                    where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
-                    self.error(WrongKindOfName, f"tensor `{e.id}` used where {where} is expected", e,
-                               label="a tensor, not a number")
-                elif kind in ("group", "mesh", "handle"):
-                    self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+                self.check_name(e, ctx, scope)
             case n.Attr():
                 self.check_attr(e, scope)
             case n.Call(func=n.Name(id=fname)) if fname in ELEMENT_FUNCS or fname in INIT_FUNCS:
-                arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
-                if fname in INIT_FUNCS and ctx != "init":
-                    self.error(WrongKindOfName, f"`{fname}` is only allowed in tensor initialisers", e,
-                               label="random values come from the initialiser")
-                if len(e.args) != arity:
-                    self.error(InvalidView, f"`{fname}` takes {arity} argument{'s' * (arity > 1)}", e,
-                               label=f"{len(e.args)} given")
-                for a in e.args:
-                    self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
+                self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
                     return
                 self.check_view(e, scope)
             case n.Call(func=n.Name(id=fname)):
-                self.error(UndefinedName, f"unknown function `{fname}`", e.func, label="not a function",
-                           help="functions are min, max, abs (and rand, randn in initialisers)")
+                self.error(
+                    UndefinedName,
+                    f"unknown function `{fname}`",
+                    e.func,
+                    label="not a function",
+                    help="functions are min, max, abs (and rand, randn in initialisers)",
+                )
             case n.Call():
                 self.error(InvalidView, "this cannot be called", e, label="not a function")
             case n.Unary(op="not") | n.Binary(op="and" | "or") if ctx != "static":
                 word = e.op
-                self.error(WrongKindOfName, f"`{word}` is not an element-wise operator", e,
-                           label="conditions are for `on`, per rank",
-                           help="compare element-wise with `==`, `<`, ... and combine with `*` (and) or `max` (or)")
+                self.error(
+                    WrongKindOfName,
+                    f"`{word}` is not an element-wise operator",
+                    e,
+                    label="conditions are for `on`, per rank",
+                    help="compare element-wise with `==`, `<`, ... and combine with `*` (and) or `max` (or)",
+                )
             case n.Unary():
                 self.check_expr(e.operand, ctx, scope)
             case n.Binary():
                 self.check_expr(e.left, ctx, scope)
                 self.check_expr(e.right, ctx, scope)
+
+    def check_name(self, e: n.Name, ctx: str, scope: _Scope):
+        """A name used as a value: declared, and of a kind the context takes."""
+        found = scope.lookup(e.id)
+        if found is None:
+            self.undefined(e.id, e, scope)
+            return
+        kind = found[0]
+        if kind == "index" and ctx == "static":
+            self.error(
+                WrongKindOfName,
+                "`i` (the element index) is only defined in element expressions",
+                e,
+                label="not an integer known per rank",
+                help="use `i` in tensor initialisers, assignments and `expect`",
+            )
+        elif kind == "tensor" and ctx != "elem":
+            where = "an integer known per rank" if ctx == "static" else "a tensor initialiser"
+            self.error(
+                WrongKindOfName,
+                f"tensor `{e.id}` used where {where} is expected",
+                e,
+                label="a tensor, not a number",
+            )
+        elif kind in ("group", "mesh", "handle"):
+            self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
+
+    def check_function_call(self, e: n.Call, fname: str, ctx: str, scope: _Scope):
+        """min, max, abs anywhere values are; rand, randn only in initialisers; each with its arity."""
+        arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
+        if fname in INIT_FUNCS and ctx != "init":
+            self.error(
+                WrongKindOfName,
+                f"`{fname}` is only allowed in tensor initialisers",
+                e,
+                label="random values come from the initialiser",
+            )
+        if len(e.args) != arity:
+            self.error(
+                InvalidView,
+                f"`{fname}` takes {arity} argument{'s' * (arity > 1)}",
+                e,
+                label=f"{len(e.args)} given",
+            )
+        for a in e.args:
+            self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
 
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
@@ -468,8 +629,12 @@ class _Resolver:
             return
         if kind == "mesh" and dim is not None and dim in [d.name for d in decl.dims]:
             return
-        self.error(WrongKindOfName, f"`.{e.attr}` needs a group or a mesh dimension", e,
-                   label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`")
+        self.error(
+            WrongKindOfName,
+            f"`.{e.attr}` needs a group or a mesh dimension",
+            e,
+            label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`",
+        )
 
 
 def _is_view_syntax(e, scope: _Scope) -> bool:

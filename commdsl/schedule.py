@@ -21,10 +21,11 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commdsl.p2p import form
 from commdsl.source import Span
 from commdsl.values import item, sub
 
@@ -40,6 +41,7 @@ Elem = tuple
 
 # ---- concrete values: one rank's view of things ---------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class View:
     """A contiguous region of a tensor on one rank: flat elements [offset, offset + numel) with a shape."""
@@ -53,12 +55,14 @@ class View:
     def stop(self) -> int:
         return self.offset + self.numel
 
-    def overlaps(self, other: "View") -> bool:
-        return (self.tensor == other.tensor and self.offset < other.stop and other.offset < self.stop
-                and self.numel > 0 and other.numel > 0)
-
-    def covers(self, other: "View") -> bool:
-        return self.tensor == other.tensor and self.offset <= other.offset and other.stop <= self.stop
+    def overlaps(self, other: View) -> bool:
+        return (
+            self.tensor == other.tensor
+            and self.offset < other.stop
+            and other.offset < self.stop
+            and self.numel > 0
+            and other.numel > 0
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class TensorSpec:
 
 # ---- per-rank values in records ------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class VView:
     """A view on every rank of a record: a flat offset and a shape, each entry a scalar or per rank."""
@@ -110,7 +115,7 @@ class VView:
         shape = tuple(int(item(d, k)) for d in self.shape)
         return View(self.tensor, int(item(self.offset, k)), shape, math.prod(shape) if shape else 1)
 
-    def sub(self, sel) -> "VView":
+    def sub(self, sel) -> VView:
         return VView(self.tensor, sub(self.offset, sel), tuple(sub(d, sel) for d in self.shape))
 
 
@@ -147,6 +152,7 @@ def elem_reads(e: Elem) -> list:
 
 
 # ---- records ---------------------------------------------------------------------------------------
+
 
 @dataclass(eq=False, slots=True)
 class Record:
@@ -186,9 +192,15 @@ class ComputeRec(Record):
     value: Elem = ()
     reads: tuple[VView, ...] = ()
 
-    def at(self, k: int) -> "Compute":
-        return Compute(span=self.span, bindings=self.bindings_at(k), target=self.target.at(k), op=self.op,
-                       value=elem_at(self.value, k), reads=tuple(v.at(k) for v in self.reads))
+    def at(self, k: int) -> Compute:
+        return Compute(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            target=self.target.at(k),
+            op=self.op,
+            value=elem_at(self.value, k),
+            reads=tuple(v.at(k) for v in self.reads),
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -198,9 +210,15 @@ class ExpectRec(Record):
     value: Elem = ()
     reads: tuple[VView, ...] = ()
 
-    def at(self, k: int) -> "Expect":
-        return Expect(span=self.span, bindings=self.bindings_at(k), view=self.view.at(k), cmp=self.cmp,
-                      value=elem_at(self.value, k), reads=tuple(v.at(k) for v in self.reads))
+    def at(self, k: int) -> Expect:
+        return Expect(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            view=self.view.at(k),
+            cmp=self.cmp,
+            value=elem_at(self.value, k),
+            reads=tuple(v.at(k) for v in self.reads),
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -208,9 +226,10 @@ class PrintRec(Record):
     views: tuple[VView, ...] = ()
     texts: tuple[str, ...] = ()
 
-    def at(self, k: int) -> "Print":
-        return Print(span=self.span, bindings=self.bindings_at(k), views=tuple(v.at(k) for v in self.views),
-                     texts=self.texts)
+    def at(self, k: int) -> Print:
+        return Print(
+            span=self.span, bindings=self.bindings_at(k), views=tuple(v.at(k) for v in self.views), texts=self.texts
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -230,15 +249,22 @@ class P2PRec(Record):
     @property
     def word(self) -> str:
         """The op as the user wrote it: `send`, `isend`, ..."""
-        return ("" if self.node.blocking else "i") + ("send" if self.is_send else "recv")
+        return form(self.is_send, self.node.blocking).word
 
-    def at(self, k: int, groups: "list[Group] | None" = None) -> "Send | Recv":
+    def at(self, k: int, groups: list[Group] | None = None) -> Send | Recv:
         gid = None if self.gid is None else int(item(self.gid, k))
         cls = Send if self.is_send else Recv
-        return cls(span=self.span, bindings=self.bindings_at(k), view=self.view.at(k), dtype=self.dtype,
-                   peer=int(item(self.peer, k)), tag=int(item(self.tag, k)),
-                   group=None if gid is None or groups is None else groups[gid],
-                   blocking=self.blocking, req=None if self.req is None else int(item(self.req, k)))
+        return cls(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            view=self.view.at(k),
+            dtype=self.dtype,
+            peer=int(item(self.peer, k)),
+            tag=int(item(self.tag, k)),
+            group=None if gid is None or groups is None else groups[gid],
+            blocking=self.blocking,
+            req=None if self.req is None else int(item(self.req, k)),
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -263,14 +289,18 @@ class WaitRec(Record):
     reqs: np.ndarray = None
     all: bool = False
 
-    def at(self, k: int) -> "Wait":
-        return Wait(span=self.span, bindings=self.bindings_at(k),
-                    reqs=tuple(int(q) for q in self.reqs[self.starts[k]:self.starts[k + 1]]), all=self.all)
+    def at(self, k: int) -> Wait:
+        return Wait(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            reqs=tuple(int(q) for q in self.reqs[self.starts[k] : self.starts[k + 1]]),
+            all=self.all,
+        )
 
 
 @dataclass(eq=False, slots=True)
 class CollectiveRec(Record):
-    kind: "Kind" = None
+    kind: Kind = None
     gid: object = 0
     dtype: str = "float32"
     inputs: tuple[VView, ...] = ()
@@ -294,23 +324,34 @@ class CollectiveRec(Record):
         """The tensors the call reads and writes: what tells two same-kind calls of one rank apart."""
         return tuple(v.tensor for v in self.inputs) + ("->",) + tuple(v.tensor for v in self.outputs)
 
-    def at(self, k: int, groups: "list[Group]") -> "Collective":
+    def at(self, k: int, groups: list[Group]) -> Collective:
         root = None if self.root is None else int(item(self.root, k))
         scale = None if self.scale is None else float(item(self.scale, k))
-        return Collective(span=self.span, bindings=self.bindings_at(k), kind=self.kind.name,
-                          group=groups[int(item(self.gid, k))], dtype=self.dtype,
-                          inputs=tuple(v.at(k) for v in self.inputs), outputs=tuple(v.at(k) for v in self.outputs),
-                          inputs_listed=self.inputs_listed, outputs_listed=self.outputs_listed, root=root,
-                          redop=self.redop, scale=scale, in_splits=tuple(int(item(s, k)) for s in self.in_splits),
-                          out_splits=tuple(int(item(s, k)) for s in self.out_splits),
-                          req=None if self.req is None else int(item(self.req, k)))
+        return Collective(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            kind=self.kind.name,
+            group=groups[int(item(self.gid, k))],
+            dtype=self.dtype,
+            inputs=tuple(v.at(k) for v in self.inputs),
+            outputs=tuple(v.at(k) for v in self.outputs),
+            inputs_listed=self.inputs_listed,
+            outputs_listed=self.outputs_listed,
+            root=root,
+            redop=self.redop,
+            scale=scale,
+            in_splits=tuple(int(item(s, k)) for s in self.in_splits),
+            out_splits=tuple(int(item(s, k)) for s in self.out_splits),
+            req=None if self.req is None else int(item(self.req, k)),
+        )
 
 
-AnyRecord = Union[ComputeRec, ExpectRec, PrintRec, P2PRec, BatchRec, WaitRec, CollectiveRec]
+AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec
 LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec)
 
 
 # ---- one rank's ops ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Op:
@@ -366,7 +407,7 @@ class Recv(Op):
 class Batch(Op):
     """P2P ops posted together (batch_isend_irecv); the rank waits for all of them at the end."""
 
-    ops: tuple[Union[Send, Recv], ...]
+    ops: tuple[Send | Recv, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,10 +437,11 @@ class Collective(Op):
         return self.req is None
 
 
-AnyOp = Union[Compute, Expect, Print, Send, Recv, Batch, Wait, Collective]
+AnyOp = Compute | Expect | Print | Send | Recv | Batch | Wait | Collective
 
 
 # ---- tensors ---------------------------------------------------------------------------------------
+
 
 @dataclass(eq=False)
 class TensorInfo:
@@ -441,6 +483,7 @@ class Requests:
 
 # ---- the schedule ------------------------------------------------------------------------------------
 
+
 @dataclass(eq=False)
 class Schedule:
     """Everything a run at one world size needs, with every integer resolved."""
@@ -458,14 +501,14 @@ class Schedule:
     group_of: dict = field(default_factory=dict)  # (name, dim) → (group id per rank, index in it per rank)
 
     @cached_property
-    def sequences(self) -> "Sequences":
+    def sequences(self) -> Sequences:
         return Sequences.of(self)
 
     def sequence(self, rank: int) -> np.ndarray:
         """The records rank steps through, in order (ids)."""
         s = self.sequences
         c = s.cohort[rank]
-        return s.flat[s.starts[c]:s.starts[c + 1]]
+        return s.flat[s.starts[c] : s.starts[c + 1]]
 
     @cached_property
     def op_bases(self) -> np.ndarray:
@@ -478,11 +521,11 @@ class Schedule:
         return rec, op_id - rec.base
 
     @cached_property
-    def ops(self) -> "RankOps":
+    def ops(self) -> RankOps:
         return RankOps(self)
 
     @cached_property
-    def tensors(self) -> "RankTensors":
+    def tensors(self) -> RankTensors:
         return RankTensors(self)
 
     def op_at(self, rec: AnyRecord, k: int) -> AnyOp:
@@ -491,8 +534,11 @@ class Schedule:
             return rec.at(k, self.groups)
         if isinstance(rec, BatchRec):
             rank = int(rec.ranks[k])
-            return Batch(span=rec.span, bindings=rec.bindings_at(k), ops=tuple(op.at(j, self.groups)
-                                                                         for op, j in rec.members(rank)))
+            return Batch(
+                span=rec.span,
+                bindings=rec.bindings_at(k),
+                ops=tuple(op.at(j, self.groups) for op, j in rec.members(rank)),
+            )
         return rec.at(k)
 
     @property
@@ -565,7 +611,7 @@ class Sequences:
         return (self.starts[1:] - self.starts[:-1])[self.cohort]
 
     @classmethod
-    def of(cls, s: Schedule) -> "Sequences":
+    def of(cls, s: Schedule) -> Sequences:
         W = s.world
         sets: dict[int, np.ndarray] = {}
         for rid in s.top:

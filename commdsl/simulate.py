@@ -23,6 +23,7 @@ from commdsl.collectives import Instance as InstanceData
 from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
+from commdsl.p2p import delivered
 from commdsl.schedule import (ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View)
 from commdsl.source import Span
 from commdsl.values import at, is_vec
@@ -534,7 +535,7 @@ class Data(Observer):
             s_rec = self.s.records[int(sends.rec[m][0])]
             r_rec = self.s.records[int(recvs.rec[m][0])]
             a, b = s_rec.view.tensor, r_rec.view.tensor
-            c = np.minimum(sends.numel[m], recvs.numel[m])
+            c = delivered(sends.numel[m], recvs.numel[m])
             k = int(c.size)
             dst = _ragged(self.start(r_rec.view, recvs.rank[m], recvs.pos[m]), c, k)
             src = _ragged(self.start(s_rec.view, sends.rank[m], sends.pos[m]), c, k)
@@ -759,10 +760,6 @@ def simulate(schedule: Schedule, initial: dict[str, np.ndarray] | None = None) -
     rank) to start from instead of the initialisers."""
     data = Data(schedule, initial)
     return SimResult(schedule, run_engine(schedule, observer=data), data)
-
-
-def finish(schedule: Schedule, data: Data, outcome: Outcome) -> SimResult:
-    return SimResult(schedule, outcome, data)
 
 
 __all__ = ["simulate", "SimResult", "ExpectResult", "Data", "initial_value", "cast", "close", "judge", "format_tensor"]

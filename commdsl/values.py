@@ -31,13 +31,29 @@ MAX_POWER_BITS = 4096
 """`a ** b` on integers stops here: `10 ** 10 ** 10` is an error, not an hour of arithmetic."""
 
 BINARY: dict[str, Callable] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-    "%": operator.mod, "**": operator.pow, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
-    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 """The arithmetic and comparison operators, shared by element expressions and per-rank integers."""
-COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
-           ">=": np.greater_equal}
+COMPARE = {
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
 
 
 class Failure(Exception):
@@ -130,20 +146,32 @@ def arith(node: n.Binary, a, b):
     op = node.op
     if op == "/" and isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
         return a // b
-    if op == "**" and isinstance(a, int) and isinstance(b, int) and b > 0 \
-            and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS:
-        raise fail_all(NotAnInteger.diagnostic("this value is too large", span=node.span,
-                                               label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits"))
+    if (
+        op == "**"
+        and isinstance(a, int)
+        and isinstance(b, int)
+        and b > 0
+        and b * (abs(a).bit_length() - 1) > MAX_POWER_BITS
+    ):
+        raise fail_all(
+            NotAnInteger.diagnostic(
+                "this value is too large", span=node.span, label=f"`{a} ** {b}` has over {MAX_POWER_BITS} bits"
+            )
+        )
     try:
         value = BINARY[op](a, b)
     except ZeroDivisionError:
-        raise fail_all(DivisionByZero.diagnostic(f"division by zero in `{op}`", span=node.span,
-                                                 label="the right-hand side is 0 here")) from None
+        raise fail_all(
+            DivisionByZero.diagnostic(
+                f"division by zero in `{op}`", span=node.span, label="the right-hand side is 0 here"
+            )
+        ) from None
     except OverflowError:
         raise fail_all(NotAnInteger.diagnostic("this value is too large", span=node.span, label="overflow")) from None
     if isinstance(value, complex):
-        raise fail_all(NotAnInteger.diagnostic("this value is not a real number", span=node.span,
-                                               label=f"`{a} ** {b}` is complex"))
+        raise fail_all(
+            NotAnInteger.diagnostic("this value is not a real number", span=node.span, label=f"`{a} ** {b}` is complex")
+        )
     return value
 
 
@@ -183,26 +211,42 @@ def binary(node: n.Binary, a, b):
         a, ka = (a.astype(np.int64) if is_vec(a) else int(a)), "i"
     if kb == "b":
         b, kb = (b.astype(np.int64) if is_vec(b) else int(b)), "i"
-    if "f" in (ka, kb) and "i" in (ka, kb) and max(_magnitude(x) for x, k in ((a, ka), (b, kb)) if k == "i") >= EXACT_FLOAT:
+    if (
+        "f" in (ka, kb)
+        and "i" in (ka, kb)
+        and max(_magnitude(x) for x, k in ((a, ka), (b, kb)) if k == "i") >= EXACT_FLOAT
+    ):
         return _by_rank(node, a, b, size)  # an int too large to meet a float exactly in NumPy
     if op in COMPARE:
         return COMPARE[op](a, b)
     if op in ("/", "//", "%"):
         zero = (b == 0) if is_vec(b) else np.full(size, b == 0)
         if zero.any():
-            raise Failure(zero, lambda k: DivisionByZero.diagnostic(
-                f"division by zero in `{op}`", span=node.span, label="the right-hand side is 0 here"))
+            raise Failure(
+                zero,
+                lambda k: DivisionByZero.diagnostic(
+                    f"division by zero in `{op}`", span=node.span, label="the right-hand side is 0 here"
+                ),
+            )
     if ka == kb == "i":
         return _int_op(node, op, a, b, size)
     A, B = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     with np.errstate(all="ignore"):
-        value = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
-                 "//": np.floor_divide, "%": np.remainder}[op](A, B)
+        value = {
+            "+": np.add,
+            "-": np.subtract,
+            "*": np.multiply,
+            "/": np.true_divide,
+            "//": np.floor_divide,
+            "%": np.remainder,
+        }[op](A, B)
     return np.broadcast_to(value, (size,)).copy() if value.shape != (size,) else value
 
 
 def _int_op(node: n.Binary, op: str, a, b, size: int):
     ma, mb = _magnitude(a), _magnitude(b)
+    if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64 (even `0 * 2**63` would not convert)
+        return _by_rank(node, a, b, size)
     if op in ("+", "-"):
         if ma + mb >= SAFE:
             return _by_rank(node, a, b, size)
@@ -211,8 +255,6 @@ def _int_op(node: n.Binary, op: str, a, b, size: int):
         if ma * mb >= SAFE:
             return _by_rank(node, a, b, size)
         return a * b
-    if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64
-        return _by_rank(node, a, b, size)
     if op == "//":
         return np.floor_divide(a, b)
     if op == "%":
@@ -276,8 +318,11 @@ def as_int(v, node: n.Node, what: str):
     k = kind(v)
     if not is_vec(v):
         if k == "b":
-            raise fail_all(NotAnInteger.diagnostic(f"{what} must be an integer, not a condition", span=node.span,
-                                                   label="a true/false value"))
+            raise fail_all(
+                NotAnInteger.diagnostic(
+                    f"{what} must be an integer, not a condition", span=node.span, label="a true/false value"
+                )
+            )
         if k == "f":
             if not float(v).is_integer():
                 raise fail_all(_fraction(v, node, what))
@@ -286,8 +331,12 @@ def as_int(v, node: n.Node, what: str):
     if k == "i":
         return v.astype(np.int64, copy=False)
     if k == "b":
-        raise Failure(np.ones(v.size, dtype=bool), lambda i: NotAnInteger.diagnostic(
-            f"{what} must be an integer, not a condition", span=node.span, label="a true/false value"))
+        raise Failure(
+            np.ones(v.size, dtype=bool),
+            lambda i: NotAnInteger.diagnostic(
+                f"{what} must be an integer, not a condition", span=node.span, label="a true/false value"
+            ),
+        )
     if k == "f":
         whole = np.isfinite(v) & (v == np.floor(v))
         if not whole.all():
@@ -302,16 +351,27 @@ def as_int(v, node: n.Node, what: str):
         out[i] = int(x) if not bad[i] else 0
     if bad.any():
         first = v[int(np.argmax(bad))]
-        raise Failure(bad, lambda i: _fraction(first, node, what) if not isinstance(first, bool) else
-                      NotAnInteger.diagnostic(f"{what} must be an integer, not a condition", span=node.span,
-                                              label="a true/false value"))
+        raise Failure(
+            bad,
+            lambda i: (
+                _fraction(first, node, what)
+                if not isinstance(first, bool)
+                else NotAnInteger.diagnostic(
+                    f"{what} must be an integer, not a condition", span=node.span, label="a true/false value"
+                )
+            ),
+        )
     return tidy(out)
 
 
 def _fraction(value, node: n.Node, what: str) -> Diagnostic:
     value = float(value)
-    return NotAnInteger.diagnostic(f"{what} must be an integer, but it is {value:g}", span=node.span,
-                                   label=f"{value:g}", help="use `//` for integer division")
+    return NotAnInteger.diagnostic(
+        f"{what} must be an integer, but it is {value:g}",
+        span=node.span,
+        label=f"{value:g}",
+        help="use `//` for integer division",
+    )
 
 
 def as_index_array(v, size: int) -> np.ndarray:

@@ -210,6 +210,7 @@ def test_division_exact_on_some_ranks_only_mixes_ints_and_floats():
 @pytest.mark.parametrize("values, op, other", [
     ([(1 << 62) - 1, 5], "+", 1), ([(1 << 61), 3], "*", 4), ([-(1 << 62) + 1, 0], "-", 1),
     ([1 << 62, 2], "+", 0), ([(1 << 62) + 7, 1], "//", 2), ([1 << 53 | 1, 2], "==", float(1 << 53)),
+    ([0, 0], "*", 1 << 63),  # a zero times an operand past int64 (hypothesis found it: NumPy cannot convert it)
 ])
 def test_big_integers_fall_back_to_exact_python_objects(values, op, other):
     got = binary(node(op), vec(values), other)

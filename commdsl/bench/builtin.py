@@ -13,12 +13,24 @@ from dataclasses import dataclass
 
 from commdsl import collectives
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
-               "scatter", "sendrecv")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "sendrecv",
+)
 
 # nccl-tests' sendrecv is a ring; here a one-way ping from rank 0 to rank 1, as the issue asks
-_SENDRECV = ("tensor x: {t}[n] = " + collectives.DATA,
-             "on rank == 0:\n    send x to 1\non rank == 1:\n    recv x from 0", "x")
+_SENDRECV = (
+    "tensor x: {t}[n] = " + collectives.DATA,
+    "on rank == 0:\n    send x to 1\non rank == 1:\n    recv x from 0",
+    "x",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,11 @@ def builtin(kind: str, dtype: str, op: str, root: int) -> Builtin:
     redop = op if kind in collectives.REDUCING else None
     at = root if kind in collectives.ROOTED else None
     world = "2.." if kind == "sendrecv" else "1.."
-    text = (f"program {kind}\nworld {world}\nparam n = 1024\n"
-            + decls.format(t=dtype) + "\n" + stmt.format(op=op, root=root) + "\n")
+    text = (
+        f"program {kind}\nworld {world}\nparam n = 1024\n"
+        + decls.format(t=dtype)
+        + "\n"
+        + stmt.format(op=op, root=root)
+        + "\n"
+    )
     return Builtin(kind, text, tensor, redop, at)

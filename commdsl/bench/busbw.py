@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from commdsl import collectives
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter", "broadcast", "reduce",
-         "sendrecv")
+KINDS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "broadcast",
+    "reduce",
+    "sendrecv",
+)
 """What the bench measures: nccl-tests' tests (all_reduce.cu, ..., sendrecv.cu), in its order."""
 
 

@@ -65,8 +65,10 @@ def pragma(program: Program) -> Measure | None:
             raise BenchError(f"{where}: a second `# bench:` line (the first is line {found[0]}); keep one")
         body = _PRAGMA_BODY.match(m.group(1))
         if not body:
-            raise BenchError(f"{where}: `# bench:` expects KIND TENSOR [op OP] [from|to ROOT], "
-                             f"for example `# bench: all_reduce x op sum`")
+            raise BenchError(
+                f"{where}: `# bench:` expects KIND TENSOR [op OP] [from|to ROOT], "
+                f"for example `# bench: all_reduce x op sum`"
+            )
         kind, tensor, op, root = body.groups()
         if kind not in KINDS:
             raise BenchError(f"{where}: `# bench: {kind}`: not a collective the bench knows; one of {', '.join(KINDS)}")
@@ -74,9 +76,16 @@ def pragma(program: Program) -> Measure | None:
             raise BenchError(f"{where}: `# bench:` names tensor `{tensor}`, which the program does not declare")
         if op is not None and op not in _REDOPS:
             raise BenchError(f"{where}: `# bench:` reduce op `{op}` is not one of {', '.join(_REDOPS)}")
-        found = (number, Measure(kind, tensor, op or ("sum" if kind in ("all_reduce", "reduce", "reduce_scatter")
-                                                      else None),
-                                 int(root) if root is not None else None, f"declared at line {number}"))
+        found = (
+            number,
+            Measure(
+                kind,
+                tensor,
+                op or ("sum" if kind in ("all_reduce", "reduce", "reduce_scatter") else None),
+                int(root) if root is not None else None,
+                f"declared at line {number}",
+            ),
+        )
     return found[1] if found else None
 
 
@@ -87,11 +96,20 @@ def prove(program: Program, world: int, params: dict) -> Measure | None:
     if not sim.ok or world < 2:
         return None
     specs = schedule.tensors
-    names = [name for name, spec in specs[0].items()
-             if all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)]
-    covered = {(r, op.view.tensor) for r, ops in enumerate(schedule.ops) for op in _final_checks(ops)
-               if type(op) is Expect and op.cmp == "==" and op.view.offset == 0
-               and op.view.numel == specs[r][op.view.tensor].numel}
+    names = [
+        name
+        for name, spec in specs[0].items()
+        if all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)
+    ]
+    covered = {
+        (r, op.view.tensor)
+        for r, ops in enumerate(schedule.ops)
+        for op in _final_checks(ops)
+        if type(op) is Expect
+        and op.cmp == "=="
+        and op.view.offset == 0
+        and op.view.numel == specs[r][op.view.tensor].numel
+    }
     init = [{name: initial_value(s[name], r, world) for name in names} for r, s in enumerate(specs)]
     final = [{name: sim.tensors[r][name].reshape(-1) for name in names} for r in range(world)]
     for kind, src, dst, redop, root, expected in _candidates(names, specs[0], world):
@@ -114,8 +132,13 @@ def _holds_for_other_data(schedule: Schedule, src: str, dst: str, ranks, expecte
 
     # ((i * 7919 + c) % 61) - 30, c different on every rank: exact in every dtype
     c = np.arange(world, dtype=np.int64) * 104729 + 13
-    scrambled = ("b", "-", ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919), None), ("c", c), None), ("c", 61), None),
-                 ("c", 30), None)
+    scrambled = (
+        "b",
+        "-",
+        ("b", "%", ("b", "+", ("b", "*", ("i",), ("c", 7919), None), ("c", c), None), ("c", 61), None),
+        ("c", 30),
+        None,
+    )
     infos = {**schedule.infos, src: dataclasses.replace(schedule.infos[src], init=scrambled)}
     other = dataclasses.replace(schedule, infos=infos)
     sim = simulate(other)
@@ -149,21 +172,37 @@ def _computed(kind: str, src: str, world: int, redop: str | None = None, root: i
     def expected(init, r):
         if id(init) not in memo:
             inputs = [[init[j][src]] for j in range(world)]
-            memo[id(init)] = collectives.KINDS[kind].apply(collectives.Instance(
-                size=world, root=root, redop=redop, scale=None, inputs=inputs, input_shapes=[[x.shape] for x, in inputs],
-                output_numel=[[x.size] for x, in inputs], inputs_listed=[False] * world, outputs_listed=[False] * world,
-                in_splits=[()] * world, out_splits=[()] * world))
+            memo[id(init)] = collectives.KINDS[kind].apply(
+                collectives.Instance(
+                    size=world,
+                    root=root,
+                    redop=redop,
+                    scale=None,
+                    inputs=inputs,
+                    input_shapes=[[x.shape] for (x,) in inputs],
+                    output_numel=[[x.size] for (x,) in inputs],
+                    inputs_listed=[False] * world,
+                    outputs_listed=[False] * world,
+                    in_splits=[()] * world,
+                    out_splits=[()] * world,
+                )
+            )
         return memo[id(init)][r][0]
+
     return expected
 
 
 def _candidates(names, spec, world):
     """(kind, src, dst, redop, root, expected(init, rank)) for every built-in that could produce `dst`, in
     the order ties are settled: the collectives that involve every rank's data first."""
+
     def ops_for(name):
         d = DTYPES[spec[name].dtype]
-        return ("sum", "avg", "max", "min", "product") if d.is_float else ("sum", "max", "min", "product", "bor",
-                                                                             "band", "bxor")
+        return (
+            ("sum", "avg", "max", "min", "product")
+            if d.is_float
+            else ("sum", "max", "min", "product", "bor", "band", "bxor")
+        )
 
     pairs = [(a, b) for a in names for b in names if spec[a].dtype == spec[b].dtype]
     for t in names:

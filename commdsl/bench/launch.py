@@ -30,18 +30,18 @@ def run_plan(plan: Plan, timeout: float, verbose: bool, progress: Callable[[int]
     `progress(cases_done)` is called from a watcher thread, and only once every worker has started:
     a thread that writes to the terminal while the agent forks could leave a child holding its lock.
     """
+    from commdsl.bench.worker import entry
     from commdsl.runtime.config import RunConfig
     from commdsl.runtime.launch import run_local
     from commdsl.runtime.outcome import blame, hang_rows
-
-    from commdsl.bench.worker import entry
 
     opts = RunConfig(path="bench", nproc=plan.world, backend=plan.backend, timeout=timeout, verbose=verbose)
     halt = threading.Event()
     watcher = None
     if progress is not None:
-        watcher = threading.Thread(target=_watch, args=(plan, progress, halt), name="commdsl-bench-progress",
-                                   daemon=True)
+        watcher = threading.Thread(
+            target=_watch, args=(plan, progress, halt), name="commdsl-bench-progress", daemon=True
+        )
         watcher.start()
     try:
         work = functools.update_wrapper(functools.partial(entry, plan), entry)  # the agent logs its __name__
@@ -50,13 +50,22 @@ def run_plan(plan: Plan, timeout: float, verbose: bool, progress: Callable[[int]
         halt.set()
         if watcher is not None:
             watcher.join()
-    out = Measured(results=_read_results(plan), stderr=run.stderr, interrupted=run.interrupted,
-                   wall_s=run.wall_s, start_method=run.start_method)
+    out = Measured(
+        results=_read_results(plan),
+        stderr=run.stderr,
+        interrupted=run.interrupted,
+        wall_s=run.wall_s,
+        start_method=run.start_method,
+    )
     ranks = list(range(plan.world))
     if run.hang is not None:
-        out.hang = [_relocate_row(plan, row, s) for row, s in
-                    zip(hang_rows(plan.guard, "", run.hang.slots, run.hang.at_ns, run.hang.stuck,
-                                      run.hang.stopped), run.hang.slots)]
+        out.hang = [
+            _relocate_row(plan, row, s)
+            for row, s in zip(
+                hang_rows(plan.guard, "", run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped),
+                run.hang.slots,
+            )
+        ]
     elif not run.interrupted:
         out.failures = [_relocate(plan, f) for f in blame(plan.guard, "", run.results, run.evidence, ranks)]
     return out

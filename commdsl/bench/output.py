@@ -33,8 +33,10 @@ def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> lis
     for requested in sorted(by_size):
         got = by_size[requested]
         first = got.get(variants[0]) or next(iter(got.values()))
-        text = (f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
-                f"{-1 if first.root is None else first.root:>5}")
+        text = (
+            f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
+            f"{-1 if first.root is None else first.root:>5}"
+        )
         for v in variants:
             r = got.get(v)
             if r is None:
@@ -50,8 +52,10 @@ def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> lis
         s = summaries[v]
         lines.append(f"# Avg bus bandwidth    : {s.avg_busbw:.3f} GB/s" + (f"  {s.label}" if len(variants) > 1 else ""))
     if ratio and summaries[variants[1]].avg_busbw > 0:
-        lines.append(f"# Avg busbw ratio      : {summaries[variants[0]].avg_busbw / summaries[variants[1]].avg_busbw:.2f}"
-                     f"  ({summaries[variants[0]].label} / {summaries[variants[1]].label})")
+        lines.append(
+            f"# Avg busbw ratio      : {summaries[variants[0]].avg_busbw / summaries[variants[1]].avg_busbw:.2f}"
+            f"  ({summaries[variants[0]].label} / {summaries[variants[1]].label})"
+        )
     return lines
 
 
@@ -60,22 +64,62 @@ def _time(us: float) -> str:
 
 
 def as_dict(meta: dict, rows: list[Row], summaries: list[Summary]) -> dict:
-    return {"version": 1, **meta,
-            "variants": [{"label": s.label, "program": s.program, "collective": s.kind, "how": s.how,
-                          "busbw_factor": s.factor, "baseline": s.baseline, "avg_busbw_gbps": s.avg_busbw}
-                         for s in summaries],
-            "rows": [_row(r) for r in rows]}
+    return {
+        "version": 1,
+        **meta,
+        "variants": [
+            {
+                "label": s.label,
+                "program": s.program,
+                "collective": s.kind,
+                "how": s.how,
+                "busbw_factor": s.factor,
+                "baseline": s.baseline,
+                "avg_busbw_gbps": s.avg_busbw,
+            }
+            for s in summaries
+        ],
+        "rows": [_row(r) for r in rows],
+    }
 
 
 def _row(r: Row) -> dict:
-    return {"variant": r.label, "collective": r.kind, "size_bytes": r.size, "requested_bytes": r.requested,
-            "count": r.count, "dtype": r.dtype, "redop": r.redop, "root": r.root, "param": r.param, "value": r.value,
-            "time_us": r.time_us, "algbw_gbps": r.algbw, "busbw_gbps": r.busbw, "wrong": r.wrong,
-            "rank_time_us": r.rank_us, "lines": r.lines}
+    return {
+        "variant": r.label,
+        "collective": r.kind,
+        "size_bytes": r.size,
+        "requested_bytes": r.requested,
+        "count": r.count,
+        "dtype": r.dtype,
+        "redop": r.redop,
+        "root": r.root,
+        "param": r.param,
+        "value": r.value,
+        "time_us": r.time_us,
+        "algbw_gbps": r.algbw,
+        "busbw_gbps": r.busbw,
+        "wrong": r.wrong,
+        "rank_time_us": r.rank_us,
+        "lines": r.lines,
+    }
 
 
-CSV_FIELDS = ("variant", "collective", "size_bytes", "requested_bytes", "count", "dtype", "redop", "root", "param",
-              "value", "time_us", "algbw_gbps", "busbw_gbps", "wrong")
+CSV_FIELDS = (
+    "variant",
+    "collective",
+    "size_bytes",
+    "requested_bytes",
+    "count",
+    "dtype",
+    "redop",
+    "root",
+    "param",
+    "value",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+)
 
 
 def write_json(path: str, data: dict, inputs=()) -> None:

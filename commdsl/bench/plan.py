@@ -93,21 +93,24 @@ class Refused(Exception):
 
 def builtin_variant(b: Builtin, baseline: bool = False, label: str | None = None) -> Variant:
     program = load(SourceFile(b.path, b.text))
-    return Variant(label or b.kind, program, Measure(b.kind, b.tensor, b.redop, b.root, "built-in"), "n", {},
-                   baseline)
+    return Variant(label or b.kind, program, Measure(b.kind, b.tensor, b.redop, b.root, "built-in"), "n", {}, baseline)
 
 
-def program_variant(program: Program, world: int, param: str, params: dict, dtype: str | None,
-                    baseline: bool = False) -> Variant:
+def program_variant(
+    program: Program, world: int, param: str, params: dict, dtype: str | None, baseline: bool = False
+) -> Variant:
     """The user's program as a variant: what it measures from its pragma, else its expects, else its
     largest tensor with busbw = algbw. BenchError when it cannot be swept at this world size."""
     if not program.accepts(world):
-        raise BenchError(f"{program.path}: runs at world sizes {program.describe_world()}; "
-                         f"--nproc {world} is not one of them")
+        raise BenchError(
+            f"{program.path}: runs at world sizes {program.describe_world()}; --nproc {world} is not one of them"
+        )
     declared = {p.name for p in program.params}
     if param not in declared:
-        raise BenchError(f"{program.path}: no param `{param}` to sweep (its params: "
-                         f"{', '.join(sorted(declared)) or 'none'}); --param NAME picks another")
+        raise BenchError(
+            f"{program.path}: no param `{param}` to sweep (its params: "
+            f"{', '.join(sorted(declared)) or 'none'}); --param NAME picks another"
+        )
     if param in params:
         raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
     try:
@@ -131,13 +134,25 @@ def _largest(program: Program, world: int, params: dict) -> Measure:
 def _with_dtype(program: Program, tensor: str, dtype: str) -> Program:
     """`--dtype` for a program: every tensor declared with the measured tensor's dtype takes the new one."""
     old = next(t.dtype.name for t in program.tensors if t.name == tensor)
-    tensors = tuple(t.model_copy(update={"dtype": t.dtype.model_copy(update={"name": dtype})})
-                    if t.dtype.name == old else t for t in program.tensors)
+    tensors = tuple(
+        t.model_copy(update={"dtype": t.dtype.model_copy(update={"name": dtype})}) if t.dtype.name == old else t
+        for t in program.tensors
+    )
     return program.model_copy(update={"tensors": tensors})
 
 
-def build(variants: list[Variant], sizes: list[int], world: int, backend: str, iters: int, warmup: int,
-          check: bool, out_dir: str, notes: list[str], interleave: bool = False) -> Plan:
+def build(
+    variants: list[Variant],
+    sizes: list[int],
+    world: int,
+    backend: str,
+    iters: int,
+    warmup: int,
+    check: bool,
+    out_dir: str,
+    notes: list[str],
+    interleave: bool = False,
+) -> Plan:
     """Expand and check every variant at every size; Refused on the first size the checks reject.
 
     `interleave` (for --compare) makes the variants of each size one round: their iterations
@@ -170,13 +185,16 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
             if errors:
                 raise Refused(v, value, errors)
             if check and not sim.engine.completed:
-                raise BenchError(f"{v.label}: --check needs the simulation to complete, and at `{v.param} = {value}` "
-                                 f"it does not (`commdsl check` says why)")
-            timed = dataclasses.replace(schedule, top=[rid for rid in schedule.top
-                                                       if not isinstance(schedule.records[rid], (ExpectRec, PrintRec))])
+                raise BenchError(
+                    f"{v.label}: --check needs the simulation to complete, and at `{v.param} = {value}` "
+                    f"it does not (`commdsl check` says why)"
+                )
+            timed = dataclasses.replace(
+                schedule,
+                top=[rid for rid in schedule.top if not isinstance(schedule.records[rid], (ExpectRec, PrintRec))],
+            )
             itemsize = DTYPES[spec.dtype].itemsize
-            cases.append(Case(vi, requested, spec.numel * itemsize, spec.numel, spec.dtype, value, timed,
-                              tuple(tops)))
+            cases.append(Case(vi, requested, spec.numel * itemsize, spec.numel, spec.dtype, value, timed, tuple(tops)))
             tops = [t + len(ops) for t, ops in zip(tops, timed.ops)]
             if check:
                 _write_expected(out_dir, len(cases) - 1, sim)
@@ -188,8 +206,18 @@ def build(variants: list[Variant], sizes: list[int], world: int, backend: str, i
         rounds = [tuple(i for i, c in enumerate(cases) if c.requested == size) for size in sizes]
     else:
         rounds = [(i,) for i in range(len(cases))]
-    return Plan(world, backend, iters, warmup, check, out_dir, tuple(variants), tuple(cases), guard,
-                tuple(r for r in rounds if r))
+    return Plan(
+        world,
+        backend,
+        iters,
+        warmup,
+        check,
+        out_dir,
+        tuple(variants),
+        tuple(cases),
+        guard,
+        tuple(r for r in rounds if r),
+    )
 
 
 def _holder(schedule: Schedule, tensor: str) -> int:
@@ -205,12 +233,16 @@ def _reference(v: Variant, world: int) -> tuple[int, int]:
     except CommdslError as e:
         raise Refused(v, -1, e.diagnostics) from None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BenchError(f"{v.program.path}: param `{v.param}` = {value!r} is not an integer; the sweep sets an "
-                         f"integer param (--param NAME picks another)")
+        raise BenchError(
+            f"{v.program.path}: param `{v.param}` = {value!r} is not an integer; the sweep sets an "
+            f"integer param (--param NAME picks another)"
+        )
     numel = schedule.tensors[_holder(schedule, v.measure.tensor)][v.measure.tensor].numel
     if numel == 0:
-        raise BenchError(f"{v.program.path}: `{v.measure.tensor}` is empty at `{v.param} = {value}`, so the sweep "
-                         f"cannot tell how its size follows `{v.param}`")
+        raise BenchError(
+            f"{v.program.path}: `{v.measure.tensor}` is empty at `{v.param} = {value}`, so the sweep "
+            f"cannot tell how its size follows `{v.param}`"
+        )
     return value, numel
 
 
@@ -219,6 +251,7 @@ def _fit(v: Variant, world: int, requested: int, base_value: int, base_numel: in
 
     Shapes are usually linear in the param (`n`, `n // world * world`): scale the reference, then
     correct once with the size that value really gives."""
+
     def at(value: int) -> tuple[int, Schedule]:
         try:
             s = expand(v.program, world, {**v.params, v.param: value})

@@ -36,8 +36,11 @@ from commdsl.runtime.worker import BACKSTOP_S, Job, attach, run_steps
 def entry(plan: Plan, job: Job) -> None:
     """What the elastic agent runs in each worker (through functools.partial); exits non-zero on failure."""
     rank, local_rank, slot = attach(job)
-    with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records, \
-         open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results:
+    with (
+        open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as records,
+        open(os.path.join(plan.out_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as results,
+    ):
+
         def emit(kind: str, payload: dict):
             records.write(line(kind, payload))
             records.flush()
@@ -89,15 +92,27 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         def prepare(number: int) -> _Live:
             case = plan.cases[number]
             s, specs = case.schedule, case.schedule.tensors[rank]
-            ctx = Context(rank=rank, backend=plan.backend, device=device,
-                          buffers=allocate(specs, rank, plan.world, device),
-                          dtypes={name: spec.dtype for name, spec in specs.items()},
-                          groups=[None] + [group(g.ranks) for g in s.groups[1:]], emit=emit,
-                          sync=torch.cuda.current_stream(device).synchronize if nccl else None)
+            ctx = Context(
+                rank=rank,
+                backend=plan.backend,
+                device=device,
+                buffers=allocate(specs, rank, plan.world, device),
+                dtypes={name: spec.dtype for name, spec in specs.items()},
+                groups=[None] + [group(g.ranks) for g in s.groups[1:]],
+                emit=emit,
+                sync=torch.cuda.current_stream(device).synchronize if nccl else None,
+            )
             steps = build_steps(s.ops[rank], ctx)
-            return _Live(number, ctx, steps, case.bases[rank], [(0, 0)] * len(steps), [0] * len(steps),
-                         _expected(plan, number, rank) if plan.check else None,
-                         {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None)
+            return _Live(
+                number,
+                ctx,
+                steps,
+                case.bases[rank],
+                [(0, 0)] * len(steps),
+                [0] * len(steps),
+                _expected(plan, number, rank) if plan.check else None,
+                {name: b.clone() for name, b in ctx.buffers.items()} if plan.check else None,
+            )
 
         for numbers in plan.rounds:
             slot.state(progress.RUNNING)  # local work (op -1): the hang guard only times waits
@@ -106,24 +121,16 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
             barrier()  # every rank starts the round together
             for iteration in range(plan.warmup + plan.iters):
                 for c in live:  # a round's cases alternate iteration by iteration: they see the same load
-                    if plan.check:
-                        slot.state(progress.RUNNING)
-                        for name, b in c.ctx.buffers.items():
-                            b.copy_(c.initial[name])
-                        slot.state(progress.INIT)
-                        barrier()
-                    slot.s[progress.STATE] = progress.RUNNING
-                    run_steps(c.steps, slot, c.times, c.base)
-                    if iteration >= plan.warmup and c.steps:
-                        c.durations.append(c.times[-1][1] - c.times[0][0])
-                        for i, (t0, t1) in enumerate(c.times):
-                            c.spent[i] += t1 - t0
-                    if plan.check:
-                        slot.state(progress.RUNNING)
-                        c.wrong += _wrong(c.ctx, c.expected)
+                    _iterate(c, plan.check, iteration >= plan.warmup, slot, barrier)
             for c in live:
-                result({"case": c.number, "durations_ns": c.durations, "op_ns": c.spent,
-                        "wrong": c.wrong if plan.check else None})
+                result(
+                    {
+                        "case": c.number,
+                        "durations_ns": c.durations,
+                        "op_ns": c.spent,
+                        "wrong": c.wrong if plan.check else None,
+                    }
+                )
             del live
         slot.state(progress.FINISHING)
         barrier()  # nobody tears down while a peer still talks to it
@@ -136,6 +143,26 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
         emit("error", {"index": index, "type": type(e).__name__, "message": str(e).strip(), "time_ns": time.time_ns()})
         slot.state(progress.FAILED, index)
         return True
+
+
+def _iterate(c: _Live, check: bool, timed: bool, slot: progress.Slot, barrier) -> None:
+    """One iteration of one case: reset its buffers (with --check), run its steps, keep the times of a timed
+    iteration, count the elements that differ from the simulator."""
+    if check:
+        slot.state(progress.RUNNING)
+        for name, b in c.ctx.buffers.items():
+            b.copy_(c.initial[name])
+        slot.state(progress.INIT)
+        barrier()
+    slot.s[progress.STATE] = progress.RUNNING
+    run_steps(c.steps, slot, c.times, c.base)
+    if timed and c.steps:
+        c.durations.append(c.times[-1][1] - c.times[0][0])
+        for i, (t0, t1) in enumerate(c.times):
+            c.spent[i] += t1 - t0
+    if check:
+        slot.state(progress.RUNNING)
+        c.wrong += _wrong(c.ctx, c.expected)
 
 
 @dataclass

@@ -128,8 +128,12 @@ class _Ahead:
                 q_tag = tag[ask] if tags and with_tag else np.zeros(ask.size, dtype=np.int64)
                 hit = _member((gid[ask], src[ask], dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
                 for i in ask[hit].tolist():
-                    m = np.flatnonzero((o_gid == gid[i]) & (o_src == src[i]) & (o_dst == dst[i])
-                                       & (o_tag == (tag[i] if tags and with_tag else 0)))[0]
+                    m = np.flatnonzero(
+                        (o_gid == gid[i])
+                        & (o_src == src[i])
+                        & (o_dst == dst[i])
+                        & (o_tag == (tag[i] if tags and with_tag else 0))
+                    )[0]
                     found[i] = (op.id, int(m if pos is None else pos[m]))
                     open_[i] = False
                 if not open_.any():
@@ -178,25 +182,11 @@ def analyse(outcome: Outcome) -> Analysis:
     missing_members = _missing_members(outcome)
     ahead = _Ahead(outcome)
     could, near = _could_match(posts, peers, finished, ahead, outcome.model.tags)
-    unmatched, tags = [], []
-    for i in range(len(posts)):
-        peer = int(peers[i])
-        if finished[peer]:
-            unmatched.append((i, "finished"))
-        elif could[i]:
-            continue
-        elif near[i] is not None:
-            tags.append((i, near[i], peer))
-        else:
-            unmatched.append((i, "never"))
+    unmatched, tags = _never_matched(peers, finished, could, near)
     edges: dict[int, list[Edge]] = {}
     missing: list[tuple[Waiting, int, int, str]] = []
     instances = _instances(waiting)
-    asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not finished[m]]
-    will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
-    queued = outcome.queued_calls
-    if queued is not None and len(queued):  # NCCL: a call that waits on its stream is still coming
-        will |= set(zip(queued.rank.tolist(), queued.gid.tolist()))
+    will = _calls_to_come(outcome, ahead, missing_members)
     member_of = {}
     for inst in instances.values():
         for row in inst.rows:
@@ -209,8 +199,9 @@ def analyse(outcome: Outcome) -> Analysis:
         op = rec.base + pos
         out = edges.setdefault(r, [])
         things = list(_waits_on(outcome, rec, r, pos, member_of, instances, missing_members))
-        if things and all(isinstance(x, Pending) and posts.send[x.row] == 1 and posts.rank[x.row] == r
-                          for _, x in things):
+        if things and all(
+            isinstance(x, Pending) and posts.send[x.row] == 1 and posts.rank[x.row] == r for _, x in things
+        ):
             only_sends.add(r)
         for target, thing in things:
             if isinstance(thing, Pending):
@@ -233,6 +224,33 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.append(Edge(r, op, target, thing))
     cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+def _never_matched(peers: np.ndarray, finished: np.ndarray, could: np.ndarray, near: list):
+    """(pending op, "finished" or "never") for each pending op its peer will not answer, and (op, the peer's
+    op that differs only in tag, peer) where a tag alone keeps them apart."""
+    unmatched, tags = [], []
+    for i in range(len(peers)):
+        peer = int(peers[i])
+        if finished[peer]:
+            unmatched.append((i, "finished"))
+        elif could[i]:
+            continue
+        elif near[i] is not None:
+            tags.append((i, near[i], peer))
+        else:
+            unmatched.append((i, "never"))
+    return unmatched, tags
+
+
+def _calls_to_come(outcome: Outcome, ahead: _Ahead, missing_members: dict) -> set:
+    """(rank, group id) of every absent member that will still call a collective on that group."""
+    asked = [(m, key[0]) for key, ms in missing_members.items() for m in ms if not outcome.finished[m]]
+    will = ahead.calls([m for m, _ in asked], [g for _, g in asked])
+    queued = outcome.queued_calls
+    if queued is not None and len(queued):  # NCCL: a call that waits on its stream is still coming
+        will |= set(zip(queued.rank.tolist(), queued.gid.tolist(), strict=True))
+    return will
 
 
 EVERY_MISSING = -1
@@ -269,15 +287,28 @@ def _could_match(posts: Posts, peers: np.ndarray, finished: np.ndarray, ahead: _
     near: list = [None] * n
     loose = ask[~could[ask]]
     if loose.size:
-        close = ahead.messages(peers[loose], want[loose], posts.gid[loose], posts.src[loose], posts.dst[loose],
-                               posts.tag[loose], tags, with_tag=False)
+        close = ahead.messages(
+            peers[loose],
+            want[loose],
+            posts.gid[loose],
+            posts.src[loose],
+            posts.dst[loose],
+            posts.tag[loose],
+            tags,
+            with_tag=False,
+        )
         for i, hit in zip(loose.tolist(), close):
             if hit is not None and tags:
                 near[i] = hit
                 continue
             # the peer's own pending op on the same pair with another tag, the first in its program
-            m = np.flatnonzero((posts.send == want[i]) & (posts.gid == posts.gid[i]) & (posts.src == posts.src[i])
-                               & (posts.dst == posts.dst[i]) & (posts.tag != posts.tag[i]))
+            m = np.flatnonzero(
+                (posts.send == want[i])
+                & (posts.gid == posts.gid[i])
+                & (posts.src == posts.src[i])
+                & (posts.dst == posts.dst[i])
+                & (posts.tag != posts.tag[i])
+            )
             if m.size:
                 first = int(m[np.lexsort((posts.pos[m], posts.rec[m]))[0]])
                 near[i] = (int(posts.rec[first]), int(posts.pos[first]))
@@ -335,7 +366,7 @@ def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, 
             yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
         return
     if isinstance(rec, WaitRec):
-        reqs = rec.reqs[rec.starts[pos]:rec.starts[pos + 1]]
+        reqs = rec.reqs[rec.starts[pos] : rec.starts[pos + 1]]
         for q in reqs[~outcome.req_done[reqs]].tolist():
             yield from _request(outcome, q, instances, rank)
 
@@ -444,6 +475,6 @@ def _cycles(edges: dict[int, list[Edge]]) -> list[list[Edge]]:
             e = next(e for e in edges[v] if e.target in members)
             path.append(e)
             v = e.target
-        cycles.append(path[seen[v]:])
+        cycles.append(path[seen[v] :])
     cycles.sort(key=lambda c: min(e.rank for e in c))
     return cycles

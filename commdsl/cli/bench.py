@@ -17,9 +17,21 @@ import tempfile
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
-                                add_program_flags, consoles, env_default, integer, load_files, parse_sets,
-                                print_diagnostics)
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_launch_flags,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    env_default,
+    integer,
+    load_files,
+    parse_sets,
+    print_diagnostics,
+)
 from commdsl.files import FileError, check_output
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -29,48 +41,80 @@ def add_parser(sub):
     from commdsl.bench.builtin import COLLECTIVES
 
     p = sub.add_parser(
-        "bench", help="time a program or the built-in collectives across sizes, nccl-tests style",
+        "bench",
+        help="time a program or the built-in collectives across sizes, nccl-tests style",
         description="Sweep a program's size param (or a built-in collective) over message sizes on real "
-                    "torch.distributed ranks and print nccl-tests' table: size, count, type, redop, root, time, "
-                    "algbw, busbw, #wrong.")
+        "torch.distributed ranks and print nccl-tests' table: size, count, type, redop, root, time, "
+        "algbw, busbw, #wrong.",
+    )
     p.add_argument("file", metavar="FILE", nargs="?", help="the program to sweep (or give --collective)")
-    p.add_argument("--collective", action="append", metavar="NAME",
-                   help=f"sweep a built-in instead of a program: {', '.join(COLLECTIVES)} or all "
-                        "(repeatable, or comma-separated)")
+    p.add_argument(
+        "--collective",
+        action="append",
+        metavar="NAME",
+        help=f"sweep a built-in instead of a program: {', '.join(COLLECTIVES)} or all (repeatable, or comma-separated)",
+    )
     add_launch_flags(p, "ranks to start on this node (required)")
-    p.add_argument("--sizes", default=env_default("sizes", "1K:16M"), metavar="MIN:MAX[:FACTOR]",
-                   help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
-                        "(default: 1K:16M, FACTOR 2)")
-    p.add_argument("--iters", type=integer("--iters", 1), default=env_default("iters", 20), help="timed iterations per size (default: 20)")
-    p.add_argument("--warmup", type=integer("--warmup", 0), default=env_default("warmup", 5),
-                   help="untimed iterations before them (default: 5)")
-    p.add_argument("--dtype", help="element type (built-ins: default float32; a program: replaces the dtype of "
-                                   "every tensor declared like the measured one)")
+    p.add_argument(
+        "--sizes",
+        default=env_default("sizes", "1K:16M"),
+        metavar="MIN:MAX[:FACTOR]",
+        help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
+        "(default: 1K:16M, FACTOR 2)",
+    )
+    p.add_argument(
+        "--iters",
+        type=integer("--iters", 1),
+        default=env_default("iters", 20),
+        help="timed iterations per size (default: 20)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=integer("--warmup", 0),
+        default=env_default("warmup", 5),
+        help="untimed iterations before them (default: 5)",
+    )
+    p.add_argument(
+        "--dtype",
+        help="element type (built-ins: default float32; a program: replaces the dtype of "
+        "every tensor declared like the measured one)",
+    )
     p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
-    p.add_argument("--root", type=integer("--root", 0), default=0, help="root of broadcast, reduce, gather, scatter (default: 0)")
-    p.add_argument("--param", default="n", metavar="NAME",
-                   help="the program's integer param that sets the size (default: n)")
-    p.add_argument("--check", action="store_true",
-                   help="compare every rank's tensors with the simulator after every iteration (#wrong); "
-                        "the initial tensors are restored before each one")
-    p.add_argument("--compare", metavar="builtin|FILE",
-                   help="time a second variant at the same sizes and show both with their busbw ratio: "
-                        "`builtin` (the collective the program declares or its expects prove) or another program")
+    p.add_argument(
+        "--root", type=integer("--root", 0), default=0, help="root of broadcast, reduce, gather, scatter (default: 0)"
+    )
+    p.add_argument(
+        "--param", default="n", metavar="NAME", help="the program's integer param that sets the size (default: n)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare every rank's tensors with the simulator after every iteration (#wrong); "
+        "the initial tensors are restored before each one",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="builtin|FILE",
+        help="time a second variant at the same sizes and show both with their busbw ratio: "
+        "`builtin` (the collective the program declares or its expects prove) or another program",
+    )
     p.add_argument("--json", metavar="FILE", help="write the rows and averages as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE", help="plot busbw against size, a line per variant (PNG)")
-    p.add_argument("--min-busbw", type=float, metavar="GBPS",
-                   help="exit 1 when a measured variant's average busbw is below GBPS GB/s (a CI gate)")
+    p.add_argument(
+        "--min-busbw",
+        type=float,
+        metavar="GBPS",
+        help="exit 1 when a measured variant's average busbw is below GBPS GB/s (a CI gate)",
+    )
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)
 
 
-def config_from_args(args):
+def _collectives(args) -> list[str]:
+    """The built-ins `--collective` names (repeated or comma-separated, `all` for every one), in order, once each."""
     from commdsl.bench.builtin import COLLECTIVES
-    from commdsl.bench.config import BenchConfig
-    from commdsl.bench.sizes import SizeError, parse_sweep
-    from commdsl.dtypes import DTYPES
 
     kinds: list[str] = []
     for item in args.collective or []:
@@ -81,22 +125,29 @@ def config_from_args(args):
                 raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}, all")
             elif name not in kinds:
                 kinds.append(name)
-    if (args.file is None) == (not kinds):
-        raise UsageError("give either a program FILE or --collective NAME, not both" if kinds else
-                         "give a program FILE, or --collective NAME for a built-in")
-    if args.nproc is None:
-        raise UsageError("--nproc N is required: the ranks to start on this node")
-    nproc = int(args.nproc)
-    if nproc < 1:
-        raise UsageError(f"--nproc must be at least 1, got {nproc}")
-    if "sendrecv" in kinds and nproc < 2:
-        raise UsageError("--collective sendrecv pings rank 0 to rank 1: it needs --nproc 2 or more")
-    if not 0 <= args.root < nproc:
-        raise UsageError(f"--root {args.root} is not a rank of --nproc {nproc}")
-    try:
-        sizes = parse_sweep(str(args.sizes))
-    except SizeError as e:
-        raise UsageError(str(e)) from None
+    return kinds
+
+
+def _check_outputs(args) -> None:
+    """`--json`, `--csv` and `--plot`: each a writable target that is not an input, no two the same file."""
+    outputs = [
+        (flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path
+    ]
+    for flag, path in outputs:
+        try:
+            check_output(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
+        except FileError as e:
+            raise UsageError(str(e)) from None
+    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
+        raise UsageError("--json, --csv and --plot must name different files")
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
+
+
+def _check_measure_flags(args, kinds: list[str]) -> None:
+    """The flags that shape the measurement: counts, dtype, op, comparison, timeout, floor."""
+    from commdsl.dtypes import DTYPES
+
     if args.iters < 1:
         raise UsageError(f"--iters must be at least 1, got {args.iters}")
     if args.warmup < 0:
@@ -113,21 +164,56 @@ def config_from_args(args):
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.min_busbw is not None and args.min_busbw < 0:
         raise UsageError(f"--min-busbw must be 0 or more, got {args.min_busbw:g}")
-    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot)) if path]
-    for flag, path in outputs:
-        try:
-            check_output(path, [p for p in (args.file, args.compare) if p and p != "builtin"], flag)
-        except FileError as e:
-            raise UsageError(str(e)) from None
-    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
-        raise UsageError("--json, --csv and --plot must name different files")
-    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
-        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
-    return BenchConfig(path=args.file, collectives=tuple(kinds), nproc=nproc, sizes=tuple(sizes), iters=args.iters,
-                       warmup=args.warmup, dtype=args.dtype, op=args.op, root=args.root, param=args.param,
-                       params=parse_sets(args.set), check=args.check, compare=args.compare, backend=args.backend,
-                       timeout=args.timeout, json=args.json, csv=args.csv, plot=args.plot, min_busbw=args.min_busbw,
-                       verbose=args.verbose)
+
+
+def config_from_args(args):
+    from commdsl.bench.config import BenchConfig
+    from commdsl.bench.sizes import SizeError, parse_sweep
+
+    kinds = _collectives(args)
+    if (args.file is None) == (not kinds):
+        raise UsageError(
+            "give either a program FILE or --collective NAME, not both"
+            if kinds
+            else "give a program FILE, or --collective NAME for a built-in"
+        )
+    if args.nproc is None:
+        raise UsageError("--nproc N is required: the ranks to start on this node")
+    nproc = int(args.nproc)
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
+    if "sendrecv" in kinds and nproc < 2:
+        raise UsageError("--collective sendrecv pings rank 0 to rank 1: it needs --nproc 2 or more")
+    if not 0 <= args.root < nproc:
+        raise UsageError(f"--root {args.root} is not a rank of --nproc {nproc}")
+    try:
+        sizes = parse_sweep(str(args.sizes))
+    except SizeError as e:
+        raise UsageError(str(e)) from None
+    _check_measure_flags(args, kinds)
+    _check_outputs(args)
+    return BenchConfig(
+        path=args.file,
+        collectives=tuple(kinds),
+        nproc=nproc,
+        sizes=tuple(sizes),
+        iters=args.iters,
+        warmup=args.warmup,
+        dtype=args.dtype,
+        op=args.op,
+        root=args.root,
+        param=args.param,
+        params=parse_sets(args.set),
+        check=args.check,
+        compare=args.compare,
+        backend=args.backend,
+        timeout=args.timeout,
+        json=args.json,
+        csv=args.csv,
+        plot=args.plot,
+        min_busbw=args.min_busbw,
+        verbose=args.verbose,
+    )
 
 
 def run(args) -> int:
@@ -159,8 +245,9 @@ def run(args) -> int:
             sources = {**loaded.sources, e.variant.program.path: e.variant.program.source}
             print_diagnostics(e.diagnostics, sources, args.format, out, err)
             at = f" with `{e.variant.param} = {e.value}`" if e.value >= 0 else ""
-            err.print(f"refusing to bench {escape(e.variant.label)}: the checks found errors at world size "
-                      f"{cfg.nproc}{at}")
+            err.print(
+                f"refusing to bench {escape(e.variant.label)}: the checks found errors at world size {cfg.nproc}{at}"
+            )
             return EXIT_FINDINGS
         for note in notes:
             err.print(f"note: {escape(note)}")
@@ -180,8 +267,10 @@ def _plan(cfg, programs, backend: str, out_dir: str):
     if cfg.compare == "builtin":
         m = variants[0].measure
         if m.kind is None:
-            raise BenchError(f"--compare builtin: {cfg.path} declares no collective (a `# bench: KIND TENSOR` line) "
-                             "and the expects it ends with prove none")
+            raise BenchError(
+                f"--compare builtin: {cfg.path} declares no collective (a `# bench: KIND TENSOR` line) "
+                "and the expects it ends with prove none"
+            )
         twin = builtin(m.kind, measured_dtype(variants[0]), m.redop or "sum", m.root or 0)
         variants.append(builtin_variant(twin, baseline=True, label=f"{m.kind} (built-in)"))
     elif cfg.compare is not None:
@@ -190,9 +279,40 @@ def _plan(cfg, programs, backend: str, out_dir: str):
             other = dataclasses.replace(other, label=f"{other.label} ({cfg.compare})")
         variants.append(other)
     notes: list[str] = []
-    plan = build(variants, list(cfg.sizes), cfg.nproc, backend, cfg.iters, cfg.warmup, cfg.check, out_dir, notes,
-                 interleave=cfg.compare is not None)
+    plan = build(
+        variants,
+        list(cfg.sizes),
+        cfg.nproc,
+        backend,
+        cfg.iters,
+        cfg.warmup,
+        cfg.check,
+        out_dir,
+        notes,
+        interleave=cfg.compare is not None,
+    )
     return plan, notes
+
+
+def _write_outputs(cfg, plan, table, sums) -> None:
+    """`--json`, `--csv` and `--plot`, each written whole or not at all (FileError says why)."""
+    from commdsl.bench import output
+
+    meta = {
+        "world": plan.world,
+        "backend": plan.backend,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "complete": len(table) == len(plan.cases),
+    }
+    inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
+    if cfg.json:
+        output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
+    if cfg.csv:
+        output.write_csv(cfg.csv, table, inputs)
+    if cfg.plot and table:
+        output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
 
 
 def _measure_and_show(cfg, plan, out, err) -> int:
@@ -231,44 +351,46 @@ def _measure_and_show(cfg, plan, out, err) -> int:
         return 130
     wrong = sum(r.wrong or 0 for r in table)
     if wrong:
-        out.print(f"[bold red]error[/]: {wrong} element{'s' * (wrong != 1)} differed from the simulator "
-                  "(#wrong counts them over every rank and iteration)")
+        out.print(
+            f"[bold red]error[/]: {wrong} element{'s' * (wrong != 1)} differed from the simulator "
+            "(#wrong counts them over every rank and iteration)"
+        )
         code = EXIT_FINDINGS
     try:
-        meta = {"world": plan.world, "backend": plan.backend, "iters": plan.iters, "warmup": plan.warmup,
-                "check": plan.check, "complete": len(table) == len(plan.cases)}
-        inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
-        if cfg.json:
-            output.write_json(cfg.json, output.as_dict(meta, table, sums), inputs)
-        if cfg.csv:
-            output.write_csv(cfg.csv, table, inputs)
-        if cfg.plot and table:
-            output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+        _write_outputs(cfg, plan, table, sums)
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     if cfg.min_busbw is not None and code == EXIT_OK:
         low = [s for s in sums if not s.baseline and s.avg_busbw < cfg.min_busbw]
         for s in low:
-            out.print(f"[bold red]error[/]: {escape(s.label)}: average bus bandwidth {s.avg_busbw:.3f} GB/s is below "
-                      f"--min-busbw {cfg.min_busbw:g}")
+            out.print(
+                f"[bold red]error[/]: {escape(s.label)}: average bus bandwidth {s.avg_busbw:.3f} GB/s is below "
+                f"--min-busbw {cfg.min_busbw:g}"
+            )
         if low:
             code = EXIT_FINDINGS
-    err.print(f"bench: {len(table)} of {len(plan.cases)} cases (variant × size) measured on {plan.world} rank"
-              f"{'s' * (plan.world != 1)} ({plan.backend}, {measured.start_method}) in {measured.wall_s:.1f} s")
+    err.print(
+        f"bench: {len(table)} of {len(plan.cases)} cases (variant × size) measured on {plan.world} rank"
+        f"{'s' * (plan.world != 1)} ({plan.backend}, {measured.start_method}) in {measured.wall_s:.1f} s"
+    )
     return code
 
 
 def _preamble(cfg, plan, measured, sums) -> list[str]:
-    lines = [f"# commdsl bench: {plan.world} rank{'s' * (plan.world != 1)}, {plan.backend} ({measured.start_method}); "
-             f"{plan.iters} iteration{'s' * (plan.iters != 1)} after {plan.warmup} warm-up; "
-             "time = the slowest rank's mean per iteration"
-             + ("; every iteration checked against the simulator" if plan.check else "")]
+    lines = [
+        f"# commdsl bench: {plan.world} rank{'s' * (plan.world != 1)}, {plan.backend} ({measured.start_method}); "
+        f"{plan.iters} iteration{'s' * (plan.iters != 1)} after {plan.warmup} warm-up; "
+        "time = the slowest rank's mean per iteration"
+        + ("; every iteration checked against the simulator" if plan.check else "")
+    ]
     for v, s in zip(plan.variants, sums):
         m = v.measure
         if m.kind is None:
-            what = (f"sized by `{m.tensor}` (its largest tensor); no collective declared (`# bench: KIND TENSOR`) "
-                    f"or proved by its expects: busbw = algbw")
+            what = (
+                f"sized by `{m.tensor}` (its largest tensor); no collective declared (`# bench: KIND TENSOR`) "
+                f"or proved by its expects: busbw = algbw"
+            )
         else:
             extra = "".join([f" op {m.redop}" if m.redop else "", f" root {m.root}" if m.root is not None else ""])
             what = f"{m.kind} of `{m.tensor}`{extra}, {m.how}: busbw = algbw × {s.factor:.3g}"
@@ -282,11 +404,15 @@ def _show_hang(out, rows, timeout: float):
     stuck = ", ".join(f"rank {r['rank']}" for r in rows if r["stuck"] and not r.get("stopped"))
     stopped = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in rows if r.get("stopped"))
     if stopped:
-        out.print(f"[bold red]error[/]: [bold]hang: {stopped} stopped by a signal (SIGSTOP or SIGTSTP) and never "
-                  f"resumed; {stuck or 'the others'} waited longer than --timeout {timeout:g} s[/]")
+        out.print(
+            f"[bold red]error[/]: [bold]hang: {stopped} stopped by a signal (SIGSTOP or SIGTSTP) and never "
+            f"resumed; {stuck or 'the others'} waited longer than --timeout {timeout:g} s[/]"
+        )
     else:
-        out.print(f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
-                  "every rank was stopped[/]")
+        out.print(
+            f"[bold red]error[/]: [bold]hang: {stuck} waited longer than --timeout {timeout:g} s; "
+            "every rank was stopped[/]"
+        )
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
@@ -322,8 +448,15 @@ class _Progress:
         if self._bar is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"),
-                                 TimeElapsedColumn(), console=self.err, transient=True)
+            self._bar = Progress(
+                TextColumn("bench"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("cases"),
+                TimeElapsedColumn(),
+                console=self.err,
+                transient=True,
+            )
             self._task = self._bar.add_task("bench", total=self.total)
             self._bar.start()
         self._bar.update(self._task, completed=done)

@@ -7,8 +7,21 @@ ruff-style selection flags. Exit 0 clean, 1 errors found (warnings alone: 0 unle
 
 from __future__ import annotations
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags, add_program_flags,
-                                consoles, env_default, integer, load_files, parse_sets, print_diagnostics, seconds)
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    env_default,
+    integer,
+    load_files,
+    parse_sets,
+    print_diagnostics,
+    seconds,
+)
 from commdsl.diagnostics import CommdslError
 from commdsl.limits import TIME_LIMIT
 from commdsl.resolve import MAX_WORLD
@@ -21,15 +34,31 @@ def add_parser(sub):
     ):
         p = sub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
         p.add_argument("files", nargs="+", metavar="FILE")
-        p.add_argument("--world", type=integer("--world", 1), action="append",
-                       help="check only this world size (repeatable; default: every declared size)")
-        p.add_argument("--backend", choices=("gloo", "nccl"), action="append",
-                       help="check against this backend (repeatable; default: the program's `backend` line, else gloo)")
-        p.add_argument("--max-world", type=integer("--max-world", 1, MAX_WORLD), default=env_default("max_world", "64"),
-                       help="bound for open ranges such as `world 2..` (default: 64)")
-        p.add_argument("--max-time", type=seconds("--max-time"), default=env_default("max_time", str(TIME_LIMIT)),
-                       metavar="S",
-                       help=f"stop checking a program after S seconds, with N134 (default: {TIME_LIMIT:g})")
+        p.add_argument(
+            "--world",
+            type=integer("--world", 1),
+            action="append",
+            help="check only this world size (repeatable; default: every declared size)",
+        )
+        p.add_argument(
+            "--backend",
+            choices=("gloo", "nccl"),
+            action="append",
+            help="check against this backend (repeatable; default: the program's `backend` line, else gloo)",
+        )
+        p.add_argument(
+            "--max-world",
+            type=integer("--max-world", 1, MAX_WORLD),
+            default=env_default("max_world", "64"),
+            help="bound for open ranges such as `world 2..` (default: 64)",
+        )
+        p.add_argument(
+            "--max-time",
+            type=seconds("--max-time"),
+            default=env_default("max_time", str(TIME_LIMIT)),
+            metavar="S",
+            help=f"stop checking a program after S seconds, with N134 (default: {TIME_LIMIT:g})",
+        )
         p.add_argument("--select", help="comma-separated codes or prefixes to report (e.g. P,D401)")
         p.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
         p.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
@@ -57,10 +86,14 @@ def run(args) -> int:
     loaded = load_files(args.files, err)
     diags = list(loaded.diagnostics)
     for program in loaded.programs:
-        options = CheckOptions(worlds=tuple(args.world) if args.world else None,
-                               backends=tuple(args.backend) if args.backend else None,
-                               params=params, lints=args.lints, bound=args.max_world,
-                               max_seconds=args.max_time)
+        options = CheckOptions(
+            worlds=tuple(args.world) if args.world else None,
+            backends=tuple(args.backend) if args.backend else None,
+            params=params,
+            lints=args.lints,
+            bound=args.max_world,
+            max_seconds=args.max_time,
+        )
         try:
             diags.extend(check_program(program, options))
         except CommdslError as e:

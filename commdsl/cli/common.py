@@ -40,8 +40,10 @@ def load_files(paths: list[str], err: Console) -> Loaded:
         try:
             source = SourceFile.read(path)
         except UnicodeDecodeError as e:
-            err.print(f"[bold red]error[/]: {path}: not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r})",
-                      highlight=False)
+            err.print(
+                f"[bold red]error[/]: {path}: not UTF-8 text (byte {e.start}: {e.object[e.start : e.start + 1]!r})",
+                highlight=False,
+            )
             out.io_failed = True
             continue
         except FileError as e:
@@ -56,7 +58,7 @@ def load_files(paths: list[str], err: Console) -> Loaded:
     return out
 
 
-def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = True) -> "Loaded | int":
+def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = True) -> Loaded | int:
     """The program of a verb that takes one FILE, or the exit code when there is none to work on:
     2 when the file cannot be read, 1 after printing its diagnostics (unless `report` is false)."""
     loaded = load_files([path], err)
@@ -104,26 +106,31 @@ def _from_env(flag: str, text: str) -> str:
 def integer(flag: str, low: int = 0, high: int = MAX_INT):
     """An argparse `type` for an integer flag: ASCII digits only, within [low, high]; a bad value (also one
     from the flag's COMMDSL_<FLAG> variable) is a usage error naming the flag and the variable."""
+
     def convert(text: str) -> int:
         s = text.strip()
         if not re.fullmatch(r"[+-]?[0-9]{1,19}", s) or not low <= int(s) <= high:
             limit = f"at least {low}" if high == MAX_INT else f"from {low} to {high}"
             raise argparse.ArgumentTypeError(f"expected an integer {limit}, got {text!r}{_from_env(flag, text)}")
         return int(s)
+
     convert.__name__ = "integer"
     return convert
 
 
 def seconds(flag: str):
     """An argparse `type` for a duration in seconds: a finite number above 0, at most MAX_TIMEOUT_S."""
+
     def convert(text: str) -> float:
         s = text.strip()
         ok = re.fullmatch(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", s) is not None
         value = float(s) if ok else math.nan
         if not 0 < value <= MAX_TIMEOUT_S:
-            raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most {MAX_TIMEOUT_S} (a week), "
-                                             f"got {text!r}{_from_env(flag, text)}")
+            raise argparse.ArgumentTypeError(
+                f"expected seconds above 0 and at most {MAX_TIMEOUT_S} (a week), got {text!r}{_from_env(flag, text)}"
+            )
         return value
+
     convert.__name__ = "seconds"
     return convert
 
@@ -131,28 +138,56 @@ def seconds(flag: str):
 def consoles(args) -> tuple[Console, Console]:
     color = getattr(args, "color", "auto")
     # soft_wrap: output is line-oriented (grepped, parsed): never break a long line, let a terminal wrap it
-    out = Console(file=sys.stdout, force_terminal=use_color(color, sys.stdout), no_color=not use_color(color, sys.stdout),
-                  highlight=False, soft_wrap=True)
-    err = Console(file=sys.stderr, force_terminal=use_color(color, sys.stderr), no_color=not use_color(color, sys.stderr),
-                  highlight=False, soft_wrap=True)
+    out = Console(
+        file=sys.stdout,
+        force_terminal=use_color(color, sys.stdout),
+        no_color=not use_color(color, sys.stdout),
+        highlight=False,
+        soft_wrap=True,
+    )
+    err = Console(
+        file=sys.stderr,
+        force_terminal=use_color(color, sys.stderr),
+        no_color=not use_color(color, sys.stderr),
+        highlight=False,
+        soft_wrap=True,
+    )
     return out, err
 
 
 def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS):
     p.add_argument("--format", choices=formats, default="text", help="diagnostic output format (default: text)")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="colour the text output (default: auto — on a TTY, unless NO_COLOR is set)")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the text output (default: auto — on a TTY, unless NO_COLOR is set)",
+    )
 
 
 def add_launch_flags(p: argparse.ArgumentParser, nproc_help: str):
     """The flags `run` and `bench` share, meaning the same on both (COMMDSL_<FLAG> as defaults)."""
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=integer("--nproc", 1, 1 << 16),
-                   default=env_default("nproc", None),
-                   help=nproc_help)
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=env_default("backend", "auto"),
-                   help="auto (default): nccl when every local rank gets a GPU, else gloo")
-    p.add_argument("--timeout", type=seconds("--timeout"), default=env_default("timeout", "60"), metavar="S",
-                   help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)")
+    p.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=integer("--nproc", 1, 1 << 16),
+        default=env_default("nproc", None),
+        help=nproc_help,
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default=env_default("backend", "auto"),
+        help="auto (default): nccl when every local rank gets a GPU, else gloo",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds("--timeout"),
+        default=env_default("timeout", "60"),
+        metavar="S",
+        help="hang guard: seconds any rank may wait in one op before the run is stopped (default: 60)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="show each rank's pid and torch's launcher logs")
 
 

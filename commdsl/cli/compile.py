@@ -10,22 +10,40 @@ import os
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_output_flags,
-                                add_program_flags, consoles, integer, load_one, parse_sets, print_diagnostics)
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    integer,
+    load_one,
+    parse_sets,
+    print_diagnostics,
+)
 from commdsl.diagnostics import CommdslError
 from commdsl.files import FileError, check_output, write_atomic
 
 
 def add_parser(sub):
-    p = sub.add_parser("compile", help="write the standalone torch.distributed script a program stands for",
-                       description="Expand the program at one world size and write it as a standalone, readable "
-                                   "torch.distributed script that torchrun runs and that checks the expects itself.")
+    p = sub.add_parser(
+        "compile",
+        help="write the standalone torch.distributed script a program stands for",
+        description="Expand the program at one world size and write it as a standalone, readable "
+        "torch.distributed script that torchrun runs and that checks the expects itself.",
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks the script is for")
     p.add_argument("--emit", choices=("python",), default="python", help="what to write (default: python)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                   help="backend of the script (default: the program's first `backend`, else gloo)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="backend of the script (default: the program's first `backend`, else gloo)",
+    )
     p.add_argument("--no-check", dest="check", action="store_false", help="compile even when the checks find errors")
     add_program_flags(p)
     add_output_flags(p)
@@ -59,8 +77,9 @@ def run(args) -> int:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
     except ScriptTooLarge as e:
-        err.print(f"[bold red]error[/]: {escape(str(e))}; compile a smaller --world or --set smaller params",
-                  highlight=False)
+        err.print(
+            f"[bold red]error[/]: {escape(str(e))}; compile a smaller --world or --set smaller params", highlight=False
+        )
         return EXIT_FAILURE
     if prepared.errors and args.check:
         print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
@@ -76,6 +95,7 @@ def run(args) -> int:
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    err.print(f"wrote {escape(args.output)}: run it with `torchrun --nproc-per-node {args.world} "
-              f"{escape(args.output)}`")
+    err.print(
+        f"wrote {escape(args.output)}: run it with `torchrun --nproc-per-node {args.world} {escape(args.output)}`"
+    )
     return EXIT_OK

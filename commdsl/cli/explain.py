@@ -19,19 +19,31 @@ def add_parser(sub):
     p.add_argument("code", nargs="?", metavar="CODE", help="a code (P201) or its name (unmatched-send)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--list", action="store_true", help="list every code with its name, severity and summary")
-    what.add_argument("--all", action="store_true",
-                      help="print the whole reference in markdown (docs/diagnostics.md is generated this way)")
+    what.add_argument(
+        "--all",
+        action="store_true",
+        help="print the whole reference in markdown (docs/diagnostics.md is generated this way)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="render the markdown on a terminal (default: auto — on a TTY, unless NO_COLOR is set)")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="render the markdown on a terminal (default: auto — on a TTY, unless NO_COLOR is set)",
+    )
     p.set_defaults(handler=run)
 
 
 def _entry(rule) -> dict:
     from commdsl.rules.docs import explanation
 
-    return {"code": rule.code, "name": rule.name, "severity": rule.severity, "summary": rule.summary(),
-            "explanation": explanation(rule)}
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "severity": rule.severity,
+        "summary": rule.summary(),
+        "explanation": explanation(rule),
+    }
 
 
 def run(args) -> int:
@@ -55,8 +67,7 @@ def run(args) -> int:
         raise UsageError("give a code to explain (e.g. `commdsl explain P201`), or --list")
     rule = lookup(args.code)
     if rule is None:
-        raise UsageError(f"unknown code `{args.code}`{_closest(args.code, CODES)}; "
-                         "`commdsl explain --list` lists them")
+        raise UsageError(f"unknown code `{args.code}`{_closest(args.code, CODES)}; `commdsl explain --list` lists them")
     if args.format == "json":
         out.file.write(json.dumps(_entry(rule), indent=2) + "\n")
     elif out.is_terminal and not out.no_color:
@@ -70,6 +81,7 @@ def run(args) -> int:
 
 def _closest(text: str, codes) -> str:
     names = list(codes) + [c.name for c in codes.values()]
-    close = difflib.get_close_matches(text.upper() if text[:1].isalpha() and text[1:].isdigit() else text.lower(),
-                                      names, n=1)
+    close = difflib.get_close_matches(
+        text.upper() if text[:1].isalpha() and text[1:].isdigit() else text.lower(), names, n=1
+    )
     return f" (the closest is `{close[0]}`)" if close else ""

@@ -23,14 +23,18 @@ from commdsl.source import SourceFile
 
 
 def add_parser(sub):
-    p = sub.add_parser("fmt", help="format programs canonically (in place, or --check / --diff)",
-                       description="Rewrite .comm files in canonical form: 4-space indentation, one space round "
-                                   "operators, comments kept. Formatting never changes what a program means.")
+    p = sub.add_parser(
+        "fmt",
+        help="format programs canonically (in place, or --check / --diff)",
+        description="Rewrite .comm files in canonical form: 4-space indentation, one space round "
+        "operators, comments kept. Formatting never changes what a program means.",
+    )
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would be reformatted")
     p.add_argument("--diff", action="store_true", help="write nothing; print a unified diff of the changes")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="colour diagnostics (default: auto)")
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour diagnostics (default: auto)"
+    )
     p.set_defaults(handler=run)
 
 
@@ -45,10 +49,11 @@ def run(args) -> int:
         try:
             data = read_bytes(path)
             bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
-            raw = data[len(bom):].decode("utf-8")
+            raw = data[len(bom) :].decode("utf-8")
         except UnicodeDecodeError as e:
-            err.print(f"[bold red]error[/]: {escape(path)}: not UTF-8 text (byte {e.start + len(bom)})",
-                      highlight=False)
+            err.print(
+                f"[bold red]error[/]: {escape(path)}: not UTF-8 text (byte {e.start + len(bom)})", highlight=False
+            )
             io_failed = True
             continue
         except FileError as e:
@@ -72,8 +77,13 @@ def run(args) -> int:
             continue
         changed += 1
         if args.diff:
-            out.file.write("".join(difflib.unified_diff(
-                raw.splitlines(keepends=True), text.splitlines(keepends=True), f"{path}", f"{path} (formatted)")))
+            out.file.write(
+                "".join(
+                    difflib.unified_diff(
+                        raw.splitlines(keepends=True), text.splitlines(keepends=True), f"{path}", f"{path} (formatted)"
+                    )
+                )
+            )
         if write:
             try:
                 write_atomic(path, bom + text.encode("utf-8"))

@@ -12,8 +12,18 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_program_flags, consoles,
-                                integer, load_one, parse_sets, print_diagnostics)
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_program_flags,
+    consoles,
+    integer,
+    load_one,
+    parse_sets,
+    print_diagnostics,
+)
 from commdsl.diagnostics import CommdslError
 from commdsl.files import MAX_TRACE_BYTES, FileError, check_output, read_bytes, write_atomic
 
@@ -22,29 +32,41 @@ _SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".dot": "dot", ".gv": "do
 
 
 def add_parser(sub):
-    p = sub.add_parser("graph", help="draw the schedule as a sequence diagram (Mermaid, DOT, SVG, PNG)",
-                       description="Draw one expansion of the program as a sequence diagram: a lifeline per rank, "
-                                   "an arrow per message, a band per collective, each row labelled with its source "
-                                   "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.")
+    p = sub.add_parser(
+        "graph",
+        help="draw the schedule as a sequence diagram (Mermaid, DOT, SVG, PNG)",
+        description="Draw one expansion of the program as a sequence diagram: a lifeline per rank, "
+        "an arrow per message, a band per collective, each row labelled with its source "
+        "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.",
+    )
     p.add_argument("file")
-    p.add_argument("--world", type=integer("--world", 1), help="number of ranks (default: the program's size, if it declares one)")
-    p.add_argument("--format", choices=FORMATS,
-                   help="mermaid (paste into a ```mermaid block), dot, svg or png "
-                        "(default: from the -o suffix, else mermaid)")
+    p.add_argument(
+        "--world", type=integer("--world", 1), help="number of ranks (default: the program's size, if it declares one)"
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="mermaid (paste into a ```mermaid block), dot, svg or png (default: from the -o suffix, else mermaid)",
+    )
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="colour diagnostics (default: auto)")
+    p.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="colour diagnostics (default: auto)"
+    )
     add_program_flags(p)
     p.set_defaults(handler=run_graph)
 
-    t = sub.add_parser("timeline", help="draw a Chrome trace (e.g. from `run --trace`) as a per-rank Gantt chart",
-                       description="Read Chrome trace event JSON (complete `X` events and `B`/`E` pairs, one track "
-                                   "per pid/tid, named by `process_name`/`thread_name` metadata) and draw a PNG "
-                                   "with one row per track.")
+    t = sub.add_parser(
+        "timeline",
+        help="draw a Chrome trace (e.g. from `run --trace`) as a per-rank Gantt chart",
+        description="Read Chrome trace event JSON (complete `X` events and `B`/`E` pairs, one track "
+        "per pid/tid, named by `process_name`/`thread_name` metadata) and draw a PNG "
+        "with one row per track.",
+    )
     t.add_argument("trace", metavar="TRACE.json")
     t.add_argument("--png", required=True, metavar="OUT.png", help="where to write the chart")
-    t.add_argument("--title", help="chart title (default: the program and world size the trace names, "
-                                   "else its file name)")
+    t.add_argument(
+        "--title", help="chart title (default: the program and world size the trace names, else its file name)"
+    )
     t.set_defaults(handler=run_timeline, color="auto")
 
 
@@ -60,7 +82,7 @@ def _format(args) -> str:
 
 
 def run_graph(args) -> int:
-    from commdsl.emit.graph import DiagramTooLarge, GraphvizMissing, RenderError, build, render, to_dot, to_mermaid
+    from commdsl.emit.graph import DiagramTooLarge, build
     from commdsl.expand import expand
 
     out, err = consoles(args)
@@ -91,32 +113,40 @@ def run_graph(args) -> int:
     except DiagramTooLarge as e:
         err.print(f"[bold red]error[/]: {e}; draw a smaller --world or --set smaller params", highlight=False)
         return EXIT_FAILURE
-    if fmt == "mermaid":
-        data = to_mermaid(diagram).encode()
-    else:
-        dot = to_dot(diagram)
-        data = dot.encode()
-        if fmt != "dot":
-            try:
-                data = render(dot, fmt)
-            except GraphvizMissing as e:
-                where = _write(args.output and str(Path(args.output).with_suffix(".dot")), data, err, [args.file])
-                err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
-                if where:
-                    err.print(f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False)
-                return EXIT_FAILURE
-            except RenderError as e:
-                err.print(f"[bold red]error[/]: {e}", highlight=False)
-                return EXIT_FAILURE
-    if _write(args.output, data, err, [args.file]) is None:
+    data = _drawn(diagram, fmt, args, err)
+    if data is None or _write(args.output, data, err, [args.file]) is None:
         return EXIT_FAILURE
     errors = [f for f in diagram.findings if f.severity == "error"]
     if errors:
         codes = ", ".join(sorted({f.code for f in errors}))
-        err.print(f"the diagram shows {len(errors)} error{'s' * (len(errors) != 1)} ({codes}); "
-                  f"`commdsl check {escape(args.file)}` explains them", highlight=False)
+        err.print(
+            f"the diagram shows {len(errors)} error{'s' * (len(errors) != 1)} ({codes}); "
+            f"`commdsl check {escape(args.file)}` explains them",
+            highlight=False,
+        )
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _drawn(diagram, fmt: str, args, err) -> bytes | None:
+    """The diagram in `fmt`, or None when Graphviz cannot draw it (reported; the DOT text is kept beside -o)."""
+    from commdsl.emit.graph import GraphvizMissing, RenderError, render, to_dot, to_mermaid
+
+    if fmt == "mermaid":
+        return to_mermaid(diagram).encode()
+    dot = to_dot(diagram)
+    if fmt == "dot":
+        return dot.encode()
+    try:
+        return render(dot, fmt)
+    except GraphvizMissing as e:
+        where = _write(args.output and str(Path(args.output).with_suffix(".dot")), dot.encode(), err, [args.file])
+        err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
+        if where:
+            err.print(f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False)
+    except RenderError as e:
+        err.print(f"[bold red]error[/]: {e}", highlight=False)
+    return None
 
 
 def _write(path: str | None, data: bytes, err, inputs) -> str | None:
@@ -145,8 +175,9 @@ def run_timeline(args) -> int:
         err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
         return EXIT_FAILURE
     except UnicodeDecodeError as e:
-        err.print(f"[bold red]error[/]: cannot read {escape(args.trace)}: not UTF-8 text (byte {e.start})",
-                  highlight=False)
+        err.print(
+            f"[bold red]error[/]: cannot read {escape(args.trace)}: not UTF-8 text (byte {e.start})", highlight=False
+        )
         return EXIT_FAILURE
     try:
         trace = load_trace(text)
@@ -154,7 +185,10 @@ def run_timeline(args) -> int:
         err.print(f"[bold red]error[/]: {escape(args.trace)}: {escape(str(e))}", highlight=False)
         return EXIT_FAILURE
     if trace.skipped:
-        err.print(f"warning: {trace.skipped} event(s) skipped: a `B` without its `E`, an `E` without its `B`, "
-                  "or an `X` without `dur`", highlight=False)
+        err.print(
+            f"warning: {trace.skipped} event(s) skipped: a `B` without its `E`, an `E` without its `B`, "
+            "or an `X` without `dur`",
+            highlight=False,
+        )
     png = timeline_png(trace, args.title or trace.title or Path(args.trace).name)
     return EXIT_OK if _write(args.png, png, err, [args.trace]) else EXIT_FAILURE

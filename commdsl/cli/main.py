@@ -17,8 +17,10 @@ VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "expl
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="commdsl", allow_abbrev=False,
-        description="Describe, check, run and measure the communication patterns of distributed PyTorch.")
+        prog="commdsl",
+        allow_abbrev=False,
+        description="Describe, check, run and measure the communication patterns of distributed PyTorch.",
+    )
     parser.add_argument("--version", action="version", version=f"commdsl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
     for name in VERB_MODULES:
@@ -40,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in commdsl, not in the user's program: one line, the trace on request
         if os.environ.get("COMMDSL_DEBUG"):
             raise
-        sys.stderr.write(f"commdsl {args.verb}: internal error: {type(e).__name__}: {e}\n"
-                         "this is a bug in commdsl; rerun with COMMDSL_DEBUG=1 for the traceback and report it\n")
+        sys.stderr.write(
+            f"commdsl {args.verb}: internal error: {type(e).__name__}: {e}\n"
+            "this is a bug in commdsl; rerun with COMMDSL_DEBUG=1 for the traceback and report it\n"
+        )
         return EXIT_FAILURE
 
 

@@ -14,43 +14,90 @@ import os
 
 from rich.markup import escape
 
-from commdsl.cli.common import (EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, UsageError, add_launch_flags, add_output_flags,
-                                add_program_flags, consoles, env_default, integer, load_one, parse_sets,
-                                print_diagnostics)
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_launch_flags,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    env_default,
+    integer,
+    load_one,
+    parse_sets,
+    print_diagnostics,
+)
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import TOLERANCE
 from commdsl.files import FileError, check_output
-from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
 from commdsl.runtime.config import SUMMARY_ABOVE
+from commdsl.runtime.rendezvous import Endpoint, EndpointError, listen
 
 
 def add_parser(sub):
     p = sub.add_parser(
-        "run", help="run a program on real torch.distributed processes and check the results",
+        "run",
+        help="run a program on real torch.distributed processes and check the results",
         description="Check the program, launch one process per rank with torch's elastic launcher (or run as one "
-                    "rank under torchrun, mpirun or srun when --nproc is not given), execute every op with "
-                    "torch.distributed, and compare each rank's tensors with the simulator.")
+        "rank under torchrun, mpirun or srun when --nproc is not given), execute every op with "
+        "torch.distributed, and compare each rank's tensors with the simulator.",
+    )
     p.add_argument("file", metavar="FILE")
     add_launch_flags(p, "ranks to start on this node (without it: run as one rank of an externally launched job)")
     p.add_argument("--report", metavar="FILE", help="write the verdict, tensors and per-op timings as JSON")
-    p.add_argument("--report-values", action="store_true",
-                   help=f"--report lists every element of every tensor (default: tensors over {SUMMARY_ABOVE} "
-                        "elements are summarised by shape, dtype, SHA-256 and their first and last elements)")
+    p.add_argument(
+        "--report-values",
+        action="store_true",
+        help=f"--report lists every element of every tensor (default: tensors over {SUMMARY_ABOVE} "
+        "elements are summarised by shape, dtype, SHA-256 and their first and last elements)",
+    )
     p.add_argument("--trace", metavar="FILE", help="write per-rank op timings as Chrome trace JSON (Perfetto)")
-    p.add_argument("--no-check", dest="check", action="store_false",
-                   help="launch even when the static checks find errors (to watch a hang or a crash for real)")
-    p.add_argument("--nnodes", type=integer("--nnodes", 1), default=env_default("nnodes", "1"), help="nodes in the job (default: 1)")
-    p.add_argument("--node-rank", type=integer("--node-rank", 0), default=env_default("node_rank", "0"),
-                   help="this node's rank (used by --rdzv-backend static)")
-    p.add_argument("--rdzv-backend", choices=("c10d", "static"), default=env_default("rdzv_backend", "c10d"),
-                   help="rendezvous of the nodes (default: c10d)")
-    p.add_argument("--rdzv-endpoint", default=env_default("rdzv_endpoint", None), metavar="HOST:PORT",
-                   help="rendezvous address, the same on every node (default: 127.0.0.1 and a free port)")
-    p.add_argument("--rdzv-id", default=env_default("rdzv_id", None), help="job id shared by every node (default: random)")
-    p.add_argument("--start-method", choices=("fork", "spawn"), default=env_default("start_method", None),
-                   help="how workers start (default: fork, or spawn when CUDA is initialised in this process)")
-    p.add_argument("--log-dir", default=env_default("log_dir", None),
-                   help="keep every worker's stdout/stderr and records here (default: a temporary directory)")
+    p.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="launch even when the static checks find errors (to watch a hang or a crash for real)",
+    )
+    p.add_argument(
+        "--nnodes",
+        type=integer("--nnodes", 1),
+        default=env_default("nnodes", "1"),
+        help="nodes in the job (default: 1)",
+    )
+    p.add_argument(
+        "--node-rank",
+        type=integer("--node-rank", 0),
+        default=env_default("node_rank", "0"),
+        help="this node's rank (used by --rdzv-backend static)",
+    )
+    p.add_argument(
+        "--rdzv-backend",
+        choices=("c10d", "static"),
+        default=env_default("rdzv_backend", "c10d"),
+        help="rendezvous of the nodes (default: c10d)",
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        default=env_default("rdzv_endpoint", None),
+        metavar="HOST:PORT",
+        help="rendezvous address, the same on every node (default: 127.0.0.1 and a free port)",
+    )
+    p.add_argument(
+        "--rdzv-id", default=env_default("rdzv_id", None), help="job id shared by every node (default: random)"
+    )
+    p.add_argument(
+        "--start-method",
+        choices=("fork", "spawn"),
+        default=env_default("start_method", None),
+        help="how workers start (default: fork, or spawn when CUDA is initialised in this process)",
+    )
+    p.add_argument(
+        "--log-dir",
+        default=env_default("log_dir", None),
+        help="keep every worker's stdout/stderr and records here (default: a temporary directory)",
+    )
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)
@@ -80,8 +127,10 @@ def config_from_args(args):
     if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
         raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
     if args.nnodes > 1 and not args.rdzv_id:
-        raise UsageError("--nnodes above 1 needs --rdzv-id JOB, the same on every node of the job and new for "
-                         "every job (one endpoint serves one job)")
+        raise UsageError(
+            "--nnodes above 1 needs --rdzv-id JOB, the same on every node of the job and new for "
+            "every job (one endpoint serves one job)"
+        )
     endpoint = args.rdzv_endpoint or "127.0.0.1:0"
     try:
         Endpoint.parse(endpoint)
@@ -98,12 +147,25 @@ def config_from_args(args):
                 raise PermissionError(13, "Permission denied")
         except OSError as e:
             raise UsageError(f"--log-dir {args.log_dir}: cannot write there ({e.strerror or e})") from None
-    return RunConfig(path=args.file, nproc=int(args.nproc) if args.nproc is not None else None,
-                     backend=args.backend, params=parse_sets(args.set), timeout=args.timeout, report=args.report,
-                     report_values=args.report_values,
-                     trace=args.trace, check=args.check, nnodes=args.nnodes, node_rank=args.node_rank,
-                     rdzv_backend=args.rdzv_backend, rdzv_endpoint=endpoint, rdzv_id=args.rdzv_id,
-                     start_method=args.start_method, log_dir=args.log_dir, verbose=args.verbose)
+    return RunConfig(
+        path=args.file,
+        nproc=int(args.nproc) if args.nproc is not None else None,
+        backend=args.backend,
+        params=parse_sets(args.set),
+        timeout=args.timeout,
+        report=args.report,
+        report_values=args.report_values,
+        trace=args.trace,
+        check=args.check,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_backend=args.rdzv_backend,
+        rdzv_endpoint=endpoint,
+        rdzv_id=args.rdzv_id,
+        start_method=args.start_method,
+        log_dir=args.log_dir,
+        verbose=args.verbose,
+    )
 
 
 def run(args) -> int:
@@ -147,12 +209,16 @@ def _run_local(cfg, args, out, err, listener) -> int:
         return EXIT_FINDINGS
     if prepared.errors and cfg.check:
         print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
-        err.print(f"refusing to launch: the checks found {len(prepared.errors)} error"
-                  f"{'s' * (len(prepared.errors) != 1)} at world size {world} (--no-check launches anyway)")
+        err.print(
+            f"refusing to launch: the checks found {len(prepared.errors)} error"
+            f"{'s' * (len(prepared.errors) != 1)} at world size {world} (--no-check launches anyway)"
+        )
         return EXIT_FINDINGS
     if prepared.errors:
-        err.print(f"[yellow]warning[/]: --no-check: launching despite {len(prepared.errors)} error"
-                  f"{'s' * (len(prepared.errors) != 1)} the checks found (`commdsl check` shows them)")
+        err.print(
+            f"[yellow]warning[/]: --no-check: launching despite {len(prepared.errors)} error"
+            f"{'s' * (len(prepared.errors) != 1)} the checks found (`commdsl check` shows them)"
+        )
     return launch_and_show(cfg, prepared, source, backend, out, err, listener)
 
 
@@ -174,16 +240,44 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
         hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
     failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
     verdict = judge_results(schedule, prepared.sim, run.results, ranks)
-    code = show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
-                start_method=run.start_method, verdict=verdict, results=run.results, failures=failures,
-                hang=hang, stderr=run.stderr, wall_s=run.wall_s, interrupted=run.interrupted)
+    code = show(
+        out,
+        err,
+        cfg=cfg,
+        schedule=schedule,
+        source_text=source.text,
+        backend=backend,
+        start_method=run.start_method,
+        verdict=verdict,
+        results=run.results,
+        failures=failures,
+        hang=hang,
+        stderr=run.stderr,
+        wall_s=run.wall_s,
+        interrupted=run.interrupted,
+    )
     if cfg.nnodes > 1 and ranks:
         err.print(f"(ranks {ranks[0]}..{ranks[-1]} of this node only: every node reports its own)")
     return code
 
 
-def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_method: str | None, verdict, results,
-         failures, hang, stderr: dict, wall_s: float, interrupted: bool = False) -> int:
+def show(
+    out,
+    err,
+    *,
+    cfg,
+    schedule,
+    source_text: str,
+    backend: str,
+    start_method: str | None,
+    verdict,
+    results,
+    failures,
+    hang,
+    stderr: dict,
+    wall_s: float,
+    interrupted: bool = False,
+) -> int:
     """Print a run's outcome and write --report/--trace; returns the exit code."""
     from commdsl.runtime.report import build_report, chrome_trace, write_json
 
@@ -213,11 +307,23 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
     ok = verdict.ok and not failures and not hang and not interrupted
     try:
         if cfg.report:
-            write_json(cfg.report, build_report(schedule=schedule, source_text=source_text, backend=backend,
-                                                start_method=start_method, verdict=verdict, results=results,
-                                                failures=failures, hang=hang, timeout=cfg.timeout, wall_s=wall_s,
-                                                values=cfg.report_values),
-                       inputs=[cfg.path])
+            write_json(
+                cfg.report,
+                build_report(
+                    schedule=schedule,
+                    source_text=source_text,
+                    backend=backend,
+                    start_method=start_method,
+                    verdict=verdict,
+                    results=results,
+                    failures=failures,
+                    hang=hang,
+                    timeout=cfg.timeout,
+                    wall_s=wall_s,
+                    values=cfg.report_values,
+                ),
+                inputs=[cfg.path],
+            )
         if cfg.trace:
             write_json(cfg.trace, chrome_trace(schedule, source_text, results), inputs=[cfg.path])
     except FileError as e:
@@ -225,8 +331,10 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
         return EXIT_FAILURE
     how = backend + (f", {start_method}" if start_method else "")
     verdict_text = "[green]passed[/]" if ok else "[red]failed[/]"
-    err.print(f"{escape(schedule.program)}: {schedule.world} rank{'s' * (schedule.world != 1)} ({how}) in "
-              f"{wall_s:.2f} s: {verdict_text}")
+    err.print(
+        f"{escape(schedule.program)}: {schedule.world} rank{'s' * (schedule.world != 1)} ({how}) in "
+        f"{wall_s:.2f} s: {verdict_text}"
+    )
     if interrupted:
         return 130
     return EXIT_OK if ok else EXIT_FINDINGS
@@ -234,33 +342,46 @@ def show(out, err, *, cfg, schedule, source_text: str, backend: str, start_metho
 
 def _show_comparison(out, verdict, schedule):
     if not verdict.sim_complete:
-        out.print("[yellow]not compared with the simulator[/]: the simulation does not complete "
-                  "(`commdsl check` says why)")
+        out.print(
+            "[yellow]not compared with the simulator[/]: the simulation does not complete (`commdsl check` says why)"
+        )
     for m in verdict.mismatches:
-        out.print(f"[red]rank {m.rank}: `{escape(m.tensor)}` differs from the simulator[/] at {m.count} element"
-                  f"{'s' * (m.count != 1)}; first at element {m.index}: got {m.actual!r}, expected {m.expected!r}")
+        out.print(
+            f"[red]rank {m.rank}: `{escape(m.tensor)}` differs from the simulator[/] at {m.count} element"
+            f"{'s' * (m.count != 1)}; first at element {m.index}: got {m.actual!r}, expected {m.expected!r}"
+        )
     for d in verdict.disagreements:
         a, b = d.ranks
         more = f" (and {d.more} more rank{'s' * (d.more != 1)})" if d.more else ""
-        out.print(f"[red]ranks {a} and {b}{more} hold different `{escape(d.tensor)}`[/] at {d.count} element"
-                  f"{'s' * (d.count != 1)}, though the simulation gives them the same values; first at element "
-                  f"{d.index}: {d.values[0]!r} and {d.values[1]!r}")
+        out.print(
+            f"[red]ranks {a} and {b}{more} hold different `{escape(d.tensor)}`[/] at {d.count} element"
+            f"{'s' * (d.count != 1)}, though the simulation gives them the same values; first at element "
+            f"{d.index}: {d.values[0]!r} and {d.values[1]!r}"
+        )
     for rank in verdict.missing:
         out.print(f"[red]rank {rank} did not report its tensors[/]")
     if verdict.sim_complete and not verdict.mismatches and not verdict.missing and not verdict.disagreements:
         n = verdict.compared
-        out.print(f"tensors: every rank matches the simulator ({n} rank{'s' * (n != 1)}, "
-                  f"{len(schedule.tensors[0])} tensor{'s' * (len(schedule.tensors[0]) != 1)} each)")
+        out.print(
+            f"tensors: every rank matches the simulator ({n} rank{'s' * (n != 1)}, "
+            f"{len(schedule.tensors[0])} tensor{'s' * (len(schedule.tensors[0]) != 1)} each)"
+        )
     if verdict.undefined:
-        out.print(f"  {verdict.undefined} element{'s' * (verdict.undefined != 1)} left undefined by `reduce` on "
-                  "non-root ranks not compared (Gloo leaves partial sums there; R504)")
+        out.print(
+            f"  {verdict.undefined} element{'s' * (verdict.undefined != 1)} left undefined by `reduce` on "
+            "non-root ranks not compared (Gloo leaves partial sums there; R504)"
+        )
     if verdict.order_dependent:
-        out.print(f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} whose sum depends on "
-                  "the order of addition (V803) compared across ranks only")
+        out.print(
+            f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} whose sum depends on "
+            "the order of addition (V803) compared across ranks only"
+        )
     tolerances = [f"{d} rtol {TOLERANCE[d][0]:g} atol {TOLERANCE[d][1]:g}" for d in verdict.dtypes if d in TOLERANCE]
     if verdict.sim_complete and tolerances:
-        out.print(f"  floats compared within {', '.join(tolerances)}; other dtypes and ranks with each other "
-                  "exactly", markup=False)
+        out.print(
+            f"  floats compared within {', '.join(tolerances)}; other dtypes and ranks with each other exactly",
+            markup=False,
+        )
 
 
 def _show_hang(out, schedule, rows, timeout: float):
@@ -270,12 +391,16 @@ def _show_hang(out, schedule, rows, timeout: float):
     if stopped:  # the culprit: a process someone stopped (kill -STOP, Ctrl-Z), which the others waited for
         culprits = ", ".join(f"rank {r['rank']} (pid {r['pid']})" for r in stopped)
         names = ", ".join(f"rank {r['rank']}" for r in stuck if not r.get("stopped"))
-        out.print(f"[bold red]error[/]: [bold]hang: {culprits} {'was' if len(stopped) == 1 else 'were'} stopped "
-                  f"by a signal (SIGSTOP or SIGTSTP) and never resumed; {names or 'the others'} waited longer "
-                  f"than --timeout {timeout:g} s; every rank was killed[/]")
+        out.print(
+            f"[bold red]error[/]: [bold]hang: {culprits} {'was' if len(stopped) == 1 else 'were'} stopped "
+            f"by a signal (SIGSTOP or SIGTSTP) and never resumed; {names or 'the others'} waited longer "
+            f"than --timeout {timeout:g} s; every rank was killed[/]"
+        )
     else:
-        out.print(f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
-                  f"every rank was stopped[/]")
+        out.print(
+            f"[bold red]error[/]: [bold]hang: {names} waited longer than --timeout {timeout:g} s; "
+            f"every rank was stopped[/]"
+        )
     out.print(f"  {'rank':>4}  {'pid':>7}  {'state':<10} {'for':>8}  where", markup=False)
     for r in rows:
         rank = "?" if r["rank"] is None else str(r["rank"])
@@ -321,8 +446,7 @@ def run_as_rank(cfg, fmt: str, out, err) -> int:
     if run.refused:
         if place.rank == 0:
             print_diagnostics(run.diagnostics, loaded.sources, fmt, out, err)
-            err.print(f"refusing to run: the checks found errors at world size {place.world} "
-                      "(--no-check runs anyway)")
+            err.print(f"refusing to run: the checks found errors at world size {place.world} (--no-check runs anyway)")
         return EXIT_FINDINGS
     if place.rank != 0:
         return EXIT_FINDINGS if run.failed else EXIT_OK
@@ -333,8 +457,20 @@ def run_as_rank(cfg, fmt: str, out, err) -> int:
         hang, failures = timeout_rows(schedule, source.text, run.results, place.world), []
     verdict = judge_results(schedule, run.sim, run.results, ranks)
     try:
-        return show(out, err, cfg=cfg, schedule=schedule, source_text=source.text, backend=backend,
-                    start_method=place.source, verdict=verdict, results=run.results, failures=failures,
-                    hang=hang, stderr={}, wall_s=run.wall_s)
+        return show(
+            out,
+            err,
+            cfg=cfg,
+            schedule=schedule,
+            source_text=source.text,
+            backend=backend,
+            start_method=place.source,
+            verdict=verdict,
+            results=run.results,
+            failures=failures,
+            hang=hang,
+            stderr={},
+            wall_s=run.wall_s,
+        )
     finally:
         run.release()

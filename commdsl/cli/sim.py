@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from commdsl.cli.common import (EXIT_FINDINGS, EXIT_OK, add_output_flags, add_program_flags, consoles, integer,
-                                load_one, parse_sets, print_diagnostics)
 from rich.markup import escape
 
+from commdsl.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    integer,
+    load_one,
+    parse_sets,
+    print_diagnostics,
+)
 from commdsl.diagnostics import CommdslError
 
 
 def add_parser(sub):
-    p = sub.add_parser("sim", help="simulate a program with data and print every rank's tensors",
-                       description="Run the program in the simulator (Gloo semantics) at one world size: print "
-                                   "each rank's prints and final tensors, and the result of every `expect`.")
+    p = sub.add_parser(
+        "sim",
+        help="simulate a program with data and print every rank's tensors",
+        description="Run the program in the simulator (Gloo semantics) at one world size: print "
+        "each rank's prints and final tensors, and the result of every `expect`.",
+    )
     p.add_argument("file")
     p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks")
     add_program_flags(p)
@@ -52,8 +64,11 @@ def run(args) -> int:
             dtype = schedule.tensors[rank][name].dtype
             text = format_tensor(arr, dtype)
             undefined = result.undefined[rank][name]
-            note = f"  [dim](undefined after reduce: {int(undefined.sum())} of {undefined.size} elements)[/]" \
-                if undefined.any() else ""
+            note = (
+                f"  [dim](undefined after reduce: {int(undefined.sum())} of {undefined.size} elements)[/]"
+                if undefined.any()
+                else ""
+            )
             out.print(f"  {name} = {escape(text)}{note}")
     diags = stall_diagnostics(program, result.engine) + data_diagnostics(result)
     passed = sum(e.ok for e in result.expects)

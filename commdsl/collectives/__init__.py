@@ -9,18 +9,23 @@ runtime, and `python_call`, `commdsl compile`) and nccl-tests' bus-bandwidth fac
 `commdsl bench`). Everything common to all collectives (rendezvous, matching calls into instances,
 the mismatch rules) lives in the engine and the checker, which look kinds up in `KINDS`.
 
-To add a collective: a module here with its `Kind`, a rule in `grammar/commdsl.lark` (and the word
-in `syntax/nodes.CollectiveKind`), and its entry in docs/language.md.
+To add a collective: a module here defining `KIND` (its `statement` maps the grammar rule's parts to the
+syntax node), its rule `<name>_op` in `grammar/commdsl.lark`, and its entry in docs/language.md. The
+modules are found by name (`_registry`); the transformer and every stage look the kind up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from commdsl.values import at, item
+
+if TYPE_CHECKING:
+    from commdsl.schedule import CollectiveRec
 
 REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
 DATA = "(rank + i) % 5 + 1"
@@ -33,7 +38,7 @@ class Call:
     `rec`'s fields are aligned with these ranks; `size` is each rank's group size and `me` its index
     in the group; `is_root` whether it is the root."""
 
-    rec: object  # schedule.CollectiveRec
+    rec: CollectiveRec
     size: object
     me: object
     is_root: object
@@ -87,6 +92,13 @@ class Kind:
     reducing: bool = False  # takes `op REDOP`
     root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
 
+    # ---- syntax ---------------------------------------------------------------------------------
+    def statement(self, *parts) -> dict:
+        """The `syntax.nodes.Collective` fields of a statement, from the parts of its grammar rule
+        `<name>_op` in order (a buffer view, `buffers` as (views, listed), a root, `redop`, `splits`,
+        `group_ref`; an optional part absent is None)."""
+        raise NotImplementedError  # pragma: no cover - every kind defines it
+
     # ---- buffers --------------------------------------------------------------------------------
     def fit(self, call: Call) -> Problem | None:
         """Which ranks' buffers cannot serve a group of their size (N131), or None."""
@@ -113,7 +125,7 @@ class Kind:
 
     rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one
 
-    def members_disagree(self, inst: "Instance") -> tuple[int, int] | None:
+    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
         """Two members (indices) whose calls cannot meet for a reason of this kind's own (C312), or None."""
         return None
 
@@ -130,13 +142,16 @@ class Kind:
         raise NotImplementedError
 
     # ---- torch ----------------------------------------------------------------------------------
-    def torch_call(self, op, ins: list, outs: list, group, red, is_root: bool, size: int,
-                   device_ids: list[int] | None = None) -> Callable[[bool], object]:
+    def torch_call(
+        self, op, ins: list, outs: list, group, red, is_root: bool, size: int, device_ids: list[int] | None = None
+    ) -> Callable[[bool], object]:
         """A function of `async_op` that issues this rank's call (`op` is the rank's concrete op;
         `device_ids`: NCCL's device of this rank, for the calls that take it)."""
         raise NotImplementedError  # pragma: no cover
 
-    def python_call(self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int) -> tuple[str, list[str]]:
+    def python_call(
+        self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int
+    ) -> tuple[str, list[str]]:
         """(function, arguments) of the call in a generated script (`dist.broadcast`, ...); views and the reduce
         op come as source text."""
         raise NotImplementedError  # pragma: no cover
@@ -148,6 +163,7 @@ class Kind:
 
 
 # ---- helpers the kinds share ----------------------------------------------------------------------
+
 
 def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, where=None) -> Problem | None:
     """A buffer that holds `size` parts of `part` elements: one tensor of size × part, or a list of size
@@ -171,6 +187,7 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
                 return f"the {whole} list has {count} buffers for a group of {size[k]}"
             first = next(int(x[k]) for x in numels if x[k] != part[k])
             return f"each {whole} buffer must hold {part[k]} elements (the {each}), one holds {first}"
+
         return Problem(mask, message) if mask.any() else None
     total = at(bufs[0].numel, None, n)
     mask = total != size * part
@@ -178,8 +195,10 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
         mask &= where
     if not mask.any():
         return None
-    return Problem(mask, lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} "
-                                   f"needs {size[k] * part[k]}")
+    return Problem(
+        mask,
+        lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} needs {size[k] * part[k]}",
+    )
 
 
 def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:
@@ -234,12 +253,27 @@ def chunks(t, count: int, shape) -> list:
     return [p.view(shape) for p in t.reshape(-1).chunk(count)] if count else []
 
 
-def _registry() -> dict[str, Kind]:
-    from commdsl.collectives import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, reduce,
-                                     reduce_scatter, scatter)
+ORDER = (
+    "broadcast",
+    "all_reduce",
+    "reduce",
+    "all_gather",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "all_to_all",
+    "barrier",
+)
+"""The order the docs, `bench` and `explain` list the kinds in; a kind not named here follows, by name."""
 
-    kinds = (broadcast.KIND, all_reduce.KIND, reduce.KIND, all_gather.KIND, gather.KIND, scatter.KIND,
-             reduce_scatter.KIND, all_to_all.KIND, barrier.KIND)
+
+def _registry() -> dict[str, Kind]:
+    """Every module of this package defines one kind, `KIND`, named as the module."""
+    import importlib
+    import pkgutil
+
+    kinds = [importlib.import_module(f"{__name__}.{m.name}").KIND for m in pkgutil.iter_modules(__path__)]
+    kinds.sort(key=lambda k: (ORDER.index(k.name) if k.name in ORDER else len(ORDER), k.name))
     return {k.name: k for k in kinds}
 
 

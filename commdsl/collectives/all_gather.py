@@ -12,9 +12,14 @@ class AllGather(Kind):
     form = "all_gather {ins} into {outs}"
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
 
+    def statement(self, src, dst, group):
+        outs, listed = dst
+        return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
-        return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
-                             "output", "input")
+        return parts_problem(
+            call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed, "output", "input"
+        )
 
     def apply(self, inst: Instance) -> Outputs:
         parts = [x[0] for x in inst.inputs]

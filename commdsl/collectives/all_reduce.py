@@ -11,6 +11,9 @@ class AllReduce(Kind):
     bench = ("tensor x: {t}[n] = " + DATA, "all_reduce x op {op}", "x")
     reducing = True
 
+    def statement(self, buf, redop, group):
+        return {"inputs": (buf,), "outputs": (buf,), "redop": redop, "group": group}
+
     def apply(self, inst: Instance) -> Outputs:
         total = reduce_arrays([x[0] for x in inst.inputs], inst.redop, inst.scale)
         return [[total.copy()] for _ in range(inst.size)]

@@ -64,7 +64,6 @@ class AllToAllSplitsMismatch(Rule):
     code = "C312"
     name = "all-to-all-splits-mismatch"
 
-
     @classmethod
     def check(cls, ctx):
         from commdsl.rules.collectives import _findings
@@ -75,7 +74,15 @@ class AllToAllSplitsMismatch(Rule):
 class AllToAll(Kind):
     name = "all_to_all"
     form = "all_to_all {ins} into {outs}{splits}"
-    bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_to_all x into y", "x")
+    bench = (
+        "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world * world]",
+        "all_to_all x into y",
+        "x",
+    )
+
+    def statement(self, src, dst, splits, group):
+        fields = {"in_splits": splits[0], "out_splits": splits[1]} if splits is not None else {}
+        return {"inputs": (src,), "outputs": (dst,), "group": group, **fields}
 
     def fit(self, call: Call) -> Problem | None:
         rec, n = call.rec, call.count
@@ -94,8 +101,11 @@ class AllToAll(Kind):
                     return f"`all_to_all` splits list {ins.shape[1]} sizes for a group of {size[k]}"
                 if negative[k]:
                     return "`all_to_all` split sizes must not be negative"
-                return (f"`all_to_all` splits sum to {ins[k].sum()} in / {outs[k].sum()} out rows, "
-                        f"but the buffers have {rows_in[k]} / {rows_out[k]}")
+                return (
+                    f"`all_to_all` splits sum to {ins[k].sum()} in / {outs[k].sum()} out rows, "
+                    f"but the buffers have {rows_in[k]} / {rows_out[k]}"
+                )
+
             return Problem(mask, message) if mask.any() else None
         src, dst = at(call.numel(rec.inputs), None, n), at(call.numel(rec.outputs), None, n)
         unequal = src != dst
@@ -103,8 +113,14 @@ class AllToAll(Kind):
         mask = unequal | uneven
         if not mask.any():
             return None
-        return Problem(mask, lambda k: f"`all_to_all` input has {src[k]} elements but output has {dst[k]}" if unequal[k]
-                       else f"`all_to_all` moves {src[k]} elements, not divisible by the group size {size[k]}")
+        return Problem(
+            mask,
+            lambda k: (
+                f"`all_to_all` input has {src[k]} elements but output has {dst[k]}"
+                if unequal[k]
+                else f"`all_to_all` moves {src[k]} elements, not divisible by the group size {size[k]}"
+            ),
+        )
 
     def contribution(self, call: Call):
         if call.rec.in_splits:
@@ -122,9 +138,12 @@ class AllToAll(Kind):
     def disagreement(self, rank_a, a, rank_b, b, pair):
         sent = a.in_splits[pair[1]] if a.in_splits else "an even share of"
         expected = b.out_splits[pair[0]] if b.out_splits else "an even share"
-        return (f"`all_to_all`: rank {rank_a} sends {_rows(sent)} to rank {rank_b}, which expects {_rows(expected)}",
-                f"rank {rank_a}'s in_splits", f"rank {rank_b}'s out_splits",
-                "rank a's in_splits[b] must equal rank b's out_splits[a]")
+        return (
+            f"`all_to_all`: rank {rank_a} sends {_rows(sent)} to rank {rank_b}, which expects {_rows(expected)}",
+            f"rank {rank_a}'s in_splits",
+            f"rank {rank_b}'s out_splits",
+            "rank a's in_splits[b] must equal rank b's out_splits[a]",
+        )
 
     def apply(self, inst: Instance) -> Outputs:
         pieces = []

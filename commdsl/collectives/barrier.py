@@ -9,6 +9,9 @@ class Barrier(Kind):
     name = "barrier"
     form = "barrier"
 
+    def statement(self, group):
+        return {"group": group}
+
     def roles(self, is_root):
         return False, False, False
 

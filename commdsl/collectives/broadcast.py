@@ -8,7 +8,6 @@ before the last member arrives (measured: docs/backend-support.md).
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from commdsl.collectives import DATA, Instance, Kind, Outputs
@@ -20,6 +19,9 @@ class Broadcast(Kind):
     bench = ("tensor x: {t}[n] = " + DATA, "broadcast x from {root}", "x")
     rooted = True
     root_sends = True
+
+    def statement(self, buf, root, group):
+        return {"inputs": (buf,), "outputs": (buf,), "root": root, "group": group}
 
     def roles(self, is_root):
         return (True, False, False) if is_root else (False, True, False)

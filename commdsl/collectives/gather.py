@@ -10,12 +10,27 @@ from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, ch
 class Gather(Kind):
     name = "gather"
     form = "gather {ins} into {outs} to {root}"
-    bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "gather x into y to {root}", "y")
+    bench = (
+        "tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]",
+        "gather x into y to {root}",
+        "y",
+    )
     rooted = True
 
+    def statement(self, src, dst, root, group):
+        outs, listed = dst
+        return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "root": root, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
-        return parts_problem(call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed,
-                             "output", "input", where=call.is_root)
+        return parts_problem(
+            call,
+            call.numel(call.rec.inputs),
+            call.rec.outputs,
+            call.rec.outputs_listed,
+            "output",
+            "input",
+            where=call.is_root,
+        )
 
     def roles(self, is_root):
         return (True, True, False) if is_root else (True, False, False)
@@ -45,8 +60,11 @@ class Gather(Kind):
     def python_call(self, op, ins, outs, red, is_root, size):
         parts = "None"  # only the root receives
         if is_root:
-            parts = f"[{', '.join(outs)}]" if op.outputs_listed else \
-                f"[p.view_as({ins[0]}) for p in {outs[0]}.view(-1).chunk({size})]"
+            parts = (
+                f"[{', '.join(outs)}]"
+                if op.outputs_listed
+                else f"[p.view_as({ins[0]}) for p in {outs[0]}.view(-1).chunk({size})]"
+            )
         return "dist.gather", [ins[0], parts, str(op.root)]
 
     def busbw_factor(self, world: int) -> float:

@@ -16,6 +16,9 @@ class Reduce(Kind):
     rooted = True
     reducing = True
 
+    def statement(self, buf, root, redop, group):
+        return {"inputs": (buf,), "outputs": (buf,), "root": root, "redop": redop, "group": group}
+
     def roles(self, is_root):
         return (True, True, False) if is_root else (True, False, True)
 

@@ -8,20 +8,31 @@ from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, ev
 class ReduceScatter(Kind):
     name = "reduce_scatter"
     form = "reduce_scatter {ins} into {outs}{redop}"
-    bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]", "reduce_scatter x into y op {op}", "x")
+    bench = (
+        "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
+        "reduce_scatter x into y op {op}",
+        "x",
+    )
     reducing = True
 
+    def statement(self, src, dst, redop, group):
+        ins, listed = src
+        return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "redop": redop, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
-        return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
-                             "input", "output")
+        return parts_problem(
+            call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed, "input", "output"
+        )
 
     def contribution(self, call: Call):
         return call.numel(call.rec.outputs)
 
     def apply(self, inst: Instance) -> Outputs:
         per_rank = [x if listed else even_parts(x[0], inst.size) for x, listed in zip(inst.inputs, inst.inputs_listed)]
-        return [[reduce_arrays([per_rank[r][j] for r in range(inst.size)], inst.redop, inst.scale)]
-                for j in range(inst.size)]
+        return [
+            [reduce_arrays([per_rank[r][j] for r in range(inst.size)], inst.redop, inst.scale)]
+            for j in range(inst.size)
+        ]
 
     def torch_call(self, op, ins, outs, group, red, is_root, size, device_ids=None):
         import torch.distributed as dist
@@ -33,8 +44,10 @@ class ReduceScatter(Kind):
         out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
         return lambda a: single(out, inp, red, group=group, async_op=a)
 
-    python_prelude = ("# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
-                      "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor")
+    python_prelude = (
+        "# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
+        "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor"
+    )
 
     def python_call(self, op, ins, outs, red, is_root, size):
         if op.inputs_listed:

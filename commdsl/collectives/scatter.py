@@ -4,20 +4,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from commdsl.collectives import (DATA, Call, Instance, Kind, Outputs, Problem, chunks, even_parts, from_root,
-                                 parts_problem)
+from commdsl.collectives import (
+    DATA,
+    Call,
+    Instance,
+    Kind,
+    Outputs,
+    Problem,
+    chunks,
+    even_parts,
+    from_root,
+    parts_problem,
+)
 
 
 class Scatter(Kind):
     name = "scatter"
     form = "scatter {ins} into {outs} from {root}"
-    bench = ("tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]", "scatter x into y from {root}", "x")
+    bench = (
+        "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
+        "scatter x into y from {root}",
+        "x",
+    )
     rooted = True
     root_sends = True
 
+    def statement(self, src, dst, root, group):
+        ins, listed = src
+        return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "root": root, "group": group}
+
     def fit(self, call: Call) -> Problem | None:
-        return parts_problem(call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed,
-                             "input", "output", where=call.is_root)
+        return parts_problem(
+            call,
+            call.numel(call.rec.outputs),
+            call.rec.inputs,
+            call.rec.inputs_listed,
+            "input",
+            "output",
+            where=call.is_root,
+        )
 
     def contribution(self, call: Call):
         return call.numel(call.rec.outputs)
@@ -45,8 +70,11 @@ class Scatter(Kind):
     def python_call(self, op, ins, outs, red, is_root, size):
         parts = "None"  # only the root sends
         if is_root:
-            parts = f"[{', '.join(ins)}]" if op.inputs_listed else \
-                f"[p.view_as({outs[0]}) for p in {ins[0]}.view(-1).chunk({size})]"
+            parts = (
+                f"[{', '.join(ins)}]"
+                if op.inputs_listed
+                else f"[p.view_as({outs[0]}) for p in {ins[0]}.view(-1).chunk({size})]"
+            )
         return "dist.scatter", [outs[0], parts, str(op.root)]
 
     def busbw_factor(self, world: int) -> float:

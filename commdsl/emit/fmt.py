@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from commdsl.collectives import KINDS
+from commdsl.p2p import form
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import lark_parser, parse_tree
@@ -45,7 +46,8 @@ def _shape(node) -> object:
     """A node with every span dropped: two programs that mean the same have equal shapes."""
     if isinstance(node, n.Node):
         return (type(node).__name__,) + tuple(
-            (name, _shape(getattr(node, name))) for name in type(node).model_fields if name != "span")
+            (name, _shape(getattr(node, name))) for name in type(node).model_fields if name != "span"
+        )
     if isinstance(node, tuple):
         return tuple(_shape(x) for x in node)
     return node
@@ -104,7 +106,7 @@ class _Exprs:
         before = before.rstrip()
         if not before or before[-1] in ")]":
             return not before
-        word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")):]
+        word = before[len(before.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")) :]
         return not word or word in _keywords()
 
     def expr(self, e) -> tuple[str, int]:
@@ -145,8 +147,11 @@ class _Exprs:
 @lru_cache(maxsize=1)
 def _keywords() -> frozenset[str]:
     """The grammar's keywords (`to`, `from`, `print`...): a `(` after one opens a group, not a call."""
-    return frozenset(t.pattern.value for t in lark_parser().terminals
-                     if t.pattern.type == "str" and t.pattern.value.replace("_", "").isalpha())
+    return frozenset(
+        t.pattern.value
+        for t in lark_parser().terminals
+        if t.pattern.type == "str" and t.pattern.value.replace("_", "").isalpha()
+    )
 
 
 def _simple(e) -> bool:
@@ -229,6 +234,7 @@ class _Printer:
         """Emit the comment lines before source line `line`, where the next item sits at `depth` (written at
         `column`). A comment goes to the open depth whose original indentation is nearest its own: after a
         block's last statement it may belong to that block or to what follows."""
+
         def written_at(d: int) -> int:
             if d == depth and column is not None:
                 return column
@@ -305,6 +311,30 @@ class _Printer:
     def simple(self, s) -> str:
         e = self.e
         match s:
+            case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() | n.GroupDecl():
+                return self.declaration(s)
+            case n.MeshDecl():
+                return f"mesh {s.name} = ({', '.join(f'{d.name}={e(d.size)}' for d in s.dims)})"
+            case n.Let():
+                return f"let {s.name} = {e(s.value)}"
+            case n.Assign():
+                return f"{e(s.target, _POSTFIX)} {s.op} {e(s.value)}"
+            case n.Send() | n.Recv():
+                return self.handle(s) + self.p2p(s)
+            case n.Collective():
+                return self.handle(s) + self.collective(s)
+            case n.Wait():
+                return "wait all" if s.all else "wait " + ", ".join(h.name for h in s.handles)
+            case n.Expect():
+                return f"expect {e(s.cond)}"
+            case n.Print():
+                return "print " + ", ".join(e(v, _POSTFIX) for v in s.views)
+        raise TypeError(f"not a statement: {type(s).__name__}")  # pragma: no cover - the AST has no other kinds
+
+    def declaration(self, s) -> str:
+        """A header line, a param, a tensor or a group declaration."""
+        e = self.e
+        match s:
             case n.ProgramDecl():
                 return f"program {s.name}"
             case n.WorldDecl():
@@ -324,23 +354,7 @@ class _Printer:
                 if s.split_key is not None:
                     return f"group {s.name} = split by {e(s.split_key)}"
                 return f"group {s.name} = [{', '.join(e(m) for m in s.members)}]"
-            case n.MeshDecl():
-                return f"mesh {s.name} = ({', '.join(f'{d.name}={e(d.size)}' for d in s.dims)})"
-            case n.Let():
-                return f"let {s.name} = {e(s.value)}"
-            case n.Assign():
-                return f"{e(s.target, _POSTFIX)} {s.op} {e(s.value)}"
-            case n.Send() | n.Recv():
-                return self.handle(s) + self.p2p(s)
-            case n.Collective():
-                return self.handle(s) + self.collective(s)
-            case n.Wait():
-                return "wait all" if s.all else "wait " + ", ".join(h.name for h in s.handles)
-            case n.Expect():
-                return f"expect {e(s.cond)}"
-            case n.Print():
-                return "print " + ", ".join(e(v, _POSTFIX) for v in s.views)
-        raise TypeError(f"not a statement: {type(s).__name__}")  # pragma: no cover - the AST has no other kinds
+        raise TypeError(f"not a declaration: {type(s).__name__}")  # pragma: no cover - `simple` sends only these
 
     @staticmethod
     def handle(s) -> str:
@@ -352,8 +366,7 @@ class _Printer:
         return tag + (f" in {s.group.text}" if s.group is not None else "")
 
     def p2p(self, s: n.Send | n.Recv) -> str:
-        word, prep = ("send", "to") if isinstance(s, n.Send) else ("recv", "from")
-        word = word if s.blocking else "i" + word
+        word, prep = form(isinstance(s, n.Send), s.blocking).word, "to" if isinstance(s, n.Send) else "from"
         return f"{word} {self.e(s.buffer, _POSTFIX)} {prep} {self.e(s.peer)}{self.tail(s)}"
 
     def collective(self, s: n.Collective) -> str:

@@ -144,7 +144,8 @@ def build(program: Program, schedule: Schedule) -> Diagram:
     if size > MAX_EVENTS:
         raise DiagramTooLarge(
             f"world size {schedule.world} gives {size} sends, receives and collective calls; a diagram stays "
-            f"readable up to about {MAX_EVENTS}")
+            f"readable up to about {MAX_EVENTS}"
+        )
     waits = analyse(outcome)
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
 
@@ -178,8 +179,10 @@ def build(program: Program, schedule: Schedule) -> Diagram:
     groups = [(inst.gid, inst.seq, inst.calls) for inst in outcome.instances]
     groups += [(gid, seq, waiting.take(np.array(w.rows))) for (gid, seq), w in unfinished.items()]
     for gid, seq, calls in sorted(groups, key=lambda g: (g[0], g[1])):
-        evs = [event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
-               for k in np.argsort(calls.rank, kind="stable")]
+        evs = [
+            event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
+            for k in np.argsort(calls.rank, kind="stable")
+        ]
         label, mismatch = _band_label(evs, schedule.groups[gid])
         band = Band(label, schedule.groups[gid], evs, mismatch=mismatch)
         bands.append(band)
@@ -199,27 +202,61 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             src.status = dst.status = "cycle"
             edges.append(WaitEdge(src, dst, f"rank {e.rank} waits for rank {e.target}"))
         cycles.append(edges)
+    _mark_unmatched(schedule, waits, loose)
+    _mark_missing(waits, band_of, unfinished)
+
+    events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
+    _place(events, messages, bands, schedule.world)
+    findings = [
+        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
+        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
+    ]
+    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
+    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
+    return Diagram(
+        title,
+        schedule.world,
+        _lanes(schedule, outcome),
+        events,
+        messages,
+        bands,
+        cycles,
+        _gutter(program, events),
+        findings,
+    )
+
+
+def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
+    """Unmatched sends and receives (`unmatched[row]`) say why; the rest of them are blocked on their peer."""
     for row, reason in waits.unmatched:
-        ev = post(outcome.unmatched, row)
+        ev = unmatched[row]
         want = "recv" if isinstance(ev.op, Send) else "send"
         ev.status = "unmatched"
-        ev.note = (f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`" if reason == "finished"
-                   else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`")
+        ev.note = (
+            f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`"
+            if reason == "finished"
+            else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`"
+        )
     for row, near, peer in waits.tag_mismatches:
-        ev = post(outcome.unmatched, row)
+        ev = unmatched[row]
         other = schedule.op_at(schedule.records[near[0]], near[1])
         ev.status = "unmatched"
         ev.note = f"unmatched: tag {ev.op.tag} here, tag {other.tag} on rank {peer} (line {other.span.line})"
-    for ev in loose:
+    for ev in unmatched:
         if ev.status == "ok":
             ev.status, ev.note = "blocked", f"waits for rank {ev.op.peer}"
+
+
+def _mark_missing(waits, band_of: dict, unfinished: dict) -> None:
+    """Each unfinished collective names the members it waits for, and its callers are blocked."""
     for inst, member, _op, reason in waits.missing:
         band = band_of[(inst.gid, inst.seq)]
         if any(m == member for m, _ in band.missing):
             continue
         band.missing.append(
-            (member, f"rank {member} {'finishes without calling it' if reason == 'finished' else 'never calls it'}"))
-    for key, w in unfinished.items():
+            (member, f"rank {member} {'finishes without calling it' if reason == 'finished' else 'never calls it'}")
+        )
+    for key in unfinished:
         band = band_of[key]
         named = {m for m, _ in band.missing}
         called = {ev.rank for ev in band.calls}
@@ -228,21 +265,19 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             if ev.status == "ok":
                 ev.status = "blocked"
 
-    events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
-    _place(events, messages, bands, schedule.world)
+
+def _lanes(schedule: Schedule, outcome) -> list[Lane]:
+    """One lane per rank: finished, or the line it stopped at and how many of its ops never ran."""
     lanes = []
     for rank in range(schedule.world):
         if outcome.finished[rank]:
             lanes.append(Lane(rank, None))
         else:
             rid, _ = outcome.head(rank)
-            lanes.append(Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1))
-    findings = [Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
-                for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))]
-    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
-    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
-    return Diagram(title, schedule.world, lanes, events, messages, bands, cycles,
-                   _gutter(program, events), findings)
+            lanes.append(
+                Lane(rank, schedule.records[rid].span.line, len(schedule.ops[rank]) - int(outcome.pc[rank]) - 1)
+            )
+    return lanes
 
 
 def _unfinished(waiting):
@@ -276,29 +311,40 @@ def _place(events: list[Event], messages: list[Message], bands: list[Band], worl
     for b in bands:  # calls of one collective share one node
         for ev in b.calls[1:]:
             node[id(ev)] = node[id(b.calls[0])]
-    count = len(events)
-    base: dict[int, int] = {}
-    edges: list[tuple[int, int, int]] = []
+    count, base, edges = len(events), {}, []
     for rank in range(world):
-        mine = [ev for ev in events if ev.rank == rank]
-        posts = sorted({ev.posted for ev in mine})
-        by_done = sorted((ev for ev in mine if ev.done != NEVER), key=lambda ev: ev.done)
-        k, prev = 0, None
-        for p in posts:  # checkpoint node: every event of this rank completed before index p
-            cp = count
-            count += 1
-            base[cp] = -1
-            if prev is not None:
-                edges.append((prev, cp, 0))
-            while k < len(by_done) and by_done[k].done < p:
-                edges.append((node[id(by_done[k])], cp, 0))
-                k += 1
-            for ev in mine:
-                if ev.posted == p:
-                    edges.append((cp, node[id(ev)], 1))
-            prev = cp
+        count = _program_order(rank, events, node, count, base, edges)
     for m in messages:
         edges.append((node[id(m.send)], node[id(m.recv)], 1))
+    row = _longest_paths(count, base, edges)
+    _split_rows(events, bands, node, row)
+
+
+def _program_order(rank: int, events: list[Event], node: dict, count: int, base: dict, edges: list) -> int:
+    """Edges of `rank`'s real program order, through one checkpoint node per posting index (every event of
+    the rank completed before that index); returns the node count with the checkpoints added."""
+    mine = [ev for ev in events if ev.rank == rank]
+    posts = sorted({ev.posted for ev in mine})
+    by_done = sorted((ev for ev in mine if ev.done != NEVER), key=lambda ev: ev.done)
+    k, prev = 0, None
+    for p in posts:
+        cp = count
+        count += 1
+        base[cp] = -1
+        if prev is not None:
+            edges.append((prev, cp, 0))
+        while k < len(by_done) and by_done[k].done < p:
+            edges.append((node[id(by_done[k])], cp, 0))
+            k += 1
+        for ev in mine:
+            if ev.posted == p:
+                edges.append((cp, node[id(ev)], 1))
+        prev = cp
+    return count
+
+
+def _longest_paths(count: int, base: dict, edges: list[tuple[int, int, int]]) -> list[int]:
+    """Each node's row: the longest weighted path to it (Kahn's order over the acyclic graph)."""
     row = [base.get(i, 0) for i in range(count)]
     out: list[list[tuple[int, int]]] = [[] for _ in range(count)]
     indegree = [0] * count
@@ -317,8 +363,12 @@ def _place(events: list[Event], messages: list[Message], bands: list[Band], worl
                 ready.append(v)
     if seen != count:  # the engine ran these events in some order, so this cannot happen
         raise RuntimeError("internal error: the causal order of the schedule has a cycle")
-    # Events on one row are causally unordered, so a row whose items would overlap (two ops of one rank
-    # in a `batch`, two collectives over the same ranks) may be split into sub-rows in any order.
+    return row
+
+
+def _split_rows(events: list[Event], bands: list[Band], node: dict, row: list[int]) -> None:
+    """Set each event's row. Events on one row are causally unordered, so a row whose items would overlap
+    (two ops of one rank in a `batch`, two collectives over the same ranks) is split into sub-rows."""
     items: dict[int, list[tuple[int, int, list[Event]]]] = {}
     in_band = {id(ev) for b in bands for ev in b.calls}
     for b in bands:
@@ -416,8 +466,10 @@ def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
         parts = [p for p in next(iter(variants)) if p != biggest.dtype]
         size = [_size(biggest.inputs, biggest.dtype)] if biggest.inputs else []
         return " · ".join(parts + size) + group, False
-    lines = [(f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}") + ": " + " · ".join(parts)
-             for parts, ranks in variants.items()]
+    lines = [
+        (f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}") + ": " + " · ".join(parts)
+        for parts, ranks in variants.items()
+    ]
     return "\n".join(lines) + group, True
 
 
@@ -502,8 +554,10 @@ def _left(lines: list[str]) -> str:
 def _html(lines: list[tuple[str, str]], width: float) -> str:
     """An HTML-like label of (text, colour) lines, flush left in a cell `width` points wide."""
     body = "<br/>".join(f'<font color="{c}">{html.escape(t)}</font>' for t, c in lines)
-    return (f'<<table border="0" cellborder="0" cellpadding="0" cellspacing="0"><tr>'
-            f'<td width="{width:.0f}" align="left" balign="left">{body}</td></tr></table>>')
+    return (
+        f'<<table border="0" cellborder="0" cellpadding="0" cellspacing="0"><tr>'
+        f'<td width="{width:.0f}" align="left" balign="left">{body}</td></tr></table>>'
+    )
 
 
 class _Layout:
@@ -557,6 +611,31 @@ def _band_height(b: Band) -> float:
     return 18 + 12 * (b.label.count("\n") + 1 + (not b.complete))
 
 
+def _dot_event(d: Diagram, lay: _Layout, ev: Event, i: str) -> list[str]:
+    """The DOT lines of one event: its dot, its text (sends above, receives below) and, for an op that never
+    completes, a dashed stub towards the peer that never answers."""
+    x, (ex, ey) = lay.x, lay.at(ev)
+    fill, color = _FILL[ev.status], _LINE[ev.status]
+    shape = 'circle, width=0.12, fixedsize=true, label=""' if ev.status == "unmatched" else "point"
+    out = [f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, pos="{ex},{ey}!"];']
+    if type(ev.op) is Collective:
+        return out
+    lines = lay.labels[id(ev)]
+    height, w = 13 * len(lines), COL_W - 22
+    ly = ey + 3 + height / 2 if type(ev.op) is Send else ey - 3 - height / 2
+    out.append(
+        f"  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, "
+        f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
+    )
+    if ev.status in ("unmatched", "blocked"):
+        peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
+        stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
+        dash = f'style=dashed, color="{color}", arrowsize=0.6'
+        out.append(f'  s{i} [shape=point, width=0.01, color="{color}", pos="{stub},{ey}!"];')
+        out.append(f"  {i} -> s{i} [{dash}, arrowhead=tee];" if type(ev.op) is Send else f"  s{i} -> {i} [{dash}];")
+    return out
+
+
 def to_dot(d: Diagram) -> str:
     """Graphviz DOT with every node pinned; `dot -Tsvg` renders it as is (the graph selects neato itself)."""
     lay = _Layout(d)
@@ -573,17 +652,22 @@ def to_dot(d: Diagram) -> str:
     for lane in d.lanes:
         r, color = lane.rank, RED if lane.stuck_line is not None else "black"
         for node, y in (("h", 0), ("f", lay.bottom)):
-            out.append(f'  {node}{r} [shape=box, width=1.1, height=0.4, label="rank {r}", color="{color}", '
-                       f'pos="{x[r]},{y}!"];')
+            out.append(
+                f'  {node}{r} [shape=box, width=1.1, height=0.4, label="rank {r}", color="{color}", pos="{x[r]},{y}!"];'
+            )
         out.append(f'  h{r} -> f{r} [arrowhead=none, color="{GREY}"];')
         if lane.stuck_line is not None:
-            out.append(f'  stuck{r} [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(_stuck(lane, True))}, '
-                       f'pos="{x[r]},{lay.bottom - 32}!"];')
+            out.append(
+                f'  stuck{r} [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(_stuck(lane, True))}, '
+                f'pos="{x[r]},{lay.bottom - 32}!"];'
+            )
     for row, entries in enumerate(d.gutter):
         if entries:
-            out.append(f'  g{row} [shape=plaintext, fixedsize=true, width={(lay.gutter - 40) / 72:.2f}, '
-                       f'height={0.17 * len(entries):.2f}, fontname="Courier", fontsize=9, '
-                       f'label={_left([t for _, t in entries])}, pos="{gx},{lay.y(row)}!"];')
+            out.append(
+                f"  g{row} [shape=plaintext, fixedsize=true, width={(lay.gutter - 40) / 72:.2f}, "
+                f'height={0.17 * len(entries):.2f}, fontname="Courier", fontsize=9, '
+                f'label={_left([t for _, t in entries])}, pos="{gx},{lay.y(row)}!"];'
+            )
     ids = {id(ev): f"e{i}" for i, ev in enumerate(d.events)}
     for k, b in enumerate(d.bands):
         xs = [x[ev.rank] for ev in b.calls] + [x[m] for m, _ in b.missing]
@@ -592,28 +676,13 @@ def to_dot(d: Diagram) -> str:
         width = max(hi - lo + 90, 6.2 * max(len(t) for t in label.split("\n")) + 24)
         style = "rounded,filled" if b.complete else "rounded,filled,dashed"
         color = BLUE if b.complete and not b.mismatch else RED
-        out.append(f'  band{k} [shape=box, style="{style}", fillcolor="#dce9f9e6", color="{color}", fixedsize=true, '
-                   f'width={width / 72:.2f}, height={_band_height(b) / 72:.2f}, label={_q(label)}, '
-                   f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];')
+        out.append(
+            f'  band{k} [shape=box, style="{style}", fillcolor="#dce9f9e6", color="{color}", fixedsize=true, '
+            f"width={width / 72:.2f}, height={_band_height(b) / 72:.2f}, label={_q(label)}, "
+            f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];'
+        )
     for ev in d.events:
-        i, (ex, ey) = ids[id(ev)], lay.at(ev)
-        fill, color = _FILL[ev.status], _LINE[ev.status]
-        shape = 'circle, width=0.12, fixedsize=true, label=""' if ev.status == "unmatched" else "point"
-        out.append(f'  {i} [shape={shape}, style=filled, fillcolor="{fill}", color="{color}", penwidth=1.5, '
-                   f'pos="{ex},{ey}!"];')
-        if type(ev.op) is Collective:
-            continue
-        lines = lay.labels[id(ev)]
-        height, w = 13 * len(lines), COL_W - 22
-        ly = ey + 3 + height / 2 if type(ev.op) is Send else ey - 3 - height / 2  # sends above, receives below
-        out.append(f'  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, '
-                   f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];')
-        if ev.status in ("unmatched", "blocked"):  # a stub towards the peer that never answers
-            peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
-            stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
-            dash = f'style=dashed, color="{color}", arrowsize=0.6'
-            out.append(f'  s{i} [shape=point, width=0.01, color="{color}", pos="{stub},{ey}!"];')
-            out.append(f"  {i} -> s{i} [{dash}, arrowhead=tee];" if type(ev.op) is Send else f"  s{i} -> {i} [{dash}];")
+        out += _dot_event(d, lay, ev, ids[id(ev)])
     for m in d.messages:
         out.append(f"  {ids[id(m.send)]} -> {ids[id(m.recv)]};")
     level = lay.level
@@ -624,23 +693,32 @@ def to_dot(d: Diagram) -> str:
             a, b = f"w{c}_{k}a", f"w{c}_{k}b"
             out.append(f'  {a} [shape=point, width=0.01, color="{RED}", pos="{x1 + side},{level}!"];')
             out.append(f'  {b} [shape=point, width=0.01, color="{RED}", pos="{x2 - side},{level}!"];')
-            out.append(f'  {a}t [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(e.text)}, '
-                       f'pos="{(x1 + x2) / 2},{level + 7}!"];')
+            out.append(
+                f'  {a}t [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(e.text)}, '
+                f'pos="{(x1 + x2) / 2},{level + 7}!"];'
+            )
             red = f'color="{RED}", penwidth=2'
             out.append(f"  {ids[id(e.src)]} -> {a} [{red}, arrowhead=none, tailclip=false];")
             out.append(f"  {a} -> {b} [{red}, arrowhead=none];")
             out.append(f"  {b} -> {ids[id(e.dst)]} [{red}];")
             level -= 22
     if d.findings:
-        lines = [(f"{f.severity}[{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}",
-                  RED if f.severity == "error" else ORANGE) for f in d.findings[:8]]
+        lines = [
+            (
+                f"{f.severity}[{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}",
+                RED if f.severity == "error" else ORANGE,
+            )
+            for f in d.findings[:8]
+        ]
         if len(d.findings) > 8:
             lines.append((f"… and {len(d.findings) - 8} more: run `commdsl check`", "black"))
         width = max(x[-1] + COL_W / 2 - gx, 6.5 * max(len(t) for t, _ in lines))
         top = lay.bottom - (56 if any(lane.stuck_line is not None for lane in d.lanes) else 36)
-        out.append(f'  findings [shape=plaintext, fixedsize=true, width={width / 72:.2f}, '
-                   f'height={0.2 * len(lines):.2f}, fontsize=10, label={_html(lines, width)}, '
-                   f'pos="{gx - 20 + width / 2},{top - 7 * len(lines)}!"];')
+        out.append(
+            f"  findings [shape=plaintext, fixedsize=true, width={width / 72:.2f}, "
+            f"height={0.2 * len(lines):.2f}, fontsize=10, label={_html(lines, width)}, "
+            f'pos="{gx - 20 + width / 2},{top - 7 * len(lines)}!"];'
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -654,8 +732,10 @@ def render(dot: str, fmt: str) -> bytes:
     try:
         return graphviz.Source(dot).pipe(format=fmt, quiet=True)
     except graphviz.ExecutableNotFound:
-        raise GraphvizMissing("Graphviz's `dot` program was not found on PATH (Debian/Ubuntu: apt-get install "
-                              "graphviz; macOS: brew install graphviz; conda: conda install graphviz)") from None
+        raise GraphvizMissing(
+            "Graphviz's `dot` program was not found on PATH (Debian/Ubuntu: apt-get install "
+            "graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
+        ) from None
     except graphviz.CalledProcessError as e:
         detail = (e.stderr or b"").decode(errors="replace").strip()
         raise RenderError(f"Graphviz failed: {detail or e}") from None
@@ -694,6 +774,33 @@ def load_trace(text: str) -> Trace:
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise TraceError("expected Chrome trace event JSON: an object with a `traceEvents` list, or a list of events")
+    names, order, raw, skipped = _read_events(events)
+    if not raw:
+        raise TraceError('no duration events: expected `ph: "X"` events or `B`/`E` pairs')
+
+    def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
+        index = order.get((kind,) + key)
+        return (0, index) if index is not None else (1, 0)
+
+    keys = sorted(
+        {key for key, *_ in raw},
+        key=lambda key: (
+            placed("process_sort_index", key[:1]),
+            _sortable(key[0]),
+            placed("thread_sort_index", key),
+            _sortable(key[1]),
+        ),
+    )
+    other = data.get("otherData") if isinstance(data, dict) else None
+    title = ""
+    if isinstance(other, dict) and isinstance(other.get("program"), str):
+        title = other["program"] + (f" — world {other['world']}" if _number(other.get("world")) else "")
+    return Trace(_track_labels(keys, names), _stacked_slices(keys, raw), skipped, title)
+
+
+def _read_events(events: list) -> tuple[dict, dict, list, int]:
+    """(track names, track sort indices, (track, name, kind, start, duration) per slice, events skipped) of a
+    trace's events: `M` metadata, `X` complete events and `B`/`E` pairs (an unclosed `B` is skipped)."""
     names: dict[tuple, str] = {}
     order: dict[tuple, float] = {}
     raw: list[tuple[tuple, str, str, float, float]] = []
@@ -705,11 +812,7 @@ def load_trace(text: str) -> Trace:
         ph = ev.get("ph")
         key = (ev.get("pid", 0), ev.get("tid", 0))
         if ph == "M":
-            arg = ev.get("args") or {}
-            if ev.get("name") in ("process_name", "thread_name") and isinstance(arg.get("name"), str):
-                names[(ev["name"],) + (key[:1] if ev["name"] == "process_name" else key)] = arg["name"]
-            elif ev.get("name") in ("process_sort_index", "thread_sort_index") and _number(arg.get("sort_index")):
-                order[(ev["name"],) + (key[:1] if ev["name"] == "process_sort_index" else key)] = arg["sort_index"]
+            _read_metadata(ev, key, names, order)
             continue
         if ph not in ("X", "B", "E"):
             continue
@@ -732,15 +835,21 @@ def load_trace(text: str) -> Trace:
         else:
             skipped += 1
     skipped += sum(len(v) for v in open_.values())
-    if not raw:
-        raise TraceError("no duration events: expected `ph: \"X\"` events or `B`/`E` pairs")
-    def placed(kind: str, key: tuple) -> tuple:  # tracks with a sort index first, by it; the rest by id
-        index = order.get((kind,) + key)
-        return (0, index) if index is not None else (1, 0)
+    return names, order, raw, skipped
 
-    keys = sorted({key for key, *_ in raw}, key=lambda key: (
-        placed("process_sort_index", key[:1]), _sortable(key[0]), placed("thread_sort_index", key), _sortable(key[1])))
-    tids = {}
+
+def _read_metadata(ev: dict, key: tuple, names: dict, order: dict) -> None:
+    """A process or thread name, or sort index, from an `M` event."""
+    arg = ev.get("args") or {}
+    if ev.get("name") in ("process_name", "thread_name") and isinstance(arg.get("name"), str):
+        names[(ev["name"],) + (key[:1] if ev["name"] == "process_name" else key)] = arg["name"]
+    elif ev.get("name") in ("process_sort_index", "thread_sort_index") and _number(arg.get("sort_index")):
+        order[(ev["name"],) + (key[:1] if ev["name"] == "process_sort_index" else key)] = arg["sort_index"]
+
+
+def _track_labels(keys: list, names: dict) -> list[str]:
+    """Each track's label: its process and thread names, or ids where the trace names none."""
+    tids: dict = {}
     for pid, tid in keys:
         tids.setdefault(pid, []).append(tid)
     labels = []
@@ -753,6 +862,11 @@ def load_trace(text: str) -> Trace:
             labels.append(thread)
         else:
             labels.append(f"pid {pid} / tid {tid}" if several else f"pid {pid}")
+    return labels
+
+
+def _stacked_slices(keys: list, raw: list) -> list[Slice]:
+    """The slices of each track, with their nesting depth (a slice inside another is drawn below it)."""
     index = {key: i for i, key in enumerate(keys)}
     slices = []
     for track in range(len(keys)):
@@ -763,11 +877,7 @@ def load_trace(text: str) -> Trace:
                 ends.pop()
             slices.append(Slice(track, name, kind, start, dur, len(ends)))
             ends.append(start + dur)
-    other = data.get("otherData") if isinstance(data, dict) else None
-    title = ""
-    if isinstance(other, dict) and isinstance(other.get("program"), str):
-        title = other["program"] + (f" — world {other['world']}" if _number(other.get("world")) else "")
-    return Trace(labels, slices, skipped, title)
+    return slices
 
 
 def _number(v) -> bool:
@@ -792,8 +902,18 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     for s in trace.slices:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     named = sorted(counts, key=lambda n: (-counts[n], n))[:10]
-    palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
-               "#9c755f", "#86bcb6"]
+    palette = [
+        "#4e79a7",
+        "#f28e2b",
+        "#59a14f",
+        "#e15759",
+        "#76b7b2",
+        "#edc948",
+        "#b07aa1",
+        "#ff9da7",
+        "#9c755f",
+        "#86bcb6",
+    ]
     colour = {n: palette[i] for i, n in enumerate(sorted(named))}
     rows = len(trace.tracks)
     fig = Figure(figsize=(11, 1.4 + 0.45 * rows), dpi=110)
@@ -801,14 +921,26 @@ def timeline_png(trace: Trace, title: str) -> bytes:
     ax = fig.add_subplot()
     for s in trace.slices:
         height = max(0.25, 0.7 - 0.18 * s.depth)
-        ax.broken_barh([((s.start - t0) / scale, max(s.dur / scale, span / scale / 2000))],
-                       (s.track - height / 2, height), facecolors=colour.get(s.kind, "#bab0ac"),
-                       edgecolors="white", linewidth=0.4)
+        ax.broken_barh(
+            [((s.start - t0) / scale, max(s.dur / scale, span / scale / 2000))],
+            (s.track - height / 2, height),
+            facecolors=colour.get(s.kind, "#bab0ac"),
+            edgecolors="white",
+            linewidth=0.4,
+        )
         room = int(s.dur / span * 8.0 * 72 / 4.6) if span else 0  # characters that fit in the bar (7 pt)
         if s.depth == 0 and room >= 6:
             label = s.name if len(s.name) <= room else s.name[: room - 1] + "…"
-            ax.text((s.start - t0 + s.dur / 2) / scale, s.track, label, ha="center", va="center", fontsize=7,
-                    color="white", clip_on=True)
+            ax.text(
+                (s.start - t0 + s.dur / 2) / scale,
+                s.track,
+                label,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+                clip_on=True,
+            )
     ax.set_yticks(range(rows), trace.tracks)
     ax.set_ylim(rows - 0.5, -0.5)
     ax.set_xlim(0, span / scale * 1.01 if span else 1)

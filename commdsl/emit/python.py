@@ -29,6 +29,7 @@ import shlex
 
 from commdsl.collectives import KINDS
 from commdsl.dtypes import TOLERANCE
+from commdsl.p2p import form
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Schedule, Send, TensorSpec, View, Wait
 from commdsl.source import SourceFile
 
@@ -320,8 +321,8 @@ class _Rank:
         if isinstance(op, Batch):
             lines = ["for work in dist.batch_isend_irecv(["]
             for o in op.ops:
-                fn = "dist.isend" if isinstance(o, Send) else "dist.irecv"
-                lines.append(f"    dist.P2POp({fn}, {self.view(o.view)}, {int(o.peer)}, {self.group(o.group)}, "
+                fn = form(isinstance(o, Send), o.blocking).batched.torch_name
+                lines.append(f"    dist.P2POp(dist.{fn}, {self.view(o.view)}, {int(o.peer)}, {self.group(o.group)}, "
                              f"{int(o.tag)}),  # line {o.span.line}: {self.text(o.span.line)}")
             lines += ["]):", "    work.wait()"]
             return lines
@@ -332,8 +333,7 @@ class _Rank:
         raise ValueError(f"unknown op {type(op).__name__}")
 
     def p2p(self, op: Send | Recv) -> str:
-        name = ("send" if isinstance(op, Send) else "recv") if op.blocking else ("isend" if isinstance(op, Send)
-                                                                                else "irecv")
+        name = form(isinstance(op, Send), op.blocking).torch_name
         extra = (f", tag={int(op.tag)}" if op.tag else "") + (f", group={self.group(op.group)}" if op.group else "")
         call = f"dist.{name}({self.view(op.view)}, {int(op.peer)}{extra})"
         return call if op.blocking else f"r{int(op.req)} = {call}"

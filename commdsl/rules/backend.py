@@ -90,7 +90,11 @@ class UnsupportedReduceOp(Rule):
                 by = " or ".join(b for b in ctx.backends if reduction(b, rec.redop, rec.dtype).refused)
                 yield cls.diagnostic(
                     f"`{rec.kind.name}` with `op {rec.redop}` on {rec.dtype} is not supported by {by}",
-                    span=rec.span, label=f"`{rec.redop}` on {rec.dtype}", notes=(Note(message=r.why),), help=r.help)
+                    span=rec.span,
+                    label=f"`{rec.redop}` on {rec.dtype}",
+                    notes=(Note(message=r.why),),
+                    help=r.help,
+                )
 
 
 class IntegerAvgTruncates(Rule):
@@ -152,7 +156,11 @@ class IntegerAvgTruncates(Rule):
             if r.truncates:
                 yield cls.diagnostic(
                     f"`{rec.kind.name}` with `op avg` on {rec.dtype} rounds the mean toward zero on nccl",
-                    span=rec.span, label="integer sum // group size", notes=(Note(message=r.why),), help=r.help)
+                    span=rec.span,
+                    label="integer sum // group size",
+                    notes=(Note(message=r.why),),
+                    help=r.help,
+                )
 
 
 def _reducing(ctx: Context) -> Iterator[CollectiveRec]:
@@ -174,44 +182,69 @@ class Reduction(NamedTuple):
     help: str = ""
 
 
-SUM_THEN_DIVIDE = ("reduce with `op sum`, then divide in a floating-point tensor (`mean = x`, then `mean /= world`), "
-                   "or average a floating-point tensor")
+SUM_THEN_DIVIDE = (
+    "reduce with `op sum`, then divide in a floating-point tensor (`mean = x`, then `mean /= world`), "
+    "or average a floating-point tensor"
+)
 
 
 def reduction(backend: str, redop: str, dtype: str) -> Reduction:
     """`redop` on `dtype` under `backend` (docs/backend-support.md#reduce-ops)."""
     d = DTYPES[dtype]
     bitwise = redop in ("band", "bor", "bxor")
-    flags = ("for bool or 0/1 flags `op max` is OR and `op min` is AND; otherwise gather the values and combine "
-             "them locally" if redop != "bxor" else "gather the values and combine them locally")
+    flags = (
+        "for bool or 0/1 flags `op max` is OR and `op min` is AND; otherwise gather the values and combine them locally"
+        if redop != "bxor"
+        else "gather the values and combine them locally"
+    )
     if backend == "gloo":
         if redop == "premul_sum":
-            return Reduction(True, why="Gloo has no PREMUL_SUM (`Cannot use ReduceOp.PREMUL_SUM with Gloo`)",
-                             help="scale the tensor first (`x *= s`), then reduce with `op sum`")
+            return Reduction(
+                True,
+                why="Gloo has no PREMUL_SUM (`Cannot use ReduceOp.PREMUL_SUM with Gloo`)",
+                help="scale the tensor first (`x *= s`), then reduce with `op sum`",
+            )
         if bitwise and d.is_float:
-            return Reduction(True, why=f"Gloo applies `{redop}` to integers and bool only (`Cannot use "
-                                       f"ReduceOp.{redop.upper()} with non-integral dtype`)",
-                             help="reduce an integer copy of the tensor, or use `max`/`min` for flags")
+            return Reduction(
+                True,
+                why=f"Gloo applies `{redop}` to integers and bool only (`Cannot use "
+                f"ReduceOp.{redop.upper()} with non-integral dtype`)",
+                help="reduce an integer copy of the tensor, or use `max`/`min` for flags",
+            )
         if redop == "avg" and not d.is_float:
             kind = "bool" if d.is_bool else "integer"
-            return Reduction(True, why=f"Gloo's AVG fails on {kind} tensors (`result type Float can't be cast`); "
-                                       "NCCL instead returns the integer sum divided by the group size, truncated "
-                                       "toward zero",
-                             help=SUM_THEN_DIVIDE if not d.is_bool else "reduce an int or float copy with `op sum`")
+            return Reduction(
+                True,
+                why=f"Gloo's AVG fails on {kind} tensors (`result type Float can't be cast`); "
+                "NCCL instead returns the integer sum divided by the group size, truncated "
+                "toward zero",
+                help=SUM_THEN_DIVIDE if not d.is_bool else "reduce an int or float copy with `op sum`",
+            )
     if backend == "nccl":
         if bitwise:
-            return Reduction(True, why=f"NCCL has no bitwise reductions (`Cannot use ReduceOp.{redop.upper()} with "
-                                       "NCCL`), on any dtype",
-                             help=flags)
+            return Reduction(
+                True,
+                why=f"NCCL has no bitwise reductions (`Cannot use ReduceOp.{redop.upper()} with NCCL`), on any dtype",
+                help=flags,
+            )
         if redop == "premul_sum" and not d.is_float:
-            return Reduction(True, why="NCCL's premul_sum takes floating point only (`PreMulSum Data type must be "
-                                       "half, float, bfloat16 or double`)",
-                             help="scale and reduce a floating-point copy, or reduce with `op sum` and multiply")
+            return Reduction(
+                True,
+                why="NCCL's premul_sum takes floating point only (`PreMulSum Data type must be "
+                "half, float, bfloat16 or double`)",
+                help="scale and reduce a floating-point copy, or reduce with `op sum` and multiply",
+            )
         if redop == "avg" and d.is_bool:
-            return Reduction(True, why="NCCL refuses AVG on bool (`Cannot use ReduceOp.AVG with boolean inputs`)",
-                             help="reduce an int or float copy with `op sum`; for flags, `op max` is OR")
+            return Reduction(
+                True,
+                why="NCCL refuses AVG on bool (`Cannot use ReduceOp.AVG with boolean inputs`)",
+                help="reduce an int or float copy with `op sum`; for flags, `op max` is OR",
+            )
         if redop == "avg" and d.is_int:
-            return Reduction(truncates=True, why="NCCL adds the integers and divides the sum by the group size in "
-                                                 f"{dtype}, truncating toward zero (the sum may overflow first)",
-                             help=SUM_THEN_DIVIDE)
+            return Reduction(
+                truncates=True,
+                why="NCCL adds the integers and divides the sum by the group size in "
+                f"{dtype}, truncating toward zero (the sum may overflow first)",
+                help=SUM_THEN_DIVIDE,
+            )
     return Reduction()

@@ -67,7 +67,6 @@ class CollectiveKindMismatch(Rule):
     name = "collective-kind-mismatch"
     backend_doc = "collective-matching"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _findings(ctx, cls)
@@ -122,7 +121,6 @@ class CollectiveOrderSwap(Rule):
     code = "C302"
     name = "collective-order-swap"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _findings(ctx, cls)
@@ -170,7 +168,6 @@ class RootMismatch(Rule):
     code = "C303"
     name = "root-mismatch"
     backend_doc = "collective-matching"
-
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -221,7 +218,6 @@ class ReduceOpMismatch(Rule):
     code = "C304"
     name = "reduce-op-mismatch"
     backend_doc = "collective-matching"
-
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -274,7 +270,6 @@ class CollectiveDtypeMismatch(Rule):
     name = "collective-dtype-mismatch"
     backend_doc = "collective-matching"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _findings(ctx, cls)
@@ -326,7 +321,6 @@ class CollectiveSizeMismatch(Rule):
     name = "collective-size-mismatch"
     backend_doc = "collective-matching"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _findings(ctx, cls)
@@ -369,7 +363,6 @@ class MissingParticipant(Rule):
     code = "C307"
     name = "missing-participant"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
@@ -385,10 +378,12 @@ class MissingParticipant(Rule):
             call = ctx.op(waiting.rec[first], waiting.pos[first])
             fate = "finishes without calling it" if reason == "finished" else "never calls it"
             yield cls.diagnostic(
-                f"`{call.kind}` on `{group.name}`: rank {member} {fate}", span=call.span,
+                f"`{call.kind}` on `{group.name}`: rank {member} {fate}",
+                span=call.span,
                 label=f"ranks {rank_list(present)} wait here for rank {member}",
                 notes=(Note(message=f"group `{group.name}` has members {rank_list(group.ranks)}"),),
-                help="every member of the group must issue the collective; check the `on` conditions around it")
+                help="every member of the group must issue the collective; check the `on` conditions around it",
+            )
 
 
 class CrossGroupOrder(Rule):
@@ -438,7 +433,6 @@ class CrossGroupOrder(Rule):
     code = "C308"
     name = "cross-group-order"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         from commdsl.rules.deadlock import cycle_parts
@@ -447,9 +441,14 @@ class CrossGroupOrder(Rule):
             groups = {e.thing.gid for e in cycle if isinstance(e.thing, Waiting)}
             if all(isinstance(e.thing, Waiting) for e in cycle) and len(groups) >= 2:
                 span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
-                yield cls.diagnostic(f"ranks {ranks} call collectives on different groups in different orders",
-                                     span=span, label=label, labels=labels, notes=notes,
-                                     help="issue collectives on overlapping groups in one global order on every rank")
+                yield cls.diagnostic(
+                    f"ranks {ranks} call collectives on different groups in different orders",
+                    span=span,
+                    label=label,
+                    labels=labels,
+                    notes=notes,
+                    help="issue collectives on overlapping groups in one global order on every rank",
+                )
 
 
 class AsyncMismatch(Rule):
@@ -497,7 +496,6 @@ class AsyncMismatch(Rule):
     name = "async-mismatch"
     severity = "warning"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _findings(ctx, cls)
@@ -541,17 +539,19 @@ class GroupNonmember(Rule):
     code = "C310"
     name = "group-nonmember"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for rank, rid, pos, problem in ctx.outcome.bad:
             if problem != NOT_MEMBER or not isinstance(ctx.record(rid), CollectiveRec):
                 continue
             op = ctx.op(rid, pos)
-            yield cls.diagnostic(f"rank {rank} calls `{op.kind}` on group `{op.group.name}`, which it is not in",
-                                 span=op.span, label=f"members are {rank_list(op.group.ranks)}",
-                                 notes=(Note(message="the members never see this call: it hangs or corrupts the group"),),
-                                 help="guard the call with `on` so only members issue it")
+            yield cls.diagnostic(
+                f"rank {rank} calls `{op.kind}` on group `{op.group.name}`, which it is not in",
+                span=op.span,
+                label=f"members are {rank_list(op.group.ranks)}",
+                notes=(Note(message="the members never see this call: it hangs or corrupts the group"),),
+                help="guard the call with `on` so only members issue it",
+            )
 
 
 class RootNotInGroup(Rule):
@@ -595,21 +595,22 @@ class RootNotInGroup(Rule):
     code = "C311"
     name = "root-not-in-group"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        for rank, rid, pos, problem in ctx.outcome.bad:
+        for _rank, rid, pos, problem in ctx.outcome.bad:
             if problem != ROOT_NOT_IN_GROUP:
                 continue
             op = ctx.op(rid, pos)
-            yield cls.diagnostic(f"`{op.kind}` root {op.root} is not in group `{op.group.name}`", span=op.span,
-                                 label=f"members are {rank_list(op.group.ranks)}",
-                                 help="the root is a global rank inside the group")
+            yield cls.diagnostic(
+                f"`{op.kind}` root {op.root} is not in group `{op.group.name}`",
+                span=op.span,
+                label=f"members are {rank_list(op.group.ranks)}",
+                help="the root is a global rank inside the group",
+            )
 
 
-
-
-# ---- members that disagree: one pass over the engine's disagreeing instances, shared by C301–C309 and the kinds' own rules (C312)
+# ---- members that disagree: one pass over the engine's disagreeing instances, shared by C301–C309 and the
+# kinds' own rules (C312)
 
 _FIELDS = (
     ("C303", "root", "root", "uses root {v}"),
@@ -618,14 +619,22 @@ _FIELDS = (
     ("C309", "blocking", "blocking or async call", "{v}"),
 )
 _NOTES = {  # what each backend does with the disagreement (docs/backend-support.md#collective-matching)
-    "C301": {"gloo": "on Gloo this hangs until the timeout (only TORCH_DISTRIBUTED_DEBUG=DETAIL makes it an error)",
-             "nccl": "on NCCL the kernels never line up: a hang, or data mixed up silently where the sizes agree"},
-    "C304": {"gloo": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
-             "nccl": "nothing compares reduce ops on NCCL: each rank's kernel applies its own, silently"},
-    "C305": {"gloo": "Gloo reinterprets the bytes: silent garbage",
-             "nccl": "on NCCL the result is garbage, or the call hangs"},
-    "C306": {"gloo": "Gloo aborts one rank and may leave another with a silently wrong result",
-             "nccl": "on NCCL the call may hang, or complete with some of the data wrong"},
+    "C301": {
+        "gloo": "on Gloo this hangs until the timeout (only TORCH_DISTRIBUTED_DEBUG=DETAIL makes it an error)",
+        "nccl": "on NCCL the kernels never line up: a hang, or data mixed up silently where the sizes agree",
+    },
+    "C304": {
+        "gloo": "Gloo gives every rank a silently wrong result; DETAIL mode does not catch it",
+        "nccl": "nothing compares reduce ops on NCCL: each rank's kernel applies its own, silently",
+    },
+    "C305": {
+        "gloo": "Gloo reinterprets the bytes: silent garbage",
+        "nccl": "on NCCL the result is garbage, or the call hangs",
+    },
+    "C306": {
+        "gloo": "Gloo aborts one rank and may leave another with a silently wrong result",
+        "nccl": "on NCCL the call may hang, or complete with some of the data wrong",
+    },
 }
 
 
@@ -639,10 +648,14 @@ def _root_note(kind, backend: str) -> str:
     """Why members of one `kind` call with different roots cannot meet, on `backend`."""
     _, role = _root_words(kind)
     if backend == "nccl":
-        return (f"neither torch nor NCCL compares roots: each member's `{kind.name}` kernel uses its own {role}, so "
-                f"they disagree on who sends (a hang or wrong data)")
-    return ("on Gloo the members wait for messages that never come, until the timeout; TORCH_DISTRIBUTED_DEBUG="
-            "DETAIL does not compare roots")
+        return (
+            f"neither torch nor NCCL compares roots: each member's `{kind.name}` kernel uses its own {role}, so "
+            f"they disagree on who sends (a hang or wrong data)"
+        )
+    return (
+        "on Gloo the members wait for messages that never come, until the timeout; TORCH_DISTRIBUTED_DEBUG="
+        "DETAIL does not compare roots"
+    )
 
 
 def _findings(ctx: Context, rule: type[Rule]) -> Iterator[Diagnostic]:
@@ -681,36 +694,68 @@ def _classify(ctx: Context) -> list:
             first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
             if _order_swap(ctx, inst.gid, first.rank, other.rank):
                 swapped.add(inst.gid)
-                out.append(("C302", _pair(
-                    f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` in a different order",
-                    first, other, f"rank {first.rank} calls `{first.op.kind}` first",
-                    f"rank {other.rank} calls `{other.op.kind}` first",
-                    "make every member issue the group's collectives in one order")))
+                out.append(
+                    (
+                        "C302",
+                        _pair(
+                            f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` "
+                            "in a different order",
+                            first,
+                            other,
+                            f"rank {first.rank} calls `{first.op.kind}` first",
+                            f"rank {other.rank} calls `{other.op.kind}` first",
+                            "make every member issue the group's collectives in one order",
+                        ),
+                    )
+                )
             else:
-                out.append(("C301", _pair(
-                    f"rank {first.rank} calls `{first.op.kind}` while rank {other.rank} calls `{other.op.kind}` on "
-                    f"`{group.name}`", first, other, f"rank {first.rank}: `{first.op.kind}`",
-                    f"rank {other.rank}: `{other.op.kind}`",
-                    "every member of a group must call the same collective at the same step",
-                    note=_NOTES["C301"][ctx.backend])))
+                out.append(
+                    (
+                        "C301",
+                        _pair(
+                            f"rank {first.rank} calls `{first.op.kind}` while rank {other.rank} calls "
+                            f"`{other.op.kind}` on "
+                            f"`{group.name}`",
+                            first,
+                            other,
+                            f"rank {first.rank}: `{first.op.kind}`",
+                            f"rank {other.rank}: `{other.op.kind}`",
+                            "every member of a group must call the same collective at the same step",
+                            note=_NOTES["C301"][ctx.backend],
+                        ),
+                    )
+                )
             continue
         odd = _first_differing(c.buffers)
         if odd is not None and _buffers_swapped(swaps, inst, 0, odd):
             if inst.gid not in swapped:
                 swapped.add(inst.gid)
                 first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
-                out.append(("C302", _pair(
-                    f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` in a different order",
-                    first, other, f"rank {first.rank} calls `{first.op.kind}` on {_names(first.op)} first",
-                    f"rank {other.rank} calls `{other.op.kind}` on {_names(other.op)} first",
-                    "make every member issue the group's collectives in one order",
-                    note=f"the two `{first.op.kind}`s match each other instead: rank {first.rank}'s "
-                         f"{_names(first.op)} meets rank {other.rank}'s {_names(other.op)}, so the data is mixed up "
-                         "silently, or, where sizes or dtypes differ, the job hangs or aborts")))
+                out.append(
+                    (
+                        "C302",
+                        _pair(
+                            f"ranks {first.rank} and {other.rank} call the same collectives on `{group.name}` "
+                            "in a different order",
+                            first,
+                            other,
+                            f"rank {first.rank} calls `{first.op.kind}` on {_names(first.op)} first",
+                            f"rank {other.rank} calls `{other.op.kind}` on {_names(other.op)} first",
+                            "make every member issue the group's collectives in one order",
+                            note=f"the two `{first.op.kind}`s match each other instead: rank {first.rank}'s "
+                            f"{_names(first.op)} meets rank {other.rank}'s {_names(other.op)}, so the data is mixed up "
+                            "silently, or, where sizes or dtypes differ, the job hangs or aborts",
+                        ),
+                    )
+                )
             continue
         blocking = (c.req < 0).astype(np.int64)
-        columns = {"root": c.root, "redop": np.stack([c.redop, c.scale], axis=1), "dtype": c.dtype,
-                   "blocking": blocking}
+        columns = {
+            "root": c.root,
+            "redop": np.stack([c.redop, c.scale], axis=1),
+            "dtype": c.dtype,
+            "blocking": blocking,
+        }
         for code, column, what, text in _FIELDS:
             odd = _first_differing(columns[column])
             if odd is None:
@@ -721,18 +766,42 @@ def _classify(ctx: Context) -> list:
             if code == "C303":
                 keyword, role = _root_words(kind)
                 say = [f"rank {m.rank} names `{keyword} {m.op.root}`" for m in (first, other)]
-                out.append((code, _pair(f"`{kind.name}` on `{group.name}`: members disagree on the {role} rank",
-                                        first, other, say[0], say[1], "pass the same root on every rank",
-                                        note=_root_note(kind, ctx.backend))))
+                out.append(
+                    (
+                        code,
+                        _pair(
+                            f"`{kind.name}` on `{group.name}`: members disagree on the {role} rank",
+                            first,
+                            other,
+                            say[0],
+                            say[1],
+                            "pass the same root on every rank",
+                            note=_root_note(kind, ctx.backend),
+                        ),
+                    )
+                )
                 break
             if code == "C309":
-                make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
-                             say[0], say[1], "call it the same way on every rank",
-                             note="torch matches the calls (async_op only decides whether Python waits), but the "
-                                  "code reads as if the ranks disagreed")
+                make = _pair(
+                    f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}",
+                    first,
+                    other,
+                    say[0],
+                    say[1],
+                    "call it the same way on every rank",
+                    note="torch matches the calls (async_op only decides whether Python waits), but the "
+                    "code reads as if the ranks disagreed",
+                )
             else:
-                make = _pair(f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}", first, other,
-                             say[0], say[1], "pass the same value on every rank", note=_NOTES[code][ctx.backend])
+                make = _pair(
+                    f"`{first.op.kind}` on `{group.name}`: members disagree on the {what}",
+                    first,
+                    other,
+                    say[0],
+                    say[1],
+                    "pass the same value on every rank",
+                    note=_NOTES[code][ctx.backend],
+                )
             out.append((code, make))
             break
         else:
@@ -786,9 +855,19 @@ def _sizes(ctx: Context, c, group):
         return None
     other = _Member(ctx, c, odd)
     s0, s1 = int(c.contribution[0]), int(c.contribution[odd])
-    return ("C306", _pair(f"`{first.op.kind}` on `{group.name}`: rank {first.rank} contributes {_count(s0)}, "
-                          f"rank {other.rank} {_count(s1)}", first, other, _count(s0), _count(s1),
-                          "size every member's buffers alike", note=_NOTES["C306"][ctx.backend]))
+    return (
+        "C306",
+        _pair(
+            f"`{first.op.kind}` on `{group.name}`: rank {first.rank} contributes {_count(s0)}, "
+            f"rank {other.rank} {_count(s1)}",
+            first,
+            other,
+            _count(s0),
+            _count(s1),
+            "size every member's buffers alike",
+            note=_NOTES["C306"][ctx.backend],
+        ),
+    )
 
 
 def _count(n: int) -> str:
@@ -797,9 +876,14 @@ def _count(n: int) -> str:
 
 def _order_swap(ctx: Context, gid: int, a: int, b: int) -> bool:
     """Do ranks a and b call the same multiset of collectives on this group, in a different order?"""
+
     def seq(rank):
-        return [op.kind for op in ctx.schedule.ops[rank] if getattr(op, "group", None) is not None
-                and hasattr(op, "kind") and op.group.id == gid]
+        return [
+            op.kind
+            for op in ctx.schedule.ops[rank]
+            if getattr(op, "group", None) is not None and hasattr(op, "kind") and op.group.id == gid
+        ]
+
     sa, sb = seq(a), seq(b)
     return sa != sb and sorted(sa) == sorted(sb)
 
@@ -811,5 +895,6 @@ def _pair(message, primary: _Member, secondary: _Member, label1, label2, help, n
     else:
         label1 = f"{label1}; {label2}"
     notes = (Note(message=note),) if note else ()
-    return lambda rule: rule.diagnostic(message, span=primary.op.span, label=label1, labels=labels, notes=notes,
-                                        help=help)
+    return lambda rule: rule.diagnostic(
+        message, span=primary.op.span, label=label1, labels=labels, notes=notes, help=help
+    )

@@ -72,7 +72,6 @@ class Deadlock(Rule):
     name = "deadlock"
     backend_doc = "p2p-completion"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for cycle in _deadlocks(ctx):
@@ -85,8 +84,14 @@ class Deadlock(Rule):
                 help = "reorder the ops so one side of each pair goes first, or post the exchange in a `batch:` block"
             else:
                 help = "reorder the ops so one side of each pair goes first, or use isend/irecv or `batch`"
-            yield cls.diagnostic(f"deadlock: ranks {ranks} wait for each other", span=span, label=label,
-                                 labels=labels, notes=notes, help=help)
+            yield cls.diagnostic(
+                f"deadlock: ranks {ranks} wait for each other",
+                span=span,
+                label=label,
+                labels=labels,
+                notes=notes,
+                help=help,
+            )
 
 
 class BufferingHazard(Rule):
@@ -143,7 +148,6 @@ class BufferingHazard(Rule):
     name = "buffering-hazard"
     backend_doc = "p2p-completion"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for cycle in _deadlocks(ctx):
@@ -153,24 +157,29 @@ class BufferingHazard(Rule):
             notes += (Note(message=BUFFERING[ctx.backend]),)
             if ctx.shared("completes-buffered", _completes_buffered):
                 notes += (Note(message="where sends return before their receive is posted, the program completes"),)
-            yield cls.diagnostic(f"deadlock: ranks {ranks} all block in `send` waiting for each other", span=span,
-                                 label=label, labels=labels, notes=notes,
-                                 help=UNBLOCK["nccl" if "nccl" in ctx.backends else "gloo"])
+            yield cls.diagnostic(
+                f"deadlock: ranks {ranks} all block in `send` waiting for each other",
+                span=span,
+                label=label,
+                labels=labels,
+                notes=notes,
+                help=UNBLOCK["nccl" if "nccl" in ctx.backends else "gloo"],
+            )
 
 
 BUFFERING = {
     "gloo": "on Gloo a blocking `send` returns only once the receiver posts its `recv`, at every message size: "
-            "this always hangs there",
+    "this always hangs there",
     "nccl": "on NCCL a `send` can finish before its `recv` is posted only when the message fits the peer's "
-            "buffer (under NCCL_BUFFSIZE, 4 MiB by default) and the pair has exchanged before: this may pass small "
-            "tests and hang with bigger tensors",
+    "buffer (under NCCL_BUFFSIZE, 4 MiB by default) and the pair has exchanged before: this may pass small "
+    "tests and hang with bigger tensors",
 }
 """What each backend's blocking send does, the reason a send cycle is a hazard there."""
 
 UNBLOCK = {
     "gloo": "post the exchange in a `batch:` block, use `isend`, or alternate send/recv order by rank parity",
     "nccl": "post the exchange in a `batch:` block, or alternate send/recv order by rank parity (on NCCL an `isend` "
-            "runs in issue order like a `send`)",
+    "runs in issue order like a `send`)",
 }
 """The fixes that break a send cycle on each backend (docs/backend-support.md#nccl-streams); a program checked
 for both gets NCCL's, which work on Gloo too."""
@@ -199,6 +208,7 @@ def _deadlocks(ctx: Context):
 def cycle_parts(ctx: Context, cycle):
     """(span, label, labels, notes, ranks text) of a wait-for cycle: the first edge is the primary span,
     each other statement of the cycle a secondary one."""
+
     def what(e):
         rec, _ = ctx.locate(e.op)
         text = f"rank {e.rank} at line {rec.span.line} `{ctx.text(rec.span)}`"
@@ -210,7 +220,7 @@ def cycle_parts(ctx: Context, cycle):
 
     steps = [f"{what(e)} waits for rank {e.target}" for e in cycle]
     if len(steps) > CHAIN:
-        steps = steps[:CHAIN - 1] + ["…", steps[-1]]
+        steps = steps[: CHAIN - 1] + ["…", steps[-1]]
     first = cycle[0]
     first_span = ctx.locate(first.op)[0].span
     labels, seen = [], {first_span}
@@ -226,9 +236,11 @@ def cycle_parts(ctx: Context, cycle):
     return (first_span, f"rank {first.rank} waits here for rank {first.target}", tuple(labels), tuple(notes), ranks)
 
 
-STREAM_ORDER = ("on NCCL a rank's point-to-point ops run one after another in issue order, async or not: an "
-                "`irecv` holds back the `isend`s posted after it until its message arrives; only a `batch:` lets "
-                "them progress together (NCCL user guide, point-to-point communication)")
+STREAM_ORDER = (
+    "on NCCL a rank's point-to-point ops run one after another in issue order, async or not: an "
+    "`irecv` holds back the `isend`s posted after it until its message arrives; only a `batch:` lets "
+    "them progress together (NCCL user guide, point-to-point communication)"
+)
 
 
 def in_stream_order(ctx: Context, cycle) -> bool:

@@ -25,7 +25,7 @@ def program_and_args(section: str) -> tuple[str, list[str]]:
     args: list[str] = []
     for line in re.findall(r"^\$ commdsl \w+ (.*)$", section, flags=re.M):
         words = line.split()
-        args = words[words.index(EXAMPLE_FILE) + 1:] if EXAMPLE_FILE in words else words
+        args = words[words.index(EXAMPLE_FILE) + 1 :] if EXAMPLE_FILE in words else words
     return programs[0], args
 
 
@@ -134,7 +134,7 @@ def render_docs() -> str:
     for (_, name, blurb), members in by_family.items():
         out.append(f"\n## {name} ({members[0].code[:2]}xx)\n\n{blurb}\n")
         for r in members:
-            out.append(f"\n<a id=\"{r.code.lower()}\"></a>\n\n### {title(r)}\n\n{_status(r)}\n\n")
+            out.append(f'\n<a id="{r.code.lower()}"></a>\n\n### {title(r)}\n\n{_status(r)}\n\n')
             out.append(re.sub(r"^## ", "#### ", r.docs().rstrip(), flags=re.M) + "\n")
     return "".join(out)
 

@@ -73,7 +73,6 @@ class UnmatchedSend(Rule):
     name = "unmatched-send"
     backend_doc = "p2p-completion"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _unmatched(ctx, cls, sends=True)
@@ -126,7 +125,6 @@ class UnmatchedRecv(Rule):
     name = "unmatched-recv"
     backend_doc = "p2p-completion"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         yield from _unmatched(ctx, cls, sends=False)
@@ -178,7 +176,6 @@ class TagMismatch(Rule):
     name = "tag-mismatch"
     backend_doc = "p2p-matching"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         posts = ctx.outcome.unmatched
@@ -190,10 +187,12 @@ class TagMismatch(Rule):
             s_rank, r_rank = (rank, peer) if is_send else (peer, rank)
             yield cls.diagnostic(
                 f"rank {s_rank} sends with tag {send_op.tag} but rank {r_rank} receives with tag {recv_op.tag}",
-                span=send_op.span, label=f"tag {send_op.tag}",
+                span=send_op.span,
+                label=f"tag {send_op.tag}",
                 labels=(Label(span=recv_op.span, message=f"tag {recv_op.tag}"),),
                 notes=(Note(message="Gloo matches messages by (peer, tag): neither side ever completes"),),
-                help="use the same tag on both sides")
+                help="use the same tag on both sides",
+            )
 
 
 class MessageSizeMismatch(Rule):
@@ -251,7 +250,6 @@ class MessageSizeMismatch(Rule):
     name = "message-size-mismatch"
     backend_doc = "message-mismatch"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for s, r in _mismatched_pairs(ctx):
@@ -259,18 +257,21 @@ class MessageSizeMismatch(Rule):
                 larger = r.view.numel > s.view.numel
                 yield cls.diagnostic(
                     f"rank {s.rank} sends {s.view.numel} elements but rank {r.rank} receives {r.view.numel}",
-                    span=s.span, label=f"sends {s.view.numel} elements",
+                    span=s.span,
+                    label=f"sends {s.view.numel} elements",
                     labels=(Label(span=r.span, message=f"receives {r.view.numel}"),),
-                    notes=(Note(message=SIZE_MISMATCH[ctx.backend, larger]),), help="size both views alike")
+                    notes=(Note(message=SIZE_MISMATCH[ctx.backend, larger]),),
+                    help="size both views alike",
+                )
 
 
 SIZE_MISMATCH = {
     ("gloo", True): "on Gloo the receive completes silently and its last elements keep their old values",
     ("gloo", False): "on Gloo the receiving process aborts (SIGABRT: `op.preamble.length <= op.nbytes`)",
     ("nccl", True): "NCCL requires equal counts and checks nothing: the receive may hang waiting for the rest, or "
-                    "complete with its last elements unwritten",
+    "complete with its last elements unwritten",
     ("nccl", False): "NCCL requires equal counts and checks nothing: the receive may complete without an error, "
-                     "holding part of the message",
+    "holding part of the message",
 }
 """What a receive larger (True) or smaller than its send does, per backend (docs/backend-support.md)."""
 
@@ -325,22 +326,24 @@ class MessageDtypeMismatch(Rule):
     name = "message-dtype-mismatch"
     backend_doc = "message-mismatch"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for s, r in _mismatched_pairs(ctx):
             if s.dtype != r.dtype:
                 yield cls.diagnostic(
-                    f"rank {s.rank} sends {s.dtype} but rank {r.rank} receives {r.dtype}", span=s.span,
-                    label=f"sends {s.dtype}", labels=(Label(span=r.span, message=f"receives {r.dtype}"),),
+                    f"rank {s.rank} sends {s.dtype} but rank {r.rank} receives {r.dtype}",
+                    span=s.span,
+                    label=f"sends {s.dtype}",
+                    labels=(Label(span=r.span, message=f"receives {r.dtype}"),),
                     notes=(Note(message=DTYPE_MISMATCH[ctx.backend]),),
-                    help="give both buffers the same dtype")
+                    help="give both buffers the same dtype",
+                )
 
 
 DTYPE_MISMATCH = {
     "gloo": "Gloo moves bytes: the receiver reinterprets them as its dtype and gets garbage, silently",
     "nccl": "NCCL requires the same datatype on both sides and checks nothing: the receiver gets garbage, and "
-            "where the byte counts differ the transfer is a size mismatch",
+    "where the byte counts differ the transfer is a size mismatch",
 }
 
 
@@ -403,7 +406,6 @@ class NcclTagReorder(Rule):
     about_backends = True
     backend_doc = "p2p-matching"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         if ctx.tagged is None or ctx.outcome.matches is None:
@@ -420,11 +422,17 @@ class NcclTagReorder(Rule):
             send, gloo, nccl = (ctx.schedule.op_at(*ctx.locate(i)) for i in (send_id, other, recv_id))
             yield cls.diagnostic(
                 f"on NCCL, this send from rank {_rank_of(ctx, send_id)} matches a different receive than on Gloo",
-                span=send.span, label=f"tag {send.tag}",
-                labels=(Label(span=gloo.span, message=f"Gloo matches it here, by tag {gloo.tag}"),
-                        Label(span=nccl.span, message="NCCL matches it here, in posting order")),
-                notes=(Note(message="NCCL ignores tags: messages between two ranks match in the order they are posted"),),
-                help="post sends and receives in the same order on both ranks instead of relying on tags")
+                span=send.span,
+                label=f"tag {send.tag}",
+                labels=(
+                    Label(span=gloo.span, message=f"Gloo matches it here, by tag {gloo.tag}"),
+                    Label(span=nccl.span, message="NCCL matches it here, in posting order"),
+                ),
+                notes=(
+                    Note(message="NCCL ignores tags: messages between two ranks match in the order they are posted"),
+                ),
+                help="post sends and receives in the same order on both ranks instead of relying on tags",
+            )
 
 
 class PeerOutOfRange(Rule):
@@ -473,7 +481,6 @@ class PeerOutOfRange(Rule):
     code = "P208"
     name = "peer-out-of-range"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         W = ctx.world
@@ -483,12 +490,16 @@ class PeerOutOfRange(Rule):
             rec = ctx.record(rid)
             op = ctx.op(rid, pos)
             if isinstance(rec, P2PRec):
-                yield cls.diagnostic(f"`{rec.word}` on rank {rank} names rank {op.peer}, outside world {W}",
-                                     span=op.span, label=f"ranks are 0..{W - 1}",
-                                     help="wrap the peer with `% world`, or guard the op with `on`")
+                yield cls.diagnostic(
+                    f"`{rec.word}` on rank {rank} names rank {op.peer}, outside world {W}",
+                    span=op.span,
+                    label=f"ranks are 0..{W - 1}",
+                    help="wrap the peer with `% world`, or guard the op with `on`",
+                )
             else:
-                yield cls.diagnostic(f"`{op.kind}` root {op.root} is outside world {W}", span=op.span,
-                                     label=f"ranks are 0..{W - 1}")
+                yield cls.diagnostic(
+                    f"`{op.kind}` root {op.root} is outside world {W}", span=op.span, label=f"ranks are 0..{W - 1}"
+                )
 
 
 class P2pWithSelf(Rule):
@@ -545,7 +556,6 @@ class P2pWithSelf(Rule):
     name = "p2p-with-self"
     backend_doc = "self-p2p"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for rank, rid, pos, problem in ctx.outcome.bad:
@@ -553,10 +563,13 @@ class P2pWithSelf(Rule):
                 continue
             rec, op = ctx.record(rid), ctx.op(rid, pos)
             direction = "to" if rec.is_send else "from"
-            yield cls.diagnostic(f"rank {rank} `{rec.word}`s {direction} itself", span=op.span,
-                                 label=f"peer is rank {op.peer}, the rank itself",
-                                 notes=(Note(message=_self_refused(ctx.backend, rec)),),
-                                 help="copy locally with `=`, or fix the peer expression")
+            yield cls.diagnostic(
+                f"rank {rank} `{rec.word}`s {direction} itself",
+                span=op.span,
+                label=f"peer is rank {op.peer}, the rank itself",
+                notes=(Note(message=_self_refused(ctx.backend, rec)),),
+                help="copy locally with `=`, or fix the peer expression",
+            )
 
 
 def _self_refused(backend: str, rec) -> str:
@@ -566,8 +579,10 @@ def _self_refused(backend: str, rec) -> str:
     if backend == "gloo":
         return "Gloo raises `RuntimeError: Pair is not connected`, inside a `batch` too"
     other = "recv" if rec.is_send else "send"
-    return (f"NCCL raises `ncclInvalidUsage` (`Trying to {rec.word.lstrip('i')} to self without a matching "
-            f"{other}`): it allows P2P with self only as a send and a receive in one `batch`")
+    return (
+        f"NCCL raises `ncclInvalidUsage` (`Trying to {rec.word.lstrip('i')} to self without a matching "
+        f"{other}`): it allows P2P with self only as a send and a receive in one `batch`"
+    )
 
 
 class PeerNotInGroup(Rule):
@@ -620,7 +635,6 @@ class PeerNotInGroup(Rule):
     code = "P210"
     name = "peer-not-in-group"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for rank, rid, pos, problem in ctx.outcome.bad:
@@ -629,11 +643,15 @@ class PeerNotInGroup(Rule):
                 continue
             op = ctx.op(rid, pos)
             who = f"rank {op.peer}" if problem == PEER_NOT_IN_GROUP else f"rank {rank} itself"
-            yield cls.diagnostic(f"`{rec.word}` in group `{op.group.name}`: {who} is not a member", span=op.span,
-                                 label=f"members are {list(op.group.ranks)}")
+            yield cls.diagnostic(
+                f"`{rec.word}` in group `{op.group.name}`: {who} is not a member",
+                span=op.span,
+                label=f"members are {list(op.group.ranks)}",
+            )
 
 
 # ---- what the P2P rules share ---------------------------------------------------------------------
+
 
 def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnostic]:
     posts = ctx.outcome.unmatched
@@ -648,10 +666,14 @@ def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnost
         tag = f" with tag {op.tag}" if op.tag else ""
         yield rule.diagnostic(
             f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} rank {peer} has no matching `{other}`",
-            span=op.span, label=f"rank {peer} {fate}",
-            notes=(Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),
-                   Note(message=_never_met(ctx.backend, rec, self_=peer == rank))),
-            help=_peer_hint(ctx, row))
+            span=op.span,
+            label=f"rank {peer} {fate}",
+            notes=(
+                Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),
+                Note(message=_never_met(ctx.backend, rec, self_=peer == rank)),
+            ),
+            help=_peer_hint(ctx, row),
+        )
 
 
 def _never_met(backend: str, rec, self_: bool) -> str:
@@ -660,16 +682,25 @@ def _never_met(backend: str, rec, self_: bool) -> str:
     if backend == "nccl":
         if self_:
             other = "recv" if rec.is_send else "send"
-            return (f"NCCL raises `ncclInvalidUsage` (`Trying to {word.lstrip('i')} to self without a matching "
-                    f"{other}`): a P2P op with self needs its partner in the same `batch`")
-        return ("on NCCL the call returns to Python, but its kernel never ends: what the rank issues after it on "
-                "that stream never runs, and the watchdog ends the process after its timeout (10 minutes by default)")
+            return (
+                f"NCCL raises `ncclInvalidUsage` (`Trying to {word.lstrip('i')} to self without a matching "
+                f"{other}`): a P2P op with self needs its partner in the same `batch`"
+            )
+        return (
+            "on NCCL the call returns to Python, but its kernel never ends: what the rank issues after it on "
+            "that stream never runs, and the watchdog ends the process after its timeout (10 minutes by default)"
+        )
     if rec.blocking:
         return f"on Gloo this `{word}` blocks until the process group's timeout (30 minutes by default), then raises"
-    lost = ("never waited, the message is lost when the rank exits" if rec.is_send
-            else "never waited, the buffer is never written")
-    return (f"on Gloo the `wait` of this `{word}` blocks until the process group's timeout (30 minutes by "
-            f"default), then raises; {lost}")
+    lost = (
+        "never waited, the message is lost when the rank exits"
+        if rec.is_send
+        else "never waited, the buffer is never written"
+    )
+    return (
+        f"on Gloo the `wait` of this `{word}` blocks until the process group's timeout (30 minutes by "
+        f"default), then raises; {lost}"
+    )
 
 
 def _peer_hint(ctx: Context, row: int) -> str | None:

@@ -16,8 +16,20 @@ running its examples.
 from __future__ import annotations
 
 from commdsl.collectives import all_to_all
-from commdsl.rules import (FAMILIES, Rule, backend, collectives, deadlock, idioms, names, p2p, requests, sizes, syntax,
-                           verify)
+from commdsl.rules import (
+    FAMILIES,
+    Rule,
+    backend,
+    collectives,
+    deadlock,
+    idioms,
+    names,
+    p2p,
+    requests,
+    sizes,
+    syntax,
+    verify,
+)
 
 FAMILY_ORDER = tuple(f.letter for f in FAMILIES)
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from commdsl.diagnostics import Diagnostic, Label, Note
+from commdsl.p2p import form
 from commdsl.rules import Rule
 from commdsl.schedule import Collective, Send
 
@@ -83,26 +84,37 @@ class RequestNeverWaited(Rule):
             seen.add(rid)
             rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
             yield cls.diagnostic(
-                f"the request of `{_word(op)}` on rank {rank} is never waited", span=op.span, label="never waited",
+                f"the request of `{_word(op)}` on rank {rank} is never waited",
+                span=op.span,
+                label="never waited",
                 notes=(Note(message=_unwaited(ctx.backend, op)),),
-                help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends")
+                help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends",
+            )
 
 
 def _unwaited(backend: str, op) -> str:
     """What becomes of an async op nobody waits for, per backend (docs/backend-support.md#async-ops)."""
     if backend == "nccl":
-        return ("on NCCL the op runs on its stream whether waited or not, but nothing orders the rank's later work "
-                "after it, and a rank that exits before it completes takes it down: the peer waits until the "
-                "watchdog fires")
+        return (
+            "on NCCL the op runs on its stream whether waited or not, but nothing orders the rank's later work "
+            "after it, and a rank that exits before it completes takes it down: the peer waits until the "
+            "watchdog fires"
+        )
     if type(op) is Send:
-        return ("on Gloo the message is lost if the rank exits before it is through: always when the receive is "
-                "posted later (the peer fails with `Connection closed by peer`), and for a large message even when "
-                "it was posted first")
+        return (
+            "on Gloo the message is lost if the rank exits before it is through: always when the receive is "
+            "posted later (the peer fails with `Connection closed by peer`), and for a large message even when "
+            "it was posted first"
+        )
     if type(op) is Collective:
-        return ("on Gloo the collective runs on a worker thread: if the rank exits before it ends, the other "
-                "members fail with `Connection closed by peer`")
-    return ("on Gloo the receive goes on after the rank moves past it: its buffer may be read before the data "
-            "lands, and if the rank exits first the sender fails with `Connection closed by peer`")
+        return (
+            "on Gloo the collective runs on a worker thread: if the rank exits before it ends, the other "
+            "members fail with `Connection closed by peer`"
+        )
+    return (
+        "on Gloo the receive goes on after the rank moves past it: its buffer may be read before the data "
+        "lands, and if the rank exits first the sender fails with `Connection closed by peer`"
+    )
 
 
 class RequestWaitedTwice(Rule):
@@ -160,18 +172,23 @@ class RequestWaitedTwice(Rule):
     name = "request-waited-twice"
     backend_doc = "waiting-twice"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for rank, op, wait_span, first_span in _double_waits(ctx):
             if ctx.backend == "gloo" and type(op) is not Collective:
                 yield cls.diagnostic(
                     f"`{_word(op)}` request on rank {rank} is waited twice: on Gloo the second wait times out",
-                    span=wait_span, label="second wait: blocks for the process group's timeout, then raises",
+                    span=wait_span,
+                    label="second wait: blocks for the process group's timeout, then raises",
                     labels=(Label(span=first_span, message="first waited here"),),
-                    notes=(Note(message="Gloo's send and receive requests wait for their message again; on NCCL, "
-                                        "and for collectives, a second wait returns at once"),),
-                    help="wait each request once: did this line mean another handle?")
+                    notes=(
+                        Note(
+                            message="Gloo's send and receive requests wait for their message again; on NCCL, "
+                            "and for collectives, a second wait returns at once"
+                        ),
+                    ),
+                    help="wait each request once: did this line mean another handle?",
+                )
 
 
 class RequestWaitedAgain(Rule):
@@ -227,16 +244,19 @@ class RequestWaitedAgain(Rule):
         for rank, op, wait_span, first_span in _double_waits(ctx):
             if ctx.backend == "gloo" and type(op) is not Collective:
                 continue  # R502
-            yield cls.diagnostic(f"request of `{_word(op)}` on rank {rank} is waited again: the second wait does "
-                                 "nothing", span=wait_span, label="second wait",
-                                 labels=(Label(span=first_span, message="first waited here"),),
-                                 help="wait each request once: did this line mean another handle?")
+            yield cls.diagnostic(
+                f"request of `{_word(op)}` on rank {rank} is waited again: the second wait does nothing",
+                span=wait_span,
+                label="second wait",
+                labels=(Label(span=first_span, message="first waited here"),),
+                help="wait each request once: did this line mean another handle?",
+            )
 
 
 def _double_waits(ctx: Context):
     """(rank, op, the second wait's span, the first wait's span) of every request waited twice."""
     req = ctx.schedule.requests
-    for q, wait_rid, wait_pos in ctx.outcome.double_waits:
+    for q, wait_rid, _ in ctx.outcome.double_waits:
         rank, op = int(req.rank[q]), ctx.op(req.record[q], req.pos[q])
         first, _ = ctx.locate(int(ctx.outcome.req_waited[q]))
         yield rank, op, ctx.record(wait_rid).span, first.span
@@ -311,27 +331,40 @@ class BufferInFlight(Rule):
             kind = "writes" if race.writes else "reads"
             flight = "receives into" if race.window_writes else "sends from"
             batched = getattr(w_rec, "batched", False)
-            yield cls.diagnostic(f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
-                                 span=rec.span, label=f"{kind} `{race.tensor}` here",
-                                 labels=(Label(span=w_rec.span, message="in the same batch" if batched
-                                               else "still in flight (not yet waited)"),),
-                                 notes=(Note(message=_in_flight(ctx.backend, window, batched)),),
-                                 help="`wait` the request before touching the buffer" if not batched else
-                                      "use separate buffers for the ops of one batch")
+            yield cls.diagnostic(
+                f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
+                span=rec.span,
+                label=f"{kind} `{race.tensor}` here",
+                labels=(
+                    Label(
+                        span=w_rec.span, message="in the same batch" if batched else "still in flight (not yet waited)"
+                    ),
+                ),
+                notes=(Note(message=_in_flight(ctx.backend, window, batched)),),
+                help="`wait` the request before touching the buffer"
+                if not batched
+                else "use separate buffers for the ops of one batch",
+            )
 
 
 def _in_flight(backend: str, window, batched: bool) -> str:
     """Why touching a buffer an async op holds is a race on the backend (docs/backend-support.md#async-ops)."""
     if batched:
-        return ("the ops of a batch run together (on NCCL as one group, on Gloo as separate `isend`s and `irecv`s): "
-                "which one touches the elements first depends on timing")
+        return (
+            "the ops of a batch run together (on NCCL as one group, on Gloo as separate `isend`s and `irecv`s): "
+            "which one touches the elements first depends on timing"
+        )
     if backend == "nccl":
-        return ("on NCCL the op runs on its own stream and only `wait` orders the rank's later work after it: the "
-                "two run concurrently, and the result depends on timing")
+        return (
+            "on NCCL the op runs on its own stream and only `wait` orders the rank's later work after it: the "
+            "two run concurrently, and the result depends on timing"
+        )
     if type(window) is Collective:
         return "on Gloo the collective runs on a worker thread until it ends: the result depends on timing"
-    return ("on Gloo the transport reads or writes the buffer on its own thread whenever the peer is ready: the "
-            "result depends on timing")
+    return (
+        "on Gloo the transport reads or writes the buffer on its own thread whenever the peer is ready: the "
+        "result depends on timing"
+    )
 
 
 class ReadAfterReduce(Rule):
@@ -383,7 +416,6 @@ class ReadAfterReduce(Rule):
     name = "read-after-reduce"
     backend_doc = "reduce-buffers"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
@@ -396,17 +428,20 @@ class ReadAfterReduce(Rule):
             seen.add(key)
             reduce = ctx.schedule.op_at(red_rec, red_pos)
             yield cls.diagnostic(
-                f"rank {u.rank} reads `{reduce.inputs[0].tensor}` after `reduce` to rank {reduce.root} left it undefined",
-                span=rec.span, label="reads an undefined buffer",
+                f"rank {u.rank} reads `{reduce.inputs[0].tensor}` after `reduce` to rank {reduce.root} "
+                "left it undefined",
+                span=rec.span,
+                label="reads an undefined buffer",
                 labels=(Label(span=red_rec.span, message=f"only rank {reduce.root} gets the result"),),
                 notes=(Note(message=NON_ROOT_AFTER_REDUCE[ctx.backend]),),
-                help="read it only on the root, or use `all_reduce`")
+                help="read it only on the root, or use `all_reduce`",
+            )
 
 
 NON_ROOT_AFTER_REDUCE = {
     "gloo": "Gloo uses the non-root buffers for its ring and leaves partial sums in them",
     "nccl": "on NCCL the non-root buffer keeps this rank's own input (NCCL writes the root's only): the read gets "
-            "the input, not the result",
+    "the input, not the result",
 }
 """What a non-root rank's buffer holds after `reduce`, per backend (docs/backend-support.md#reduce-buffers)."""
 
@@ -414,4 +449,4 @@ NON_ROOT_AFTER_REDUCE = {
 def _word(op) -> str:
     if type(op) is Collective:
         return op.kind
-    return "isend" if type(op) is Send else "irecv"
+    return form(type(op) is Send, op.blocking).word

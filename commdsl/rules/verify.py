@@ -52,7 +52,6 @@ class ExpectFailed(Rule):
     code = "V801"
     name = "expect-failed"
 
-
     @classmethod
     def from_simulation(cls, sim) -> Iterator[Diagnostic]:
         """One finding per failing `expect` statement, naming its first failing ranks."""
@@ -63,12 +62,18 @@ class ExpectFailed(Rule):
                 by_span.setdefault(rec.span, []).append((G[bad], bad, failed))
         for span, parts in by_span.items():
             ranks = np.unique(np.concatenate([g for g, _, _ in parts]))
-            first = sorted((int(r), failed.detail(int(k))) for g, ks, failed in parts
-                           for r, k in zip(g[:4].tolist(), ks[:4].tolist()))[:4]
+            first = sorted(
+                (int(r), failed.detail(int(k)))
+                for g, ks, failed in parts
+                for r, k in zip(g[:4].tolist(), ks[:4].tolist())
+            )[:4]
             shown = ", ".join(map(str, ranks[:8].tolist())) + (" …" if ranks.size > 8 else "")
-            yield cls.diagnostic(f"expectation fails on rank{'s' * (ranks.size > 1)} {shown}", span=span,
-                                 label=f"rank {first[0][0]}: {first[0][1]}",
-                                 notes=tuple(Note(message=f"rank {r}: {d}") for r, d in first[1:4]))
+            yield cls.diagnostic(
+                f"expectation fails on rank{'s' * (ranks.size > 1)} {shown}",
+                span=span,
+                label=f"rank {first[0][0]}: {first[0][1]}",
+                notes=tuple(Note(message=f"rank {r}: {d}") for r, d in first[1:4]),
+            )
 
 
 class IntegerDivisionByZero(Rule):
@@ -124,11 +129,17 @@ class IntegerDivisionByZero(Rule):
             ranks, elements = ranks[order], elements[order]
             unique, first = np.unique(ranks, return_index=True)
             yield cls.diagnostic(
-                f"integer division by zero on rank{'s' * (unique.size > 1)} {rank_list(unique.tolist())}", span=span,
+                f"integer division by zero on rank{'s' * (unique.size > 1)} {rank_list(unique.tolist())}",
+                span=span,
                 label=f"the divisor is 0 at element {int(elements[first[0]])} on rank {int(unique[0])}",
-                notes=(Note(message="torch stops the rank with `RuntimeError: ZeroDivisionError` on CPU tensors; "
-                                    "on CUDA tensors the result is undefined"),),
-                help="guard the divisor, e.g. `max(d, 1)`, or divide in floating point")
+                notes=(
+                    Note(
+                        message="torch stops the rank with `RuntimeError: ZeroDivisionError` on CPU tensors; "
+                        "on CUDA tensors the result is undefined"
+                    ),
+                ),
+                help="guard the divisor, e.g. `max(d, 1)`, or divide in floating point",
+            )
 
 
 class OrderDependentSum(Rule):
@@ -196,18 +207,30 @@ class OrderDependentSum(Rule):
     def from_simulation(cls, sim) -> Iterator[Diagnostic]:
         """One finding per collective statement, with its first order-dependent element."""
         found: dict = {}
-        for rec, p, r, flags, values, exact in sim.data.order_found:
+        for rec, _p, r, flags, values, exact in sim.data.order_found:
             found.setdefault(rec.span, (rec, r, flags, values, exact))
         reads = sorted({e.span.line for e in sim.data.order_read})
         for span, (rec, r, flags, values, exact) in found.items():
             k = int(np.argmax(flags))
             got, want = np.asarray(values).reshape(-1)[k].item(), exact[k].item()
-            notes = [Note(message=f"added in rank order element {k} is {got!r}; the exact sum rounds to {want!r} "
-                                  f"({rec.dtype}): a backend's order may give either, or another value")]
+            notes = [
+                Note(
+                    message=f"added in rank order element {k} is {got!r}; the exact sum rounds to {want!r} "
+                    f"({rec.dtype}): a backend's order may give either, or another value"
+                )
+            ]
             if reads:
                 lines = ", ".join(map(str, reads))
-                notes.append(Note(message=f"the `expect` at line{'s' * (len(reads) > 1)} {lines} reads these values: "
-                                          "it may hold in the simulator and fail on a real run"))
-            yield cls.diagnostic("the result of this sum depends on the order the ranks are added in", span=span,
-                                 label=f"rank {r}, element {k}", notes=tuple(notes),
-                                 help="sum in a wider dtype (float64), or keep the terms from cancelling")
+                notes.append(
+                    Note(
+                        message=f"the `expect` at line{'s' * (len(reads) > 1)} {lines} reads these values: "
+                        "it may hold in the simulator and fail on a real run"
+                    )
+                )
+            yield cls.diagnostic(
+                "the result of this sum depends on the order the ranks are added in",
+                span=span,
+                label=f"rank {r}, element {k}",
+                notes=tuple(notes),
+                help="sum in a wider dtype (float64), or keep the terms from cancelling",
+            )

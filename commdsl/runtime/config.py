@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 SUMMARY_ABOVE = 1024
 """A tensor with more elements is summarised in `--report` (shape, dtype, checksum, its first and last
 elements) unless every value was asked for (`--report-values`): a 64 M-element tensor once made a 1.2 GB file."""

@@ -51,8 +51,13 @@ _FIELDS = ("names", "rank", "world", "local_rank", "local_world")
 _SETS = (
     # (source, rank var, world var, local rank var, local world var)
     ("environment", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    (
+        "mpirun",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
     ("mpiexec (PMI)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None),
 )
@@ -91,8 +96,10 @@ def placement(env: Mapping[str, str] | None = None) -> Placement:
     env = os.environ if env is None else env
     found = _found(env)
     if not found:
-        raise EnvError("no launcher variables found (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID); "
-                       "run with `--nproc N`, or start one process per rank with torchrun, mpirun or srun")
+        raise EnvError(
+            "no launcher variables found (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID); "
+            "run with `--nproc N`, or start one process per rank with torchrun, mpirun or srun"
+        )
     by_source = {f.source: f for f in found}
     env_set = by_source.get("environment")
     if "TORCHELASTIC_RUN_ID" in env and env_set is not None:
@@ -115,7 +122,8 @@ def placement(env: Mapping[str, str] | None = None) -> Placement:
                 raise EnvError(
                     f"the launchers disagree on this process's {what}: {name_b}={b} ({other.source}) but "
                     f"{name_a}={a} ({chosen.source}); a script probably exported one set over the other: "
-                    + (f"unset {name_b}" if other.source == "environment" else "start the job with one launcher"))
+                    + (f"unset {name_b}" if other.source == "environment" else "start the job with one launcher")
+                )
     local_rank = chosen.local_rank
     if local_rank is None:
         local_rank = _int(env, "LOCAL_RANK")
@@ -125,17 +133,24 @@ def placement(env: Mapping[str, str] | None = None) -> Placement:
     addr = env.get("MASTER_ADDR", "").strip()
     port = _int(env, "MASTER_PORT")
     if not addr or port is None:
-        how = {"torchrun": "torchrun sets them itself",
-               "mpirun": "export them to every rank, e.g. `mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500 ...`",
-               "mpiexec (PMI)": "export them to every rank, e.g. `mpiexec -genv MASTER_ADDR host0 ...`",
-               "srun": "export them before srun, e.g. MASTER_ADDR=$(scontrol show hostnames | head -n1)",
-               }.get(chosen.source, "set them to the address and a free port of the rank-0 host")
+        how = {
+            "torchrun": "torchrun sets them itself",
+            "mpirun": "export them to every rank, e.g. `mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500 ...`",
+            "mpiexec (PMI)": "export them to every rank, e.g. `mpiexec -genv MASTER_ADDR host0 ...`",
+            "srun": "export them before srun, e.g. MASTER_ADDR=$(scontrol show hostnames | head -n1)",
+        }.get(chosen.source, "set them to the address and a free port of the rank-0 host")
         raise EnvError(f"MASTER_ADDR and MASTER_PORT must name the rank-0 host and a free port: {how}")
     if not 0 < port < 65536:
         raise EnvError(f"MASTER_PORT={port} is not a TCP port")
-    return Placement(rank=chosen.rank, world=chosen.world, local_rank=local_rank if local_rank is not None else 0,
-                     local_world=local_world if local_world is not None else 1, master_addr=addr,
-                     master_port=port, source=chosen.source)
+    return Placement(
+        rank=chosen.rank,
+        world=chosen.world,
+        local_rank=local_rank if local_rank is not None else 0,
+        local_world=local_world if local_world is not None else 1,
+        master_addr=addr,
+        master_port=port,
+        source=chosen.source,
+    )
 
 
 def _slurm_tasks_on_node(env: Mapping[str, str]) -> int | None:
@@ -173,6 +188,8 @@ def choose_backend(requested: str, local_ranks: int) -> str:
     if gpus == 0:
         raise EnvError("--backend nccl needs CUDA GPUs, and none is visible on this node")
     if gpus < local_ranks:
-        raise EnvError(f"--backend nccl runs one rank per GPU, but this node has {local_ranks} ranks and "
-                       f"{gpus} visible GPU{'s' * (gpus != 1)}; lower --nproc or use --backend gloo")
+        raise EnvError(
+            f"--backend nccl runs one rank per GPU, but this node has {local_ranks} ranks and "
+            f"{gpus} visible GPU{'s' * (gpus != 1)}; lower --nproc or use --backend gloo"
+        )
     return "nccl"

@@ -86,8 +86,16 @@ def run_rank(cfg: RunConfig, program: Program, place: Placement, backend: str) -
     records: list[str] = []
     slot = progress.Slot()
     slot.start(place.rank)
-    run.failed = execute(run.schedule, place.rank, place.local_rank, backend, timeout.total_seconds(), slot,
-                         lambda kind, payload: records.append(line(kind, payload)), store=store)
+    run.failed = execute(
+        run.schedule,
+        place.rank,
+        place.local_rank,
+        backend,
+        timeout.total_seconds(),
+        slot,
+        lambda kind, payload: records.append(line(kind, payload)),
+        store=store,
+    )
     ours.set(f"result/{place.rank}", "".join(records))
     if place.rank == 0:
         run.results = _gather(ours, place.world, cfg.timeout + _GRACE_S)

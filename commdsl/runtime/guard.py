@@ -92,8 +92,9 @@ class Guard(threading.Thread):
             if self.verbose:
                 self._announce(slots)
             self._sample_exits(slots)
-            stuck = [s.local_rank for s in slots
-                     if waits_on_others(self.schedule, s) and now - s.since_ns > self.timeout_ns]
+            stuck = [
+                s.local_rank for s in slots if waits_on_others(self.schedule, s) and now - s.since_ns > self.timeout_ns
+            ]
             if stuck:
                 # a stopped worker waits on nobody, so it is never past the deadline itself: it is what the
                 # others wait for, and the culprit to name (looked at before the SIGKILL that ends it)

@@ -13,7 +13,6 @@ Whatever happens, every worker is gone when `run_local` returns.
 from __future__ import annotations
 
 import dataclasses
-
 import glob
 import logging
 import os
@@ -67,8 +66,14 @@ def _quiet_torch_logs(verbose: bool) -> None:
         log.propagate = False
 
 
-def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entry=local_entry,
-              listener: socket.socket | None = None) -> LocalRun:
+def run_local(
+    schedule: Schedule,
+    text: str,
+    backend: str,
+    opts: RunConfig,
+    entry=local_entry,
+    listener: socket.socket | None = None,
+) -> LocalRun:
     """Launch this node's `opts.nproc` workers on `schedule` (already checked) and wait for them.
 
     `entry(job)` is what each worker runs (`commdsl bench` passes its own loop); it keeps the slot
@@ -84,9 +89,14 @@ def run_local(schedule: Schedule, text: str, backend: str, opts: RunConfig, entr
         endpoint = rendezvous.Endpoint.parse(opts.rdzv_endpoint)
         if opts.nnodes == 1 and listener is None:
             listener = rendezvous.listen(endpoint)
-        joined = rendezvous.join(endpoint, run_id, opts.nnodes,
-                                 None if opts.rdzv_backend == "c10d" and opts.nnodes > 1 else opts.node_rank,
-                                 rdzv_timeout, sock=listener)
+        joined = rendezvous.join(
+            endpoint,
+            run_id,
+            opts.nnodes,
+            None if opts.rdzv_backend == "c10d" and opts.nnodes > 1 else opts.node_rank,
+            rdzv_timeout,
+            sock=listener,
+        )
     except (rendezvous.EndpointError, OSError, RuntimeError) as e:
         if listener is not None:
             listener.close()
@@ -118,14 +128,33 @@ def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, 
 
     log_dir = opts.log_dir or os.path.join(run_dir, "logs")
     board = progress.Board(os.path.join(run_dir, "progress"), opts.nproc, create=True)
-    job = Job(schedule=schedule if start_method == "fork" else None, path=opts.path, text=text, world=schedule.world,
-              params=opts.params, backend=backend, timeout=opts.timeout, run_dir=run_dir,
-              close_fds=(joined.listen_fd,) if start_method == "fork" and joined.listen_fd is not None else ())
+    job = Job(
+        schedule=schedule if start_method == "fork" else None,
+        path=opts.path,
+        text=text,
+        world=schedule.world,
+        params=opts.params,
+        backend=backend,
+        timeout=opts.timeout,
+        run_dir=run_dir,
+        close_fds=(joined.listen_fd,) if start_method == "fork" and joined.listen_fd is not None else (),
+    )
     fields = dict(
-        min_nodes=opts.nnodes, max_nodes=opts.nnodes, nproc_per_node=opts.nproc, run_id=run_id, role="commdsl",
-        rdzv_backend=rendezvous.BACKEND, rdzv_endpoint=f"{joined.host}:{joined.port}", rdzv_configs={},
-        max_restarts=0, monitor_interval=0.05, start_method=start_method, shutdown_timeout=5,
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL), local_addr=None)
+        min_nodes=opts.nnodes,
+        max_nodes=opts.nnodes,
+        nproc_per_node=opts.nproc,
+        run_id=run_id,
+        role="commdsl",
+        rdzv_backend=rendezvous.BACKEND,
+        rdzv_endpoint=f"{joined.host}:{joined.port}",
+        rdzv_configs={},
+        max_restarts=0,
+        monitor_interval=0.05,
+        start_method=start_method,
+        shutdown_timeout=5,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL),
+        local_addr=None,
+    )
     # LaunchConfig grew fields across releases (shutdown_timeout is new in 2.13; torch 2.11 rejects it):
     # pass the ones this torch has, the others keep their (older) behaviour
     known = {f.name for f in dataclasses.fields(LaunchConfig)}
@@ -137,9 +166,10 @@ def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, 
     try:
         elastic_launch(config, entry)(job)
     except ChildFailedError as e:
-        run.evidence.agent = {rank: {"pid": f.pid, "exitcode": f.exitcode,
-                                     "signal": f.signal_name() if f.exitcode < 0 else None}
-                              for rank, f in e.failures.items()}
+        run.evidence.agent = {
+            rank: {"pid": f.pid, "exitcode": f.exitcode, "signal": f.signal_name() if f.exitcode < 0 else None}
+            for rank, f in e.failures.items()
+        }
     except (SignalException, KeyboardInterrupt):
         run.interrupted = True
     except Exception as e:  # noqa: BLE001 - rendezvous and agent failures: report, never a traceback
@@ -151,8 +181,9 @@ def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, 
         run.wall_s = time.perf_counter() - started
         run.hang = guard.hang
         run.evidence.slots = board.snapshot()
-        run.evidence.exits = {s.rank: guard.exits[s.local_rank] for s in run.evidence.slots
-                              if s.local_rank in guard.exits}
+        run.evidence.exits = {
+            s.rank: guard.exits[s.local_rank] for s in run.evidence.slots if s.local_rank in guard.exits
+        }
         _collect(run, run_dir, log_dir)
         if opts.log_dir is not None:
             for f in glob.glob(os.path.join(run_dir, "rank*.jsonl")):

@@ -28,14 +28,22 @@ import torch.distributed as dist
 
 from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
+from commdsl.p2p import form
 from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
 Step = Callable[[], None]
 
-REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
-              "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
-              "bxor": dist.ReduceOp.BXOR, "avg": dist.ReduceOp.AVG}
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "product": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "band": dist.ReduceOp.BAND,
+    "bor": dist.ReduceOp.BOR,
+    "bxor": dist.ReduceOp.BXOR,
+    "avg": dist.ReduceOp.AVG,
+}
 
 
 @dataclass
@@ -92,10 +100,12 @@ def torch_lib(device: torch.device) -> ArrayLib:
             if not torch.is_tensor(a) and not torch.is_tensor(b):
                 return fn(torch.as_tensor(a), torch.as_tensor(b)).item()
             return fn(torch.as_tensor(a, device=device), torch.as_tensor(b, device=device))
+
         return call
 
-    return ArrayLib(lambda n: torch.arange(n, dtype=torch.int64, device=device),
-                    both(torch.minimum), both(torch.maximum), torch.abs)
+    return ArrayLib(
+        lambda n: torch.arange(n, dtype=torch.int64, device=device), both(torch.minimum), both(torch.maximum), torch.abs
+    )
 
 
 CHUNK = 1 << 20
@@ -157,8 +167,16 @@ def _from(e, start: int):
 
 def build_steps(ops, ctx: Context) -> list[Step]:
     """One closure per op, in order."""
-    builders = {Compute: _compute, Expect: _expect, Print: _print, Send: _p2p, Recv: _p2p, Batch: _batch,
-                Wait: _wait, Collective: _collective}
+    builders = {
+        Compute: _compute,
+        Expect: _expect,
+        Print: _print,
+        Send: _p2p,
+        Recv: _p2p,
+        Batch: _batch,
+        Wait: _wait,
+        Collective: _collective,
+    }
     return [builders[type(op)](op, index, ctx) for index, op in enumerate(ops)]
 
 
@@ -170,6 +188,7 @@ def _blocking(call: Step, ctx: Context) -> Step:
     def step():
         call()
         sync()
+
     return step
 
 
@@ -179,13 +198,18 @@ def _group(g, ctx: Context):
 
 # ---- local ops ------------------------------------------------------------------------------------
 
+
 def _compute(op: Compute, index: int, ctx: Context) -> Step:
     target = ctx.view(op.target)
     lib, read, shape, value, kind = torch_lib(ctx.device), ctx.view, op.target.shape, op.value, op.op
     combine = {"+=": torch.add, "-=": torch.sub, "*=": torch.mul, "/=": torch.true_divide}.get(kind)
     in_place = {"+=": "add_", "-=": "sub_", "*=": "mul_"}.get(kind)
-    if (in_place and value[0] == "v" and not value[1].overlaps(op.target)
-            and ctx.dtypes[value[1].tensor] == ctx.dtypes[op.target.tensor]):
+    if (
+        in_place
+        and value[0] == "v"
+        and not value[1].overlaps(op.target)
+        and ctx.dtypes[value[1].tensor] == ctx.dtypes[op.target.tensor]
+    ):
         # `x.chunk(k, world) += tmp`: one pass and no temporaries, where copy, add, copy back cost a ring
         # all-reduce half its time (docs/benchmarks.md, Bench); same dtype, so no promotion to mimic
         update, source = getattr(target, in_place), ctx.view(value[1])
@@ -203,6 +227,7 @@ def _compute(op: Compute, index: int, ctx: Context) -> Step:
             target.copy_(v)
         else:
             target.fill_(v)
+
     return step
 
 
@@ -232,7 +257,7 @@ def _expect(op: Expect, index: int, ctx: Context) -> Step:
                 expected = np.broadcast_to(np.asarray(evaluate(_from(op.value, start), read, (n,), NUMPY)), (n,))
                 ok, detail = judge(read(op.view), expected, op.cmp, dtype)
             if not ok:
-                detail = re.sub(r"^element (\d+)", lambda m: f"element {start + int(m.group(1))}", detail)
+                detail = re.sub(r"^element (\d+)", lambda m, start=start: f"element {start + int(m.group(1))}", detail)
                 break
         ctx.emit("expect", {"index": index, "ok": ok, "detail": detail})
 
@@ -243,6 +268,7 @@ def _print(op: Print, index: int, ctx: Context) -> Step:
     def step():
         lines = [f"{text} = {_repr(ctx.view(v))}" for text, v in zip(op.texts, op.views, strict=True)]
         ctx.emit("print", {"index": index, "lines": lines})
+
     return step
 
 
@@ -258,26 +284,36 @@ def _repr(t: torch.Tensor) -> str:
 
 # ---- point-to-point -------------------------------------------------------------------------------
 
+
 def _p2p(op: Send | Recv, index: int, ctx: Context) -> Step:
     t, peer, tag, group = ctx.view(op.view), op.peer, op.tag, _group(op.group, ctx)
+    fn = form(isinstance(op, Send), op.blocking).function
     if op.blocking:
-        fn = dist.send if isinstance(op, Send) else dist.recv
         return _blocking(lambda: fn(t, peer, group=group, tag=tag), ctx)
-    fn = dist.isend if isinstance(op, Send) else dist.irecv
     reqs, req = ctx.reqs, op.req
 
     def post():
         reqs[req] = fn(t, peer, group=group, tag=tag)
+
     return post
 
 
 def _batch(op: Batch, index: int, ctx: Context) -> Step:
-    p2p = [dist.P2POp(dist.isend if isinstance(o, Send) else dist.irecv, ctx.view(o.view), o.peer,
-                      _group(o.group, ctx), o.tag) for o in op.ops]
+    p2p = [
+        dist.P2POp(
+            form(isinstance(o, Send), o.blocking).batched.function,
+            ctx.view(o.view),
+            o.peer,
+            _group(o.group, ctx),
+            o.tag,
+        )
+        for o in op.ops
+    ]
 
     def step():
         for work in dist.batch_isend_irecv(p2p):
             work.wait()
+
     return _blocking(step, ctx)
 
 
@@ -290,10 +326,12 @@ def _wait(op: Wait, index: int, ctx: Context) -> Step:
             if work is None:
                 raise RuntimeError(f"request {r} was never posted")
             work.wait()  # a second wait is torch's too: a no-op, or on Gloo's send and recv a timeout (R502)
+
     return _blocking(step, ctx)
 
 
 # ---- collectives ----------------------------------------------------------------------------------
+
 
 def _redop(op: Collective, ctx: Context):
     if op.redop == "premul_sum":
@@ -309,12 +347,21 @@ def _collective(op: Collective, index: int, ctx: Context) -> Step:
     kind = KINDS[op.kind]
     red = _redop(op, ctx) if kind.reducing else None
     device_ids = [ctx.device.index] if ctx.backend == "nccl" else None
-    call = kind.torch_call(op, [ctx.view(v) for v in op.inputs], [ctx.view(v) for v in op.outputs],
-                           _group(op.group, ctx), red, op.root == ctx.rank, len(op.group.ranks), device_ids)
+    call = kind.torch_call(
+        op,
+        [ctx.view(v) for v in op.inputs],
+        [ctx.view(v) for v in op.outputs],
+        _group(op.group, ctx),
+        red,
+        op.root == ctx.rank,
+        len(op.group.ranks),
+        device_ids,
+    )
     if op.req is None:
         return _blocking(lambda: call(False), ctx)
     reqs, req = ctx.reqs, op.req
 
     def post():
         reqs[req] = call(True)
+
     return post

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-
 def encode_array(values: np.ndarray) -> dict:
     a = np.ascontiguousarray(values)
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode("ascii")}

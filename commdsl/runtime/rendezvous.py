@@ -54,7 +54,7 @@ class Endpoint:
     port: int
 
     @classmethod
-    def parse(cls, text: str) -> "Endpoint":
+    def parse(cls, text: str) -> Endpoint:
         host, sep, port = text.rpartition(":")
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
         if not sep or not host or not port.isdigit() or not port.isascii() or not 0 <= int(port) < 65536:
@@ -87,8 +87,10 @@ def listen(endpoint: Endpoint) -> socket.socket:
         except OSError as e:
             sock.close()
             if e.errno == errno.EADDRINUSE:
-                raise EndpointError(f"--rdzv-endpoint {endpoint}: the port is not available here ({e.strerror}); "
-                                    "another run may be using it: pick a free port, or omit the flag for one") from None
+                raise EndpointError(
+                    f"--rdzv-endpoint {endpoint}: the port is not available here ({e.strerror}); "
+                    "another run may be using it: pick a free port, or omit the flag for one"
+                ) from None
             last = e
     raise last or OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
 
@@ -142,8 +144,10 @@ def _client(endpoint: Endpoint, timeout: timedelta):
     try:
         return dist.TCPStore(endpoint.host, endpoint.port, None, False, timeout)
     except (RuntimeError, ValueError) as e:
-        raise EndpointError(f"--rdzv-endpoint {endpoint}: no rendezvous store answered there within "
-                            f"{timeout.total_seconds():g} s ({str(e).splitlines()[0]})") from None
+        raise EndpointError(
+            f"--rdzv-endpoint {endpoint}: no rendezvous store answered there within "
+            f"{timeout.total_seconds():g} s ({str(e).splitlines()[0]})"
+        ) from None
 
 
 @dataclass
@@ -158,8 +162,14 @@ class Joined:
     listen_fd: int | None = None  # the store's listening socket, which forked workers inherit and close
 
 
-def join(endpoint: Endpoint, run_id: str, nnodes: int, node_rank: int | None, timeout_s: float,
-         sock: socket.socket | None = None) -> Joined:
+def join(
+    endpoint: Endpoint,
+    run_id: str,
+    nnodes: int,
+    node_rank: int | None,
+    timeout_s: float,
+    sock: socket.socket | None = None,
+) -> Joined:
     """Host or reach the job's store and claim a node slot; wait until all `nnodes` nodes have.
 
     `node_rank` None: ranks go by arrival and the node whose machine has the endpoint's address hosts
@@ -190,13 +200,17 @@ def join(endpoint: Endpoint, run_id: str, nnodes: int, node_rank: int | None, ti
             raise EndpointError(f"--rdzv-endpoint {endpoint}: the store there serves no commdsl job") from None
         other = store.get(_PREFIX + "job").decode("utf-8", "replace")
         if other != run_id:
-            raise EndpointError(f"--rdzv-endpoint {endpoint}: the store there serves job {other!r}, not "
-                                f"{run_id!r}; every job needs its own endpoint")
+            raise EndpointError(
+                f"--rdzv-endpoint {endpoint}: the store there serves job {other!r}, not "
+                f"{run_id!r}; every job needs its own endpoint"
+            )
     job = f"{_PREFIX}{run_id}/"
     arrived = store.add(job + "nodes", 1)
     if arrived > nnodes:
-        raise EndpointError(f"--rdzv-endpoint {endpoint}: job {run_id!r} already has its {nnodes} node"
-                            f"{'s' * (nnodes != 1)}; start a new job with a new --rdzv-id")
+        raise EndpointError(
+            f"--rdzv-endpoint {endpoint}: job {run_id!r} already has its {nnodes} node"
+            f"{'s' * (nnodes != 1)}; start a new job with a new --rdzv-id"
+        )
     rank = arrived - 1 if node_rank is None else node_rank
     if node_rank is not None and store.add(f"{job}node/{node_rank}", 1) != 1:
         raise EndpointError(f"--rdzv-endpoint {endpoint}: node rank {node_rank} of job {run_id!r} has joined already")
@@ -206,8 +220,9 @@ def join(endpoint: Endpoint, run_id: str, nnodes: int, node_rank: int | None, ti
         store.wait([job + "complete"], timeout)
     except Exception:  # noqa: BLE001 - torch raises its own DistStoreError on timeout
         seen = store.add(job + "nodes", 0)
-        raise EndpointError(f"--rdzv-endpoint {endpoint}: {seen} of {nnodes} nodes joined job {run_id!r} within "
-                            f"{timeout_s:g} s") from None
+        raise EndpointError(
+            f"--rdzv-endpoint {endpoint}: {seen} of {nnodes} nodes joined job {run_id!r} within {timeout_s:g} s"
+        ) from None
     return Joined(store=store, host=host, port=port, node_rank=rank, hosting=hosting, listen_fd=listen_fd)
 
 

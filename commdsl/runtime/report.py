@@ -33,8 +33,12 @@ def tensor_summary(values: np.ndarray) -> dict:
     for start in range(0, len(flat), 1 << 20):
         part = np.ascontiguousarray(flat[start : start + (1 << 20)])
         digest.update(part.astype(part.dtype.newbyteorder("<"), copy=False).tobytes())
-    return {"numel": int(len(flat)), "sha256": digest.hexdigest(), "first": _json_values(np.asarray(flat[:EDGE])),
-            "last": _json_values(np.asarray(flat[-EDGE:]))}
+    return {
+        "numel": int(len(flat)),
+        "sha256": digest.hexdigest(),
+        "first": _json_values(np.asarray(flat[:EDGE])),
+        "last": _json_values(np.asarray(flat[-EDGE:])),
+    }
 
 
 def _scalar(v):
@@ -52,8 +56,9 @@ def _json_values(a: np.ndarray):
 
 
 def _origin(results: dict[int, RankResult]) -> int:
-    starts = [r.init[0] for r in results.values() if r.init[0]] + [t[0] for r in results.values() for t in r.times[:1]
-                                                                   if t[0]]
+    starts = [r.init[0] for r in results.values() if r.init[0]] + [
+        t[0] for r in results.values() for t in r.times[:1] if t[0]
+    ]
     return min(starts) if starts else 0
 
 
@@ -66,14 +71,33 @@ def timings(schedule: Schedule, source_text: str, results: dict[int, RankResult]
             if not t0:
                 continue
             at = where(schedule, source_text, rank, index)
-            out.append({"rank": rank, "index": index, "line": at.line, "op": at.text,
-                        "start_us": round((t0 - origin) / 1e3, 3), "duration_us": round((t1 - t0) / 1e3, 3)})
+            out.append(
+                {
+                    "rank": rank,
+                    "index": index,
+                    "line": at.line,
+                    "op": at.text,
+                    "start_us": round((t0 - origin) / 1e3, 3),
+                    "duration_us": round((t1 - t0) / 1e3, 3),
+                }
+            )
     return out
 
 
-def build_report(*, schedule: Schedule, source_text: str, backend: str, start_method: str | None,
-                 verdict: Verdict, results: dict[int, RankResult], failures: list[Failure],
-                 hang: list[dict] | None, timeout: float, wall_s: float, values: bool = False) -> dict:
+def build_report(
+    *,
+    schedule: Schedule,
+    source_text: str,
+    backend: str,
+    start_method: str | None,
+    verdict: Verdict,
+    results: dict[int, RankResult],
+    failures: list[Failure],
+    hang: list[dict] | None,
+    timeout: float,
+    wall_s: float,
+    values: bool = False,
+) -> dict:
     """The report; `values`: every element of every tensor, however large (else large ones are summarised)."""
     ranks = []
     for rank, r in sorted(results.items()):
@@ -86,8 +110,16 @@ def build_report(*, schedule: Schedule, source_text: str, backend: str, start_me
                     tensors[name]["values"] = _json_values(np.asarray(data).reshape(spec.shape))
                 else:
                     tensors[name]["summary"] = tensor_summary(data)
-        ranks.append({"rank": rank, "pid": r.pid, "host": r.host, "finished": r.finished,
-                      "prints": [ln for p in r.prints for ln in p["lines"]], "tensors": tensors})
+        ranks.append(
+            {
+                "rank": rank,
+                "pid": r.pid,
+                "host": r.host,
+                "finished": r.finished,
+                "prints": [ln for p in r.prints for ln in p["lines"]],
+                "tensors": tensors,
+            }
+        )
     return {
         "version": REPORT_VERSION,
         "ok": verdict.ok and not failures and not hang,
@@ -102,15 +134,43 @@ def build_report(*, schedule: Schedule, source_text: str, backend: str, start_me
         "compared_with_simulator": verdict.sim_complete,
         "ranks": ranks,
         "expects": verdict.expects,
-        "mismatches": [{"rank": m.rank, "tensor": m.tensor, "count": m.count, "first_index": m.index,
-                        "actual": _scalar(m.actual), "expected": _scalar(m.expected)} for m in verdict.mismatches],
-        "disagreements": [{"tensor": d.tensor, "ranks": list(d.ranks), "count": d.count, "first_index": d.index,
-                           "values": [_scalar(x) for x in d.values], "more_ranks": d.more} for d in verdict.disagreements],
+        "mismatches": [
+            {
+                "rank": m.rank,
+                "tensor": m.tensor,
+                "count": m.count,
+                "first_index": m.index,
+                "actual": _scalar(m.actual),
+                "expected": _scalar(m.expected),
+            }
+            for m in verdict.mismatches
+        ],
+        "disagreements": [
+            {
+                "tensor": d.tensor,
+                "ranks": list(d.ranks),
+                "count": d.count,
+                "first_index": d.index,
+                "values": [_scalar(x) for x in d.values],
+                "more_ranks": d.more,
+            }
+            for d in verdict.disagreements
+        ],
         "order_dependent_elements": verdict.order_dependent,
         "undefined_elements": verdict.undefined,
         "tolerance": {d: {"rtol": TOLERANCE[d][0], "atol": TOLERANCE[d][1]} for d in verdict.dtypes if d in TOLERANCE},
-        "failures": [{"rank": f.rank, "kind": f.kind, "cause": f.cause, "line": f.at.line, "op": f.at.text,
-                      "pid": f.pid, "culprit": i == 0} for i, f in enumerate(failures)],
+        "failures": [
+            {
+                "rank": f.rank,
+                "kind": f.kind,
+                "cause": f.cause,
+                "line": f.at.line,
+                "op": f.at.text,
+                "pid": f.pid,
+                "culprit": i == 0,
+            }
+            for i, f in enumerate(failures)
+        ],
         "hang": hang,
         "timings": timings(schedule, source_text, results),
     }
@@ -124,19 +184,39 @@ def chrome_trace(schedule: Schedule, source_text: str, results: dict[int, RankRe
         events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
         events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "ops"}})
         if r.init[0]:
-            events.append({"name": "set-up (init_process_group, new_group, tensors)", "cat": "setup", "ph": "X",
-                           "pid": rank, "tid": 0, "ts": (r.init[0] - origin) / 1e3,
-                           "dur": (r.init[1] - r.init[0]) / 1e3})
+            events.append(
+                {
+                    "name": "set-up (init_process_group, new_group, tensors)",
+                    "cat": "setup",
+                    "ph": "X",
+                    "pid": rank,
+                    "tid": 0,
+                    "ts": (r.init[0] - origin) / 1e3,
+                    "dur": (r.init[1] - r.init[0]) / 1e3,
+                }
+            )
         ops = schedule.ops[rank]
         for index, (t0, t1) in enumerate(r.times):
             if not t0:
                 continue
             at = where(schedule, source_text, rank, index)
-            events.append({"name": f"{at.line}: {at.text}", "cat": type(ops[index]).__name__.lower(), "ph": "X",
-                           "pid": rank, "tid": 0, "ts": (t0 - origin) / 1e3, "dur": (t1 - t0) / 1e3,
-                           "args": {"index": index, "line": at.line, "bindings": dict(ops[index].bindings)}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"program": schedule.program, "world": schedule.world}}
+            events.append(
+                {
+                    "name": f"{at.line}: {at.text}",
+                    "cat": type(ops[index]).__name__.lower(),
+                    "ph": "X",
+                    "pid": rank,
+                    "tid": 0,
+                    "ts": (t0 - origin) / 1e3,
+                    "dur": (t1 - t0) / 1e3,
+                    "args": {"index": index, "line": at.line, "bindings": dict(ops[index].bindings)},
+                }
+            )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"program": schedule.program, "world": schedule.world},
+    }
 
 
 def write_json(path: str, data: dict, inputs=()) -> None:

@@ -78,8 +78,9 @@ def leave_evidence(run_dir: str, rank: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     faulthandler.enable(file=open(os.path.join(run_dir, f"rank{rank}.fault"), "w"), all_threads=False)
-    faulthandler.register(signal.SIGTERM, file=open(os.path.join(run_dir, f"rank{rank}.term"), "w"),
-                          all_threads=False, chain=True)
+    faulthandler.register(
+        signal.SIGTERM, file=open(os.path.join(run_dir, f"rank{rank}.term"), "w"), all_threads=False, chain=True
+    )
 
 
 def attach(job: Job) -> tuple[int, int, progress.Slot]:
@@ -104,6 +105,7 @@ def local_entry(job: Job) -> None:
     """Entry point the elastic agent calls in each worker process; exits non-zero on failure."""
     rank, local_rank, slot = attach(job)
     with open(os.path.join(job.run_dir, f"rank{rank}.jsonl"), "w", encoding="utf-8") as f:
+
         def emit(kind: str, payload: dict):
             f.write(line(kind, payload))
             f.flush()
@@ -139,8 +141,17 @@ def run_steps(steps, slot: progress.Slot, times: list, base: int = 0) -> int:
     return len(steps)
 
 
-def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_timeout: float,
-            slot: progress.Slot, emit: Callable[[str, dict], None], store=None, save=None) -> bool:
+def execute(
+    schedule: Schedule,
+    rank: int,
+    local_rank: int,
+    backend: str,
+    pg_timeout: float,
+    slot: progress.Slot,
+    emit: Callable[[str, dict], None],
+    store=None,
+    save=None,
+) -> bool:
     """Run this rank's ops; True if it failed (the error record says where and why).
 
     `store`: a c10d store already connected (external launchers); otherwise one is made from the
@@ -171,9 +182,16 @@ def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_tim
         dist.init_process_group(backend, store=store, rank=rank, world_size=schedule.world, timeout=timeout)
         groups = [None] + [dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
         specs = schedule.tensors[rank]
-        ctx = Context(rank=rank, backend=backend, device=device, buffers=allocate(specs, rank, schedule.world, device),
-                      dtypes={name: s.dtype for name, s in specs.items()}, groups=groups, emit=emit,
-                      sync=torch.cuda.current_stream(device).synchronize if backend == "nccl" else None)
+        ctx = Context(
+            rank=rank,
+            backend=backend,
+            device=device,
+            buffers=allocate(specs, rank, schedule.world, device),
+            dtypes={name: s.dtype for name, s in specs.items()},
+            groups=groups,
+            emit=emit,
+            sync=torch.cuda.current_stream(device).synchronize if backend == "nccl" else None,
+        )
         steps = build_steps(ops, ctx)
         times = [(0, 0)] * len(steps)
         init = (init_start, time.time_ns())
@@ -182,8 +200,7 @@ def execute(schedule: Schedule, rank: int, local_rank: int, backend: str, pg_tim
         slot.state(progress.FINISHING, index)
         # no closing barrier: the rank ends when its program does, as a torch script would, so a message
         # still in flight (an isend never waited) is lost here as it is there (R501)
-        tensors = {name: save(name, ctx.buffers[name]) if save else encode_array(ctx.host_flat(name))
-                   for name in specs}
+        tensors = {name: save(name, ctx.buffers[name]) if save else encode_array(ctx.host_flat(name)) for name in specs}
         emit("final", {"tensors": tensors, "times": times, "init": init})
         dist.destroy_process_group()
         slot.state(progress.DONE, index)

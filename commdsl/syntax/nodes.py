@@ -6,9 +6,9 @@ stay immutable and hashable.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from commdsl.source import Span
 
@@ -52,7 +52,7 @@ class Attr(Node):
     """`x.chunk`, `g.rank`, `m.tp.size`."""
 
     kind: Literal["attr"] = "attr"
-    value: "Expr"
+    value: Expr
     attr: str
 
 
@@ -60,31 +60,31 @@ class Call(Node):
     """`min(a, b)`, `x.chunk(k, parts)`, `rand(seed)`."""
 
     kind: Literal["call"] = "call"
-    func: "Expr"
-    args: tuple["Expr", ...]
+    func: Expr
+    args: tuple[Expr, ...]
 
 
 class Slice(Node):
     """`x[lo:hi]` along the first dimension."""
 
     kind: Literal["slice"] = "slice"
-    value: "Expr"
-    lo: "Expr | None"
-    hi: "Expr | None"
+    value: Expr
+    lo: Expr | None
+    hi: Expr | None
 
 
 class Index(Node):
     """`x[k]`: row k of the first dimension (the dimension is dropped, as in torch)."""
 
     kind: Literal["index"] = "index"
-    value: "Expr"
-    index: "Expr"
+    value: Expr
+    index: Expr
 
 
 class Unary(Node):
     kind: Literal["unary"] = "unary"
     op: Literal["-", "+", "not"]
-    operand: "Expr"
+    operand: Expr
 
 
 class Binary(Node):
@@ -92,12 +92,12 @@ class Binary(Node):
 
     kind: Literal["binary"] = "binary"
     op: str
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
 Expr = Annotated[
-    Union[IntLit, FloatLit, BoolLit, Name, Attr, Call, Slice, Index, Unary, Binary],
+    IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary,
     Field(discriminator="kind"),
 ]
 
@@ -218,10 +218,16 @@ class Recv(Node):
     handle: Ident | None = None
 
 
-CollectiveKind = Literal[
-    "broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
-    "reduce_scatter", "all_to_all", "barrier",
-]
+def _collective_kind(name: str) -> str:
+    """A collective's name must be one of `commdsl.collectives.KINDS` (each kind's module defines it)."""
+    from commdsl.collectives import KINDS  # late: the kinds import values, which import these nodes
+
+    if name not in KINDS:
+        raise ValueError(f"unknown collective {name!r}")
+    return name
+
+
+CollectiveKind = Annotated[str, AfterValidator(_collective_kind)]
 
 
 class Collective(Node):
@@ -270,13 +276,13 @@ class For(Node):
     var: str
     lo: Expr
     hi: Expr
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
 
 
 class Branch(Node):
     kind: Literal["branch"] = "branch"
     cond: Expr
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
 
 
 class On(Node):
@@ -284,21 +290,35 @@ class On(Node):
 
     kind: Literal["on"] = "on"
     branches: tuple[Branch, ...]
-    orelse: tuple["Stmt", ...] = ()
+    orelse: tuple[Stmt, ...] = ()
 
 
 class Batch(Node):
     """`batch:` — the P2P ops inside are posted together (batch_isend_irecv) and waited at the end."""
 
     kind: Literal["batch"] = "batch"
-    body: tuple["Stmt", ...]
+    body: tuple[Stmt, ...]
 
 
 Stmt = Annotated[
-    Union[
-        ProgramDecl, WorldDecl, BackendDecl, ParamDecl, TensorDecl, GroupDecl, MeshDecl, Let,
-        Assign, Send, Recv, Collective, Wait, Expect, Print, For, On, Batch,
-    ],
+    ProgramDecl
+    | WorldDecl
+    | BackendDecl
+    | ParamDecl
+    | TensorDecl
+    | GroupDecl
+    | MeshDecl
+    | Let
+    | Assign
+    | Send
+    | Recv
+    | Collective
+    | Wait
+    | Expect
+    | Print
+    | For
+    | On
+    | Batch,
     Field(discriminator="kind"),
 ]
 

@@ -6,7 +6,7 @@ objects name internal terminals (`_NL`, `$END`), so `_expected()` maps them to w
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Tree
@@ -15,8 +15,16 @@ from lark.indenter import Indenter
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.rules import Rule
-from commdsl.rules.syntax import (InconsistentDedent, MissingColon, ProgramTooLong, RecvWithoutSource, SendWithoutDestination,
-                                  UnexpectedCharacter, UnexpectedEndOfFile, UnexpectedToken as UnexpectedTokenRule)
+from commdsl.rules.syntax import (
+    InconsistentDedent,
+    MissingColon,
+    ProgramTooLong,
+    RecvWithoutSource,
+    SendWithoutDestination,
+    UnexpectedCharacter,
+    UnexpectedEndOfFile,
+)
+from commdsl.rules.syntax import UnexpectedToken as UnexpectedTokenRule
 from commdsl.source import SourceFile
 
 
@@ -56,16 +64,30 @@ def grammar_text() -> str:
     return GRAMMAR_PATH.read_text(encoding="utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def lark_parser(strict: bool = False) -> Lark:
-    return Lark(grammar_text(), parser="lalr", postlex=_CommIndenter(), propagate_positions=True,
-                maybe_placeholders=True, cache=not strict, strict=strict)
+    return Lark(
+        grammar_text(),
+        parser="lalr",
+        postlex=_CommIndenter(),
+        propagate_positions=True,
+        maybe_placeholders=True,
+        cache=not strict,
+        strict=strict,
+    )
 
 
 _WORDS = {
-    "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of the block",
-    "$END": "end of file", "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
-    "COMP_OP": "a comparison", "ADD_OP": "`+`, `-`", "MUL_OP": "`*`, `/`, `//`, `%`",
+    "_NL": "end of line",
+    "_INDENT": "an indented block",
+    "_DEDENT": "end of the block",
+    "$END": "end of file",
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "COMP_OP": "a comparison",
+    "ADD_OP": "`+`, `-`",
+    "MUL_OP": "`*`, `/`, `//`, `%`",
     "AUG_OP": "`+=`, `-=`, `*=`, `/=`",  # no "or": these are items of a longer list
 }
 _STATEMENT_STARTERS = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "WAIT", "FOR", "ON"}
@@ -80,8 +102,21 @@ def _expected(names: set[str]) -> str:
         return "a statement"
     parser = lark_parser()
     words = []
-    comm_ops = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER",
-                "SCATTER", "REDUCE_SCATTER", "ALL_TO_ALL", "BARRIER"}
+    comm_ops = {
+        "SEND",
+        "RECV",
+        "ISEND",
+        "IRECV",
+        "BROADCAST",
+        "ALL_REDUCE",
+        "REDUCE",
+        "ALL_GATHER",
+        "GATHER",
+        "SCATTER",
+        "REDUCE_SCATTER",
+        "ALL_TO_ALL",
+        "BARRIER",
+    }
     if comm_ops <= names:
         words.append("a communication op")
         names = names - comm_ops
@@ -130,9 +165,13 @@ def _found(token: Token) -> str:
 
 # Common mistakes named by LALR state (lark's match_examples): a few whole programs per rule.
 _EXAMPLES: dict[type[Rule], list[str]] = {
-    MissingColon: ["for s in 0 .. 3\n    barrier\n", "on rank == 0\n    barrier\n", "batch\n    send x to 1\n",
-                   "on rank == 0:\n    barrier\nelse\n    barrier\n",
-                   "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n"],
+    MissingColon: [
+        "for s in 0 .. 3\n    barrier\n",
+        "on rank == 0\n    barrier\n",
+        "batch\n    send x to 1\n",
+        "on rank == 0:\n    barrier\nelse\n    barrier\n",
+        "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n",
+    ],
     # not `send x 1`: an INT after a NAME fails in the state every NAME shares, so it names nothing
     SendWithoutDestination: [f"{op} x{rest}\n" for op in ("send", "isend", "h = isend") for rest in ("", " tag 1")],
     RecvWithoutSource: [f"{op} x{rest}\n" for op in ("recv", "irecv", "h = irecv") for rest in ("", " tag 1")],
@@ -176,11 +215,17 @@ def _too_long(source: SourceFile) -> Diagnostic | None:
     lines = source.text.count("\n") + (not source.text.endswith("\n"))
     if lines > MAX_LINES:
         start = source._line_starts[MAX_LINES]
-        return ProgramTooLong.diagnostic(f"the program has {lines} lines, more than the {MAX_LINES} commdsl reads",
-                                         span=source.span(start, start), label=f"line {MAX_LINES + 1}",
-                                         help="loops (`for`) and rank conditions (`on`) say in one line what repeats")
-    return ProgramTooLong.diagnostic(f"the program has {len(source.text)} characters, more than "
-                                     f"{8 * MAX_PROGRAM_BYTES} commdsl reads", span=source.span(0, 0), label="too long")
+        return ProgramTooLong.diagnostic(
+            f"the program has {lines} lines, more than the {MAX_LINES} commdsl reads",
+            span=source.span(start, start),
+            label=f"line {MAX_LINES + 1}",
+            help="loops (`for`) and rank conditions (`on`) say in one line what repeats",
+        )
+    return ProgramTooLong.diagnostic(
+        f"the program has {len(source.text)} characters, more than {8 * MAX_PROGRAM_BYTES} commdsl reads",
+        span=source.span(0, 0),
+        label="too long",
+    )
 
 
 def parse_tree(source: SourceFile) -> Tree:
@@ -193,19 +238,32 @@ def parse_tree(source: SourceFile) -> Tree:
     code = first.lstrip(" \t\f")
     if code != first and code.strip() and not code.startswith("#"):  # the indenter only sees indents after a newline
         col = len(first) - len(code)
-        raise CommdslError([UnexpectedTokenRule.diagnostic("expected a statement, found an unexpected indent",
-                                                           span=source.span(col, col), label="unexpected here",
-                                                           help="a file's first statement starts in column 1")])
+        raise CommdslError(
+            [
+                UnexpectedTokenRule.diagnostic(
+                    "expected a statement, found an unexpected indent",
+                    span=source.span(col, col),
+                    label="unexpected here",
+                    help="a file's first statement starts in column 1",
+                )
+            ]
+        )
     try:
         return lark_parser().parse(text)
     except _IndentError as err:
         tok = err.token
         end = tok.end_pos
         sp = source.span(end - len(tok.rsplit("\n", 1)[1]), end)
-        raise CommdslError([InconsistentDedent.diagnostic(
-            "unindent does not match any outer indentation level", span=sp,
-            label="this line's indentation matches no enclosing block",
-            help="indent the line exactly as the block it belongs to")]) from None
+        raise CommdslError(
+            [
+                InconsistentDedent.diagnostic(
+                    "unindent does not match any outer indentation level",
+                    span=sp,
+                    label="this line's indentation matches no enclosing block",
+                    help="indent the line exactly as the block it belongs to",
+                )
+            ]
+        ) from None
     except UnexpectedInput as err:
         raise CommdslError([_syntax_diagnostic(source, text, err)]) from None
 
@@ -214,14 +272,20 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
     if isinstance(err, UnexpectedCharacters):
         sp = source.span(err.pos_in_stream, err.pos_in_stream + 1)
         char = text[err.pos_in_stream]
-        return UnexpectedCharacter.diagnostic(f"unexpected character `{char}`", span=sp,
-                                              label="not part of the language",
-                                              help=f"expected {_expected(set(err.allowed))}")
+        return UnexpectedCharacter.diagnostic(
+            f"unexpected character `{char}`",
+            span=sp,
+            label="not part of the language",
+            help=f"expected {_expected(set(err.allowed))}",
+        )
     token = getattr(err, "token", None)
     if isinstance(err, UnexpectedEOF) or token is None or token.type == "$END":
         end = len(source.text.rstrip())
-        return UnexpectedEndOfFile.diagnostic("unexpected end of file", span=source.span(end, end),
-                                              label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}")
+        return UnexpectedEndOfFile.diagnostic(
+            "unexpected end of file",
+            span=source.span(end, end),
+            label=f"expected {_expected(set(getattr(err, 'expected', ()) or ()))}",
+        )
     assert isinstance(err, UnexpectedToken)
     matched = _example_states().get((err.state.position, token.type))
     start = token.start_pos if token.start_pos is not None else len(text)
@@ -236,5 +300,6 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
     if matched:
         message, help_text = _EXAMPLE_TEXT[matched]
         return matched.diagnostic(message, span=sp, label=f"found {_found(token)}", help=help_text)
-    return UnexpectedTokenRule.diagnostic(f"expected {expected}, found {_found(token)}", span=sp,
-                                          label="unexpected here")
+    return UnexpectedTokenRule.diagnostic(
+        f"expected {expected}, found {_found(token)}", span=sp, label="unexpected here"
+    )

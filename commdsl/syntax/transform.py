@@ -6,6 +6,7 @@ from lark import Token, Transformer, Tree, v_args
 from lark.exceptions import VisitError
 from lark.tree import Meta
 
+from commdsl.collectives import KINDS
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.rules.names import InvalidView, MisusedHandle
 from commdsl.rules.sizes import NotAnInteger
@@ -43,10 +44,14 @@ class _ToAst(Transformer):
         """An integer literal; every value commdsl computes with is an int64, so a literal must fit one."""
         if len(tok) > len(str(MAX_INT_LITERAL)) or int(tok) > MAX_INT_LITERAL:  # int() takes at most 4300 digits
             digits = f"{len(tok)} digits" if len(tok) > 30 else f"`{tok}`"
-            raise _Invalid(NotAnInteger.diagnostic(
-                f"this integer literal is too large ({digits})", span=self._tok(tok),
-                label=f"above {MAX_INT_LITERAL} (2**63 - 1)",
-                help="integers are 64-bit: write a smaller value, or a float such as `1e19`"))
+            raise _Invalid(
+                NotAnInteger.diagnostic(
+                    f"this integer literal is too large ({digits})",
+                    span=self._tok(tok),
+                    label=f"above {MAX_INT_LITERAL} (2**63 - 1)",
+                    help="integers are 64-bit: write a smaller value, or a float such as `1e19`",
+                )
+            )
         return int(tok)
 
     # top level -----------------------------------------------------------------------------------
@@ -103,16 +108,24 @@ class _ToAst(Transformer):
         span = self._span(meta)
         if isinstance(value, (n.Send, n.Recv, n.Collective)):
             if op != "=" or not isinstance(target, n.Name):
-                raise _Invalid(MisusedHandle.diagnostic(
-                    "a communication op can only be bound to a handle with `h = OP`",
-                    span=target.span, label="expected a plain handle name and `=`",
-                    help="write `h = isend x to 1`, then `wait h`"))
+                raise _Invalid(
+                    MisusedHandle.diagnostic(
+                        "a communication op can only be bound to a handle with `h = OP`",
+                        span=target.span,
+                        label="expected a plain handle name and `=`",
+                        help="write `h = isend x to 1`, then `wait h`",
+                    )
+                )
             if isinstance(value, (n.Send, n.Recv)) and value.blocking:
                 word = "send" if isinstance(value, n.Send) else "recv"
-                raise _Invalid(MisusedHandle.diagnostic(
-                    f"a blocking `{word}` returns no handle", span=value.span,
-                    label=f"`{word}` completes before the next statement",
-                    help=f"use `i{word}` for a request you `wait` on later"))
+                raise _Invalid(
+                    MisusedHandle.diagnostic(
+                        f"a blocking `{word}` returns no handle",
+                        span=value.span,
+                        label=f"`{word}` completes before the next statement",
+                        help=f"use `i{word}` for a request you `wait` on later",
+                    )
+                )
             return value.model_copy(update={"handle": n.Ident(span=target.span, name=target.id), "span": span})
         return n.Assign(span=span, target=target, op=str(op), value=value)
 
@@ -145,10 +158,14 @@ class _ToAst(Transformer):
 
     def splits(self, meta, in_sizes, out_sizes):
         if len(in_sizes) != len(out_sizes):
-            raise _Invalid(InvalidView.diagnostic(
-                "`splits` needs two lists of the same length (input, output)",
-                span=self._span(meta), label=f"{len(in_sizes)} input sizes, {len(out_sizes)} output sizes",
-                help="give one input and one output size per member of the group"))
+            raise _Invalid(
+                InvalidView.diagnostic(
+                    "`splits` needs two lists of the same length (input, output)",
+                    span=self._span(meta),
+                    label=f"{len(in_sizes)} input sizes, {len(out_sizes)} output sizes",
+                    help="give one input and one output size per member of the group",
+                )
+            )
         return in_sizes, out_sizes
 
     def split_sizes(self, meta, *exprs):
@@ -160,45 +177,12 @@ class _ToAst(Transformer):
     def buffer_list(self, meta, *views):
         return tuple(views), True
 
-    def _coll(self, meta, op, **fields):
-        return n.Collective(span=self._span(meta), op=op, **fields)
-
-    def broadcast_op(self, meta, buf, root, group):
-        return self._coll(meta, "broadcast", inputs=(buf,), outputs=(buf,), root=root, group=group)
-
-    def all_reduce_op(self, meta, buf, redop, group):
-        return self._coll(meta, "all_reduce", inputs=(buf,), outputs=(buf,), redop=redop, group=group)
-
-    def reduce_op(self, meta, buf, root, redop, group):
-        return self._coll(meta, "reduce", inputs=(buf,), outputs=(buf,), root=root, redop=redop, group=group)
-
-    def all_gather_op(self, meta, src, dst, group):
-        outs, listed = dst
-        return self._coll(meta, "all_gather", inputs=(src,), outputs=outs, outputs_listed=listed, group=group)
-
-    def gather_op(self, meta, src, dst, root, group):
-        outs, listed = dst
-        return self._coll(meta, "gather", inputs=(src,), outputs=outs, outputs_listed=listed, root=root,
-                          group=group)
-
-    def scatter_op(self, meta, src, dst, root, group):
-        ins, listed = src
-        return self._coll(meta, "scatter", inputs=ins, inputs_listed=listed, outputs=(dst,), root=root,
-                          group=group)
-
-    def reduce_scatter_op(self, meta, src, dst, redop, group):
-        ins, listed = src
-        return self._coll(meta, "reduce_scatter", inputs=ins, inputs_listed=listed, outputs=(dst,),
-                          redop=redop, group=group)
-
-    def all_to_all_op(self, meta, src, dst, splits, group):
-        fields = {}
-        if splits is not None:
-            fields = {"in_splits": splits[0], "out_splits": splits[1]}
-        return self._coll(meta, "all_to_all", inputs=(src,), outputs=(dst,), group=group, **fields)
-
-    def barrier_op(self, meta, group):
-        return self._coll(meta, "barrier", group=group)
+    def __default__(self, data, children, meta):
+        """A collective's rule, `<kind>_op`: its kind module says what its parts mean (`Kind.statement`)."""
+        kind = KINDS.get(data.removesuffix("_op")) if data.endswith("_op") else None
+        if kind is None:
+            return super().__default__(data, children, meta)
+        return n.Collective(span=self._span(meta), op=kind.name, **kind.statement(*children))
 
     def wait_handles(self, meta, *names):
         return n.Wait(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
@@ -280,8 +264,9 @@ class _ToAst(Transformer):
             right = items[k + step]
             k += step
             end = right.span.end if k + step < len(items) else meta.end_pos
-            while text.count("(", meta.start_pos, end) > text.count(")", meta.start_pos, end) \
-                    and text.find(")", end) >= 0:
+            while (
+                text.count("(", meta.start_pos, end) > text.count(")", meta.start_pos, end) and text.find(")", end) >= 0
+            ):
                 end = text.find(")", end) + 1
             left = n.Binary(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
         return left
@@ -329,9 +314,16 @@ def to_ast(tree, source: SourceFile) -> n.Module:
     deep = _too_deep(tree)
     if deep is not None:
         start = deep.start_pos if isinstance(deep, Token) else deep.meta.start_pos
-        raise CommdslError([UnexpectedToken.diagnostic(
-            f"this is nested more than {MAX_NESTING} levels deep", span=source.span(start, start + 1),
-            label="too deeply nested", help="split the expression with `let`, or flatten the blocks")])
+        raise CommdslError(
+            [
+                UnexpectedToken.diagnostic(
+                    f"this is nested more than {MAX_NESTING} levels deep",
+                    span=source.span(start, start + 1),
+                    label="too deeply nested",
+                    help="split the expression with `let`, or flatten the blocks",
+                )
+            ]
+        )
     try:
         return _ToAst(source).transform(tree)
     except VisitError as err:

@@ -1,0 +1,45 @@
+"""commdsl/p2p.py: each point-to-point form is the torch function of its name, and a batch posts it as the
+async function `P2POp` takes."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from commdsl.p2p import FORMS, delivered, form
+
+
+@pytest.mark.parametrize("p", FORMS.values(), ids=lambda p: p.word)
+def test_each_form_is_the_torch_function_of_its_word(p):
+    assert p.function is getattr(dist, p.word)
+    params = list(inspect.signature(p.function).parameters)
+    assert params[:2] == ["tensor", "dst" if p.is_send else "src"] and {"group", "tag"} <= set(params)
+
+
+@pytest.fixture
+def world_of_one():
+    """A Gloo group of this process alone (an in-memory store: no port, no process): `P2POp` needs one."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("p", FORMS.values(), ids=lambda p: p.word)
+def test_a_batch_posts_every_form_as_the_op_p2pop_takes(p, world_of_one):
+    b = p.batched
+    assert (b.is_send, b.blocking) == (p.is_send, False)
+    dist.P2POp(b.function, torch.zeros(2), 0)  # P2POp refuses anything but isend and irecv
+    with pytest.raises(ValueError):
+        dist.P2POp(p.function if p.blocking else dist.broadcast, torch.zeros(2), 0)
+
+
+def test_forms_by_direction_and_blocking():
+    assert [form(s, b).word for s in (True, False) for b in (True, False)] == ["send", "isend", "recv", "irecv"]
+
+
+def test_delivered_is_the_shorter_side():
+    assert delivered(np.array([4, 8, 2]), np.array([8, 4, 2])).tolist() == [4, 4, 2]
