@@ -120,6 +120,7 @@ def memory_problem(schedule: Schedule, ranks=None, what: str = "the simulator",
                  f"({_gib(here)} together)")
     notes.insert(0, Note(message=held))
     return TensorsExceedMemory.diagnostic(
-        f"the tensors and their temporaries need {_gib(need)} over {schedule.world} ranks, more than the {_gib(limit)} {what} may use",
+        f"the tensors and their temporaries need {_gib(need)} over {schedule.world} ranks, "
+        f"more than the {_gib(limit)} {what} may use",
         span=biggest.span, label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
         notes=tuple(notes), help="lower the size params with `--set`, or run on more machines")

@@ -103,6 +103,30 @@ def add_parser(sub):
     p.set_defaults(handler=run)
 
 
+def _check_outputs(args) -> None:
+    """--report and --trace: files that can be written, neither the input nor each other (before any work)."""
+    for flag, path in (("--report", args.report), ("--trace", args.trace)):
+        if path:
+            try:
+                check_output(path, [args.file], flag)
+            except FileError as e:
+                raise UsageError(str(e)) from None
+    if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
+        raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
+
+
+def _make_log_dir(path: str) -> None:
+    """--log-dir: a directory this process can write, made if missing (torch's launcher raised otherwise)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--log-dir {path}: this is a file, not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise UsageError(f"--log-dir {path}: cannot write there ({e.strerror or e})") from None
+
+
 def config_from_args(args):
     from commdsl.runtime.config import RunConfig
 
@@ -118,14 +142,7 @@ def config_from_args(args):
         raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
     if args.nproc is None and args.nnodes > 1:
         raise UsageError("--nnodes needs --nproc (under torchrun, give the node flags to torchrun instead)")
-    for flag, path in (("--report", args.report), ("--trace", args.trace)):
-        if path:
-            try:
-                check_output(path, [args.file], flag)
-            except FileError as e:
-                raise UsageError(str(e)) from None
-    if args.report and args.trace and os.path.abspath(args.report) == os.path.abspath(args.trace):
-        raise UsageError(f"--report and --trace name the same file {args.report}: give each its own")
+    _check_outputs(args)
     if args.nnodes > 1 and not args.rdzv_id:
         raise UsageError(
             "--nnodes above 1 needs --rdzv-id JOB, the same on every node of the job and new for "
@@ -139,14 +156,7 @@ def config_from_args(args):
     if args.report_values and not args.report:
         raise UsageError("--report-values says what --report FILE holds: give --report too")
     if args.log_dir is not None:  # last: it creates the directory, as torch's launcher would
-        if os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
-            raise UsageError(f"--log-dir {args.log_dir}: this is a file, not a directory")
-        try:
-            os.makedirs(args.log_dir, exist_ok=True)
-            if not os.access(args.log_dir, os.W_OK | os.X_OK):
-                raise PermissionError(13, "Permission denied")
-        except OSError as e:
-            raise UsageError(f"--log-dir {args.log_dir}: cannot write there ({e.strerror or e})") from None
+        _make_log_dir(args.log_dir)
     return RunConfig(
         path=args.file,
         nproc=int(args.nproc) if args.nproc is not None else None,

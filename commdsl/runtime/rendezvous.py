@@ -103,6 +103,7 @@ def require_torch() -> None:
     missing = []
     try:
         from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo  # noqa: F401
+
         if not hasattr(RendezvousHandler, "use_agent_store"):
             missing.append("RendezvousHandler.use_agent_store")
     except ImportError:
@@ -110,8 +111,11 @@ def require_torch() -> None:
     if "master_listen_fd" not in (dist.TCPStore.__init__.__doc__ or ""):
         missing.append("TCPStore(master_listen_fd=...)")
     if missing:
-        raise EndpointError(f"commdsl run needs torch 2.4 or later (this is torch {torch.__version__}): it lacks "
-                            f"{', '.join(missing)}; under torchrun, `commdsl run` without --nproc uses torchrun's store")
+        raise EndpointError(
+            f"commdsl run needs torch 2.4 or later (this is torch {torch.__version__}): it lacks "
+            f"{', '.join(missing)}; under torchrun, `commdsl run` without --nproc uses "
+            "torchrun's store"
+        )
 
 
 def store_options(version=None) -> dict:
@@ -131,8 +135,9 @@ def _server(sock: socket.socket, timeout: timedelta):
     host, port = sock.getsockname()[:2]
     fd = sock.detach()
     try:
-        return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd,
-                             **store_options()), fd
+        return dist.TCPStore(
+            host, port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd, **store_options()
+        ), fd
     except BaseException:
         os.close(fd)
         raise
