@@ -104,7 +104,7 @@ def add_parser(sub):
 
 
 def _check_outputs(args) -> None:
-    """`--report` and `--trace`: writable targets, neither the program, not the same file."""
+    """--report and --trace: files that can be written, neither the input nor each other (before any work)."""
     for flag, path in (("--report", args.report), ("--trace", args.trace)):
         if path:
             try:
@@ -116,7 +116,7 @@ def _check_outputs(args) -> None:
 
 
 def _make_log_dir(path: str) -> None:
-    """Create `--log-dir` as torch's launcher would, or say why it cannot be written."""
+    """--log-dir: a directory this process can write, made if missing (torch's launcher raised otherwise)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--log-dir {path}: this is a file, not a directory")
     try:

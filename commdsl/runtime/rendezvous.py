@@ -113,7 +113,8 @@ def require_torch() -> None:
     if missing:
         raise EndpointError(
             f"commdsl run needs torch 2.4 or later (this is torch {torch.__version__}): it lacks "
-            f"{', '.join(missing)}; under torchrun, `commdsl run` without --nproc uses torchrun's store"
+            f"{', '.join(missing)}; under torchrun, `commdsl run` without --nproc uses "
+            "torchrun's store"
         )
 
 
