@@ -26,6 +26,34 @@ class Span(BaseModel):
         return f"{self.path}:{self.line}:{self.column}"
 
 
+def code_of(line: str) -> str:
+    """A line without its comment and trailing blanks (the language has no strings: `#` always starts one)."""
+    return line.split("#", 1)[0].rstrip()
+
+
+def statement_text(text: str, span: Span) -> str:
+    """The source text of a statement on one line, without comments, blank lines or continuation
+    backslashes: a block's lines joined by `; ` after its head (`batch: send x to 1; recv y from 1`).
+    Messages quote statements this way, so a comment inside a `batch:` is never quoted as code."""
+    lines: list[str] = []
+    joined = ""
+    for raw in text[span.start:span.end].splitlines():
+        continued = raw.endswith("\\")
+        code = code_of(raw[:-1] if continued else raw)
+        joined = f"{joined} {code}" if joined else code
+        if continued:
+            continue
+        joined = " ".join(joined.split())
+        if joined:
+            lines.append(joined)
+        joined = ""
+    if joined.strip():
+        lines.append(" ".join(joined.split()))
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return lines[0] + " " + "; ".join(lines[1:])
+    return "; ".join(lines)
+
+
 class SourceFile:
     """One program's text with a line index, so offsets become line:col and lines can be quoted."""
 

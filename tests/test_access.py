@@ -153,6 +153,19 @@ def test_a_dead_store_only_where_the_result_is_written():
     assert dead(s, access) == [(0, 5, 6)]
 
 
+@pytest.mark.parametrize("body, want", [
+    ("all_reduce x\n", [2]),  # every member gets the sum
+    ("reduce x to 0\n", [1]),  # the root only: the others' x is undefined
+    ("broadcast x from 1\n", [1]),  # the non-roots only: the root's x is its input
+    ("gather x into z to 0\n", [1]),
+    ("scatter z into x from 0\n", [2]),
+    ("barrier\n", []),  # no result at all
+])
+def test_the_ranks_a_collective_leaves_a_result_on(body, want):
+    _, access = track(HEADER.replace("float32[4]\n", "float32[8]\n") + body, lints=True)
+    assert sorted(access.receivers.values()) == want
+
+
 def test_dead_stores_are_lint_only():
     s, access = track(HEADER + "all_reduce x\nx = 1\n", lints=False)
-    assert dead(s, access) == [] and access.unread == {}
+    assert dead(s, access) == [] and access.unread == {} and access.receivers == {}

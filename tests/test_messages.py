@@ -278,3 +278,49 @@ def test_a_batch_is_quoted_without_its_comments():
     d, notes = one(text, "D401", "gloo")
     assert "`batch: recv y from 1 - rank; recv x from 1 - rank`" in notes[0]
     assert "#" not in notes[0] and "comment" not in notes[0] and "exchange" not in notes[0]
+
+
+BATCH_WITH_COMMENTS = ("world 2\ntensor x: float32[4] = rank\ntensor y: float32[4] = 0\n"
+                       "batch:   # exchange with the peer\n    recv y from 1 - rank  # the data\n    # a comment line\n"
+                       "    recv x from 1 - rank\nsend x to 1 - rank\nsend y to 1 - rank\n")
+
+
+def test_a_label_on_a_batch_marks_its_keyword_line_not_its_comments():
+    from commdsl.diagnostics.render import render_text
+
+    source = SourceFile("t.comm", BATCH_WITH_COMMENTS)
+    [d] = [d for d in check_program(load(source), CheckOptions(backends=("gloo",))) if d.code == "D401"]
+    assert d.span.line == 4 and d.span.end_line > d.span.line  # the span is still the whole statement
+    text = render_text(d, {"t.comm": source}).plain
+    assert "4 | batch:   # exchange with the peer\n  | ^^^^^^ rank 0 waits here" in text
+
+
+def test_an_unmatched_send_in_a_commented_batch_points_at_the_send():
+    from commdsl.diagnostics.render import render_text
+
+    text = ("world 3\ntensor x: float32[4] = rank\ntensor y: float32[4]\nbatch:    # ring step\n"
+            "    # every rank sends to its right neighbour\n    send x to (rank + 1) % world  # the data\n"
+            "    # but forgets to receive from the left\n")
+    source = SourceFile("t.comm", text)
+    diags = check_program(load(source), CheckOptions())
+    assert [(d.code, d.span.line) for d in diags] == [("P201", 6)]
+    out = render_text(diags[0], {"t.comm": source}).plain
+    assert "6 |     send x to (rank + 1) % world  # the data\n  |     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^ " in out
+    assert "neighbour" not in out and "forgets" not in out
+
+
+def test_statement_text_drops_comments_blank_lines_and_continuations():
+    from commdsl.source import statement_text
+
+    text = "batch:   # c\n    send x \\\n      to 1  # d\n\n    # e\n    recv y from 1\n"
+    source = SourceFile("t.comm", text)
+    assert statement_text(text, source.span(0, len(text) - 1)) == "batch: send x to 1; recv y from 1"
+
+
+def test_a_run_report_quotes_a_batch_without_its_comments():
+    from commdsl.expand import expand
+    from commdsl.runtime.outcome import where
+
+    schedule = expand(load(SourceFile("t.comm", BATCH_WITH_COMMENTS)), 2, {})
+    at = where(schedule, BATCH_WITH_COMMENTS, 0, 0)
+    assert (at.line, at.text) == (4, "batch: recv y from 1 - rank; recv x from 1 - rank")

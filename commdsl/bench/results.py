@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from commdsl.bench import busbw as bw
 from commdsl.bench.plan import Plan
+from commdsl.source import statement_text
 
 
 @dataclass
@@ -79,6 +80,6 @@ def _by_line(plan: Plan, case, rank: int, op_ns: list[int]) -> list[dict]:
     totals: dict[int, list] = {}
     for op, ns in zip(case.schedule.ops[rank], op_ns):
         span = op.span
-        entry = totals.setdefault(span.line, [" ".join(text[span.start : span.end].split()), 0])
+        entry = totals.setdefault(span.line, [statement_text(text, span), 0])
         entry[1] += ns
     return [{"line": line, "text": t, "us": ns / 1e3 / max(plan.iters, 1)} for line, (t, ns) in sorted(totals.items())]

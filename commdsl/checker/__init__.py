@@ -155,13 +155,16 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
     worlds = options.worlds or tuple(program.world_sizes(options.bound))
     backends = options.backends or program.backends
     merged: dict[tuple, Diagnostic] = {}
+    analysed: list[int] = []  # the sizes whose schedule every rule read
     deadline = Deadline(options.max_seconds)
     for world in worlds:
         stopped = False
         try:
-            found = _check_world(program, world, backends, options, deadline)
+            found, ran = _check_world(program, world, backends, options, deadline)
         except TimeLimitReached as stop:
-            found, stopped = [stop.diagnostic.model_copy(update={"worlds": (world,)})], True
+            found, stopped, ran = [stop.diagnostic.model_copy(update={"worlds": (world,)})], True, False
+        if ran:
+            analysed.append(world)
         for d in found:
             key = (d.code, d.span.start if d.span else None, tuple(lab.span.start for lab in d.labels))
             if key in merged:
@@ -172,20 +175,30 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
                 merged[key] = d
         if stopped:  # nothing more is known: the sizes after this one go unchecked
             break
-    return sorted(merged.values(), key=Diagnostic.sort_key)
+    kept = [d for d in merged.values() if _at_every_size(d, analysed)]
+    return sorted(kept, key=Diagnostic.sort_key)
+
+
+def _at_every_size(d: Diagnostic, analysed: list[int]) -> bool:
+    """A shape lint (`Rule.every_world_from`) stands only where it shows at every analysed size it can show at."""
+    from commdsl.rules.registry import CODES
+
+    rule = CODES.get(d.code)
+    start = getattr(rule, "every_world_from", None)
+    return start is None or {w for w in analysed if w >= start} <= set(d.worlds)
 
 
 def _check_world(program: Program, world: int, backends, options: CheckOptions, deadline: Deadline):
+    """(findings, whether the rules read an expansion at this size)."""
     try:
         schedule = expand(program, world, options.params, deadline)
     except CommdslError as e:
-        return e.diagnostics
+        return e.diagnostics, False
     too_big = memory_problem(schedule) if options.simulate else None
     if too_big is not None:
-        found = [too_big]
-    else:
-        found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate, deadline)
-    return [d.model_copy(update={"worlds": (world,)}) for d in found]
+        return [too_big.model_copy(update={"worlds": (world,)})], False
+    found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate, deadline)
+    return [d.model_copy(update={"worlds": (world,)}) for d in found], True
 
 
 def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:

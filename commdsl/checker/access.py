@@ -4,7 +4,8 @@
   counts the in-flight ops reading and writing it, and which op put it in flight;
 * a non-root buffer read after `reduce` left it undefined (R504): each element remembers the reduce;
 * a collective's result overwritten before anyone read it (L705, lint only): each element remembers
-  the collective call whose unread result it holds.
+  the collective call whose unread result it holds, and each collective record how many ranks it left a
+  result on (L705 speaks only when every one of them overwrote it unread).
 
 Every tensor of every rank is one flat array, laid out as the simulator lays it out; the arrays are
 made for a tensor only when something needs them.
@@ -65,6 +66,7 @@ class Access(Observer):
         self.races: list[Race] = []
         self.undefined_reads: list[UndefinedRead] = []
         self.dead_stores: list[DeadStore] = []
+        self.receivers: dict[int, int] = {}  # collective record id → ranks it left a result on (lints only)
 
     # ---- element arrays ------------------------------------------------------------------------------
     def indices(self, v, G: np.ndarray, pos) -> tuple[np.ndarray, np.ndarray]:
@@ -255,10 +257,13 @@ class Access(Observer):
                     idx, owner = self.indices(v, g, p)
                     self._table(self.undef, v.tensor, -1)[idx] = o[owner]
             if writes and self.lints:
+                got = np.zeros(g.size, dtype=bool)
                 for v in rec.outputs:
                     idx, owner = self.indices(v, g, p)
                     if idx.size:
                         self._table(self.unread, v.tensor, -1)[idx] = o[owner]
+                        got[owner] = True
+                self.receivers[rec.id] = self.receivers.get(rec.id, 0) + int(got.sum())
             if rec.req is not None:
                 reqs = at(rec.req, p, g.size)
                 if reads:

@@ -16,7 +16,7 @@ from commdsl.checker.access import Access
 from commdsl.engine import Outcome
 from commdsl.resolve import Program
 from commdsl.schedule import Schedule
-from commdsl.source import Span
+from commdsl.source import Span, statement_text
 
 
 @dataclass
@@ -62,8 +62,4 @@ class Context:
     def text(self, span: Span) -> str:
         """The source text of a statement on one line, without comments: a block's lines joined by `; `
         (`batch: send x to 1; recv y from 1`)."""
-        lines = [line.split("#", 1)[0].strip() for line in self.program.source.text[span.start:span.end].splitlines()]
-        lines = [" ".join(line.split()) for line in lines if line.strip()]
-        if len(lines) > 1 and lines[0].endswith(":"):
-            return lines[0] + " " + "; ".join(lines[1:])
-        return "; ".join(lines)
+        return statement_text(self.program.source.text, span)

@@ -12,7 +12,7 @@ from rich.text import Text
 from commdsl import __version__
 from commdsl.diagnostics.model import Diagnostic
 from commdsl.rules.registry import CODES
-from commdsl.source import SourceFile, Span
+from commdsl.source import SourceFile, Span, code_of
 
 FORMATS = ("text", "concise", "json", "sarif")
 _STYLE = {"error": "bold red", "warning": "bold yellow"}
@@ -63,7 +63,8 @@ def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: boo
                     out.append(line_text + "\n")
             last_line = span.line
             start = span.column - 1
-            end = span.end_column - 1 if span.end_line == span.line else len(line_text)
+            # a block's span runs past its first line: mark that line's code, not the comment after it
+            end = span.end_column - 1 if span.end_line == span.line else len(code_of(line_text))
             length = max(1, end - start)
             out.append(f"{pad} | ", style="bold blue")
             out.append(" " * start)

@@ -74,6 +74,11 @@ class Rule:
     example_too_large: ClassVar[bool] = False
     """The Example is a shell session that writes the program (20,001 lines do not fit a docstring): the
     docs tests skip it, and the rule's own test builds the input."""
+    every_world_from: ClassVar[int | None] = None
+    """For a lint about the program's shape (a hand-written collective), the smallest world size the shape can
+    show at: the checker reports such a finding only when it shows at every size checked from this one on. A
+    program that has the shape at some sizes only is something else that coincides with it there (a binomial
+    tree is a star at 3 ranks)."""
     backend_doc: ClassVar[str | None] = None
     """The anchor of the section of docs/backend-support.md that holds the backend facts this rule's messages
     state: the checker ends each finding with a note citing it (`cite`), and the rule's Backend notes link it.

@@ -221,8 +221,16 @@ class CollectiveResultUnused(Rule):
 
     ## What it does
 
-    Reported by `commdsl lint`. Finds a collective whose result is overwritten on some rank before
-    anything reads it.
+    Reported by `commdsl lint`. Finds a collective whose result is overwritten before anything reads it
+    on every rank it left a result on. A result is read by anything that takes its value: an
+    assignment's right side (even one element of it), an `expect`, a `print`, a `send`, a later
+    collective's input. Only results count: a `reduce` leaves none off its root, a `gather` none off its
+    root, a `broadcast` none on its root. Silent when
+
+    * some rank reads the result (an `all_reduce` of a loss that rank 0 alone prints: the others
+      overwrite theirs at the next step, by design);
+    * a rank keeps the result to the end of the program;
+    * the overwrite covers part of the result only.
 
     ## Why is this bad?
 
@@ -286,18 +294,36 @@ def _idioms(ctx: Context) -> list[tuple[str, Diagnostic]]:
         if d.span not in seen:
             seen.add(d.span)
             out.append((code, d))
+    out.extend(_unused_results(ctx, seen))
+    return out
+
+
+def _unused_results(ctx: Context, seen: set) -> Iterator[tuple[str, Diagnostic]]:
+    """Collective calls whose result is overwritten unread on every rank that received one (a result some rank
+    reads, or keeps to the end, was worth communicating: `all_reduce` of a loss that rank 0 prints)."""
+    wasted: dict[int, list] = {}
     for dead in ctx.access.dead_stores:
         producer, _ = ctx.locate(dead.producer)
-        if not isinstance(producer, CollectiveRec) or producer.span in seen:
+        if isinstance(producer, CollectiveRec):
+            wasted.setdefault(producer.id, []).append(dead)
+    for rid, deads in wasted.items():
+        producer = ctx.record(rid)
+        if producer.span in seen or len({d.rank for d in deads}) < ctx.access.receivers.get(rid, 0):
             continue
         seen.add(producer.span)
-        overwriter, _ = ctx.locate(dead.overwriter)
-        out.append(("L705", CollectiveResultUnused.diagnostic(
-            f"the result of `{producer.kind.name}` on rank {dead.rank} is overwritten before it is read",
+        first = min(deads, key=lambda d: d.rank)
+        overwriter, _ = ctx.locate(first.overwriter)
+        n, kind = len({d.rank for d in deads}), producer.kind.name
+        one_place = len({ctx.locate(d.overwriter)[0].span for d in deads}) == 1
+        where = "overwritten here" if one_place else f"overwritten here on rank {first.rank}"
+        message = (f"the result of `{kind}` on rank {first.rank} is overwritten before it is read" if n == 1 else
+                   f"the result of `{kind}` is overwritten before it is read, on every rank" if n == ctx.world else
+                   f"the result of `{kind}` is overwritten before it is read, on each of the {n} ranks it reached")
+        yield "L705", CollectiveResultUnused.diagnostic(
+            message,
             span=producer.span, label="result never read",
-            labels=(Label(span=overwriter.span, message="overwritten here"),),
-            help="remove the collective, or read its result before overwriting it")))
-    return out
+            labels=(Label(span=overwriter.span, message=where),),
+            help="remove the collective, or read its result before overwriting it")
 
 
 def _runs_and_exchanges(ctx: Context, found: dict) -> None:

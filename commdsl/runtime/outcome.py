@@ -20,6 +20,7 @@ from commdsl.runtime import progress
 from commdsl.runtime.guard import waits_on_others
 from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
+from commdsl.source import statement_text
 from commdsl.simulate import SimResult, close
 
 # error text that only says a peer went away (the consequence of another rank's failure)
@@ -51,8 +52,7 @@ def where(schedule: Schedule, source_text: str, rank: int, index: int, state: in
     ops = schedule.ops[rank] if 0 <= rank < len(schedule.ops) else []
     if 0 <= index < len(ops):
         span = ops[index].span
-        text = " ".join(source_text[span.start : span.end].split())
-        return Where(rank, index, span.line, text)
+        return Where(rank, index, span.line, statement_text(source_text, span))
     if state == progress.INIT or index < 0:
         return Where(rank, index, None, "setting up (process group, groups, tensors)")
     return Where(rank, index, None, "its teardown (all its ops done)")
