@@ -37,7 +37,7 @@ def statement_text(text: str, span: Span) -> str:
     Messages quote statements this way, so a comment inside a `batch:` is never quoted as code."""
     lines: list[str] = []
     joined = ""
-    for raw in text[span.start:span.end].splitlines():
+    for raw in text[span.start : span.end].splitlines():
         continued = raw.endswith("\\")
         code = code_of(raw[:-1] if continued else raw)
         joined = f"{joined} {code}" if joined else code
@@ -63,7 +63,7 @@ class SourceFile:
         self.text = text.expandtabs(8)  # spans and carets count a tab as up to 8 columns
 
     @classmethod
-    def read(cls, path: str | Path) -> "SourceFile":
+    def read(cls, path: str | Path) -> SourceFile:
         """Read a file as UTF-8 (a leading byte-order mark is dropped, as editors write one); raises
         FileError (not a regular file, over `files.MAX_PROGRAM_BYTES`, unreadable) or UnicodeDecodeError
         for the CLI to report."""
@@ -93,5 +93,6 @@ class SourceFile:
     def span(self, start: int, end: int) -> Span:
         line, column = self.location(start)
         end_line, end_column = self.location(end)
-        return Span(path=self.path, start=start, end=end, line=line, column=column,
-                    end_line=end_line, end_column=end_column)
+        return Span(
+            path=self.path, start=start, end=end, line=line, column=column, end_line=end_line, end_column=end_column
+        )

@@ -53,10 +53,27 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
         slowest = max(range(plan.world), key=lambda r: means[r])
         seconds = means[slowest] / 1e6
         wrong = None if not plan.check else sum(per_rank[r]["wrong"] for r in range(plan.world))
-        out.append(Row(case.variant, v.label, v.measure.kind, case.requested, case.size, case.count, case.dtype,
-                       v.measure.redop, v.measure.root, v.param, case.value, means[slowest],
-                       bw.algbw(case.size, seconds), bw.busbw(v.measure.kind or "", plan.world, case.size, seconds),
-                       wrong, means, _by_line(plan, case, slowest, per_rank[slowest]["op_ns"])))
+        out.append(
+            Row(
+                case.variant,
+                v.label,
+                v.measure.kind,
+                case.requested,
+                case.size,
+                case.count,
+                case.dtype,
+                v.measure.redop,
+                v.measure.root,
+                v.param,
+                case.value,
+                means[slowest],
+                bw.algbw(case.size, seconds),
+                bw.busbw(v.measure.kind or "", plan.world, case.size, seconds),
+                wrong,
+                means,
+                _by_line(plan, case, slowest, per_rank[slowest]["op_ns"]),
+            )
+        )
     return out
 
 
@@ -64,9 +81,17 @@ def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
     out = []
     for i, v in enumerate(plan.variants):
         mine = [r.busbw for r in table if r.variant == i]
-        out.append(Summary(v.label, v.program.path, v.measure.kind, v.measure.how,
-                           bw.factor(v.measure.kind or "", plan.world), v.baseline,
-                           sum(mine) / len(mine) if mine else 0.0))
+        out.append(
+            Summary(
+                v.label,
+                v.program.path,
+                v.measure.kind,
+                v.measure.how,
+                bw.factor(v.measure.kind or "", plan.world),
+                v.baseline,
+                sum(mine) / len(mine) if mine else 0.0,
+            )
+        )
     return out
 
 

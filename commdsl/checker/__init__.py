@@ -74,8 +74,14 @@ def checker_rules(lints: bool):
 MODELS = {"gloo": GLOO, "nccl": NCCL}
 
 
-def analyse_schedule(program: Program, schedule, backends: tuple[str, ...], lints: bool, with_data: bool,
-                     deadline: Deadline | None = None):
+def analyse_schedule(
+    program: Program,
+    schedule,
+    backends: tuple[str, ...],
+    lints: bool,
+    with_data: bool,
+    deadline: Deadline | None = None,
+):
     """All findings for one expansion, the run under each backend's model read by every rule; returns
     (diagnostics, the simulation under the first backend or None)."""
     access = Access(schedule, lints)

@@ -54,8 +54,10 @@ class Access(Observer):
         W = schedule.world
         self.lints = lints
         self.numel = {name: info.numel_array(W) for name, info in schedule.infos.items()}
-        self.base = {name: (np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64))
-                     for name, n in self.numel.items()}
+        self.base = {
+            name: (np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if W else np.zeros(0, np.int64))
+            for name, n in self.numel.items()
+        }
         self.size = {name: int(n.sum()) for name, n in self.numel.items()}
         self.reading: dict[str, np.ndarray] = {}  # in-flight ops reading each element
         self.writing: dict[str, np.ndarray] = {}
@@ -257,13 +259,7 @@ class Access(Observer):
                     idx, owner = self.indices(v, g, p)
                     self._table(self.undef, v.tensor, -1)[idx] = o[owner]
             if writes and self.lints:
-                got = np.zeros(g.size, dtype=bool)
-                for v in rec.outputs:
-                    idx, owner = self.indices(v, g, p)
-                    if idx.size:
-                        self._table(self.unread, v.tensor, -1)[idx] = o[owner]
-                        got[owner] = True
-                self.receivers[rec.id] = self.receivers.get(rec.id, 0) + int(got.sum())
+                self.result_left(rec, g, p, o)
             if rec.req is not None:
                 reqs = at(rec.req, p, g.size)
                 if reads:
@@ -271,6 +267,16 @@ class Access(Observer):
                         self.open_window(v, g, p, False, o, reqs)
                 for v in rec.outputs if (writes or undefined) else ():
                     self.open_window(v, g, p, True, o, reqs)
+
+    def result_left(self, rec: CollectiveRec, g, p, o) -> None:
+        """Mark the outputs `rec` wrote on ranks `g` as results not yet read (L705), and count those ranks."""
+        got = np.zeros(g.size, dtype=bool)
+        for v in rec.outputs:
+            idx, owner = self.indices(v, g, p)
+            if idx.size:
+                self._table(self.unread, v.tensor, -1)[idx] = o[owner]
+                got[owner] = True
+        self.receivers[rec.id] = self.receivers.get(rec.id, 0) + int(got.sum())
 
     def waited(self, reqs: np.ndarray):
         if not self.windows:

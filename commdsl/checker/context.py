@@ -31,7 +31,7 @@ class Context:
     backend: str = "gloo"
     memo: dict = field(default_factory=dict)
 
-    def shared(self, key: str, compute: Callable[["Context"], object]):
+    def shared(self, key: str, compute: Callable[[Context], object]):
         """An analysis several rules read (computed by the first that asks)."""
         if key not in self.memo:
             self.memo[key] = compute(self)

@@ -68,8 +68,10 @@ def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: boo
             length = max(1, end - start)
             out.append(f"{pad} | ", style="bold blue")
             out.append(" " * start)
-            out.append(("^" if primary else "-") * length + (f" {label}" if label else ""),
-                       style=_STYLE[sev] if primary else "bold blue")
+            out.append(
+                ("^" if primary else "-") * length + (f" {label}" if label else ""),
+                style=_STYLE[sev] if primary else "bold blue",
+            )
             out.append("\n")
         out.append(f"{pad} |\n", style="bold blue")
     else:
@@ -111,8 +113,9 @@ def _span_json(s: Span | None):
 def to_json(d: Diagnostic, sources: Mapping[str, SourceFile]) -> dict:
     s = d.span
     notes = [dict(_span_json(lab.span), message=lab.message) for lab in d.labels]
-    notes += [dict(_span_json(nt.span) or {"path": None, "line": None, "column": None}, message=nt.message)
-              for nt in d.notes]
+    notes += [
+        dict(_span_json(nt.span) or {"path": None, "line": None, "column": None}, message=nt.message) for nt in d.notes
+    ]
     return {
         "code": d.code,
         "name": d.name,
@@ -134,15 +137,23 @@ def to_json(d: Diagnostic, sources: Mapping[str, SourceFile]) -> dict:
 
 def to_sarif(diags: list[Diagnostic]) -> dict:
     used = sorted({d.code for d in diags})
-    rules = [{"id": c, "name": CODES[c].name if c in CODES else c,
-              "shortDescription": {"text": CODES[c].summary() if c in CODES else c},
-              "helpUri": f"https://github.com/commdsl/commdsl/blob/main/docs/diagnostics.md#{c.lower()}"}
-             for c in used]
+    rules = [
+        {
+            "id": c,
+            "name": CODES[c].name if c in CODES else c,
+            "shortDescription": {"text": CODES[c].summary() if c in CODES else c},
+            "helpUri": f"https://github.com/commdsl/commdsl/blob/main/docs/diagnostics.md#{c.lower()}",
+        }
+        for c in used
+    ]
     results = []
     for d in diags:
-        r = {"ruleId": d.code, "ruleIndex": used.index(d.code),
-             "level": "error" if d.severity == "error" else "warning",
-             "message": {"text": d.message}}
+        r = {
+            "ruleId": d.code,
+            "ruleIndex": used.index(d.code),
+            "level": "error" if d.severity == "error" else "warning",
+            "message": {"text": d.message},
+        }
         if d.span is not None:
             r["locations"] = [_sarif_location(d.span, d.label)]
         related = [_sarif_location(lab.span, lab.message, i) for i, lab in enumerate(d.labels)]
@@ -154,16 +165,34 @@ def to_sarif(diags: list[Diagnostic]) -> dict:
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "commdsl", "version": __version__,
-                                      "informationUri": "https://github.com/commdsl/commdsl", "rules": rules}},
-                  "results": results}],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "commdsl",
+                        "version": __version__,
+                        "informationUri": "https://github.com/commdsl/commdsl",
+                        "rules": rules,
+                    }
+                },
+                "results": results,
+            }
+        ],
     }
 
 
 def _sarif_location(s: Span, message: str, ident: int | None = None) -> dict:
-    loc = {"physicalLocation": {"artifactLocation": {"uri": s.path},
-                                "region": {"startLine": s.line, "startColumn": s.column,
-                                           "endLine": s.end_line, "endColumn": max(s.end_column, s.column)}}}
+    loc = {
+        "physicalLocation": {
+            "artifactLocation": {"uri": s.path},
+            "region": {
+                "startLine": s.line,
+                "startColumn": s.column,
+                "endLine": s.end_line,
+                "endColumn": max(s.end_column, s.column),
+            },
+        }
+    }
     if message:
         loc["message"] = {"text": message}
     if ident is not None:

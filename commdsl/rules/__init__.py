@@ -35,18 +35,30 @@ class Family(NamedTuple):
 # In pipeline order, which is the order of `commdsl explain --list` and docs/diagnostics.md.
 FAMILIES = (
     Family("S", "Syntax", "The file does not parse. Nothing else is checked until it does."),
-    Family("N", "Names, types and shapes",
-           "The program parses but does not mean anything yet: a name, a kind, a dtype or a size is wrong. "
-           "Names and kinds are checked once; sizes at every declared world size."),
+    Family(
+        "N",
+        "Names, types and shapes",
+        "The program parses but does not mean anything yet: a name, a kind, a dtype or a size is wrong. "
+        "Names and kinds are checked once; sizes at every declared world size.",
+    ),
     Family("P", "Point-to-point", "A `send` and a `recv` that never meet, or meet with the wrong size, dtype or peer."),
-    Family("C", "Collectives", "Members of a group that do not call the same collective, with the same arguments, "
-                               "in the same order."),
+    Family(
+        "C",
+        "Collectives",
+        "Members of a group that do not call the same collective, with the same arguments, in the same order.",
+    ),
     Family("D", "Deadlock and buffering", "Ranks that wait for each other in a cycle."),
-    Family("R", "Requests and local races", "Async requests never or twice waited, and buffers touched while an "
-                                            "async op may still be using them."),
+    Family(
+        "R",
+        "Requests and local races",
+        "Async requests never or twice waited, and buffers touched while an async op may still be using them.",
+    ),
     Family("B", "Backend support", "Operations the chosen backend cannot run."),
-    Family("L", "Idiom lints (warnings)", "Hand-written patterns a built-in collective does better, and wasted "
-                                          "results. Reported by `commdsl lint` only."),
+    Family(
+        "L",
+        "Idiom lints (warnings)",
+        "Hand-written patterns a built-in collective does better, and wasted results. Reported by `commdsl lint` only.",
+    ),
     Family("V", "Verification", "What the simulator proves with data: every `expect` holds on every rank."),
 )
 
@@ -114,11 +126,27 @@ class Rule:
         return sections(cls.docs())
 
     @classmethod
-    def diagnostic(cls, message: str, *, span: Span | None = None, label: str = "", labels: Iterable[Label] = (),
-                   notes: Iterable[Note] = (), help: str | None = None) -> Diagnostic:
+    def diagnostic(
+        cls,
+        message: str,
+        *,
+        span: Span | None = None,
+        label: str = "",
+        labels: Iterable[Label] = (),
+        notes: Iterable[Note] = (),
+        help: str | None = None,
+    ) -> Diagnostic:
         """A finding of this rule: the code and severity come from the class, so a raise site cannot misspell them."""
-        return Diagnostic(code=cls.code, severity=cls.severity, message=message, span=span, label=label,
-                          labels=tuple(labels), notes=tuple(notes), help=help)
+        return Diagnostic(
+            code=cls.code,
+            severity=cls.severity,
+            message=message,
+            span=span,
+            label=label,
+            labels=tuple(labels),
+            notes=tuple(notes),
+            help=help,
+        )
 
 
 def sections(markdown: str) -> dict[str, str]:
@@ -149,6 +177,5 @@ def rank_list(ranks, limit: int = 8) -> str:
         runs.append(str(start) if start == prev else f"{start}..{prev}")
         if r is not None:
             start = prev = r
-    shown = runs if len(runs) <= limit else runs[:limit - 1] + ["…", runs[-1]]
+    shown = runs if len(runs) <= limit else runs[: limit - 1] + ["…", runs[-1]]
     return "[" + ", ".join(shown) + f"] ({len(ranks)} ranks)"
-

@@ -60,7 +60,6 @@ class SendLoopIsBroadcast(Rule):
     name = "send-loop-is-broadcast"
     severity = "warning"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for code, d in ctx.shared("idioms", _idioms):
@@ -110,7 +109,6 @@ class RecvLoopIsGather(Rule):
     code = "L702"
     name = "recv-loop-is-gather"
     severity = "warning"
-
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -162,7 +160,6 @@ class PairwiseExchangeIsAllToAll(Rule):
     name = "pairwise-exchange-is-all-to-all"
     severity = "warning"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for code, d in ctx.shared("idioms", _idioms):
@@ -207,7 +204,6 @@ class ReduceThenBroadcast(Rule):
     code = "L704"
     name = "reduce-then-broadcast"
     severity = "warning"
-
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
@@ -264,7 +260,6 @@ class CollectiveResultUnused(Rule):
     name = "collective-result-unused"
     severity = "warning"
 
-
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         for code, d in ctx.shared("idioms", _idioms):
@@ -316,14 +311,23 @@ def _unused_results(ctx: Context, seen: set) -> Iterator[tuple[str, Diagnostic]]
         n, kind = len({d.rank for d in deads}), producer.kind.name
         one_place = len({ctx.locate(d.overwriter)[0].span for d in deads}) == 1
         where = "overwritten here" if one_place else f"overwritten here on rank {first.rank}"
-        message = (f"the result of `{kind}` on rank {first.rank} is overwritten before it is read" if n == 1 else
-                   f"the result of `{kind}` is overwritten before it is read, on every rank" if n == ctx.world else
-                   f"the result of `{kind}` is overwritten before it is read, on each of the {n} ranks it reached")
-        yield "L705", CollectiveResultUnused.diagnostic(
-            message,
-            span=producer.span, label="result never read",
-            labels=(Label(span=overwriter.span, message=where),),
-            help="remove the collective, or read its result before overwriting it")
+        message = (
+            f"the result of `{kind}` on rank {first.rank} is overwritten before it is read"
+            if n == 1
+            else f"the result of `{kind}` is overwritten before it is read, on every rank"
+            if n == ctx.world
+            else f"the result of `{kind}` is overwritten before it is read, on each of the {n} ranks it reached"
+        )
+        yield (
+            "L705",
+            CollectiveResultUnused.diagnostic(
+                message,
+                span=producer.span,
+                label="result never read",
+                labels=(Label(span=overwriter.span, message=where),),
+                help="remove the collective, or read its result before overwriting it",
+            ),
+        )
 
 
 def _runs_and_exchanges(ctx: Context, found: dict) -> None:
@@ -342,9 +346,15 @@ def _runs_and_exchanges(ctx: Context, found: dict) -> None:
             return
         done = ranks[(kind[ranks] > 0) & (length[ranks] >= W - 1)]
         for r in done.tolist():
-            ops = s.ops[r][int(start[r]):int(start[r] + length[r])]
-            found["runs"].append((r, int(start[r]), "L701" if kind[r] == SEND_RUN else "L702",
-                                  lambda r=r, ops=ops: _run_finding(r, ops, W)))
+            ops = s.ops[r][int(start[r]) : int(start[r] + length[r])]
+            found["runs"].append(
+                (
+                    r,
+                    int(start[r]),
+                    "L701" if kind[r] == SEND_RUN else "L702",
+                    lambda r=r, ops=ops: _run_finding(r, ops, W),
+                )
+            )
         kind[ranks] = 0
         length[ranks] = 0
         active[0] = int((kind > 0).sum())
@@ -379,15 +389,20 @@ def _run_finding(rank: int, ops, W: int) -> Diagnostic | None:
             return None
         t = ops[0].view.tensor
         return SendLoopIsBroadcast.diagnostic(
-            f"rank {rank} sends the same buffer to every other rank one by one", span=ops[0].span,
+            f"rank {rank} sends the same buffer to every other rank one by one",
+            span=ops[0].span,
             label=f"{len(ops)} sends of `{t}`",
-            help=f"use `broadcast {t} from {rank}`: it takes log(world) steps instead of world - 1 on the root")
+            help=f"use `broadcast {t} from {rank}`: it takes log(world) steps instead of world - 1 on the root",
+        )
     views = [op.view for op in ops]
     if len({v.tensor for v in views}) != 1 or len(set(views)) != len(views):
         return None
-    return RecvLoopIsGather.diagnostic(f"rank {rank} receives a piece from every other rank one by one",
-                                       span=ops[0].span, label=f"{len(ops)} receives into `{views[0].tensor}`",
-                                       help=f"use `gather PIECE into {views[0].tensor} to {rank}`")
+    return RecvLoopIsGather.diagnostic(
+        f"rank {rank} receives a piece from every other rank one by one",
+        span=ops[0].span,
+        label=f"{len(ops)} receives into `{views[0].tensor}`",
+        help=f"use `gather PIECE into {views[0].tensor} to {rank}`",
+    )
 
 
 def _exchange(ctx: Context, rec: BatchRec, found: dict) -> None:
@@ -403,12 +418,15 @@ def _exchange(ctx: Context, rec: BatchRec, found: dict) -> None:
         rank = int(G[k])
         batch = ctx.schedule.op_at(rec, k)
         others = set(range(W)) - {rank}
-        if ({o.peer for o in batch.ops if type(o) is Send} == {o.peer for o in batch.ops if type(o) is Recv} == others
-                and len(batch.ops) == 2 * len(others)):
+        if {o.peer for o in batch.ops if type(o) is Send} == {
+            o.peer for o in batch.ops if type(o) is Recv
+        } == others and len(batch.ops) == 2 * len(others):
             d = PairwiseExchangeIsAllToAll.diagnostic(
-                f"rank {rank} exchanges a piece with every other rank by P2P", span=rec.span,
+                f"rank {rank} exchanges a piece with every other rank by P2P",
+                span=rec.span,
                 label=f"{len(others)} sends and {len(others)} receives",
-                help="use `all_to_all SRC into DST`: one collective the backend can schedule")
+                help="use `all_to_all SRC into DST`: one collective the backend can schedule",
+            )
             found["L703"].append((rank, rid_step(ctx, rec, rank), "L703", lambda d=d: d))
 
 
@@ -433,9 +451,17 @@ def _reduce_then_broadcast(ctx: Context, found: dict) -> None:
                     b: Collective = s.op_at(rec, k)
                     a: Collective = s.op_at(red, int(np.searchsorted(red.ranks, rec.ranks[k])))
                     if a.root == b.root and a.group == b.group and a.inputs[0] == b.inputs[0]:
-                        found["L704"].append(("L704", ReduceThenBroadcast.diagnostic(
-                            "`reduce` followed by `broadcast` from the same root is an `all_reduce`", span=a.span,
-                            label="reduce", labels=(Label(span=b.span, message="then broadcast"),),
-                            help=f"use `all_reduce {a.inputs[0].tensor}`: one collective, no root bottleneck")))
+                        found["L704"].append(
+                            (
+                                "L704",
+                                ReduceThenBroadcast.diagnostic(
+                                    "`reduce` followed by `broadcast` from the same root is an `all_reduce`",
+                                    span=a.span,
+                                    label="reduce",
+                                    labels=(Label(span=b.span, message="then broadcast"),),
+                                    help=f"use `all_reduce {a.inputs[0].tensor}`: one collective, no root bottleneck",
+                                ),
+                            )
+                        )
                         break
         last[rec.ranks] = rid

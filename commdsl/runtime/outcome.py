@@ -11,7 +11,6 @@ then to errors that merely report a peer's death, earliest first.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,12 +19,21 @@ from commdsl.runtime import progress
 from commdsl.runtime.guard import waits_on_others
 from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
-from commdsl.source import statement_text
 from commdsl.simulate import SimResult, close
+from commdsl.source import statement_text
 
 # error text that only says a peer went away (the consequence of another rank's failure)
-_PEER_WORDS = ("connection closed by peer", "connection reset by peer", "broken pipe", "socket closed",
-               "econnreset", "epipe", "connection refused", "end of file", "remote process exited")
+_PEER_WORDS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "socket closed",
+    "econnreset",
+    "epipe",
+    "connection refused",
+    "end of file",
+    "remote process exited",
+)
 
 
 def classify(message: str) -> str:
@@ -103,12 +111,18 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return (not self.mismatches and not self.disagreements and not self.missing and self.sim_complete
-                and all(e["ok"] for e in self.expects))
+        return (
+            not self.mismatches
+            and not self.disagreements
+            and not self.missing
+            and self.sim_complete
+            and all(e["ok"] for e in self.expects)
+        )
 
 
-def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, RankResult],
-                  ranks: list[int]) -> Verdict:
+def judge_results(
+    schedule: Schedule, sim: SimResult | None, results: dict[int, RankResult], ranks: list[int]
+) -> Verdict:
     """Expects as the ranks judged them, and every finished rank's tensors against the simulator's."""
     v = Verdict(sim_complete=sim is not None and sim.engine.completed)
     for rank in ranks:
@@ -135,8 +149,11 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
             count, first = 0, -1
             for start in range(0, len(actual), COMPARE_CHUNK):  # float64 temporaries a chunk long, not a tensor
                 stop = start + COMPARE_CHUNK
-                bad = ~close(actual[start:stop], expected[start:stop], spec.dtype) & ~undefined[start:stop] \
+                bad = (
+                    ~close(actual[start:stop], expected[start:stop], spec.dtype)
+                    & ~undefined[start:stop]
                     & ~order[start:stop]
+                )
                 if bad.any():
                     count += int(bad.sum())
                     first = start + int(np.argmax(bad)) if first < 0 else first
@@ -149,8 +166,9 @@ def judge_results(schedule: Schedule, sim: SimResult | None, results: dict[int, 
     return v
 
 
-def _disagreements(schedule: Schedule, sim: SimResult, results: dict[int, RankResult],
-                   ranks: list[int]) -> list[Disagreement]:
+def _disagreements(
+    schedule: Schedule, sim: SimResult, results: dict[int, RankResult], ranks: list[int]
+) -> list[Disagreement]:
     """Ranks must hold bit-identical values wherever the simulation gives them identical ones (what one
     `all_reduce` or `broadcast` leaves on every member), whatever the tolerance: a value within a float's
     tolerance of the simulator's can still differ between ranks, which no backend does."""
@@ -200,13 +218,17 @@ class Evidence:
 _ORDER = {"crash": 0, "signal": 0, "exit": 0, "silent": 0, "error": 1, "timeout": 2, "peer": 3, "stopped": 4}
 
 
-def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], ev: Evidence,
-          ranks: list[int]) -> list[Failure]:
+def blame(
+    schedule: Schedule, source_text: str, results: dict[int, RankResult], ev: Evidence, ranks: list[int]
+) -> list[Failure]:
     """Every rank among `ranks` that failed, the real culprit first."""
     by_rank = {s.rank: s for s in ev.slots if s.rank >= 0}
     done = [r for r in ranks if results.get(r) is not None and results[r].finished]
-    ended = (f"; rank{'s' * (len(done) > 1)} {', '.join(map(str, done[:8]))} had finished the program and exited"
-             if done else "")
+    ended = (
+        f"; rank{'s' * (len(done) > 1)} {', '.join(map(str, done[:8]))} had finished the program and exited"
+        if done
+        else ""
+    )
     found: list[tuple[tuple, Failure]] = []
     for rank in ranks:
         res, slot = results.get(rank), by_rank.get(rank)
@@ -217,8 +239,11 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
             kind = classify(err["message"])
             at = where(schedule, source_text, rank, err["index"])
             text = _error_text(err)
-            cause = {"error": f"raised {text}", "timeout": f"timed out ({text})",
-                     "peer": f"lost its connection to a peer ({_first_sentence(text)}){ended}"}[kind]
+            cause = {
+                "error": f"raised {text}",
+                "timeout": f"timed out ({text})",
+                "peer": f"lost its connection to a peer ({_first_sentence(text)}){ended}",
+            }[kind]
             found.append(((_ORDER[kind], err["time_ns"]), Failure(rank, kind, cause, at, pid)))
             continue
         if res is not None and res.finished:
@@ -235,8 +260,10 @@ def blame(schedule: Schedule, source_text: str, results: dict[int, RankResult], 
             code = seen or f"exit code {agent['exitcode']}"
             kind, cause = "exit", f"exited with {code} without reporting an error"
         elif slot is not None and slot.pid > 0 and slot.state not in (progress.DONE, progress.FAILED):
-            kind, cause = "signal", ("died without a word (no error, no crash dump): most likely SIGKILL, "
-                                     "from a user or the OOM killer")
+            kind, cause = (
+                "signal",
+                ("died without a word (no error, no crash dump): most likely SIGKILL, from a user or the OOM killer"),
+            )
         elif slot is None and res is None:
             kind, cause = "silent", "sent no report (its process died, or the launcher stopped it)"
         else:
@@ -273,30 +300,64 @@ def timeout_rows(schedule: Schedule, source_text: str, results: dict[int, RankRe
     for rank in range(world):
         r = results.get(rank)
         if r is None:
-            rows.append({"rank": rank, "pid": 0, "state": "no report", "seconds": None, "line": None, "op": "",
-                         "stuck": False})
+            rows.append(
+                {"rank": rank, "pid": 0, "state": "no report", "seconds": None, "line": None, "op": "", "stuck": False}
+            )
             continue
         if r.error is None:
-            rows.append({"rank": rank, "pid": r.pid, "state": "done" if r.finished else "unknown", "seconds": None,
-                         "line": None, "op": "", "stuck": False})
+            rows.append(
+                {
+                    "rank": rank,
+                    "pid": r.pid,
+                    "state": "done" if r.finished else "unknown",
+                    "seconds": None,
+                    "line": None,
+                    "op": "",
+                    "stuck": False,
+                }
+            )
             continue
         at = where(schedule, source_text, rank, r.error["index"])
         kind = classify(r.error["message"])
         state = {"timeout": "timed out", "peer": "lost peer"}.get(kind, "failed")
-        rows.append({"rank": rank, "pid": r.pid, "state": state, "seconds": None, "line": at.line, "op": at.text,
-                     "stuck": kind == "timeout"})
+        rows.append(
+            {
+                "rank": rank,
+                "pid": r.pid,
+                "state": state,
+                "seconds": None,
+                "line": at.line,
+                "op": at.text,
+                "stuck": kind == "timeout",
+            }
+        )
     return rows
 
 
-def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapshot], at_ns: int,
-              stuck: list[int], stopped: list[int] = ()) -> list[dict]:
+def hang_rows(
+    schedule: Schedule,
+    source_text: str,
+    slots: list[progress.Snapshot],
+    at_ns: int,
+    stuck: list[int],
+    stopped: list[int] = (),
+) -> list[dict]:
     """One row per local rank of the guard's snapshot: where it was and for how long; a stopped process
     (SIGSTOP, SIGTSTP) is the culprit (`"stopped": True`), whatever op it was in."""
     rows = []
     for s in slots:
         if s.rank < 0:
-            rows.append({"rank": None, "pid": s.pid, "state": "not started", "seconds": None, "line": None,
-                         "op": "", "stuck": False})
+            rows.append(
+                {
+                    "rank": None,
+                    "pid": s.pid,
+                    "state": "not started",
+                    "seconds": None,
+                    "line": None,
+                    "op": "",
+                    "stuck": False,
+                }
+            )
             continue
         at = where(schedule, source_text, s.rank, s.op, s.state)
         if s.local_rank in stopped:
@@ -304,9 +365,22 @@ def hang_rows(schedule: Schedule, source_text: str, slots: list[progress.Snapsho
         elif s.state == progress.RUNNING:
             state = "blocked" if waits_on_others(schedule, s) else "computing"
         else:
-            state = {progress.INIT: "setting up", progress.FINISHING: "finished", progress.DONE: "done",
-                     progress.FAILED: "failed"}.get(s.state, progress.STATE_NAMES[s.state])
-        rows.append({"rank": s.rank, "pid": s.pid, "state": state, "seconds": round(s.seconds_in_state(at_ns), 3),
-                     "line": at.line, "op": at.text, "stuck": s.local_rank in stuck,
-                     "stopped": s.local_rank in stopped})
+            state = {
+                progress.INIT: "setting up",
+                progress.FINISHING: "finished",
+                progress.DONE: "done",
+                progress.FAILED: "failed",
+            }.get(s.state, progress.STATE_NAMES[s.state])
+        rows.append(
+            {
+                "rank": s.rank,
+                "pid": s.pid,
+                "state": state,
+                "seconds": round(s.seconds_in_state(at_ns), 3),
+                "line": at.line,
+                "op": at.text,
+                "stuck": s.local_rank in stuck,
+                "stopped": s.local_rank in stopped,
+            }
+        )
     return rows
