@@ -264,7 +264,7 @@ ORDER = (
     "all_to_all",
     "barrier",
 )
-"""The order the docs, `bench` and `explain` list the kinds in; a kind not named here follows, by name."""
+"""The order of `KINDS`, which every list of the kinds follows; a kind not named here comes after, by name."""
 
 
 def _registry() -> dict[str, Kind]:
