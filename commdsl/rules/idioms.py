@@ -1,6 +1,9 @@
 """L7xx (warnings): hand-written patterns a built-in collective does better, and wasted results.
 
 Found in one pass over the records (`_idioms`), a statement getting one idiom at most; only `commdsl lint` reports them.
+A pattern is reported only when it is the collective exactly (the same buffer everywhere, blocks by rank), and
+L701-L703 only when they show at every checked world size from 3 on (`Rule.every_world_from`): a binomial tree is
+a star at 3 ranks, a neighbour exchange reaches every rank at 3, and neither is the collective the lint names.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Label
 from commdsl.rules import Rule
-from commdsl.schedule import BatchRec, Collective, CollectiveRec, P2PRec, Recv, Send
-from commdsl.values import at
+from commdsl.schedule import BatchRec, Collective, CollectiveRec, P2PRec, Recv, Send, View
+from commdsl.values import at, item
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -25,7 +28,15 @@ class SendLoopIsBroadcast(Rule):
     ## What it does
 
     Reported by `commdsl lint`. Finds a rank that sends the same buffer to every other rank, one blocking
-    `send` after another: a hand-written `broadcast`.
+    `send` after another, where each of them receives it into that same view of the same tensor: a
+    hand-written `broadcast`. It says nothing when
+
+    * the sends carry different buffers or slices (that is a `scatter`), or carry a tag or a group;
+    * a receiver takes the message into another buffer, or its matching receive is not the one the loop
+      meant (a pipeline stage taking its input, the pieces of an all-gather);
+    * the program is a star at some of the checked world sizes only: a binomial tree is rank 0 sending
+      to ranks 1 and 2 at 3 ranks, and not at 4 to 8. The sizes are those declared by `world` (or given
+      with `--world`), so a tree checked at 3 ranks alone is a star there, and reported.
 
     ## Why is this bad?
 
@@ -57,6 +68,7 @@ class SendLoopIsBroadcast(Rule):
     """
 
     code = "L701"
+    every_world_from = 3  # at 2 ranks one message is no loop
     name = "send-loop-is-broadcast"
     severity = "warning"
 
@@ -73,8 +85,13 @@ class RecvLoopIsGather(Rule):
 
     ## What it does
 
-    Reported by `commdsl lint`. Finds a rank that receives a piece from every other rank into different
-    parts of one buffer, one blocking `recv` after another: a hand-written `gather`.
+    Reported by `commdsl lint`. Finds a rank that receives a piece from every other rank, one blocking
+    `recv` after another, the piece of rank p into block p of one buffer (blocks of the pieces' size),
+    each sent from the same tensor on every sender: a hand-written `gather`. When every rank receives
+    the others' pieces that way, the help names `all_gather`. It says nothing when the pieces go to
+    blocks other than their senders' ranks, into different buffers, come from different tensors, or
+    when the program is a star at some of the checked world sizes only (a binomial gather tree at 3
+    ranks).
 
     ## Why is this bad?
 
@@ -108,6 +125,7 @@ class RecvLoopIsGather(Rule):
     """
 
     code = "L702"
+    every_world_from = 3  # at 2 ranks one message is no loop
     name = "recv-loop-is-gather"
     severity = "warning"
 
@@ -124,8 +142,13 @@ class PairwiseExchangeIsAllToAll(Rule):
 
     ## What it does
 
-    Reported by `commdsl lint`. Finds a `batch` in which a rank sends a piece to every other rank and
-    receives one from each: a hand-written `all_to_all`.
+    Reported by `commdsl lint`. Finds a `batch` in which every rank sends block p of one buffer to each
+    other rank p and receives block p of another buffer from it, all blocks of one size: a hand-written
+    `all_to_all`. It says nothing about a neighbour (halo) exchange, which reaches every rank at 3 ranks
+    but sends the edges of a buffer, not blocks by peer, and reaches only two ranks at 4 and more; nor
+    about a batch that sends the whole buffer to everyone (an all-gather), puts pieces in blocks other
+    than the peer's, or receives into separate buffers. Like L701, it must show at every checked world
+    size from 3 on.
 
     ## Why is this bad?
 
@@ -159,6 +182,7 @@ class PairwiseExchangeIsAllToAll(Rule):
     """
 
     code = "L703"
+    every_world_from = 3  # at 2 ranks one message is no loop
     name = "pairwise-exchange-is-all-to-all"
     severity = "warning"
 
@@ -175,8 +199,9 @@ class ReduceThenBroadcast(Rule):
 
     ## What it does
 
-    Reported by `commdsl lint`. Finds a `reduce` to a root directly followed by a `broadcast` of the same
-    buffer from that root, on the same group.
+    Reported by `commdsl lint`. Finds a `reduce` to a root directly followed, on that root, by a
+    `broadcast` of the same buffer from it, on the same group. A step of the root's own between the two
+    (`x /= world`, which makes it an average) or another buffer, root or group is something else.
 
     ## Why is this bad?
 
@@ -279,17 +304,17 @@ SEND_RUN, RECV_RUN = 1, 2
 
 def _idioms(ctx: Context) -> list[tuple[str, Diagnostic]]:
     """(code, finding) in the order of the per-rank scan; a statement gets one idiom at most."""
-    s, W = ctx.schedule, ctx.world
+    W = ctx.world
     found: dict[str, list] = {"runs": [], "L703": [], "L704": []}
     if W >= 3:
         _runs_and_exchanges(ctx, found)
     _reduce_then_broadcast(ctx, found)
     out, seen = [], set()
     for rank, first, code, make in sorted(found["runs"] + found["L703"], key=lambda f: (f[0], f[1])):
-        d = make()
-        if d is not None and d.span not in seen:
-            seen.add(d.span)
-            out.append((code, d))
+        for d in make():
+            if d.span not in seen:
+                seen.add(d.span)
+                out.append((code, d))
     for code, d in found["L704"]:
         if d.span not in seen:
             seen.add(d.span)
@@ -342,9 +367,9 @@ def _runs_and_exchanges(ctx: Context, found: dict) -> None:
             return
         done = ranks[(kind[ranks] > 0) & (length[ranks] >= W - 1)]
         for r in done.tolist():
-            ops = s.ops[r][int(start[r]):int(start[r] + length[r])]
+            rids = s.sequence(r)[int(start[r]):int(start[r] + length[r])].tolist()
             found["runs"].append((r, int(start[r]), "L701" if kind[r] == SEND_RUN else "L702",
-                                  lambda r=r, ops=ops: _run_finding(r, ops, W)))
+                                  lambda r=r, rids=rids: _run_findings(ctx, r, rids)))
         kind[ranks] = 0
         length[ranks] = 0
         active[0] = int((kind > 0).sum())
@@ -364,34 +389,104 @@ def _runs_and_exchanges(ctx: Context, found: dict) -> None:
             active[0] = int((kind > 0).sum())
         else:
             close(G)
-        if isinstance(rec, BatchRec) and len(rec.ops) >= 2 * (W - 1):  # fewer ops cannot reach every other rank
-            _exchange(ctx, rec, found)
+        if isinstance(rec, BatchRec) and G.size == W and len(rec.ops) >= 2 * (W - 1):
+            _exchange(ctx, rec, found)  # fewer ops, or fewer ranks, cannot be every rank reaching every other
         step[G] += 1
     close(np.arange(W))
 
 
-def _run_finding(rank: int, ops, W: int) -> Diagnostic | None:
-    others = set(range(W)) - {rank}
-    if {op.peer for op in ops} != others:
+def _run_findings(ctx: Context, rank: int, rids: list[int]) -> list[Diagnostic]:
+    """The stars in one rank's run: stretches of `world - 1` ops, one to (from) each other rank, that make a
+    broadcast (a gather) as `_broadcast` (`_gather`) checks; taken from the left, never overlapping."""
+    s, W = ctx.schedule, ctx.world
+    ops = [(s.records[rid], s.op_at(s.records[rid], int(np.searchsorted(s.records[rid].ranks, rank))))
+           for rid in rids]
+    check = _broadcast if isinstance(ops[0][1], Send) else _gather
+    out, free = [], 0
+    for i in _stretches([op.peer for _, op in ops], W - 1, rank):
+        if i >= free:
+            d = check(ctx, rank, ops[i:i + W - 1])
+            if d is not None:
+                out.append(d)
+                free = i + W - 1
+    return out
+
+
+def _stretches(peers: list[int], m: int, rank: int) -> Iterator[int]:
+    """The starts of the windows of `m` consecutive peers that are `m` distinct ranks other than `rank` (with
+    `m = world - 1`: each other rank once), by a sliding count."""
+    count: dict[int, int] = {}
+    for j, p in enumerate(peers):
+        count[p] = count.get(p, 0) + 1
+        if j >= m:
+            q = peers[j - m]
+            count[q] -= 1
+            if not count[q]:
+                del count[q]
+        if j >= m - 1 and len(count) == m and rank not in count:
+            yield j - m + 1
+
+
+def _broadcast(ctx: Context, rank: int, stretch) -> Diagnostic | None:
+    """One buffer, sent unchanged (the sends are consecutive) to each other rank, and received by each into the
+    same view it was sent from: what `broadcast` does. Receivers that take it into other buffers are not."""
+    view = stretch[0][1].view
+    if any(op.view != view for _, op in stretch):
         return None
-    if isinstance(ops[0], Send):
-        if len({op.view for op in ops}) != 1:
+    for rec, op in stretch:
+        got = _matching(ctx, rank, rec.id, op.peer, is_send=True)
+        if got is None or got != view:
             return None
-        t = ops[0].view.tensor
-        return SendLoopIsBroadcast.diagnostic(
-            f"rank {rank} sends the same buffer to every other rank one by one", span=ops[0].span,
-            label=f"{len(ops)} sends of `{t}`",
-            help=f"use `broadcast {t} from {rank}`: it takes log(world) steps instead of world - 1 on the root")
-    views = [op.view for op in ops]
-    if len({v.tensor for v in views}) != 1 or len(set(views)) != len(views):
+    rec = stretch[0][0]
+    text = _whole(ctx, view) or _src(ctx, rec.node.buffer)
+    return SendLoopIsBroadcast.diagnostic(
+        f"rank {rank} sends the same buffer to every other rank one by one", span=rec.span,
+        label=f"`{text}` to each other rank in turn, received into `{text}`",
+        help=f"use `broadcast {text} from {rank}`: it takes log(world) steps instead of world - 1 on the root")
+
+
+def _gather(ctx: Context, rank: int, stretch) -> Diagnostic | None:
+    """Pieces of one size received into one buffer, the piece of rank p in its block p, each sent from the same
+    buffer on every sender: what `gather` does. Pieces placed in another order are not."""
+    W = ctx.world
+    views = [op.view for _, op in stretch]
+    layout = _blocks(views, [op.peer for _, op in stretch])
+    if layout is None:
         return None
-    return RecvLoopIsGather.diagnostic(f"rank {rank} receives a piece from every other rank one by one",
-                                       span=ops[0].span, label=f"{len(ops)} receives into `{views[0].tensor}`",
-                                       help=f"use `gather PIECE into {views[0].tensor} to {rank}`")
+    tensor, n, base = layout
+    pieces = set()
+    for rec, op in stretch:
+        sent = _matching(ctx, rank, rec.id, op.peer, is_send=False)
+        if sent is None:
+            return None
+        pieces.add((sent.tensor, sent.numel))
+    if len(pieces) != 1:
+        return None
+    [(piece, _)] = pieces
+    whole = base == 0 and _numel(ctx, tensor, range(W)) == {W * n}
+    into = tensor if whole else "ALL"
+    piece_text = piece if _numel(ctx, piece, range(W)) == {n} else "PIECE"
+    if all(_receives_blocks(ctx, q, tensor, n, base) for q in range(W) if q != rank):
+        help = f"every rank receives the others' pieces this way: use `all_gather {piece_text} into {into}`"
+    else:
+        help = f"use `gather {piece_text} into {into} to {rank}`: one collective the backend can schedule"
+    return RecvLoopIsGather.diagnostic(
+        f"rank {rank} receives a piece from every other rank one by one", span=stretch[0][0].span,
+        label=f"the piece of each other rank p into block p of `{tensor}`", help=help)
+
+
+def _receives_blocks(ctx: Context, rank: int, tensor: str, n: int, base: int) -> bool:
+    """Rank receives, in some order and by any kind of receive, block p of `tensor` from each other rank p."""
+    chans = _channels(ctx, rank)[0]
+    return all(any(v.tensor == tensor and v.numel == n and v.offset == base + p * n
+                   for v in chans.get((False, p), ()))
+               for p in range(ctx.world) if p != rank)
 
 
 def _exchange(ctx: Context, rec: BatchRec, found: dict) -> None:
-    """A batch in which a rank sends to and receives from every other rank (candidates by count first)."""
+    """A batch in which every rank sends block p of one buffer to each other rank p and receives block p of
+    another from it (candidates by count first): what `all_to_all` does. A neighbour exchange that reaches every
+    rank at a small world size does not lay its pieces out by peer."""
     W = ctx.world
     G = rec.ranks
     sends = np.zeros(G.size, dtype=np.int64)
@@ -399,17 +494,94 @@ def _exchange(ctx: Context, rec: BatchRec, found: dict) -> None:
     for op in rec.ops:
         where = np.searchsorted(G, op.ranks)
         (sends if op.is_send else recvs)[where] += 1
-    for k in np.flatnonzero((sends == W - 1) & (recvs == W - 1)).tolist():
-        rank = int(G[k])
+    if not ((sends == W - 1) & (recvs == W - 1)).all():
+        return
+    layouts = set()
+    for k in range(W):
         batch = ctx.schedule.op_at(rec, k)
-        others = set(range(W)) - {rank}
-        if ({o.peer for o in batch.ops if type(o) is Send} == {o.peer for o in batch.ops if type(o) is Recv} == others
-                and len(batch.ops) == 2 * len(others)):
-            d = PairwiseExchangeIsAllToAll.diagnostic(
-                f"rank {rank} exchanges a piece with every other rank by P2P", span=rec.span,
-                label=f"{len(others)} sends and {len(others)} receives",
-                help="use `all_to_all SRC into DST`: one collective the backend can schedule")
-            found["L703"].append((rank, rid_step(ctx, rec, rank), "L703", lambda d=d: d))
+        others = set(range(W)) - {k}
+        out = [o for o in batch.ops if type(o) is Send]
+        into = [o for o in batch.ops if type(o) is Recv]
+        if not ({o.peer for o in out} == {o.peer for o in into} == others and len(batch.ops) == 2 * len(others)):
+            return
+        a = _blocks([o.view for o in out], [o.peer for o in out])
+        b = _blocks([o.view for o in into], [o.peer for o in into])
+        if a is None or b is None or a[1] != b[1]:
+            return
+        layouts.add((a[0], b[0], a[1], a[2], b[2]))
+    if len({lay[:3] for lay in layouts}) != 1:
+        return
+    src, dst, n = next(iter(layouts))[:3]
+    whole = {lay[3:] for lay in layouts} == {(0, 0)} and _numel(ctx, src, range(W)) == _numel(ctx, dst, range(W)) == {W * n}
+    help = f"use `all_to_all {src} into {dst}`" if whole else "use `all_to_all SRC into DST` (blocks of the two buffers)"
+    d = PairwiseExchangeIsAllToAll.diagnostic(
+        "every rank exchanges a piece with every other rank by P2P", span=rec.span,
+        label=f"block p of `{src}` to each other rank p, block p of `{dst}` from it",
+        help=f"{help}: one collective the backend can schedule")
+    found["L703"].append((0, rid_step(ctx, rec, 0), "L703", lambda d=d: [d]))
+
+
+def _blocks(views, peers) -> tuple[str, int, int] | None:
+    """(tensor, block size, offset of block 0) when the views are blocks of one tensor, the one for peer p at
+    block p; else None."""
+    if len({v.tensor for v in views}) != 1:
+        return None
+    n = views[0].numel
+    if n == 0 or any(v.numel != n for v in views):
+        return None
+    bases = {v.offset - p * n for v, p in zip(views, peers)}
+    if len(bases) != 1:
+        return None
+    return views[0].tensor, n, bases.pop()
+
+
+def _channels(ctx: Context, rank: int) -> tuple[dict, dict]:
+    """Rank's untagged point-to-point ops on the world group, blocking, async or batched: by (is a send, peer),
+    their views in posting order, the order a channel matches in; and by record id, the position in its channel."""
+    memo = ctx.memo.setdefault("idiom-channels", {})
+    if rank in memo:
+        return memo[rank]
+    s = ctx.schedule
+    views: dict[tuple[bool, int], list[View]] = {}
+    index: dict[int, int] = {}
+
+    def add(rec: P2PRec, k: int) -> None:
+        if rec.gid is None and item(rec.tag, k) == 0:
+            channel = views.setdefault((rec.is_send, int(item(rec.peer, k))), [])
+            index[rec.id] = len(channel)
+            channel.append(rec.view.at(k))
+
+    for rid in s.sequence(rank).tolist():
+        rec = s.records[rid]
+        if isinstance(rec, P2PRec):
+            add(rec, int(np.searchsorted(rec.ranks, rank)))
+        elif isinstance(rec, BatchRec):
+            for op, k in rec.members(rank):
+                add(op, k)
+    memo[rank] = views, index
+    return memo[rank]
+
+
+def _matching(ctx: Context, rank: int, rid: int, peer: int, is_send: bool) -> View | None:
+    """The view of the op on `peer` that matches rank's op of record `rid` (the n-th send on a channel meets the
+    n-th receive), or None when the peer posts none."""
+    n = _channels(ctx, rank)[1][rid]
+    theirs = _channels(ctx, peer)[0].get((not is_send, rank), [])
+    return theirs[n] if n < len(theirs) else None
+
+
+def _numel(ctx: Context, tensor: str, ranks) -> set[int]:
+    sizes = ctx.schedule.infos[tensor].numel_array(ctx.world)
+    return {int(sizes[r]) for r in ranks}
+
+
+def _whole(ctx: Context, view: View) -> str | None:
+    """The tensor's name when the view is all of it (on every rank), else None."""
+    return view.tensor if view.offset == 0 and _numel(ctx, view.tensor, range(ctx.world)) == {view.numel} else None
+
+
+def _src(ctx: Context, node) -> str:
+    return " ".join(ctx.program.source.text[node.span.start:node.span.end].split())
 
 
 def rid_step(ctx: Context, rec, rank: int) -> int:
@@ -418,7 +590,8 @@ def rid_step(ctx: Context, rec, rank: int) -> int:
 
 
 def _reduce_then_broadcast(ctx: Context, found: dict) -> None:
-    """`reduce` directly followed, on a rank, by `broadcast` of the same buffer from the same root."""
+    """`reduce` directly followed, on its root, by `broadcast` of the same buffer from that root (a step of the
+    root's own between the two, `x /= world`, makes it something else)."""
     s = ctx.schedule
     last = np.full(s.world, -1, dtype=np.int64)
     for rid in s.top:
@@ -432,10 +605,15 @@ def _reduce_then_broadcast(ctx: Context, found: dict) -> None:
                 for k in np.flatnonzero(prev == p).tolist():
                     b: Collective = s.op_at(rec, k)
                     a: Collective = s.op_at(red, int(np.searchsorted(red.ranks, rec.ranks[k])))
-                    if a.root == b.root and a.group == b.group and a.inputs[0] == b.inputs[0]:
+                    if (a.root == b.root == int(rec.ranks[k]) and a.group == b.group
+                            and a.inputs[0] == b.inputs[0]):
+                        node = red.node
+                        call = " ".join(["all_reduce", _src(ctx, node.inputs[0])]
+                                        + ([_src(ctx, node.redop)] if node.redop is not None else [])
+                                        + ([f"in {node.group.text}"] if node.group is not None else []))
                         found["L704"].append(("L704", ReduceThenBroadcast.diagnostic(
                             "`reduce` followed by `broadcast` from the same root is an `all_reduce`", span=a.span,
                             label="reduce", labels=(Label(span=b.span, message="then broadcast"),),
-                            help=f"use `all_reduce {a.inputs[0].tensor}`: one collective, no root bottleneck")))
+                            help=f"use `{call}`: one collective, no root bottleneck")))
                         break
         last[rec.ranks] = rid
