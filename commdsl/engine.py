@@ -259,10 +259,7 @@ class Engine:
     # ---- the rounds ------------------------------------------------------------------------------
     def run(self) -> Outcome:
         while True:
-            if self.deadline.passed():
-                live = np.flatnonzero(self.pc < self.length)
-                rid = int(self.flat[self.first[live[0]] + self.pc[live[0]]])
-                raise time_limit(self.deadline, self.s.records[rid].span, f"running the ops at world {self.W}")
+            self.mind_deadline()
             moved = self.run_ready()
             moved |= self.match()
             moved |= self.complete_calls()
@@ -271,6 +268,13 @@ class Engine:
                 break
         return self.outcome()
 
+    def mind_deadline(self) -> None:
+        """N134 at the op the first unfinished rank is at, once the deadline has passed."""
+        if self.deadline.passed():
+            live = np.flatnonzero(self.pc < self.length)
+            rid = int(self.flat[self.first[live[0]] + self.pc[live[0]]])
+            raise time_limit(self.deadline, self.s.records[rid].span, f"running the ops at world {self.W}")
+
     def run_ready(self) -> bool:
         """Every rank that is not waiting runs until it must wait (or finishes)."""
         moved = False
@@ -278,12 +282,14 @@ class Engine:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
             if not R.size:
                 return moved
+            if moved:
+                self.mind_deadline()
             moved = True
             heads = self.flat[self.first[R] + self.pc[R]]
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
-                pos = rec.positions(G)
-                self.step(rec, G, pos)
+                if not (type(rec) is CollectiveRec and self.collective_run(G)):
+                    self.step(rec, G, rec.positions(G))
 
     def step(self, rec, G: np.ndarray, pos) -> None:
         t = type(rec)
@@ -741,6 +747,116 @@ class Engine:
         self.finish_instances(done, dstarts, dcounts)
         return True
 
+    def quiet(self) -> bool:
+        """Nothing under way: no call waiting for members, no message posted, no NCCL stream held."""
+        return not (self.fresh_calls or len(self.arrivals) or len(self.pending) or self.fresh or self.queues)
+
+    def collective_run(self, G: np.ndarray) -> bool:
+        """Ranks G are at a run of blocking collectives, each of which they alone call and all of them call,
+        with one group instance, root and size for every rank, and nothing else is under way: every call of
+        the run completes as it is made, so the run is called and completed here, a chunk at a time, without
+        a round each. Returns False (nothing done) where the next statement is not such a call; a run stops
+        at the first one that is not."""
+        if not self.quiet():
+            return False
+        window = self.upcoming(G)
+        m, records = G.size, self.s.records
+        run: list[CollectiveRec] = []
+        for rid in window.tolist():
+            rec = records[rid]
+            if type(rec) is not CollectiveRec or not self.completes_alone(rec, G):
+                break
+            run.append(rec)
+        if not run:
+            return False
+        calls = self.calls_of_run(run, G)
+        positions, one = np.arange(m, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        size = np.array([m], dtype=np.int64)
+        for k, rec in enumerate(run):
+            rows = calls.take(slice(k * m, (k + 1) * m))
+            self.obs.called(rec, G, positions, rows.me)
+            if self.record_matches:
+                self.instances.append(Instance(int(rows.gid[0]), int(rows.seq[0]), rows))
+            self.obs.completed(rows, one, size)
+        self.calls_seen += len(run) * m
+        self.pc[G] += len(run)
+        return True
+
+    def upcoming(self, G: np.ndarray) -> np.ndarray:
+        """The record ids every rank of G runs next, in order, as far as their sequences agree (RUN_CALLS
+        calls at most)."""
+        at_ = self.first[G] + self.pc[G]
+        ahead = int((self.length[G] - self.pc[G]).min())
+        starts = np.unique(at_)
+        if starts.size > 8:  # ranks in many different cohorts: not worth comparing their sequences
+            ahead = 1
+        lo = int(starts[0])
+        window = self.flat[lo : lo + min(ahead, max(1, RUN_CALLS // G.size))]
+        for other in starts[1:].tolist():
+            differ = np.flatnonzero(self.flat[other : other + window.size] != window)
+            if differ.size:
+                window = window[: differ[0]]
+        return window
+
+    def completes_alone(self, rec: CollectiveRec, G: np.ndarray) -> bool:
+        """Whether `rec` is a blocking call that G, every member of its one group instance, makes with one
+        root and one size for all: it completes as soon as G makes it, and no member's call is void."""
+        if (
+            rec.req is not None
+            or rec.ranks.size != G.size
+            or rec.in_splits
+            or isinstance(rec.gid, np.ndarray)
+            or isinstance(rec.root, np.ndarray)
+            or isinstance(rec.scale, np.ndarray)
+            or isinstance(rec.contribution, np.ndarray)
+            or self.group_size[rec.gid] != G.size
+        ):
+            return False
+        ref = rec.node.group
+        if ref is None:
+            return rec.root is None or 0 <= rec.root < self.W
+        gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
+        if not (gid_of[G] == rec.gid).all() or (idx_in[G] < 0).any():
+            return False
+        return rec.root is None or (0 <= rec.root < self.W and gid_of[rec.root] == rec.gid and idx_in[rec.root] >= 0)
+
+    def calls_of_run(self, run: list[CollectiveRec], G: np.ndarray) -> Calls:
+        """The calls of a run (`collective_run`), record after record, each in group order; the members'
+        collective counters move past them."""
+        m, K = G.size, len(run)
+        seq, me = [], []
+        for rec in run:
+            ref = rec.node.group
+            fam = 0 if ref is None else self.families[(ref.name, ref.dim)] + 1
+            me.append(G if ref is None else self.s.group_of[(ref.name, ref.dim)][1][G])
+            seq.append(int(self.coll_seq[fam, G[0]]))
+            self.coll_seq[fam, G] += 1
+        in_group_order = all((x[1:] > x[:-1]).all() for x in me)
+
+        def each(values) -> np.ndarray:
+            return np.repeat(np.asarray(values, dtype=np.int64), m)
+
+        calls = Calls(
+            gid=each([r.gid for r in run]),
+            seq=each(seq),
+            me=np.concatenate(me),
+            rank=np.tile(G, K),
+            rec=each([r.id for r in run]),
+            pos=np.tile(np.arange(m, dtype=np.int64), K),
+            req=np.full(K * m, -1, dtype=np.int64),
+            kind=each([self.kind_ids.setdefault(r.kind.name, len(self.kind_ids)) for r in run]),
+            root=each([-1 if r.root is None else r.root for r in run]),
+            redop=each([self.redop_ids.setdefault(r.redop, len(self.redop_ids)) for r in run]),
+            scale=each([-1 if r.scale is None else np.float64(r.scale).view(np.int64) for r in run]),
+            dtype=each([self.dtype_ids.get(r.dtype, -1) for r in run]),
+            contribution=each([r.contribution for r in run]),
+            buffers=each([self.buffer_ids.setdefault(r.buffer_names, len(self.buffer_ids)) for r in run]),
+            released=np.zeros(K * m, dtype=np.int64),
+        )
+        if not in_group_order:  # by member index within each record's calls
+            calls = calls.take(np.lexsort((calls.me, np.repeat(np.arange(K), m))))
+        return calls
+
     def settle(self, G: np.ndarray) -> None:
         """Ranks G have just called a blocking collective with nothing else under way (no call waiting for
         members, no message posted, no NCCL stream held): where they are every member of its instances, those
@@ -894,6 +1010,8 @@ class Engine:
         return out
 
 
+RUN_CALLS = 1 << 18
+"""The most calls one pass of `Engine.collective_run` builds at once (its memory: 15 int64 columns each)."""
 _PER_RANK = ("root", "scale", "contribution")
 """Columns (and the CollectiveRec attributes they come from) members may disagree on while they run one
 statement: where the statement's value is per rank (an array, not one number)."""
