@@ -234,7 +234,7 @@ def _run_local(cfg, args, out, err, listener) -> int:
 
 def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None) -> int:
     from commdsl.runtime.launch import LaunchError, run_local
-    from commdsl.runtime.outcome import blame, hang_rows, judge_results
+    from commdsl.runtime.outcome import judge_run
 
     schedule = prepared.schedule
     try:
@@ -242,14 +242,7 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
     except LaunchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    ranks = sorted(s.rank for s in run.evidence.slots if s.rank >= 0)
-    if cfg.nnodes == 1:
-        ranks = list(range(schedule.world))
-    hang = None
-    if run.hang is not None:
-        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
-    failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
-    verdict = judge_results(schedule, prepared.sim, run.results, ranks)
+    judged = judge_run(schedule, source.text, prepared.sim, run, cfg.nnodes == 1)
     code = show(
         out,
         err,
@@ -258,14 +251,15 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
         source_text=source.text,
         backend=backend,
         start_method=run.start_method,
-        verdict=verdict,
+        verdict=judged.verdict,
         results=run.results,
-        failures=failures,
-        hang=hang,
+        failures=judged.failures,
+        hang=judged.hang,
         stderr=run.stderr,
         wall_s=run.wall_s,
         interrupted=run.interrupted,
     )
+    ranks = judged.ranks
     if cfg.nnodes > 1 and ranks:
         err.print(f"(ranks {ranks[0]}..{ranks[-1]} of this node only: every node reports its own)")
     return code
@@ -289,6 +283,7 @@ def show(
     interrupted: bool = False,
 ) -> int:
     """Print a run's outcome and write --report/--trace; returns the exit code."""
+    from commdsl.runtime.outcome import passed
     from commdsl.runtime.report import build_report, chrome_trace, write_json
 
     for rank in sorted(results):
@@ -314,7 +309,7 @@ def show(
         err.print("interrupted: every worker was stopped")
     else:
         _show_comparison(out, verdict, schedule)
-    ok = verdict.ok and not failures and not hang and not interrupted
+    ok = passed(verdict, failures, hang, interrupted)
     try:
         if cfg.report:
             write_json(
