@@ -224,9 +224,10 @@ def add_launch_flags(p: argparse.ArgumentParser, nproc_help: str):
     p.add_argument(
         "--nproc",
         "--nproc-per-node",
+        "--nproc_per_node",
         dest="nproc",
         type=integer("--nproc", 1, 1 << 16),
-        default=env_default("nproc", None),
+        default=env_default("nproc", None, torchrun="nproc_per_node"),
         help=nproc_help,
     )
     p.add_argument(
@@ -261,7 +262,21 @@ def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Console, 
             err.print(f"Found {' and '.join(parts)}.")
 
 
-def env_default(flag: str, default):
-    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default). Defaults stay
-    strings: argparse converts them with the flag's type and reports a bad value as a usage error."""
-    return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)
+def env_default(flag: str, default, torchrun: str | None = None):
+    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default), and for a flag
+    torchrun has too (`torchrun`: its name there) torchrun's `PET_<FLAG>` after it. Defaults stay strings:
+    argparse converts them with the flag's type and reports a bad value as a usage error.
+
+    PET_ variables are read only in a process no launcher started: a worker of torchrun inherits the
+    PET_NPROC_PER_NODE its user exported for torchrun, and must not launch ranks of its own."""
+    value = os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"))
+    if value is None and torchrun is not None and not _launched():
+        value = os.environ.get("PET_" + torchrun.upper().replace("-", "_"))
+    return default if value is None else value
+
+
+def _launched() -> bool:
+    """Whether a launcher (torchrun, mpirun, srun) started this process as one rank of a job."""
+    from commdsl.runtime.envinfo import launched_as_rank
+
+    return launched_as_rank(os.environ)
