@@ -84,7 +84,7 @@ def _codes(text: str | None) -> tuple[str, ...]:
 
 def run(args) -> int:
     from commdsl.checker import CheckOptions, check_program
-    from commdsl.rules.registry import CODES
+    from commdsl.rules.registry import CODES, selected
 
     out, err = consoles(args)
     settings = project_settings(args, err)
@@ -115,7 +115,7 @@ def run(args) -> int:
             diags.extend(check_program(program, options))
         except CommdslError as e:
             diags.extend(e.diagnostics)
-    diags = [d for d in diags if (not select or d.code.startswith(select)) and not d.code.startswith(ignore or ("\0",))]
+    diags = [d for d in diags if selected(d.code, select, ignore)]
     if args.statistics:
         counts: dict[str, int] = {}
         for d in diags:

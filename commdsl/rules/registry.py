@@ -128,3 +128,9 @@ def lookup(text: str) -> type[Rule] | None:
     """A rule from its code (any case) or its kebab-case name."""
     key = text.strip()
     return CODES.get(key.upper()) or BY_NAME.get(key.lower())
+
+
+def selected(code: str, select: tuple[str, ...], ignore: tuple[str, ...]) -> bool:
+    """Whether `--select`/`--ignore` (codes or prefixes, as ruff's) keep a finding of `code`: selected (all
+    when `select` is empty) and not ignored."""
+    return (not select or code.startswith(select)) and not (ignore and code.startswith(ignore))
