@@ -31,10 +31,11 @@ def parse(argv: list[str], env: dict[str, str], monkeypatch):
 
 def test_torchruns_spellings_mean_the_same(monkeypatch):
     dashed = parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--nnodes", "2",
-                    "--node-rank", "1", "--max-restarts", "3"], {}, monkeypatch)
+                    "--node-rank", "1", "--start-method", "spawn"], {}, monkeypatch)
     underscored = parse(["--nproc_per_node", "4", "--rdzv_endpoint", "h:1", "--rdzv_id", "j", "--nnodes", "2",
-                         "--node_rank", "1", "--max_restarts", "3"], {}, monkeypatch)
-    assert dashed == underscored and dashed.nproc == 4 and dashed.max_restarts == 3
+                         "--node_rank", "1", "--start_method", "spawn"], {}, monkeypatch)
+    assert dashed == underscored and (dashed.nproc, dashed.nnodes, dashed.node_rank) == (4, 2, 1)
+    assert parse(["--nproc", "2", "--max_restarts", "3"], {}, monkeypatch).max_restarts == 3
 
 
 def test_pet_variables_are_torchruns_defaults_and_flags_win(monkeypatch):
@@ -61,6 +62,7 @@ def test_master_addr_and_port_are_the_static_rendezvous(monkeypatch):
     (["--standalone", "--nnodes", "2"], "--standalone is one node"),
     (["--master-addr", "h", "--rdzv-endpoint", "h:1"], "both name the rendezvous"),
     (["--master-port", "1", "--rdzv-backend", "c10d"], "static rendezvous"),
+    (["--max-restarts", "1", "--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j"], "this node's workers only"),
 ])
 def test_contradicting_rendezvous_flags_are_refused(argv, words, monkeypatch):
     from commdsl.cli.common import UsageError
