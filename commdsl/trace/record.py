@@ -1,0 +1,898 @@
+"""Record every rank of a real PyTorch script under torch's `fake` process group (torch imported here).
+
+How (issue 16's feasibility study, kept): the parent imports torch once and forks one child per rank.
+Each child sets the environment a launcher would (torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*,
+and mpirun's OMPI_COMM_WORLD_*), replaces every binding of the `torch.distributed` functions it
+records (the attribute on `torch.distributed`, and the same function object wherever another module
+imported it by name: DeviceMesh imports `init_process_group`, `P2POp` checks `op is isend` against
+`distributed_c10d`'s own global), runs the script as `__main__` and pickles what it saw to the parent.
+`init_process_group` becomes the `fake` backend, whose calls complete at once without communicating.
+
+Three layers see the calls:
+
+* the wrappers around the public API record each call with its arguments as the user gave them
+  (root, peer, group, tag, reduce op, async handle, `batch_isend_irecv` grouping, `wait`);
+* a `TorchDispatchMode` records the `c10d` and functional-collective ops nobody called through that
+  API (DDP's reducer and FSDP2 issue theirs from C++ or below the API); it also completes their
+  `Work` with a real future, because the fake backend's has no value and DDP's reducer asserts one;
+  and it follows which tensors hold received data through local compute;
+* a `TorchFunctionMode` logs reads of such tensors into Python (`.item()`, `bool(t)`, `.tolist()`)
+  and, where there is no GPU, runs `.cuda()` / `device="cuda"` on the CPU.
+
+One process per rank, not threads (a process holds one default group) and not one process running the
+ranks in turn (module state leaks between ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import pickle
+import runpy
+import signal
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site
+
+import torch  # noqa: E402  (this module is the recorder: torch is its subject)
+import torch.distributed as dist  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+_C10D = dist.distributed_c10d
+_COMMDSL_DIR = str(Path(__file__).resolve().parents[1])
+_LIBRARY_DIRS = tuple(
+    {
+        str(Path(p).resolve())
+        for p in (
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            str(Path(torch.__file__).resolve().parents[1]),
+        )
+    }
+) + (_COMMDSL_DIR,)
+
+REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
+
+
+class ScriptError(Exception):
+    """The script failed while it was recorded: the message is its own traceback, without our frames."""
+
+
+def _is_user_file(filename: str) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    return not path.startswith(_LIBRARY_DIRS)
+
+
+def user_site() -> Site:
+    """The innermost frame of the user's own code on the stack: the line and columns of the call in it."""
+    frame = sys._getframe(1)
+    while frame is not None and not _is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return Site("<unknown>", 1, 1, 1, 1)
+    info = inspect.getframeinfo(frame, context=0)
+    pos = info.positions
+    line = info.lineno
+    if pos is not None and pos.lineno is not None and pos.col_offset is not None:
+        end_line = pos.end_lineno or line
+        end_col = (pos.end_col_offset or pos.col_offset) + 1
+        return Site(os.path.realpath(info.filename), pos.lineno, pos.col_offset + 1, end_line, end_col)
+    return Site(os.path.realpath(info.filename), line, 1, line, 1)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The exception with the user's frames only (never torch's, the standard library's or ours)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines.extend(traceback.format_list(frames))
+    lines.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines)
+
+
+def _dtype(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _redop(op) -> str:
+    if isinstance(op, str):
+        return op.lower()
+    for name in REDUCE_OPS:
+        value = getattr(dist.ReduceOp, name.upper(), None)
+        if value is not None and op == value:
+            return name
+    return "sum"
+
+
+# ---- one rank's recording --------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    rank: int
+    world: int
+    trace: RankTrace
+    buffers: dict
+    tainted: set
+    next_req: int = 0
+    inside: int = 0  # >0 while one of our wrappers runs: nested calls are its own, not the user's
+    processes_started: int = 0
+    spawn_nprocs: int | None = None
+
+
+_STATE: _State | None = None
+
+
+def _state() -> _State:
+    assert _STATE is not None
+    return _STATE
+
+
+def _storage(t) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse) is never tracked
+        return 0
+
+
+def _buf(t) -> Buffer:
+    st = _state()
+    key = (_storage(t), t.storage_offset(), _dtype(t))
+    if key not in st.buffers:
+        st.buffers[key] = len(st.buffers)
+    return Buffer(st.buffers[key], int(t.numel()), _dtype(t))
+
+
+def _taint(*tensors) -> None:
+    st = _state()
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            st.tainted.add(_storage(t))
+
+
+def _group_ranks(group) -> tuple[int, ...] | None:
+    if group is None or group is dist.GroupMember.WORLD:
+        return None
+    ranks = tuple(dist.get_process_group_ranks(group))
+    return None if ranks == tuple(range(_state().world)) else ranks
+
+
+def _global(group, rank: int | None) -> int | None:
+    if rank is None:
+        return None
+    ranks = _group_ranks(group)
+    return rank if ranks is None else ranks[rank]
+
+
+def _record(call: Call) -> None:
+    _state().trace.events.append(call)
+
+
+class _Handle:
+    """The Work a recorded async call returns: `wait()` is recorded; everything else is the real Work's."""
+
+    def __init__(self, work, req: int, batch: bool = False):
+        self._work, self._req, self._batch, self._waited = work, req, batch, False
+
+    def wait(self, *args, **kwargs):
+        if not self._batch and not self._waited and _STATE is not None:
+            _record(Call("wait", user_site(), reqs=(self._req,)))
+        self._waited = True
+        return True
+
+    def is_completed(self):
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _async(work, call: Call, async_op: bool):
+    if not async_op:
+        _record(call)
+        return None
+    st = _state()
+    call.req = st.next_req
+    st.next_req += 1
+    _record(call)
+    return _Handle(work, call.req)
+
+
+def _wrap_api(name: str, original, handler):
+    sig = inspect.signature(original)
+
+    def wrapper(*args, **kwargs):
+        st = _STATE
+        if st is None or st.inside:
+            return original(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        site = user_site()
+        st.inside += 1
+        try:
+            return handler(original, a, site)
+        finally:
+            st.inside -= 1
+
+    wrapper.__name__ = name
+    wrapper.__qualname__ = name
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__signature__ = sig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _call(original, a):
+    return original(**a)
+
+
+def _p2p(is_send: bool, blocking: bool):
+    def handler(original, a, site):
+        group = a.get("group")
+        t = a["tensor"]
+        peer_arg = "dst" if is_send else "src"
+        peer = a.get(peer_arg)
+        gpeer = a.get(f"group_{peer_arg}")
+        if peer is None and gpeer is not None:
+            peer = _global(group, gpeer)
+        op = ("send" if is_send else "recv") if blocking else ("isend" if is_send else "irecv")
+        buf = _buf(t)
+        call = Call(op, site, group=_group_ranks(group), inputs=(buf,), peer=peer, tag=int(a.get("tag") or 0))
+        if peer is None:  # recv from any source: the fake backend answers at once; the bridge picks a sender
+            result = original(**a) if blocking else None
+            if blocking:
+                _record(call)
+                _taint(t)
+                return result if result is not None else 0
+            work = original(**a)
+            _taint(t)
+            return _async(work, call, True)
+        result = original(**a)
+        if not is_send:
+            _taint(t)
+        if blocking:
+            _record(call)
+            return peer if not is_send else result
+        return _async(result, call, True)
+
+    return handler
+
+
+def _batch(original, a, site):
+    ops = []
+    for p in a["p2p_op_list"]:
+        is_send = getattr(p.op, "__name__", "") in ("isend", "send")
+        ops.append(
+            Call(
+                "isend" if is_send else "irecv",
+                site,
+                group=_group_ranks(p.group),
+                inputs=(_buf(p.tensor),),
+                peer=p.peer,
+                tag=int(p.tag or 0),
+            )
+        )
+        if not is_send:
+            _taint(p.tensor)
+    works = original(**a)
+    _record(Call("batch", site, ops=tuple(ops)))
+    st = _state()
+    out = []
+    for w in works or []:
+        out.append(_Handle(w, st.next_req, batch=True))
+    return out
+
+
+def _collective(kind: str):
+    def handler(original, a, site):
+        group = a.get("group")
+        c = Call(kind, site, group=_group_ranks(group))
+        written: list = []
+        if kind in ("all_reduce", "broadcast", "reduce"):
+            t = a["tensor"]
+            c.inputs = (_buf(t),)
+            written = [t]
+        if kind in ("all_reduce", "reduce", "reduce_scatter"):
+            c.redop = _redop(a.get("op"))
+        if kind == "broadcast":
+            src = a.get("src")
+            c.root = src if src is not None else _global(group, a.get("group_src"))
+        if kind in ("reduce", "gather"):
+            dst = a.get("dst")
+            c.root = dst if dst is not None else _global(group, a.get("group_dst"))
+        if kind == "scatter":
+            src = a.get("src")
+            c.root = src if src is not None else _global(group, a.get("group_src"))
+        if kind == "all_gather":
+            if "tensor_list" in a:
+                c.inputs, c.outputs, c.outputs_listed = (_buf(a["tensor"]),), tuple(map(_buf, a["tensor_list"])), True
+                written = list(a["tensor_list"])
+            else:
+                c.inputs, c.outputs = (_buf(a["input_tensor"]),), (_buf(a["output_tensor"]),)
+                written = [a["output_tensor"]]
+        if kind == "gather":
+            c.inputs = (_buf(a["tensor"]),)
+            gl = a.get("gather_list")
+            if gl:
+                c.outputs, c.outputs_listed = tuple(map(_buf, gl)), True
+                written = list(gl)
+        if kind == "scatter":
+            c.outputs = (_buf(a["tensor"]),)
+            sl = a.get("scatter_list")
+            if sl:
+                c.inputs, c.inputs_listed = tuple(map(_buf, sl)), True
+            written = [a["tensor"]]
+        if kind == "reduce_scatter":
+            if "input_list" in a:
+                c.inputs, c.inputs_listed = tuple(map(_buf, a["input_list"])), True
+            else:
+                c.inputs = (_buf(a["input"]),)
+            c.outputs = (_buf(a["output"]),)
+            written = [a["output"]]
+        if kind == "all_to_all":
+            if "output_tensor_list" in a:  # the list form: one flat exchange with one split per tensor
+                ins, outs = a["input_tensor_list"], a["output_tensor_list"]
+                c.inputs, c.outputs = tuple(map(_buf, ins)), tuple(map(_buf, outs))
+                c.inputs_listed = c.outputs_listed = True
+                written = list(outs)
+            else:
+                c.inputs, c.outputs = (_buf(a["input"]),), (_buf(a["output"]),)
+                rows_in = a["input"].numel() // max(1, a["input"].shape[0]) if a["input"].dim() else 1
+                rows_out = a["output"].numel() // max(1, a["output"].shape[0]) if a["output"].dim() else 1
+                if a.get("input_split_sizes"):
+                    c.in_splits = tuple(int(s) * rows_in for s in a["input_split_sizes"])
+                if a.get("output_split_sizes"):
+                    c.out_splits = tuple(int(s) * rows_out for s in a["output_split_sizes"])
+                written = [a["output"]]
+        work = original(**a)
+        _taint(*written)
+        return _async(work, c, bool(a.get("async_op")))
+
+    return handler
+
+
+def _barrier(original, a, site):
+    work = original(**a)
+    return _async(work, Call("barrier", site, group=_group_ranks(a.get("group"))), bool(a.get("async_op")))
+
+
+def _object(kind: str):
+    """Object collectives: recorded as the collective they are built on, not executed (the fake backend's
+    data would not unpickle)."""
+
+    def handler(original, a, site):
+        st = _state()
+        group = a.get("group")
+        c = Call(kind, site, group=_group_ranks(group), origin="object")
+        one = Buffer(-1, 1, "int64")
+        size = len(_group_ranks(group) or range(st.world))
+        if kind == "broadcast":
+            lst = a["object_list"]
+            c.inputs = (Buffer(-1, max(1, len(lst)), "int64"),)
+            src = a.get("src")
+            c.root = src if src is not None else _global(group, a.get("group_src"))
+        elif kind == "all_gather":
+            c.inputs, c.outputs = (one,), (Buffer(-2, size, "int64"),)
+            lst = a["object_list"]
+            for i in range(len(lst)):
+                lst[i] = a["obj"]
+        elif kind == "gather":
+            dst = a.get("dst")
+            c.root = dst if dst is not None else _global(group, a.get("group_dst"))
+            c.inputs, c.outputs = (one,), (Buffer(-2, size, "int64"),)
+            lst = a.get("object_gather_list")
+            if lst is not None:
+                for i in range(len(lst)):
+                    lst[i] = a["obj"]
+        elif kind == "scatter":
+            src = a.get("src")
+            c.root = src if src is not None else _global(group, a.get("group_src"))
+            c.inputs, c.outputs = (Buffer(-2, size, "int64"),), (one,)
+        elif kind in ("send", "recv"):
+            lst = a["object_list"]
+            peer_arg = "dst" if kind == "send" else "src"
+            peer = a.get(peer_arg)
+            if peer is None and a.get(f"group_{peer_arg}") is not None:
+                peer = _global(group, a.get(f"group_{peer_arg}"))
+            c.peer = peer
+            c.inputs = (Buffer(-1, max(1, len(lst)), "int64"),)
+        _record(c)
+        return None
+
+    return handler
+
+
+# ---- init, launchers, CUDA -------------------------------------------------------------------------
+
+
+def _init(original, a, site):
+    st = _state()
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    asked = a.get("backend")
+    st.trace.backend = str(asked) if asked is not None else None
+    ws = a.get("world_size")
+    if ws not in (None, -1) and int(ws) != st.world:
+        st.trace.warnings.append(f"{site}: init_process_group(world_size={ws}) traced at --world {st.world}")
+    rk = a.get("rank")
+    if rk not in (None, -1) and int(rk) != st.rank:
+        st.trace.warnings.append(f"{site}: init_process_group(rank={rk}) on the process traced as rank {st.rank}")
+    if dist.is_initialized():
+        return None
+    return original(backend="fake", store=FakeStore(), rank=st.rank, world_size=st.world)
+
+
+class _Process:
+    """`multiprocessing.Process` in a traced script: the k-th process started runs here when k is this
+    rank (its target then is this rank's program); the others are not started."""
+
+    def __init__(self, group=None, target=None, name=None, args=(), kwargs=None, *, daemon=None):
+        self._target, self._args, self._kwargs = target, tuple(args), dict(kwargs or {})
+        self.name, self.daemon, self.exitcode, self.pid = name, daemon, None, os.getpid()
+
+    def start(self):
+        st = _state()
+        index = st.processes_started
+        st.processes_started += 1
+        if index == st.rank and self._target is not None:
+            self._target(*self._args, **self._kwargs)
+        self.exitcode = 0
+
+    def join(self, timeout=None):
+        return None
+
+    def is_alive(self):
+        return False
+
+    def terminate(self):
+        return None
+
+    kill = terminate
+
+
+def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    st = _state()
+    st.spawn_nprocs = int(nprocs)
+    if int(nprocs) != st.world:
+        st.trace.warnings.append(
+            f"{user_site()}: mp.spawn(nprocs={nprocs}) traced at --world {st.world}: "
+            "each traced rank runs fn(rank) as the spawned process of that index would"
+        )
+    fn(st.rank, *args)
+    return None
+
+
+def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    return _spawn(fn, args, nprocs, join, daemon, start_method)
+
+
+def _noop():
+    """A fresh do-nothing function (one object per replaced function: torch's tracing rules key on them)."""
+
+    def noop(*args, **kwargs):
+        return None
+
+    return noop
+
+
+_CUDA_NOTE = "no GPU here: CUDA tensors, modules and device meshes of the script ran on the CPU"
+
+
+class _Functions(TorchFunctionMode):
+    """Reads of received values into Python, and CUDA placement on a machine without GPUs."""
+
+    def __init__(self, shim_cuda: bool):
+        super().__init__()
+        self.shim_cuda = shim_cuda
+        self.reads = {
+            torch.Tensor.item: "item()",
+            torch.Tensor.tolist: "tolist()",
+            torch.Tensor.__bool__: "bool()",
+            torch.Tensor.__int__: "int()",
+            torch.Tensor.__float__: "float()",
+            torch.Tensor.__index__: "index",
+        }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        what = self.reads.get(func)
+        st = _STATE
+        if what is not None and st is not None and args and isinstance(args[0], torch.Tensor):
+            if _storage(args[0]) in st.tainted:
+                st.trace.events.append(Read(user_site(), what))
+        if self.shim_cuda:
+            if func is torch.Tensor.cuda:
+                self._note()
+                return args[0]
+            if "device" in kwargs and _is_cuda(kwargs["device"]):
+                self._note()
+                kwargs = {**kwargs, "device": "cpu"}
+            if func is torch.Tensor.to and any(_is_cuda(x) for x in args[1:]):
+                self._note()
+                args = tuple("cpu" if _is_cuda(x) else x for x in args)
+        return func(*args, **kwargs)
+
+    def _note(self):
+        st = _STATE
+        if st is not None and _CUDA_NOTE not in st.trace.notes:
+            st.trace.notes.append(_CUDA_NOTE)
+
+
+def _is_cuda(x) -> bool:
+    if isinstance(x, torch.device):
+        return x.type == "cuda"
+    if isinstance(x, str):
+        return x.startswith("cuda")
+    if isinstance(x, int) and not isinstance(x, bool):
+        return False
+    return False
+
+
+# ---- below the API: c10d and functional collectives ------------------------------------------------
+
+
+def _pg_ranks(obj) -> tuple[int, ...] | None:
+    pg = torch._C._distributed_c10d.ProcessGroup.unbox(obj) if type(obj).__name__ == "ScriptObject" else obj
+    return _group_ranks(pg)
+
+
+def _named_group(name: str):
+    return _C10D._resolve_process_group(name)
+
+
+def _completed(out, value):
+    """A c10d op's (tensors, work) with a Work that completes with `value` (the fake backend's has none)."""
+    fut = torch.futures.Future()
+    fut.set_result(value)
+    return (out[0], torch._C._distributed_c10d._create_work_from_future(fut).boxed())
+
+
+class _Dispatch(TorchDispatchMode):
+    """Collectives issued below the API (DDP, FSDP2, DTensor, functional collectives), and which tensors
+    hold received data (an op with such an input makes such outputs)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        st = _STATE
+        ns = func.namespace
+        name = func._schema.name.split("::")[-1]
+        if st is not None and not st.inside and ns in ("c10d", "_c10d_functional"):
+            self._record(ns, name, args)
+        out = func(*args, **kwargs)
+        if st is None:
+            return out
+        if ns == "c10d" and isinstance(out, tuple) and len(out) == 2 and type(out[1]).__name__ == "ScriptObject":
+            if name in ("allreduce_", "broadcast_", "allgather_", "reduce_scatter_", "alltoall_", "recv_"):
+                _taint(*_flat(out[0]))
+            else:
+                _taint(*_flat(args[0]))
+            out = _completed(out, out[0])
+        elif ns == "_c10d_functional":
+            _taint(*_flat(out))
+        elif st.tainted and _any_tainted(args, kwargs):
+            _taint(*_flat(out))
+            if name.endswith("_") or "out" in kwargs:
+                _taint(*_flat(args[:1]), *_flat(list(kwargs.values())))
+        return out
+
+    def _record(self, ns: str, name: str, args) -> None:
+        site = user_site()
+        c: Call | None = None
+        if ns == "c10d":
+            if name == "allreduce_":
+                c = Call("all_reduce", site, _pg_ranks(args[1]), inputs=tuple(map(_buf, args[0])))
+                c.redop = _redop(args[2])
+            elif name == "_allgather_base_":
+                c = Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+            elif name == "allgather_":
+                outs = args[0][0]
+                c = Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1][0]),))
+                c.outputs, c.outputs_listed = tuple(map(_buf, outs)), True
+            elif name == "_reduce_scatter_base_":
+                c = Call("reduce_scatter", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+                c.redop = _redop(args[3])
+            elif name == "reduce_scatter_":
+                c = Call("reduce_scatter", site, _pg_ranks(args[2]), outputs=(_buf(args[0][0]),))
+                c.inputs, c.inputs_listed, c.redop = tuple(map(_buf, args[1][0])), True, _redop(args[3])
+            elif name == "broadcast_":
+                group = _pg_ranks(args[1])
+                c = Call("broadcast", site, group, inputs=tuple(map(_buf, args[0])))
+                c.root = int(args[2]) if group is None else group[int(args[2])]
+            elif name == "alltoall_base_":
+                c = Call("all_to_all", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+            elif name == "barrier":
+                c = Call("barrier", site, _pg_ranks(args[1]))
+            elif name in ("send", "recv_"):
+                group = _pg_ranks(args[1])
+                peer = int(args[2]) if group is None else group[int(args[2])]
+                c = Call("send" if name == "send" else "recv", site, group, inputs=tuple(map(_buf, args[0])))
+                c.peer, c.tag = peer, int(args[3])
+        else:
+            if name == "all_reduce":
+                c = Call("all_reduce", site, _group_ranks(_named_group(args[2])), inputs=(_buf(args[0]),))
+                c.redop = _redop(args[1])
+            elif name == "all_gather_into_tensor":
+                g = _group_ranks(_named_group(args[2]))
+                t = args[0]
+                c = Call("all_gather", site, g, inputs=(_buf(t),))
+                c.outputs = (Buffer(-3, int(t.numel()) * int(args[1]), _dtype(t)),)
+            elif name == "reduce_scatter_tensor":
+                g = _group_ranks(_named_group(args[3]))
+                t = args[0]
+                c = Call("reduce_scatter", site, g, inputs=(_buf(t),), redop=_redop(args[1]))
+                c.outputs = (Buffer(-3, int(t.numel()) // max(1, int(args[2])), _dtype(t)),)
+            elif name == "broadcast":
+                g = _group_ranks(_named_group(args[2]))
+                c = Call("broadcast", site, g, inputs=(_buf(args[0]),))
+                c.root = int(args[1]) if g is None else g[int(args[1])]
+            elif name in ("wait_tensor", "_wrap_tensor_autograd"):
+                return
+        if c is None:
+            _state().trace.warnings.append(f"{site}: {ns}::{name} is not checked (recorded nowhere)")
+            return
+        c.origin = "c10d"
+        _record(c)
+
+
+def _flat(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _flat(y)]
+    return []
+
+
+def _any_tainted(args, kwargs) -> bool:
+    st = _state()
+    return any(_storage(t) in st.tainted for t in _flat(list(args)) + _flat(list(kwargs.values())))
+
+
+# ---- installing the wrappers -----------------------------------------------------------------------
+
+_API = {
+    "send": _p2p(True, True),
+    "recv": _p2p(False, True),
+    "isend": _p2p(True, False),
+    "irecv": _p2p(False, False),
+    "batch_isend_irecv": _batch,
+    "broadcast": _collective("broadcast"),
+    "all_reduce": _collective("all_reduce"),
+    "reduce": _collective("reduce"),
+    "all_gather": _collective("all_gather"),
+    "all_gather_into_tensor": _collective("all_gather"),
+    "_all_gather_base": _collective("all_gather"),
+    "gather": _collective("gather"),
+    "scatter": _collective("scatter"),
+    "reduce_scatter": _collective("reduce_scatter"),
+    "reduce_scatter_tensor": _collective("reduce_scatter"),
+    "_reduce_scatter_base": _collective("reduce_scatter"),
+    "all_to_all_single": _collective("all_to_all"),
+    "all_to_all": _collective("all_to_all"),
+    "barrier": _barrier,
+    "monitored_barrier": _barrier,
+    "broadcast_object_list": _object("broadcast"),
+    "all_gather_object": _object("all_gather"),
+    "gather_object": _object("gather"),
+    "scatter_object_list": _object("scatter"),
+    "send_object_list": _object("send"),
+    "recv_object_list": _object("recv"),
+    "init_process_group": _init,
+}
+
+
+def _rebind(replacements: dict[int, object]) -> None:
+    """Every module attribute bound to one of the originals now holds its replacement."""
+    for module in list(sys.modules.values()):
+        d = getattr(module, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for key, value in list(d.items()):
+            new = replacements.get(id(value))
+            if new is not None:
+                try:
+                    setattr(module, key, new)
+                except (AttributeError, TypeError):
+                    pass
+
+
+def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
+    """Replace every binding of the recorded functions, the launchers and (without GPUs) CUDA calls."""
+    import multiprocessing
+
+    import torch.multiprocessing as tmp
+
+    replacements: dict[int, object] = {}
+    for name, handler in _API.items():
+        original = getattr(_C10D, name, None)
+        if original is None:
+            continue
+        replacements[id(original)] = _wrap_api(name, original, handler)
+    for original, new in (
+        (tmp.spawn, _spawn),
+        (tmp.start_processes, _start_processes),
+        (multiprocessing.Process, _Process),
+        (tmp.Process, _Process),
+        (multiprocessing.set_start_method, _noop()),
+    ):
+        replacements[id(original)] = new
+    if shim_cuda:
+        st = _state()
+        for original, new in (
+            (torch.cuda.set_device, _noop()),
+            (torch.cuda.synchronize, _noop()),
+            (torch.cuda.current_device, lambda: st.rank),
+            (torch.cuda.device_count, lambda: st.world),
+            (torch.cuda.empty_cache, _noop()),
+        ):
+            replacements[id(original)] = new
+        from torch.distributed import device_mesh
+
+        mesh_init = device_mesh.init_device_mesh
+
+        def init_device_mesh(device_type, *args, **kwargs):
+            if device_type == "cuda":
+                st.trace.notes.append(_CUDA_NOTE) if _CUDA_NOTE not in st.trace.notes else None
+                device_type = "cpu"
+            return mesh_init(device_type, *args, **kwargs)
+
+        replacements[id(mesh_init)] = init_device_mesh
+        ddp = torch.nn.parallel.DistributedDataParallel
+        ddp_init = ddp.__init__
+
+        def ddp_init_cpu(self, module, device_ids=None, output_device=None, *args, **kwargs):
+            return ddp_init(self, module, None, None, *args, **kwargs)
+
+        ddp.__init__ = ddp_init_cpu  # type: ignore[method-assign]
+    _rebind(replacements)
+    return [_Functions(shim_cuda), _Dispatch()]
+
+
+# ---- the child and the parent ------------------------------------------------------------------------
+
+
+def _launcher_env(rank: int, world: int) -> dict[str, str]:
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(world),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+    }
+
+
+def record_rank(script: str, argv: list[str], rank: int, world: int) -> RankTrace:
+    """Run the script as rank `rank` of `world` in this process (a forked child) and return its trace."""
+    global _STATE
+    trace = RankTrace(rank, world)
+    _STATE = _State(rank, world, trace, {}, set())
+    os.environ.update(_launcher_env(rank, world))
+    torch.set_num_threads(1)
+    shim_cuda = not torch.cuda.is_available()
+    modes = install(shim_cuda)
+    path = os.path.realpath(script)
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(path))
+    before = set(sys.modules)
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            trace.error = f"the script exited with status {e.code}"
+    except BaseException as e:  # noqa: BLE001 - the user's failure is reported, never ours
+        trace.error = _user_traceback(e)
+    st = _STATE
+    if st.processes_started and st.processes_started != world:
+        trace.warnings.append(f"the script started {st.processes_started} processes; traced at --world {world}")
+    files = {path}
+    for name in set(sys.modules) - before:
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f and _is_user_file(f):
+            files.add(os.path.realpath(f))
+    trace.files = sorted(files)
+    with contextlib.suppress(Exception):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return trace
+
+
+@dataclass
+class Recording:
+    traces: list[RankTrace]
+    seconds: float
+
+
+def record(script: str, argv: list[str], world: int, timeout: float = 120.0, jobs: int | None = None) -> Recording:
+    """Fork one child per rank (at most `jobs` at a time), each recording the script as that rank.
+
+    A child that runs past `timeout` seconds is killed and its rank reported as not finished. The
+    script's own output goes to /dev/null: what matters is what it called."""
+    start = time.perf_counter()
+    jobs = jobs or max(1, min(os.cpu_count() or 1, 8))
+    out_dir = tempfile.mkdtemp(prefix="commdsl-trace-")
+    traces: dict[int, RankTrace] = {}
+    running: dict[int, tuple[int, float]] = {}  # pid -> (rank, started)
+    pending = list(range(world))
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                rank = pending.pop(0)
+                pid = _fork_rank(script, argv, rank, world, out_dir)
+                running[pid] = (rank, time.monotonic())
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                now = time.monotonic()
+                for p, (rank, started) in list(running.items()):
+                    if now - started > timeout:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(p, signal.SIGKILL)
+                        os.waitpid(p, 0)
+                        del running[p]
+                        traces[rank] = RankTrace(rank, world, error=f"rank {rank} did not finish in {timeout:g} s")
+                time.sleep(0.005)
+                continue
+            if pid not in running:
+                continue
+            rank, _ = running.pop(pid)
+            traces[rank] = _read_trace(out_dir, rank, world, status)
+    finally:
+        for p in running:
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(p, signal.SIGKILL)
+                os.waitpid(p, 0)
+        for f in Path(out_dir).iterdir():
+            f.unlink()
+        os.rmdir(out_dir)
+    return Recording([traces[r] for r in range(world)], time.perf_counter() - start)
+
+
+def _fork_rank(script: str, argv: list[str], rank: int, world: int, out_dir: str) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        threading.excepthook = lambda args: None
+        trace = record_rank(script, argv, rank, world)
+        with open(os.path.join(out_dir, f"{rank}.pickle"), "wb") as f:
+            pickle.dump(trace, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - the parent reports a child that wrote nothing
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _read_trace(out_dir: str, rank: int, world: int, status: int) -> RankTrace:
+    path = os.path.join(out_dir, f"{rank}.pickle")
+    try:
+        with open(path, "rb") as f:
+            trace: Any = pickle.load(f)
+        return trace
+    except OSError:
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
+        return RankTrace(rank, world, error=f"rank {rank}'s recorder ended with {how} before writing its trace")
