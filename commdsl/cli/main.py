@@ -12,7 +12,7 @@ from commdsl.cli.common import EXIT_FAILURE, UsageError
 
 # modules under commdsl.cli, each with `add_parser(subparsers)` registering its verb(s) and a handler.
 # They import torch only inside their handlers, so `check` and `lint` start without it.
-VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain")
+VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain", "trace")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["trace"] and "--" in argv:  # `commdsl trace SCRIPT [options] -- SCRIPT'S OWN ARGS`
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    if script_args:
+        args.script_args = script_args
     try:
         return args.handler(args)
     except UsageError as e:

@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-import torch  # noqa: E402  (this module is the recorder: torch is its subject)
-import torch.distributed as dist  # noqa: E402
-from torch.overrides import TorchFunctionMode  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site
 
 _C10D = dist.distributed_c10d
 _COMMDSL_DIR = str(Path(__file__).resolve().parents[1])
@@ -78,12 +78,12 @@ def _is_user_file(filename: str) -> bool:
 
 def user_site() -> Site:
     """The innermost frame of the user's own code on the stack: the line and columns of the call in it."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None and not _is_user_file(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return Site("<unknown>", 1, 1, 1, 1)
-    info = inspect.getframeinfo(frame, context=0)
+    info: Any = inspect.getframeinfo(frame, context=0)
     pos = info.positions
     line = info.lineno
     if pos is not None and pos.lineno is not None and pos.col_offset is not None:
@@ -295,67 +295,95 @@ def _batch(original, a, site):
     return out
 
 
+def _root(a, group, name: str) -> int | None:
+    value = a.get(name)
+    return value if value is not None else _global(group, a.get(f"group_{name}"))
+
+
+def _fill_all_gather(c: Call, a) -> list:
+    if "tensor_list" in a:
+        c.inputs, c.outputs, c.outputs_listed = (_buf(a["tensor"]),), tuple(map(_buf, a["tensor_list"])), True
+        return list(a["tensor_list"])
+    c.inputs, c.outputs = (_buf(a["input_tensor"]),), (_buf(a["output_tensor"]),)
+    return [a["output_tensor"]]
+
+
+def _fill_gather(c: Call, a) -> list:
+    c.inputs = (_buf(a["tensor"]),)
+    c.root = _root(a, a.get("group"), "dst")
+    gl = a.get("gather_list")
+    if gl:
+        c.outputs, c.outputs_listed = tuple(map(_buf, gl)), True
+        return list(gl)
+    return []
+
+
+def _fill_scatter(c: Call, a) -> list:
+    c.outputs = (_buf(a["tensor"]),)
+    c.root = _root(a, a.get("group"), "src")
+    sl = a.get("scatter_list")
+    if sl:
+        c.inputs, c.inputs_listed = tuple(map(_buf, sl)), True
+    return [a["tensor"]]
+
+
+def _fill_reduce_scatter(c: Call, a) -> list:
+    c.redop = _redop(a.get("op"))
+    if "input_list" in a:
+        c.inputs, c.inputs_listed = tuple(map(_buf, a["input_list"])), True
+    else:
+        c.inputs = (_buf(a["input"]),)
+    c.outputs = (_buf(a["output"]),)
+    return [a["output"]]
+
+
+def _rows(t) -> int:
+    """Elements per row of dimension 0 (splits count rows; the emitted tensors are flat)."""
+    return t.numel() // max(1, t.shape[0]) if t.dim() else 1
+
+
+def _fill_all_to_all(c: Call, a) -> list:
+    if "output_tensor_list" in a:  # the list form: one flat exchange with one split per tensor
+        ins, outs = a["input_tensor_list"], a["output_tensor_list"]
+        c.inputs, c.outputs = tuple(map(_buf, ins)), tuple(map(_buf, outs))
+        c.inputs_listed = c.outputs_listed = True
+        return list(outs)
+    c.inputs, c.outputs = (_buf(a["input"]),), (_buf(a["output"]),)
+    if a.get("input_split_sizes"):
+        c.in_splits = tuple(int(s) * _rows(a["input"]) for s in a["input_split_sizes"])
+    if a.get("output_split_sizes"):
+        c.out_splits = tuple(int(s) * _rows(a["output"]) for s in a["output_split_sizes"])
+    return [a["output"]]
+
+
+def _fill_in_place(c: Call, a) -> list:
+    t = a["tensor"]
+    c.inputs = (_buf(t),)
+    if c.op in ("all_reduce", "reduce"):
+        c.redop = _redop(a.get("op"))
+    if c.op == "broadcast":
+        c.root = _root(a, a.get("group"), "src")
+    if c.op == "reduce":
+        c.root = _root(a, a.get("group"), "dst")
+    return [t]
+
+
+_FILL = {
+    "all_reduce": _fill_in_place,
+    "broadcast": _fill_in_place,
+    "reduce": _fill_in_place,
+    "all_gather": _fill_all_gather,
+    "gather": _fill_gather,
+    "scatter": _fill_scatter,
+    "reduce_scatter": _fill_reduce_scatter,
+    "all_to_all": _fill_all_to_all,
+}
+
+
 def _collective(kind: str):
     def handler(original, a, site):
-        group = a.get("group")
-        c = Call(kind, site, group=_group_ranks(group))
-        written: list = []
-        if kind in ("all_reduce", "broadcast", "reduce"):
-            t = a["tensor"]
-            c.inputs = (_buf(t),)
-            written = [t]
-        if kind in ("all_reduce", "reduce", "reduce_scatter"):
-            c.redop = _redop(a.get("op"))
-        if kind == "broadcast":
-            src = a.get("src")
-            c.root = src if src is not None else _global(group, a.get("group_src"))
-        if kind in ("reduce", "gather"):
-            dst = a.get("dst")
-            c.root = dst if dst is not None else _global(group, a.get("group_dst"))
-        if kind == "scatter":
-            src = a.get("src")
-            c.root = src if src is not None else _global(group, a.get("group_src"))
-        if kind == "all_gather":
-            if "tensor_list" in a:
-                c.inputs, c.outputs, c.outputs_listed = (_buf(a["tensor"]),), tuple(map(_buf, a["tensor_list"])), True
-                written = list(a["tensor_list"])
-            else:
-                c.inputs, c.outputs = (_buf(a["input_tensor"]),), (_buf(a["output_tensor"]),)
-                written = [a["output_tensor"]]
-        if kind == "gather":
-            c.inputs = (_buf(a["tensor"]),)
-            gl = a.get("gather_list")
-            if gl:
-                c.outputs, c.outputs_listed = tuple(map(_buf, gl)), True
-                written = list(gl)
-        if kind == "scatter":
-            c.outputs = (_buf(a["tensor"]),)
-            sl = a.get("scatter_list")
-            if sl:
-                c.inputs, c.inputs_listed = tuple(map(_buf, sl)), True
-            written = [a["tensor"]]
-        if kind == "reduce_scatter":
-            if "input_list" in a:
-                c.inputs, c.inputs_listed = tuple(map(_buf, a["input_list"])), True
-            else:
-                c.inputs = (_buf(a["input"]),)
-            c.outputs = (_buf(a["output"]),)
-            written = [a["output"]]
-        if kind == "all_to_all":
-            if "output_tensor_list" in a:  # the list form: one flat exchange with one split per tensor
-                ins, outs = a["input_tensor_list"], a["output_tensor_list"]
-                c.inputs, c.outputs = tuple(map(_buf, ins)), tuple(map(_buf, outs))
-                c.inputs_listed = c.outputs_listed = True
-                written = list(outs)
-            else:
-                c.inputs, c.outputs = (_buf(a["input"]),), (_buf(a["output"]),)
-                rows_in = a["input"].numel() // max(1, a["input"].shape[0]) if a["input"].dim() else 1
-                rows_out = a["output"].numel() // max(1, a["output"].shape[0]) if a["output"].dim() else 1
-                if a.get("input_split_sizes"):
-                    c.in_splits = tuple(int(s) * rows_in for s in a["input_split_sizes"])
-                if a.get("output_split_sizes"):
-                    c.out_splits = tuple(int(s) * rows_out for s in a["output_split_sizes"])
-                written = [a["output"]]
+        c = Call(kind, site, group=_group_ranks(a.get("group")))
+        written = _FILL[kind](c, a)
         work = original(**a)
         _taint(*written)
         return _async(work, c, bool(a.get("async_op")))
@@ -548,7 +576,7 @@ def _pg_ranks(obj) -> tuple[int, ...] | None:
     return _group_ranks(pg)
 
 
-def _named_group(name: str):
+def _named_group(name: Any):
     return _C10D._resolve_process_group(name)
 
 
@@ -589,61 +617,71 @@ class _Dispatch(TorchDispatchMode):
 
     def _record(self, ns: str, name: str, args) -> None:
         site = user_site()
-        c: Call | None = None
-        if ns == "c10d":
-            if name == "allreduce_":
-                c = Call("all_reduce", site, _pg_ranks(args[1]), inputs=tuple(map(_buf, args[0])))
-                c.redop = _redop(args[2])
-            elif name == "_allgather_base_":
-                c = Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
-            elif name == "allgather_":
-                outs = args[0][0]
-                c = Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1][0]),))
-                c.outputs, c.outputs_listed = tuple(map(_buf, outs)), True
-            elif name == "_reduce_scatter_base_":
-                c = Call("reduce_scatter", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
-                c.redop = _redop(args[3])
-            elif name == "reduce_scatter_":
-                c = Call("reduce_scatter", site, _pg_ranks(args[2]), outputs=(_buf(args[0][0]),))
-                c.inputs, c.inputs_listed, c.redop = tuple(map(_buf, args[1][0])), True, _redop(args[3])
-            elif name == "broadcast_":
-                group = _pg_ranks(args[1])
-                c = Call("broadcast", site, group, inputs=tuple(map(_buf, args[0])))
-                c.root = int(args[2]) if group is None else group[int(args[2])]
-            elif name == "alltoall_base_":
-                c = Call("all_to_all", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
-            elif name == "barrier":
-                c = Call("barrier", site, _pg_ranks(args[1]))
-            elif name in ("send", "recv_"):
-                group = _pg_ranks(args[1])
-                peer = int(args[2]) if group is None else group[int(args[2])]
-                c = Call("send" if name == "send" else "recv", site, group, inputs=tuple(map(_buf, args[0])))
-                c.peer, c.tag = peer, int(args[3])
-        else:
-            if name == "all_reduce":
-                c = Call("all_reduce", site, _group_ranks(_named_group(args[2])), inputs=(_buf(args[0]),))
-                c.redop = _redop(args[1])
-            elif name == "all_gather_into_tensor":
-                g = _group_ranks(_named_group(args[2]))
-                t = args[0]
-                c = Call("all_gather", site, g, inputs=(_buf(t),))
-                c.outputs = (Buffer(-3, int(t.numel()) * int(args[1]), _dtype(t)),)
-            elif name == "reduce_scatter_tensor":
-                g = _group_ranks(_named_group(args[3]))
-                t = args[0]
-                c = Call("reduce_scatter", site, g, inputs=(_buf(t),), redop=_redop(args[1]))
-                c.outputs = (Buffer(-3, int(t.numel()) // max(1, int(args[2])), _dtype(t)),)
-            elif name == "broadcast":
-                g = _group_ranks(_named_group(args[2]))
-                c = Call("broadcast", site, g, inputs=(_buf(args[0]),))
-                c.root = int(args[1]) if g is None else g[int(args[1])]
-            elif name in ("wait_tensor", "_wrap_tensor_autograd"):
-                return
+        if ns == "_c10d_functional" and name in ("wait_tensor", "_wrap_tensor_autograd"):
+            return
+        c = (_c10d_call if ns == "c10d" else _functional_call)(name, args, site)
         if c is None:
-            _state().trace.warnings.append(f"{site}: {ns}::{name} is not checked (recorded nowhere)")
+            _state().trace.warnings.append(f"{site}: {ns}::{name} is not checked (the trace has no form for it)")
             return
         c.origin = "c10d"
         _record(c)
+
+
+def _c10d_call(name: str, args, site: Site) -> Call | None:
+    """A `c10d::` op (what ProcessGroup methods dispatch to) as a Call."""
+    if name == "allreduce_":
+        return Call("all_reduce", site, _pg_ranks(args[1]), inputs=tuple(map(_buf, args[0])), redop=_redop(args[2]))
+    if name == "_allgather_base_":
+        return Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+    if name == "allgather_":
+        c = Call("all_gather", site, _pg_ranks(args[2]), inputs=(_buf(args[1][0]),))
+        c.outputs, c.outputs_listed = tuple(map(_buf, args[0][0])), True
+        return c
+    if name == "_reduce_scatter_base_":
+        c = Call("reduce_scatter", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+        c.redop = _redop(args[3])
+        return c
+    if name == "reduce_scatter_":
+        c = Call("reduce_scatter", site, _pg_ranks(args[2]), outputs=(_buf(args[0][0]),))
+        c.inputs, c.inputs_listed, c.redop = tuple(map(_buf, args[1][0])), True, _redop(args[3])
+        return c
+    if name == "broadcast_":
+        group = _pg_ranks(args[1])
+        c = Call("broadcast", site, group, inputs=tuple(map(_buf, args[0])))
+        c.root = int(args[2]) if group is None else group[int(args[2])]
+        return c
+    if name == "alltoall_base_":
+        return Call("all_to_all", site, _pg_ranks(args[2]), inputs=(_buf(args[1]),), outputs=(_buf(args[0]),))
+    if name == "barrier":
+        return Call("barrier", site, _pg_ranks(args[1]))
+    if name in ("send", "recv_"):
+        group = _pg_ranks(args[1])
+        peer = int(args[2]) if group is None else group[int(args[2])]
+        c = Call("send" if name == "send" else "recv", site, group, inputs=tuple(map(_buf, args[0])))
+        c.peer, c.tag = peer, int(args[3])
+        return c
+    return None
+
+
+def _functional_call(name: str, args, site: Site) -> Call | None:
+    """A functional collective (`_c10d_functional::`, DTensor's) as a Call; its output is a fresh tensor."""
+    if name == "all_reduce":
+        return Call(
+            "all_reduce", site, _group_ranks(_named_group(args[2])), inputs=(_buf(args[0]),), redop=_redop(args[1])
+        )
+    t = args[0]
+    if name == "all_gather_into_tensor":
+        c = Call("all_gather", site, _group_ranks(_named_group(args[2])), inputs=(_buf(t),))
+        c.outputs = (Buffer(-3, int(t.numel()) * int(args[1]), _dtype(t)),)
+        return c
+    if name == "reduce_scatter_tensor":
+        c = Call("reduce_scatter", site, _group_ranks(_named_group(args[3])), inputs=(_buf(t),), redop=_redop(args[1]))
+        c.outputs = (Buffer(-3, int(t.numel()) // max(1, int(args[2])), _dtype(t)),)
+        return c
+    if name == "broadcast":
+        g = _group_ranks(_named_group(args[2]))
+        return Call("broadcast", site, g, inputs=(_buf(t),), root=int(args[1]) if g is None else g[int(args[1])])
+    return None
 
 
 def _flat(x) -> list:
