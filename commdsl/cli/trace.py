@@ -83,6 +83,7 @@ def run(args) -> int:
     if not stem or not (stem[0].isalpha() or stem[0] == "_"):
         stem = "traced_" + stem
     sources: dict = {}
+    said: set[str] = set()
     merged: dict[tuple, Diagnostic] = {}
     for world in args.world:
         recording = record(args.script, list(args.script_args or []), world, timeout=args.timeout)
@@ -90,8 +91,9 @@ def run(args) -> int:
         if failed:
             _script_failed(failed, world, err)
             return EXIT_FAILURE
-        _say(recording.traces, err)
+        _say(recording.traces, err, said)
         emitted = emit(recording.traces, stem)
+        _say([*recording.traces, _Notes(emitted.notes)], err, said)
         if args.emit:
             if args.output:
                 with open(args.output, "w", encoding="utf-8") as f:
@@ -118,12 +120,20 @@ def run(args) -> int:
     return EXIT_OK
 
 
-def _say(traces, err) -> None:
-    """The recorder's notes and warnings, each once."""
-    seen: set[str] = set()
+class _Notes:
+    """The bridge's notes, said as the recorder's are."""
+
+    def __init__(self, notes: list[str]):
+        self.warnings: list[str] = []
+        self.notes = notes
+
+
+def _say(traces, err, seen: set[str]) -> None:
+    """The recorder's notes and warnings, each once (paths shown relative to the working directory)."""
     for t in traces:
         for kind, items in (("warning", t.warnings), ("note", t.notes)):
             for text in items:
+                text = text.replace(os.getcwd() + os.sep, "")
                 if text not in seen:
                     seen.add(text)
                     style = "bold yellow" if kind == "warning" else "bold blue"

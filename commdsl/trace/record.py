@@ -109,6 +109,13 @@ def _dtype(t) -> str:
 def _redop(op) -> str:
     if isinstance(op, str):
         return op.lower()
+    if type(op).__name__ == "ScriptObject":  # a c10d op's boxed ReduceOp: its name is its type's member
+        try:
+            op = torch._C._distributed_c10d.ReduceOp.unbox(op)
+        except Exception:  # noqa: BLE001 - no way to read it: the default
+            return "sum"
+    if hasattr(op, "op"):
+        op = op.op
     for name in REDUCE_OPS:
         value = getattr(dist.ReduceOp, name.upper(), None)
         if value is not None and op == value:
@@ -250,15 +257,13 @@ def _p2p(is_send: bool, blocking: bool):
         op = ("send" if is_send else "recv") if blocking else ("isend" if is_send else "irecv")
         buf = _buf(t)
         call = Call(op, site, group=_group_ranks(group), inputs=(buf,), peer=peer, tag=int(a.get("tag") or 0))
-        if peer is None:  # recv from any source: the fake backend answers at once; the bridge picks a sender
-            result = original(**a) if blocking else None
+        if peer is None:  # recv from any source: not run (the fake backend has no sender to name); the
+            _taint(t)  # bridge gives it the sender it is checked with, and the script gets a stand-in
+            st = _state()
             if blocking:
                 _record(call)
-                _taint(t)
-                return result if result is not None else 0
-            work = original(**a)
-            _taint(t)
-            return _async(work, call, True)
+                return 0 if st.rank != 0 else min(1, st.world - 1)
+            return _async(None, call, True)
         result = original(**a)
         if not is_send:
             _taint(t)
@@ -597,7 +602,10 @@ class _Dispatch(TorchDispatchMode):
         ns = func.namespace
         name = func._schema.name.split("::")[-1]
         if st is not None and not st.inside and ns in ("c10d", "_c10d_functional"):
-            self._record(ns, name, args)
+            try:
+                self._record(ns, name, args)
+            except Exception as e:  # noqa: BLE001 - our failure must not become the script's
+                st.trace.warnings.append(f"{user_site()}: {ns}::{name} could not be recorded ({type(e).__name__}: {e})")
         out = func(*args, **kwargs)
         if st is None:
             return out

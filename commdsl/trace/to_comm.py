@@ -117,10 +117,8 @@ class _Names:
         self.groups: dict[tuple[int, ...], tuple[str, Site]] = {}
 
     def buffer(self, b: Buffer, site: Site, role: str = "") -> str:
-        if b.id >= 0:
-            name = f"b{b.id}_{_short(b.dtype)}"
-        else:
-            name = f"{role or 'obj'}_{_short(b.dtype)}"
+        name = f"b{b.id}" if b.id >= 0 else _SYNTHETIC.get(b.id, "tmp")
+        name = f"{name}_{_short(b.dtype)}"
         dtype, numel, first = self.tensors.get(name, (b.dtype, 0, site))
         self.tensors[name] = (dtype, max(numel, b.numel), first)
         return name
@@ -131,6 +129,11 @@ class _Names:
         if ranks not in self.groups:
             self.groups[ranks] = (f"g{len(self.groups)}", site)
         return f" in {self.groups[ranks][0]}"
+
+
+_SYNTHETIC = {-1: "obj", -2: "objs", -3: "fout", -4: "unused", -5: "a2a_in", -6: "a2a_out"}
+"""Buffers the script never named: an object collective's, a functional collective's fresh output, a
+non-root's absent gather/scatter list, the flat buffers of a list all_to_all."""
 
 
 def _short(dtype: str) -> str:
