@@ -552,6 +552,9 @@ class _Functions(TorchFunctionMode):
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 self._note()
                 kwargs = {**kwargs, "device": "cpu"}
+            if func is torch.Tensor.to and len(args) > 1 and type(args[1]) is int:  # t.to(rank): a GPU index
+                self._note()
+                args = (args[0], "cpu", *args[2:])
             if func is torch.Tensor.to and any(_is_cuda(x) for x in args[1:]):
                 self._note()
                 args = tuple("cpu" if _is_cuda(x) else x for x in args)

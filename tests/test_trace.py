@@ -1,0 +1,176 @@
+"""`commdsl trace`: real PyTorch scripts (tests/trace_scripts/) recorded under the fake backend and checked.
+
+Nothing real is launched: every rank is a forked child of this process that runs the script against
+torch's `fake` process group. Each trace has a per-rank time limit (`--timeout`), the test a hard one,
+and `no_orphans` checks that no child outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from commdsl.cli.main import main  # noqa: E402
+
+SCRIPTS = Path(__file__).parent / "trace_scripts"
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_orphans")]
+
+
+def trace(capsys, script: str, *args: str) -> tuple[int, list[dict], str]:
+    """Exit code, the diagnostics as JSON, and stderr."""
+    code = main(["trace", str(SCRIPTS / script), "--format", "json", "--timeout", "90", *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else []), err
+
+
+def at(d: dict) -> tuple[str, int]:
+    return Path(d["path"]).name, d["line"]
+
+
+def labels(d: dict) -> list[tuple[str, int]]:
+    """The other parties' lines (the JSON format lists labels as notes with a place)."""
+    return [(Path(n["path"]).name, n["line"]) for n in d["notes"] if n["path"] and "may depend" not in n["message"]]
+
+
+# ---- the recorder and the bridge -----------------------------------------------------------------------
+
+
+def test_clean_ring_at_two_sizes(capsys):
+    code, diags, err = trace(capsys, "ring.py", "--world", "3", "--world", "4")
+    assert (code, diags) == (0, [])
+
+
+def test_deadlock_points_at_the_send(capsys):
+    code, diags, _ = trace(capsys, "deadlock.py", "--world", "2")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("D402", ("deadlock.py", 11))]
+    assert "deadlock.py:11" in " ".join(n["message"] for n in diags[0]["notes"])  # `line N` of the program, moved
+
+
+def test_mismatch_names_both_lines(capsys):
+    code, diags, _ = trace(capsys, "mismatch.py", "--world", "3")
+    assert code == 1
+    found = {d["code"]: d for d in diags}
+    assert at(found["C306"]) == ("mismatch.py", 12)
+    assert at(found["C301"]) == ("mismatch.py", 14)
+    assert labels(found["C301"]) == [("mismatch.py", 16)]
+    assert labels(found["C306"]) == [("mismatch.py", 12)]  # both parties: rank 0's 4 elements, rank 1's 8
+
+
+def test_emit_comm_is_a_program_the_checker_accepts(capsys, tmp_path):
+    out = tmp_path / "ring.comm"
+    code = main(["trace", str(SCRIPTS / "ring.py"), "--world", "4", "--emit", "comm", "-o", str(out)])
+    capsys.readouterr()
+    assert code == 0
+    text = out.read_text()
+    assert "for rep1 in 0 .. 2:" in text  # three steps folded into one loop
+    assert "h0 = isend b0_f32 to (rank + 1) % world" in text  # every rank in one block, peers relative
+    assert "on rank" not in text
+    assert main(["lint", str(out)]) == 0
+    assert main(["compile", str(out), "--world", "4", "-o", str(tmp_path / "ring.py")]) == 0
+    assert main(["graph", str(out), "--world", "4", "-o", str(tmp_path / "ring.mmd")]) == 0
+    capsys.readouterr()
+
+
+def test_emit_needs_one_world(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["trace", str(SCRIPTS / "ring.py"), "--world", "2", "--world", "3", "--emit", "comm"])
+    assert e.value.code == 2
+    assert "one --world" in capsys.readouterr().err
+
+
+# ---- scripts as users write them ----------------------------------------------------------------------
+
+
+def test_spawn_sibling_module_and_cuda_shims(capsys):
+    code, diags, err = trace(capsys, "spawn_allreduce.py", "--world", "2")
+    assert (code, diags) == (0, [])
+    assert "mp.spawn(nprocs=4) traced at --world 2" in err  # nprocs differs from --world: said
+    assert "no GPU here" in err
+
+
+def test_process_and_bug_in_sibling_module(capsys):
+    code, diags, _ = trace(capsys, "process_bug.py", "--world", "2")
+    assert code == 1
+    c301 = next(d for d in diags if d["code"] == "C301")
+    assert at(c301) == ("helpers.py", 15)  # the collective only rank 0 makes, in the imported module
+    assert labels(c301) == [("process_bug.py", 15)]  # the other party: the barrier in the script
+
+
+def test_objects_and_any_source(capsys):
+    code, diags, err = trace(capsys, "objects_anysource.py", "--world", "3")
+    assert (code, diags) == (0, [])
+    assert "receive from any source is checked as a receive from rank 1" in err
+
+
+def test_script_arguments_after_double_dash(capsys):
+    assert trace(capsys, "args_script.py", "--world", "2")[:2] == (0, [])
+    code, diags, _ = trace(capsys, "args_script.py", "--world", "2", "--", "--size", "8", "--uneven")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C306", ("args_script.py", 14))]
+
+
+def test_script_error_shows_only_its_frames(capsys):
+    code, diags, err = trace(capsys, "script_error.py", "--world", "2")
+    assert code == 2
+    assert "traced as rank 1 of 2" in err
+    assert "ValueError: bad config on rank 1" in err
+    assert 'script_error.py", line 9, in setup' in err
+    assert "commdsl" not in err.replace(str(SCRIPTS), "")  # none of our frames
+    assert "site-packages" not in err
+
+
+def test_data_dependent_verdict_names_the_read(capsys):
+    code, diags, _ = trace(capsys, "data_dependent.py", "--world", "2")
+    assert code == 1
+    for d in diags:
+        notes = [n for n in d["notes"] if "may depend on data" in n["message"]]
+        assert notes, d["code"]
+        assert (Path(notes[0]["path"]).name, notes[0]["line"]) == ("data_dependent.py", 12)
+
+
+def test_findings_before_any_read_carry_no_data_note(capsys):
+    code, diags, _ = trace(capsys, "mismatch.py", "--world", "2")
+    assert diags and not any("may depend on data" in n["message"] for d in diags for n in d["notes"])
+
+
+# ---- the tutorials' scripts --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["one_to_many.py", "p2p_process.py", "torchrun_allreduce.py", "spawn_allreduce.py"])
+def test_seed_scripts_trace_clean(capsys, script):
+    code, diags, _ = trace(capsys, f"seeds/{script}", "--world", "2")
+    assert code == 0
+    assert [d for d in diags if d["severity"] == "error"] == []
+
+
+def test_seed_send_loop_is_the_broadcast_lint(capsys):
+    code, diags, _ = trace(capsys, "seeds/one_to_many.py", "--world", "4")
+    assert code == 0
+    assert [(d["code"], at(d)) for d in diags] == [("L701", ("one_to_many.py", 26))]
+
+
+# ---- DDP and FSDP2 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["ddp_train.py", "fsdp_train.py"])
+def test_training_loops_clean(capsys, script):
+    code, diags, _ = trace(capsys, script, "--world", "2", "--world", "4")
+    assert (code, diags) == (0, [])
+
+
+def test_ddp_uneven_steps_caught_at_backward(capsys):
+    code, diags, _ = trace(capsys, "ddp_train.py", "--world", "2", "--world", "4", "--", "--uneven")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C307", ("ddp_train.py", 29))]
+    assert any("below torch.distributed's API" in n["message"] for n in diags[0]["notes"])
+
+
+def test_fsdp_uneven_steps_caught_at_forward(capsys):
+    code, diags, _ = trace(capsys, "fsdp_train.py", "--world", "2", "--", "--uneven")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C307", ("fsdp_train.py", 27))]
