@@ -174,3 +174,68 @@ def test_fsdp_uneven_steps_caught_at_forward(capsys):
     code, diags, _ = trace(capsys, "fsdp_train.py", "--world", "2", "--", "--uneven")
     assert code == 1
     assert [(d["code"], at(d)) for d in diags] == [("C307", ("fsdp_train.py", 27))]
+
+
+# ---- flight-recorder dumps ------------------------------------------------------------------------------
+
+FLIGHT = SCRIPTS / "flight" / "gloo_mismatch"  # written by real Gloo (flight/make_gloo_dump.py), torch 2.13
+
+
+def flight(capsys, directory) -> tuple[int, list[dict], str]:
+    code = main(["trace", "--flight-recorder", str(directory), "--format", "json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else []), err
+
+
+def edited_dumps(tmp_path, edit, as_json: bool = False) -> Path:
+    """The real Gloo dumps, changed by `edit(rank, dump)` and written back (pickle, or the JSON form)."""
+    import pickle
+
+    from commdsl.trace.flight import read_dump
+
+    out = tmp_path / "dumps"
+    out.mkdir()
+    for rank in (0, 1):
+        dump = read_dump(FLIGHT / f"rank_{rank}")
+        edit(rank, dump)
+        path = out / f"nccl_trace_rank_{rank}"
+        path.write_bytes(json.dumps(dump).encode() if as_json else pickle.dumps(dump))
+    return out
+
+
+def test_flight_recorder_real_gloo_dump(capsys):
+    code, diags, _ = flight(capsys, FLIGHT)
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C301", ("make_gloo_dump.py", 26))]
+    assert labels(diags[0]) == [("make_gloo_dump.py", 28)]  # rank 1's frame: the all_gather
+    assert any("gloo call #3 on process group '0'" in n["message"] for n in diags[0]["notes"])
+
+
+def test_flight_recorder_nccl_size_mismatch_json(capsys, tmp_path):
+    def edit(rank, dump):
+        for e in dump["entries"]:
+            e["profiling_name"] = e["profiling_name"].replace("gloo:", "nccl:")
+        dump["entries"] = dump["entries"][:2]  # the two calls that agree in kind
+        if rank == 1:
+            dump["entries"][0]["input_sizes"] = [[5]]
+
+    code, diags, _ = flight(capsys, edited_dumps(tmp_path, edit, as_json=True))
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C306", ("make_gloo_dump.py", 23))]
+    assert any("nccl call #1" in n["message"] for n in diags[0]["notes"])
+
+
+def test_flight_recorder_agreeing_prefix_is_clean(capsys, tmp_path):
+    def edit(rank, dump):
+        dump["entries"] = dump["entries"][:2]
+
+    assert flight(capsys, edited_dumps(tmp_path, edit))[:2] == (0, [])
+
+
+def test_flight_recorder_refuses_code_in_a_pickle(capsys, tmp_path):
+    import pickle
+
+    (tmp_path / "rank_0").write_bytes(pickle.dumps({"entries": [], "x": Path("x")}))  # a class reference
+    code, _, err = flight(capsys, tmp_path)
+    assert code == 2
+    assert "not a flight-recorder dump" in err

@@ -60,6 +60,11 @@ class Mapper:
             line = max(1, min(line, len(starts)))
             return starts[line - 1] + col - 1
 
+        if site.column == 0:  # a whole line (a flight-recorder frame has no columns): its code
+            text = src.line_text(site.line)
+            indent = len(text) - len(text.lstrip())
+            start = offset(site.line, indent + 1)
+            return src.span(start, start + max(1, len(text.rstrip()) - indent))
         start = offset(site.line, site.column)
         end = (
             offset(site.end_line, site.end_column)
@@ -100,6 +105,8 @@ class Mapper:
         notes.extend(self.data_notes(infos))
         if any(i.origin == "c10d" for i in infos):
             notes.append(Note(message=_BELOW_API))
+        for detail in dict.fromkeys(i.origin[len("flight:") :] for i in infos if i.origin.startswith("flight:")):
+            notes.append(Note(message=f"flight recorder: {detail}"))
         if any(i.origin == "object" for i in infos):
             notes.append(Note(message=_OBJECT))
         primary = self.span(d.span)

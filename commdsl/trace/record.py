@@ -109,13 +109,16 @@ def _dtype(t) -> str:
 def _redop(op) -> str:
     if isinstance(op, str):
         return op.lower()
-    if type(op).__name__ == "ScriptObject":  # a c10d op's boxed ReduceOp: its name is its type's member
+    if type(op).__name__ == "ScriptObject":  # a c10d op's boxed ReduceOp: `op()` is its RedOpType's number
         try:
-            op = torch._C._distributed_c10d.ReduceOp.unbox(op)
-        except Exception:  # noqa: BLE001 - no way to read it: the default
+            number = int(op.op())
+        except Exception:  # noqa: BLE001 - unreadable: the default
             return "sum"
-    if hasattr(op, "op"):
-        op = op.op
+        for name in REDUCE_OPS:
+            value = getattr(dist.ReduceOp.RedOpType, name.upper(), None)
+            if value is not None and int(value) == number:
+                return name
+        return "sum"
     for name in REDUCE_OPS:
         value = getattr(dist.ReduceOp, name.upper(), None)
         if value is not None and op == value:
