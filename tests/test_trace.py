@@ -239,3 +239,20 @@ def test_flight_recorder_refuses_code_in_a_pickle(capsys, tmp_path):
     code, _, err = flight(capsys, tmp_path)
     assert code == 2
     assert "not a flight-recorder dump" in err
+
+
+# ---- the 1F1B pipeline (the benchmark's script) --------------------------------------------------------
+
+
+def test_pipeline_clean_and_folded(capsys, tmp_path):
+    assert trace(capsys, "pipeline_1f1b.py", "--world", "2", "--world", "8")[:2] == (0, [])
+    out = tmp_path / "p.comm"
+    assert main(["trace", str(SCRIPTS / "pipeline_1f1b.py"), "--world", "8", "--emit", "comm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert "for rep1 in" in out.read_text()  # the steady state's repeated exchanges are one loop
+
+
+def test_pipeline_dropped_gradient(capsys):
+    code, diags, _ = trace(capsys, "pipeline_1f1b.py", "--world", "4", "--", "--drop-grad")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("P202", ("pipeline_1f1b.py", 41))]

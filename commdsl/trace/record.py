@@ -37,7 +37,8 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,9 @@ class _State:
     rank: int
     world: int
     trace: RankTrace
-    buffers: dict
+    buffers: dict  # (storage, offset, dtype) → slot
     tainted: set
+    live: set = field(default_factory=set)  # the slots of live buffers
     next_req: int = 0
     inside: int = 0  # >0 while one of our wrappers runs: nested calls are its own, not the user's
     processes_started: int = 0
@@ -158,11 +160,24 @@ def _storage(t) -> int:
 
 
 def _buf(t) -> Buffer:
+    """The tensor as a buffer: one id per live (storage, offset, dtype). Ids are slots, the lowest free one
+    when a buffer is first seen, freed when the tensor that introduced it dies, so a loop that makes a
+    fresh tensor each step names it alike each step (and every rank alike) wherever the allocator puts it."""
     st = _state()
     key = (_storage(t), t.storage_offset(), _dtype(t))
-    if key not in st.buffers:
-        st.buffers[key] = len(st.buffers)
-    return Buffer(st.buffers[key], int(t.numel()), _dtype(t))
+    slot = st.buffers.get(key)
+    if slot is None:
+        slot = next(s for s in range(len(st.live) + 1) if s not in st.live)
+        st.buffers[key] = slot
+        st.live.add(slot)
+        weakref.finalize(t, _release, st, key, slot)
+    return Buffer(slot, int(t.numel()), _dtype(t))
+
+
+def _release(st: _State, key: tuple, slot: int) -> None:
+    if st.buffers.get(key) == slot:
+        del st.buffers[key]
+        st.live.discard(slot)
 
 
 def _taint(*tensors) -> None:
@@ -744,9 +759,10 @@ _API = {
 }
 
 
-def _rebind(replacements: dict[int, object]) -> None:
-    """Every module attribute bound to one of the originals now holds its replacement."""
-    for module in list(sys.modules.values()):
+def _rebind(replacements: dict[int, object], modules=None) -> None:
+    """Every attribute of `modules` (default: every loaded module) bound to one of the originals now holds
+    its replacement."""
+    for module in list(sys.modules.values()) if modules is None else modules:
         d = getattr(module, "__dict__", None)
         if not isinstance(d, dict):
             continue
@@ -759,36 +775,56 @@ def _rebind(replacements: dict[int, object]) -> None:
                     pass
 
 
-def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
-    """Replace every binding of the recorded functions, the launchers and (without GPUs) CUDA calls."""
-    import multiprocessing
+_WRAPPED = False
 
-    import torch.multiprocessing as tmp
 
+def wrap_api() -> None:
+    """Replace every binding of the recorded functions in every loaded module, once per process (the
+    parent's, before it forks: the scan is most of a child's own cost). The wrappers pass every call
+    straight through while no recording runs, so the parent's torch behaves as before."""
+    global _WRAPPED
+    if _WRAPPED:
+        return
     replacements: dict[int, object] = {}
     for name, handler in _API.items():
         original = getattr(_C10D, name, None)
-        if original is None:
-            continue
-        replacements[id(original)] = _wrap_api(name, original, handler)
-    for original, new in (
+        if original is not None:
+            replacements[id(original)] = _wrap_api(name, original, handler)
+    _rebind(replacements)
+    _WRAPPED = True
+
+
+def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
+    """In the child: the API wrapped (if the parent has not), the launchers and (without GPUs) CUDA calls
+    replaced where scripts get them from, and the two modes to enter."""
+    import multiprocessing
+    import multiprocessing.context
+
+    import torch.distributed.device_mesh
+    import torch.multiprocessing as tmp
+
+    wrap_api()
+    homes = [tmp, multiprocessing, multiprocessing.context, torch.cuda, dist, torch.distributed.device_mesh]
+    replacements: dict[int, object] = {}
+    pairs: list[tuple[object, object]] = [
         (tmp.spawn, _spawn),
         (tmp.start_processes, _start_processes),
         (multiprocessing.Process, _Process),
         (tmp.Process, _Process),
         (multiprocessing.set_start_method, _noop()),
-    ):
-        replacements[id(original)] = new
+    ]
     if shim_cuda:
         st = _state()
-        for original, new in (
+        pairs += [
             (torch.cuda.set_device, _noop()),
             (torch.cuda.synchronize, _noop()),
             (torch.cuda.current_device, lambda: st.rank),
             (torch.cuda.device_count, lambda: st.world),
             (torch.cuda.empty_cache, _noop()),
-        ):
-            replacements[id(original)] = new
+        ]
+    for original, new in pairs:
+        replacements[id(original)] = new
+    if shim_cuda:
         from torch.distributed import device_mesh
 
         mesh_init = device_mesh.init_device_mesh
@@ -807,7 +843,7 @@ def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
             return ddp_init(self, module, None, None, *args, **kwargs)
 
         ddp.__init__ = ddp_init_cpu  # type: ignore[method-assign]
-    _rebind(replacements)
+    _rebind(replacements, homes)
     return [_Functions(shim_cuda), _Dispatch()]
 
 
@@ -869,6 +905,20 @@ def record_rank(script: str, argv: list[str], rank: int, world: int) -> RankTrac
     return trace
 
 
+def preload() -> None:
+    """Import in the parent what every child would otherwise import for itself (dynamo alone is ~1 s:
+    `nn.Module` construction pulls it in), so a fork starts with it loaded."""
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.device_mesh  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.multiprocessing  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+    from torch.testing._internal.distributed import fake_pg  # noqa: F401
+
+    with _Dispatch(), _Functions(False):
+        torch.ones(1).add(1)
+
+
 @dataclass
 class Recording:
     traces: list[RankTrace]
@@ -881,6 +931,8 @@ def record(script: str, argv: list[str], world: int, timeout: float = 120.0, job
     A child that runs past `timeout` seconds is killed and its rank reported as not finished. The
     script's own output goes to /dev/null: what matters is what it called."""
     start = time.perf_counter()
+    preload()
+    wrap_api()
     jobs = jobs or max(1, min(os.cpu_count() or 1, 8))
     out_dir = tempfile.mkdtemp(prefix="commdsl-trace-")
     traces: dict[int, RankTrace] = {}
