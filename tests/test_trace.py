@@ -256,3 +256,20 @@ def test_pipeline_dropped_gradient(capsys):
     code, diags, _ = trace(capsys, "pipeline_1f1b.py", "--world", "4", "--", "--drop-grad")
     assert code == 1
     assert [(d["code"], at(d)) for d in diags] == [("P202", ("pipeline_1f1b.py", 41))]
+
+
+def test_dtensor_and_functional_collectives(capsys, tmp_path):
+    out = tmp_path / "d.comm"
+    assert main(["trace", str(SCRIPTS / "dtensor.py"), "--world", "2", "--emit", "comm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert "all_gather b0_f32 into fout_f32  # dtensor.py:13" in text  # redistribute to Replicate
+    assert "all_reduce b1_f32[0:4]  # dtensor.py:14" in text  # funcol.all_reduce
+
+
+def test_torch_version_is_one_tested():
+    import torch
+
+    from commdsl.trace.record import TESTED_TORCH
+
+    assert torch.__version__.split("+")[0].rsplit(".", 1)[0] in TESTED_TORCH

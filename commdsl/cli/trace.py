@@ -63,25 +63,27 @@ def run(args) -> int:
     out, err = consoles(args)
     if args.flight_recorder:
         return _flight(args, out, err)
-    if not args.script:
-        raise UsageError("give a SCRIPT to trace, or --flight-recorder DIR")
-    if not args.world:
-        raise UsageError("give the world size to record with --world N (repeatable)")
-    if args.emit and len(args.world) > 1:
-        raise UsageError("--emit writes one program: give one --world")
+    _usage(args)
     if not os.path.isfile(args.script):
         err.print(f"[bold red]error[/]: {escape(args.script)}: no such file", highlight=False)
         return EXIT_FAILURE
 
     from commdsl.trace.check import check_emitted
-    from commdsl.trace.record import record
     from commdsl.trace.to_comm import emit
 
-    stem = "".join(
-        ch if ch.isalnum() or ch == "_" else "_" for ch in os.path.splitext(os.path.basename(args.script))[0]
-    )
-    if not stem or not (stem[0].isalpha() or stem[0] == "_"):
-        stem = "traced_" + stem
+    try:
+        from commdsl.trace.record import record, version_warning
+    except ImportError as e:  # no torch, or one without the fake backend
+        err.print(
+            f"[bold red]error[/]: commdsl trace needs torch with its fake process group: {escape(str(e))}",
+            highlight=False,
+        )
+        return EXIT_FAILURE
+    warning = version_warning()
+    if warning:
+        err.print(f"[bold yellow]warning[/]: {escape(warning)}", highlight=False)
+
+    stem = _program_name(args.script)
     sources: dict = {}
     said: set[str] = set()
     merged: dict[tuple, Diagnostic] = {}
@@ -102,13 +104,7 @@ def run(args) -> int:
                 out.print(emitted.text, end="", markup=False)
         comm_path = args.output if args.emit and args.output else f"{args.script}.traced.comm"
         diags = check_emitted(emitted, comm_path, sources, tuple(args.backend) if args.backend else None)
-        for d in diags:
-            key = (d.code, d.span.path if d.span else "", d.span.start if d.span else None, d.message.split(":")[0])
-            if key in merged:
-                prev = merged[key]
-                merged[key] = prev.model_copy(update={"worlds": tuple(sorted(set(prev.worlds) | set(d.worlds)))})
-            else:
-                merged[key] = d
+        _merge(merged, diags)
     diags = list(merged.values())
     print_diagnostics(diags, sources, args.format, out, err)
     failing = [d for d in diags if d.severity == "error" or args.strict]
@@ -118,6 +114,33 @@ def run(args) -> int:
         sizes = ", ".join(map(str, args.world))
         err.print(f"All checks passed ({args.script} at world {sizes}).")
     return EXIT_OK
+
+
+def _usage(args) -> None:
+    if not args.script:
+        raise UsageError("give a SCRIPT to trace, or --flight-recorder DIR")
+    if not args.world:
+        raise UsageError("give the world size to record with --world N (repeatable)")
+    if args.emit and len(args.world) > 1:
+        raise UsageError("--emit writes one program: give one --world")
+
+
+def _program_name(script: str) -> str:
+    """The script's file name as a `.comm` program name (ASCII letters, digits and `_`)."""
+    base = os.path.splitext(os.path.basename(script))[0]
+    stem = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in base)
+    return stem if stem and (stem[0].isalpha() or stem[0] == "_") else "traced_" + stem
+
+
+def _merge(merged: dict[tuple, Diagnostic], diags: list[Diagnostic]) -> None:
+    """One finding per code and place over the world sizes, listing the sizes."""
+    for d in diags:
+        key = (d.code, d.span.path if d.span else "", d.span.start if d.span else None, d.message.split(":")[0])
+        if key in merged:
+            prev = merged[key]
+            merged[key] = prev.model_copy(update={"worlds": tuple(sorted(set(prev.worlds) | set(d.worlds)))})
+        else:
+            merged[key] = d
 
 
 class _Notes:

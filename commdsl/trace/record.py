@@ -63,6 +63,11 @@ _LIBRARY_DIRS = tuple(
     }
 ) + (_COMMDSL_DIR,)
 
+TESTED_TORCH = ("2.13",)
+"""torch minor versions the recorder is tested on: the fake backend's store
+(`torch.testing._internal.distributed.fake_pg.FakeStore`), the `c10d::` op schemas and the flight-recorder
+format are private and change between versions (docs/trace.md)."""
+
 REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
 
 
@@ -865,6 +870,17 @@ def _launcher_env(rank: int, world: int) -> dict[str, str]:
         "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
         "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
     }
+
+
+def version_warning() -> str | None:
+    """A warning when this torch is not one the recorder was tested on."""
+    minor = torch.__version__.split("+")[0].rsplit(".", 1)[0]
+    if minor in TESTED_TORCH:
+        return None
+    return (
+        f"commdsl trace is tested on torch {', '.join(TESTED_TORCH)}; this is torch {torch.__version__} "
+        "(the fake backend and the c10d op schemas it relies on are private and may differ)"
+    )
 
 
 def record_rank(script: str, argv: list[str], rank: int, world: int) -> RankTrace:
