@@ -73,6 +73,8 @@ def test_emit_comm_is_a_program_the_checker_accepts(capsys, tmp_path):
     assert main(["lint", str(out)]) == 0
     assert main(["compile", str(out), "--world", "4", "-o", str(tmp_path / "ring.py")]) == 0
     assert main(["graph", str(out), "--world", "4", "-o", str(tmp_path / "ring.mmd")]) == 0
+    assert main(["sim", str(out), "--world", "4"]) == 0
+    assert "param n = 1" in text  # what `bench` sweeps
     capsys.readouterr()
 
 
@@ -264,7 +266,7 @@ def test_dtensor_and_functional_collectives(capsys, tmp_path):
     capsys.readouterr()
     text = out.read_text()
     assert "all_gather b0_f32 into fout_f32  # dtensor.py:13" in text  # redistribute to Replicate
-    assert "all_reduce b1_f32[0:4]  # dtensor.py:14" in text  # funcol.all_reduce
+    assert "all_reduce b1_f32[0:4 * n]  # dtensor.py:14" in text  # funcol.all_reduce
 
 
 def test_torch_version_is_one_tested():

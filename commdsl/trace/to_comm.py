@@ -15,6 +15,7 @@ What is written:
 * one `group gK = [...]` per distinct set of global ranks a call used;
 * ranks whose calls read alike are one `on` block: first ranks whose calls are identical, then ranks
   whose calls are identical once a peer is written relative to the rank (`(rank + 1) % world`);
+* every element count is written times `param n = 1`, so `commdsl bench` can sweep message sizes;
 * repeated runs of calls (same statements, same call sites) fold into `for` loops;
 * a request handle is named by the lowest slot free when it was posted (`h0 = isend ...`, `wait h0`),
   so a post-and-wait loop folds; a batch is a `batch:` block (the `.comm` batch waits at its end);
@@ -134,6 +135,11 @@ class _Names:
 _SYNTHETIC = {-1: "obj", -2: "objs", -3: "fout", -4: "unused", -5: "a2a_in", -6: "a2a_out"}
 """Buffers the script never named: an object collective's, a functional collective's fresh output, a
 non-root's absent gather/scatter list, the flat buffers of a list all_to_all."""
+
+
+def _n(numel: int) -> str:
+    """A recorded element count, scaled by the program's `n` (1 as recorded)."""
+    return "n" if numel == 1 else f"{numel} * n"
 
 
 def _short(dtype: str) -> str:
@@ -262,14 +268,14 @@ class _Rank:
                 n_in, n_out = sum(b.numel for b in c.inputs), sum(b.numel for b in c.outputs)
                 xin = self.view(Buffer(-5, n_in, c.inputs[0].dtype), site, "a2a_in")
                 xout = self.view(Buffer(-6, n_out, c.outputs[0].dtype), site, "a2a_out")
-                ins, outs = ", ".join(str(b.numel) for b in c.inputs), ", ".join(str(b.numel) for b in c.outputs)
+                ins, outs = ", ".join(_n(b.numel) for b in c.inputs), ", ".join(_n(b.numel) for b in c.outputs)
                 splits = f" splits [{ins}], [{outs}]"
                 return f"all_to_all {xin} into {xout}{splits}{g}"
             splits = ""
             if c.in_splits or c.out_splits:
                 in_splits = c.in_splits or tuple([x.numel // size] * size)
                 out_splits = c.out_splits or tuple([c.outputs[0].numel // size] * size)
-                splits = f" splits [{', '.join(map(str, in_splits))}], [{', '.join(map(str, out_splits))}]"
+                splits = f" splits [{', '.join(map(_n, in_splits))}], [{', '.join(map(_n, out_splits))}]"
             return f"all_to_all {self.view(x, site)} into {self.view(c.outputs[0], site, 'out')}{splits}{g}"
         raise ValueError(f"no .comm form for {k}")
 
@@ -284,7 +290,7 @@ class _Deferred:
 
     def __str__(self) -> str:
         full = self.names.tensors[self.name][1]
-        return self.name if self.numel == full else f"{self.name}[0:{self.numel}]"
+        return self.name if self.numel == full else f"{self.name}[0:{_n(self.numel)}]"
 
     def __format__(self, spec: str) -> str:
         return str(self)
@@ -377,7 +383,13 @@ def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
         _Rank(t, names)
     ranks = [_Rank(t, names) for t in traces]
     backend = "nccl" if any((t.backend or "").lower() == "nccl" for t in traces) else "gloo"
-    out: list[str] = [f"program {name}", f"world {world}", f"backend {backend}", ""]
+    out: list[str] = [
+        f"program {name}",
+        f"world {world}",
+        f"backend {backend}",
+        "param n = 1  # scales every message: `commdsl bench` sweeps it",
+        "",
+    ]
     lines: dict[int, LineInfo] = {}
 
     def add(text: str, info: LineInfo | None = None, comment: bool = True) -> None:
@@ -388,7 +400,7 @@ def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
             lines[len(out)] = info
 
     for tname, (dtype, numel, site) in names.tensors.items():
-        add(f"tensor {tname}: {dtype}[{numel}]", LineInfo(site))
+        add(f"tensor {tname}: {dtype}[{_n(numel)}]", LineInfo(site))
     for granks, (gname, site) in names.groups.items():
         add(f"group {gname} = [{', '.join(map(str, granks))}]", LineInfo(site))
     add("")
