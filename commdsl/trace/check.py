@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from commdsl.checker import CheckOptions, check_program
 from commdsl.diagnostics import CommdslError, Diagnostic, Label, Note
 from commdsl.resolve import load
+from commdsl.rules.collectives import CollectiveOrderSwap
+from commdsl.rules.idioms import CollectiveResultUnused
 from commdsl.source import SourceFile, Span
 from commdsl.trace.events import Site
 from commdsl.trace.to_comm import Emitted, LineInfo
@@ -138,9 +140,10 @@ class Mapper:
 
 
 UNSOUND_ON_TRACES = {
-    "C302": "tells two same-kind calls apart by their buffers' names, which a trace makes up per rank "
-    "(a swap of calls with different sizes is still C306, of different kinds C301)",
-    "L705": "needs the local reads of a result, which a trace does not record (it records communication only)",
+    CollectiveOrderSwap.code: "tells two same-kind calls apart by their buffers' names, which a trace makes up "
+    "per rank (a swap of calls with different sizes is still a size mismatch, of different kinds a kind mismatch)",
+    CollectiveResultUnused.code: "needs the local reads of a result, which a trace does not record "
+    "(it records communication only)",
 }
 """Codes not reported on traces, and why: each rests on something the recording does not know."""
 

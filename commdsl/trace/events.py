@@ -3,11 +3,12 @@
 A `Call` is one communication call as the script made it (global ranks everywhere, a group as its
 tuple of global ranks); a `Read` is a value the script read back into Python (`.item()`, `bool(t)`,
 `.tolist()`) from a tensor that communication wrote, directly or through local compute. `RankTrace`
-is everything one rank's recording produced; it is pickled from the forked child to the parent.
+is everything one rank's recording produced; the forked child sends it to the parent as JSON.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 
@@ -75,3 +76,81 @@ class RankTrace:
     notes: list[str] = field(default_factory=list)  # things done to make the script traceable (shims)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the user's source files the sites point into
+
+
+# ---- the child's trace to the parent, as JSON (the package never unpickles) ----------------------------
+
+
+def _call_json(c: Call) -> dict:
+    return {
+        "op": c.op,
+        "site": list(astuple_site(c.site)),
+        "group": list(c.group) if c.group is not None else None,
+        "inputs": [[b.id, b.numel, b.dtype] for b in c.inputs],
+        "outputs": [[b.id, b.numel, b.dtype] for b in c.outputs],
+        "inputs_listed": c.inputs_listed,
+        "outputs_listed": c.outputs_listed,
+        "peer": c.peer,
+        "root": c.root,
+        "tag": c.tag,
+        "redop": c.redop,
+        "req": c.req,
+        "reqs": list(c.reqs),
+        "in_splits": list(c.in_splits),
+        "out_splits": list(c.out_splits),
+        "ops": [_call_json(o) for o in c.ops],
+        "origin": c.origin,
+    }
+
+
+def astuple_site(s: Site) -> tuple:
+    return (s.path, s.line, s.column, s.end_line, s.end_column)
+
+
+def _call_from(d: dict) -> Call:
+    return Call(
+        op=d["op"],
+        site=Site(*d["site"]),
+        group=tuple(d["group"]) if d["group"] is not None else None,
+        inputs=tuple(Buffer(*b) for b in d["inputs"]),
+        outputs=tuple(Buffer(*b) for b in d["outputs"]),
+        inputs_listed=d["inputs_listed"],
+        outputs_listed=d["outputs_listed"],
+        peer=d["peer"],
+        root=d["root"],
+        tag=d["tag"],
+        redop=d["redop"],
+        req=d["req"],
+        reqs=tuple(d["reqs"]),
+        in_splits=tuple(d["in_splits"]),
+        out_splits=tuple(d["out_splits"]),
+        ops=tuple(_call_from(o) for o in d["ops"]),
+        origin=d["origin"],
+    )
+
+
+def trace_to_json(t: RankTrace) -> str:
+    events = [
+        {"read": [list(astuple_site(e.site)), e.what]} if isinstance(e, Read) else {"call": _call_json(e)}
+        for e in t.events
+    ]
+    return json.dumps(
+        {
+            "rank": t.rank,
+            "world": t.world,
+            "events": events,
+            "backend": t.backend,
+            "error": t.error,
+            "notes": t.notes,
+            "warnings": t.warnings,
+            "files": t.files,
+        }
+    )
+
+
+def trace_from_json(text: str) -> RankTrace:
+    d = json.loads(text)
+    events: list = [
+        Read(Site(*e["read"][0]), e["read"][1]) if "read" in e else _call_from(e["call"]) for e in d["events"]
+    ]
+    return RankTrace(d["rank"], d["world"], events, d["backend"], d["error"], d["notes"], d["warnings"], d["files"])

@@ -5,11 +5,11 @@ A dump is what torch writes per rank when a collective times out (`TORCH_FR_BUFF
 last) or what `torch._C._distributed_c10d._dump_fr_trace()` returns: a pickled dict (version 2.x) with
 `pg_config` (each process group's ranks) and `entries`, one per call, with its `profiling_name`
 (`gloo:all_reduce`, `nccl:send 0->1`), `collective_seq_id`, `input_sizes`/`output_sizes`, dtypes and
-the Python `frames` that issued it. The JSON form (`_dump_fr_trace_json`) is read too.
+the Python `frames` that issued it. The JSON form (`_dump_fr_trace_json`) is read too. The package never
+unpickles (docs/security.md): `decode_pickle` reads the opcodes of plain data and refuses any other.
 
 Each entry becomes a `Call` at its innermost frame in the user's code; `to_comm` and `check` then do
-what they do for a traced script, so a mismatch is reported with both ranks' frames. The pickle is read
-with an unpickler that builds plain containers only: a dump cannot run code.
+what they do for a traced script, so a mismatch is reported with both ranks' frames.
 
 What a dump does not say, and how it is filled in: the root of a rooted collective (the group's first
 rank, the same on every rank, so a wrong root is not detected); whether a send was blocking (checked
@@ -19,11 +19,10 @@ dropped early entries on some ranks is cut to the sequence number every rank sti
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
-import pickle
+import pickletools
 import re
 from pathlib import Path
 
@@ -78,11 +77,101 @@ class DumpError(Exception):
     """A dump directory that cannot be read: the message says which file and why."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, tuples, strings and numbers only: any class reference is refused."""
+_VALUE_OPS = {
+    "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE", "BININT", "BININT1", "BININT2", "INT", "LONG",
+    "LONG1", "LONG4", "BINFLOAT", "FLOAT", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "SHORT_BINSTRING",
+    "BINSTRING", "STRING",
+}  # fmt: skip
+_CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+_EMPTY = {"EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_SET": set}
 
-    def find_class(self, module, name):
-        raise DumpError(f"the dump refers to {module}.{name}: not a flight-recorder dump")
+
+class _Decoder:
+    """A stack machine for the opcodes of plain data; one method per opcode family."""
+
+    def __init__(self):
+        self.stack: list = []
+        self.marks: list[int] = []
+        self.memo: dict = {}
+
+    def since_mark(self) -> list:
+        k = self.marks.pop()
+        items = self.stack[k:]
+        del self.stack[k:]
+        return items
+
+    def value(self, name, arg):
+        self.stack.append(arg if name in _VALUE_OPS else _CONSTANTS[name] if name in _CONSTANTS else _EMPTY[name]())
+
+    def mark(self, name, arg):
+        self.marks.append(len(self.stack))
+
+    def put(self, name, arg):
+        self.memo[len(self.memo) if name == "MEMOIZE" else arg] = self.stack[-1]
+
+    def get(self, name, arg):
+        self.stack.append(self.memo[arg])
+
+    def add(self, name, arg):
+        """APPEND, APPENDS, SETITEM, SETITEMS, ADDITEMS: into the container below."""
+        if name == "APPEND":
+            value = self.stack.pop()
+            self.stack[-1].append(value)
+        elif name == "SETITEM":
+            value, key = self.stack.pop(), self.stack.pop()
+            self.stack[-1][key] = value
+        else:
+            items = self.since_mark()
+            target = self.stack[-1]
+            if name == "SETITEMS":
+                target.update(zip(items[::2], items[1::2]))
+            elif name == "APPENDS":
+                target.extend(items)
+            else:
+                target.update(items)
+
+    def build(self, name, arg):
+        """TUPLE, LIST, DICT, FROZENSET from the mark; TUPLE1..3 from the top."""
+        if name.startswith("TUPLE") and name != "TUPLE":
+            n = int(name[-1])
+            items = self.stack[-n:]
+            del self.stack[-n:]
+            self.stack.append(tuple(items))
+            return
+        items = self.since_mark()
+        if name == "DICT":
+            self.stack.append(dict(zip(items[::2], items[1::2])))
+        else:
+            self.stack.append({"TUPLE": tuple, "LIST": list, "FROZENSET": frozenset}[name](items))
+
+
+_OPS = {
+    **{n: _Decoder.value for n in (*_VALUE_OPS, *_CONSTANTS, *_EMPTY)},
+    "MARK": _Decoder.mark,
+    **{n: _Decoder.put for n in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT")},
+    **{n: _Decoder.get for n in ("BINGET", "LONG_BINGET", "GET")},
+    **{n: _Decoder.add for n in ("APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS")},
+    **{n: _Decoder.build for n in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "LIST", "DICT", "FROZENSET")},
+}
+
+
+def decode_pickle(data: bytes):
+    """The value a pickle of plain data (dicts, lists, tuples, sets, strings, bytes, numbers, None, booleans)
+    describes, read opcode by opcode with `pickletools.genops` and never executed: any opcode that would
+    look up a class or call one (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, NEWOBJ, ...) is refused."""
+    d = _Decoder()
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("PROTO", "FRAME"):
+            continue
+        if op.name == "STOP":
+            break
+        handler = _OPS.get(op.name)
+        if handler is None:
+            raise DumpError(f"pickle opcode {op.name} (it names or calls a class): not a flight-recorder dump")
+        handler(d, op.name, arg)
+    if len(d.stack) != 1:
+        raise DumpError("a pickle that leaves no single value: not a flight-recorder dump")
+    return d.stack[0]
 
 
 def read_dump(path: Path) -> dict:
@@ -96,10 +185,10 @@ def read_dump(path: Path) -> dict:
             raise DumpError(f"{path}: not JSON ({e})") from None
     else:
         try:
-            value = _PlainUnpickler(io.BytesIO(data)).load()
+            value = decode_pickle(data)
         except DumpError as e:
             raise DumpError(f"{path}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - any unpickling failure means the same to the user
+        except Exception as e:  # noqa: BLE001 - a truncated or malformed pickle means the same to the user
             raise DumpError(f"{path}: not a pickled flight-recorder dump ({type(e).__name__})") from None
     if not isinstance(value, dict) or "entries" not in value:
         raise DumpError(f"{path}: no `entries`: not a flight-recorder dump")

@@ -5,7 +5,7 @@ Each child sets the environment a launcher would (torchrun's RANK, WORLD_SIZE, L
 and mpirun's OMPI_COMM_WORLD_*), replaces every binding of the `torch.distributed` functions it
 records (the attribute on `torch.distributed`, and the same function object wherever another module
 imported it by name: DeviceMesh imports `init_process_group`, `P2POp` checks `op is isend` against
-`distributed_c10d`'s own global), runs the script as `__main__` and pickles what it saw to the parent.
+`distributed_c10d`'s own global), runs the script as `__main__` and sends what it saw to the parent as JSON.
 `init_process_group` becomes the `fake` backend, whose calls complete at once without communicating.
 
 Three layers see the calls:
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import pickle
 import runpy
 import signal
 import sys
@@ -47,7 +46,7 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site
+from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site, trace_from_json, trace_to_json
 
 _C10D = dist.distributed_c10d
 _COMMDSL_DIR = str(Path(__file__).resolve().parents[1])
@@ -999,8 +998,8 @@ def _fork_rank(script: str, argv: list[str], rank: int, world: int, out_dir: str
         os.dup2(devnull, 2)
         threading.excepthook = lambda args: None
         trace = record_rank(script, argv, rank, world)
-        with open(os.path.join(out_dir, f"{rank}.pickle"), "wb") as f:
-            pickle.dump(trace, f, protocol=pickle.HIGHEST_PROTOCOL)
+        with open(os.path.join(out_dir, f"{rank}.json"), "w", encoding="utf-8") as f:
+            f.write(trace_to_json(trace))
     except BaseException:  # noqa: BLE001 - the parent reports a child that wrote nothing
         code = 70
     finally:
@@ -1008,11 +1007,10 @@ def _fork_rank(script: str, argv: list[str], rank: int, world: int, out_dir: str
 
 
 def _read_trace(out_dir: str, rank: int, world: int, status: int) -> RankTrace:
-    path = os.path.join(out_dir, f"{rank}.pickle")
+    path = os.path.join(out_dir, f"{rank}.json")
     try:
-        with open(path, "rb") as f:
-            trace: Any = pickle.load(f)
-        return trace
+        with open(path, encoding="utf-8") as f:
+            return trace_from_json(f.read())
     except OSError:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
         return RankTrace(rank, world, error=f"rank {rank}'s recorder ended with {how} before writing its trace")
