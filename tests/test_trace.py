@@ -287,3 +287,17 @@ def test_pickle_opcode_reader_reads_plain_data(protocol):
     value = {"entries": [{"a": (1, 2.5, None), "b": [True, False, *raw], "s": "\u00e9" * 300}] * 3, "n": 2**70}
     value["shared"] = value["entries"][0]  # memo references
     assert decode_pickle(pickle.dumps(value, protocol=protocol)) == value
+
+
+def test_hanging_rank_is_stopped_with_what_it_started(capsys):
+    code = main(["trace", str(SCRIPTS / "hangs.py"), "--world", "2", "--timeout", "3"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "rank 1 did not finish in 3 s" in err  # and no_orphans: its sleeping subprocess is gone too
+
+
+def test_script_exit_status_quotes_its_stderr(capsys):
+    code, _, err = trace(capsys, "bad_args.py", "--world", "2")
+    assert code == 2
+    assert "the script exited with status 2" in err
+    assert "the following arguments are required: --data" in err

@@ -943,8 +943,9 @@ class Recording:
 def record(script: str, argv: list[str], world: int, timeout: float = 120.0, jobs: int | None = None) -> Recording:
     """Fork one child per rank (at most `jobs` at a time), each recording the script as that rank.
 
-    A child that runs past `timeout` seconds is killed and its rank reported as not finished. The
-    script's own output goes to /dev/null: what matters is what it called."""
+    A child that runs past `timeout` seconds is killed with everything it started (each child leads its
+    own process group) and its rank reported as not finished. The script's output goes to /dev/null and
+    its stderr to a file whose end is quoted when the rank fails without a traceback."""
     start = time.perf_counter()
     preload()
     wrap_api()
@@ -964,11 +965,10 @@ def record(script: str, argv: list[str], world: int, timeout: float = 120.0, job
                 now = time.monotonic()
                 for p, (rank, started) in list(running.items()):
                     if now - started > timeout:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(p, signal.SIGKILL)
-                        os.waitpid(p, 0)
+                        _kill(p)
                         del running[p]
-                        traces[rank] = RankTrace(rank, world, error=f"rank {rank} did not finish in {timeout:g} s")
+                        error = f"rank {rank} did not finish in {timeout:g} s (--timeout)" + _stderr_tail(out_dir, rank)
+                        traces[rank] = RankTrace(rank, world, error=error)
                 time.sleep(0.005)
                 continue
             if pid not in running:
@@ -977,25 +977,51 @@ def record(script: str, argv: list[str], world: int, timeout: float = 120.0, job
             traces[rank] = _read_trace(out_dir, rank, world, status)
     finally:
         for p in running:
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(p, signal.SIGKILL)
-                os.waitpid(p, 0)
+            _kill(p)
         for f in Path(out_dir).iterdir():
             f.unlink()
         os.rmdir(out_dir)
     return Recording([traces[r] for r in range(world)], time.perf_counter() - start)
 
 
+def _kill(pid: int) -> None:
+    """A child and everything it started (its own process group), then reaped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _stderr_tail(out_dir: str, rank: int, lines: int = 12) -> str:
+    """The end of what the rank wrote to stderr (argparse's complaint, a C++ abort), for an error message."""
+    try:
+        text = Path(out_dir, f"{rank}.err").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = [line for line in text.splitlines() if line.strip()][-lines:]
+    return ("\nits stderr ended with:\n" + "\n".join(kept)) if kept else ""
+
+
 def _fork_rank(script: str, argv: list[str], rank: int, world: int, out_dir: str) -> int:
     pid = os.fork()
     if pid:
+        with contextlib.suppress(PermissionError, ProcessLookupError):
+            os.setpgid(pid, pid)  # here too: no race with a kill before the child's own call
         return pid
     code = 0
     try:
+        os.setpgid(0, 0)
         devnull = os.open(os.devnull, os.O_RDWR)
+        err = os.open(os.path.join(out_dir, f"{rank}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        os.dup2(err, 2)
+        # the parent's sys.std* may not be these fds (a test's capture): the script's go to them
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the child
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         threading.excepthook = lambda args: None
         trace = record_rank(script, argv, rank, world)
         with open(os.path.join(out_dir, f"{rank}.json"), "w", encoding="utf-8") as f:
@@ -1003,6 +1029,8 @@ def _fork_rank(script: str, argv: list[str], rank: int, world: int, out_dir: str
     except BaseException:  # noqa: BLE001 - the parent reports a child that wrote nothing
         code = 70
     finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
         os._exit(code)
 
 
@@ -1010,7 +1038,11 @@ def _read_trace(out_dir: str, rank: int, world: int, status: int) -> RankTrace:
     path = os.path.join(out_dir, f"{rank}.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return trace_from_json(f.read())
+            trace = trace_from_json(f.read())
     except OSError:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
-        return RankTrace(rank, world, error=f"rank {rank}'s recorder ended with {how} before writing its trace")
+        error = f"rank {rank} ended with {how} before its trace was written" + _stderr_tail(out_dir, rank)
+        return RankTrace(rank, world, error=error)
+    if trace.error and trace.error.startswith("the script exited"):
+        trace.error += _stderr_tail(out_dir, rank)
+    return trace
