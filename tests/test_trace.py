@@ -301,3 +301,9 @@ def test_script_exit_status_quotes_its_stderr(capsys):
     assert code == 2
     assert "the script exited with status 2" in err
     assert "the following arguments are required: --data" in err
+
+
+def test_deadlock_names_both_lines(capsys):
+    code, diags, _ = trace(capsys, "recv_first.py", "--world", "2")
+    assert code == 1
+    assert [(d["code"], at(d), labels(d)) for d in diags] == [("D401", ("recv_first.py", 9), [("recv_first.py", 12)])]

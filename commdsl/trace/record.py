@@ -517,6 +517,16 @@ class _Process:
     kill = terminate
 
 
+class _SpawnContext:
+    """What `mp.spawn(..., join=False)` returns: this rank's process already ran, so joining is done."""
+
+    def join(self, timeout=None):
+        return True
+
+    def pids(self):
+        return [os.getpid()]
+
+
 def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     st = _state()
     st.spawn_nprocs = int(nprocs)
@@ -526,7 +536,7 @@ def _spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
             "each traced rank runs fn(rank) as the spawned process of that index would"
         )
     fn(st.rank, *args)
-    return None
+    return None if join else _SpawnContext()
 
 
 def _start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
