@@ -307,3 +307,10 @@ def test_deadlock_names_both_lines(capsys):
     code, diags, _ = trace(capsys, "recv_first.py", "--world", "2")
     assert code == 1
     assert [(d["code"], at(d), labels(d)) for d in diags] == [("D401", ("recv_first.py", 9), [("recv_first.py", 12)])]
+
+
+def test_failure_after_an_object_collective_says_what_was_made_up(capsys):
+    code, _, err = trace(capsys, "object_config.py", "--world", "2")
+    assert code == 2
+    assert "TypeError: 'NoneType' object is not subscriptable" in err
+    assert "object_config.py:8:1: `broadcast` of objects (not executed" in err

@@ -881,6 +881,22 @@ def _launcher_env(rank: int, world: int) -> dict[str, str]:
     }
 
 
+def _stand_in_hint(trace: RankTrace) -> str:
+    """What the recording made up before the failure, in case the script tripped on it."""
+    made_up = [
+        f"{c.site}: `{c.op}` of objects (not executed: the list kept what this rank passed)"
+        for c in trace.events
+        if isinstance(c, Call) and c.origin == "object"
+    ] + [
+        f"{c.site}: receive from any source (not executed: the sender it returned is a stand-in)"
+        for c in trace.events
+        if isinstance(c, Call) and c.op in ("recv", "irecv") and c.peer is None
+    ]
+    if not made_up:
+        return ""
+    return "\nnote: before this, the recording made up values the script may have used:\n  " + "\n  ".join(made_up[:5])
+
+
 def version_warning() -> str | None:
     """A warning when this torch is not one the recorder was tested on."""
     minor = torch.__version__.split("+")[0].rsplit(".", 1)[0]
@@ -914,7 +930,7 @@ def record_rank(script: str, argv: list[str], rank: int, world: int) -> RankTrac
         if e.code not in (None, 0):
             trace.error = f"the script exited with status {e.code}"
     except BaseException as e:  # noqa: BLE001 - the user's failure is reported, never ours
-        trace.error = _user_traceback(e)
+        trace.error = _user_traceback(e) + _stand_in_hint(trace)
     st = _STATE
     if st.processes_started and st.processes_started != world:
         trace.warnings.append(f"the script started {st.processes_started} processes; traced at --world {world}")
