@@ -314,3 +314,12 @@ def test_failure_after_an_object_collective_says_what_was_made_up(capsys):
     assert code == 2
     assert "TypeError: 'NoneType' object is not subscriptable" in err
     assert "object_config.py:8:1: `broadcast` of objects (not executed" in err
+
+
+def test_buffers_in_flight_keep_their_names(capsys, tmp_path):
+    out = tmp_path / "d.comm"
+    args = ["trace", str(SCRIPTS / "dropped_buffers.py"), "--world", "3", "--emit", "comm", "-o", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert "h0 = irecv b0_f32" in text and "h2 = irecv b2_f32" in text  # two receives in flight, two buffers

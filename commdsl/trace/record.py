@@ -212,12 +212,16 @@ def _record(call: Call) -> None:
 class _Handle:
     """The Work a recorded async call returns: `wait()` is recorded; everything else is the real Work's."""
 
-    def __init__(self, work, req: int, batch: bool = False):
+    def __init__(self, work, req: int, batch: bool = False, keep: tuple = ()):
         self._work, self._req, self._batch, self._waited = work, req, batch, False
+        # the call's tensors stay alive until the wait, as a real Work keeps them: a buffer in flight
+        # keeps its name even if the script drops it (`reqs.append(dist.irecv(torch.empty(n), src))`)
+        self._keep = keep
 
     def wait(self, *args, **kwargs):
         if not self._batch and not self._waited and _STATE is not None:
             _record(Call("wait", user_site(), reqs=(self._req,)))
+        self._keep = ()
         self._waited = True
         return True
 
@@ -228,7 +232,7 @@ class _Handle:
         return getattr(self._work, name)
 
 
-def _async(work, call: Call, async_op: bool):
+def _async(work, call: Call, async_op: bool, keep: tuple = ()):
     if not async_op:
         _record(call)
         return None
@@ -236,7 +240,7 @@ def _async(work, call: Call, async_op: bool):
     call.req = st.next_req
     st.next_req += 1
     _record(call)
-    return _Handle(work, call.req)
+    return _Handle(work, call.req, keep=keep)
 
 
 def _wrap_api(name: str, original, handler):
@@ -285,14 +289,14 @@ def _p2p(is_send: bool, blocking: bool):
             if blocking:
                 _record(call)
                 return 0 if st.rank != 0 else min(1, st.world - 1)
-            return _async(None, call, True)
+            return _async(None, call, True, (t,))
         result = original(**a)
         if not is_send:
             _taint(t)
         if blocking:
             _record(call)
             return peer if not is_send else result
-        return _async(result, call, True)
+        return _async(result, call, True, (t,))
 
     return handler
 
@@ -413,7 +417,7 @@ def _collective(kind: str):
         written = _FILL[kind](c, a)
         work = original(**a)
         _taint(*written)
-        return _async(work, c, bool(a.get("async_op")))
+        return _async(work, c, bool(a.get("async_op")), tuple(_flat(list(a.values()))))
 
     return handler
 
