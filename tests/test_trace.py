@@ -1,7 +1,7 @@
 """`commdsl trace`: real PyTorch scripts (tests/trace_scripts/) recorded under the fake backend and checked.
 
-Nothing real is launched: every rank is a forked child of this process that runs the script against
-torch's `fake` process group. Each trace has a per-rank time limit (`--timeout`), the test a hard one,
+Nothing real is launched (except by the one `gloo`-marked test, which runs what `--emit comm` wrote):
+every rank is a forked child of this process that runs the script against torch's `fake` process group. Each trace has a per-rank time limit (`--timeout`), the test a hard one,
 and `no_orphans` checks that no child outlives it.
 """
 
@@ -173,7 +173,7 @@ def test_ddp_uneven_steps_caught_at_backward(capsys):
 
 
 def test_fsdp_uneven_steps_caught_at_forward(capsys):
-    code, diags, _ = trace(capsys, "fsdp_train.py", "--world", "2", "--", "--uneven")
+    code, diags, _ = trace(capsys, "fsdp_train.py", "--world", "2", "--world", "4", "--", "--uneven")
     assert code == 1
     assert [(d["code"], at(d)) for d in diags] == [("C307", ("fsdp_train.py", 27))]
 
@@ -323,3 +323,38 @@ def test_buffers_in_flight_keep_their_names(capsys, tmp_path):
     capsys.readouterr()
     text = out.read_text()
     assert "h0 = irecv b0_f32" in text and "h2 = irecv b2_f32" in text  # two receives in flight, two buffers
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(240)
+def test_emitted_programs_run_and_bench_on_gloo(capsys, tmp_path, no_orphans):
+    """The one test here that launches real processes: `run` and `bench` on what `--emit comm` wrote."""
+    import os
+    import subprocess
+    import sys
+
+    from processes import TOKEN_VAR
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), TOKEN_VAR: no_orphans}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "commdsl", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            cwd=root,
+            start_new_session=True,
+        )
+
+    pipeline, ring = tmp_path / "pipeline.comm", tmp_path / "ring.comm"
+    for script, world, out in (("pipeline_1f1b.py", "4", pipeline), ("ring.py", "2", ring)):
+        assert main(["trace", str(SCRIPTS / script), "--world", world, "--emit", "comm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    done = cli("run", str(pipeline), "--nproc", "4", "--backend", "gloo", "--timeout", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every rank matches the simulator" in done.stdout + done.stderr
+    done = cli("bench", str(ring), "--nproc", "2", "--backend", "gloo", "--sizes", "1K:64K", "--iters", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
