@@ -267,10 +267,6 @@ def _wrap_api(name: str, original, handler):
     return wrapper
 
 
-def _call(original, a):
-    return original(**a)
-
-
 def _p2p(is_send: bool, blocking: bool):
     def handler(original, a, site):
         group = a.get("group")
@@ -501,12 +497,16 @@ class _Process:
         self._target, self._args, self._kwargs = target, tuple(args), dict(kwargs or {})
         self.name, self.daemon, self.exitcode, self.pid = name, daemon, None, os.getpid()
 
+    def run(self):
+        if self._target is not None:
+            self._target(*self._args, **self._kwargs)
+
     def start(self):
         st = _state()
         index = st.processes_started
         st.processes_started += 1
-        if index == st.rank and self._target is not None:
-            self._target(*self._args, **self._kwargs)
+        if index == st.rank:
+            self.run()  # a subclass's own run(), or the target
         self.exitcode = 0
 
     def join(self, timeout=None):
