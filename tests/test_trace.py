@@ -1,8 +1,9 @@
 """`commdsl trace`: real PyTorch scripts (tests/trace_scripts/) recorded under the fake backend and checked.
 
 Nothing real is launched (except by the one `gloo`-marked test, which runs what `--emit comm` wrote):
-every rank is a forked child of this process that runs the script against torch's `fake` process group. Each trace has a per-rank time limit (`--timeout`), the test a hard one,
-and `no_orphans` checks that no child outlives it.
+every rank is a forked child of this process that runs the script against torch's `fake` process group.
+Each trace has a per-rank time limit (`--timeout`), the test a hard one, and `no_orphans` checks that no
+child outlives it.
 """
 
 from __future__ import annotations
@@ -358,3 +359,18 @@ def test_emitted_programs_run_and_bench_on_gloo(capsys, tmp_path, no_orphans):
     assert "every rank matches the simulator" in done.stdout + done.stderr
     done = cli("bench", str(ring), "--nproc", "2", "--backend", "gloo", "--sizes", "1K:64K", "--iters", "3")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_overlapping_slices_in_flight(capsys):
+    code, diags, _ = trace(capsys, "overlap.py", "--world", "2")
+    assert code == 1
+    assert [(d["code"], at(d), labels(d)) for d in diags] == [("R503", ("overlap.py", 11), [("overlap.py", 10)])]
+
+
+def test_emit_to_stdout_keeps_findings_off_it(capsys):
+    code = main(["trace", str(SCRIPTS / "overlap.py"), "--world", "2", "--emit", "comm"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.startswith("program overlap\n") and "R503" not in out
+    assert "error[R503]" in err
+    assert "isend b0_f32[0:8 * n] to" in out and "irecv b0_f32[4 * n:12 * n] from" in out  # one buffer, two views

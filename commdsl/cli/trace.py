@@ -106,7 +106,8 @@ def run(args) -> int:
         diags = check_emitted(emitted, comm_path, sources, tuple(args.backend) if args.backend else None)
         _merge(merged, diags)
     diags = list(merged.values())
-    print_diagnostics(diags, sources, args.format, out, err)
+    # the program went to stdout: the findings go to stderr, so `> out.comm` keeps a clean program
+    print_diagnostics(diags, sources, args.format, err if args.emit and not args.output else out, err)
     failing = [d for d in diags if d.severity == "error" or args.strict]
     if failing and not args.exit_zero:
         return EXIT_FINDINGS

@@ -28,11 +28,13 @@ class Site:
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """One tensor argument: `id` tells this rank's distinct buffers apart (same storage and dtype, same id)."""
+    """One tensor argument: `id` tells this rank's distinct buffers apart (one per storage and dtype);
+    the tensor is elements [offset, offset + numel) of it."""
 
     id: int
     numel: int
     dtype: str
+    offset: int = 0
 
 
 @dataclass(slots=True)
@@ -86,8 +88,8 @@ def _call_json(c: Call) -> dict:
         "op": c.op,
         "site": list(astuple_site(c.site)),
         "group": list(c.group) if c.group is not None else None,
-        "inputs": [[b.id, b.numel, b.dtype] for b in c.inputs],
-        "outputs": [[b.id, b.numel, b.dtype] for b in c.outputs],
+        "inputs": [[b.id, b.numel, b.dtype, b.offset] for b in c.inputs],
+        "outputs": [[b.id, b.numel, b.dtype, b.offset] for b in c.outputs],
         "inputs_listed": c.inputs_listed,
         "outputs_listed": c.outputs_listed,
         "peer": c.peer,

@@ -139,7 +139,7 @@ class _State:
     rank: int
     world: int
     trace: RankTrace
-    buffers: dict  # (storage, offset, dtype) → slot
+    buffers: dict  # (storage, dtype) → slot
     tainted: set
     live: set = field(default_factory=set)  # the slots of live buffers
     next_req: int = 0
@@ -164,18 +164,21 @@ def _storage(t) -> int:
 
 
 def _buf(t) -> Buffer:
-    """The tensor as a buffer: one id per live (storage, offset, dtype). Ids are slots, the lowest free one
-    when a buffer is first seen, freed when the tensor that introduced it dies, so a loop that makes a
-    fresh tensor each step names it alike each step (and every rank alike) wherever the allocator puts it."""
+    """The tensor as a view of a buffer: one id per live (storage, dtype), the tensor's elements at its
+    storage offset. Ids are slots, the lowest free one when a storage is first seen, freed when the tensor
+    that owns it (a view's base) dies, so a loop that makes a fresh tensor each step names it alike each
+    step (and every rank alike) wherever the allocator puts it; slices of one tensor are views of one
+    buffer, so overlapping ones in flight are seen to overlap."""
     st = _state()
-    key = (_storage(t), t.storage_offset(), _dtype(t))
+    key = (_storage(t), _dtype(t))
     slot = st.buffers.get(key)
     if slot is None:
         slot = next(s for s in range(len(st.live) + 1) if s not in st.live)
         st.buffers[key] = slot
         st.live.add(slot)
-        weakref.finalize(t, _release, st, key, slot)
-    return Buffer(slot, int(t.numel()), _dtype(t))
+        owner = t._base if t._base is not None else t
+        weakref.finalize(owner, _release, st, key, slot)
+    return Buffer(slot, int(t.numel()), _dtype(t), int(t.storage_offset()))
 
 
 def _release(st: _State, key: tuple, slot: int) -> None:

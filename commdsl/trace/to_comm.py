@@ -10,8 +10,9 @@ party's labels) back onto the script.
 
 What is written:
 
-* one tensor per distinct buffer of a rank (same storage, offset and dtype), 1-d and as long as its
-  longest use, each use a view `b3[0:n]` of it; object collectives use `obj` buffers of int64;
+* one tensor per distinct buffer of a rank (same storage and dtype), 1-d and as long as its furthest
+  use, each use a view `b3[off:off + n]` of it (slices of one tensor are views of one buffer); object
+  collectives use `obj` buffers of int64;
 * one `group gK = [...]` per distinct set of global ranks a call used;
 * ranks whose calls read alike are one `on` block: first ranks whose calls are identical, then ranks
   whose calls are identical once a peer is written relative to the rank (`(rank + 1) % world`);
@@ -121,7 +122,7 @@ class _Names:
         name = f"b{b.id}" if b.id >= 0 else _SYNTHETIC.get(b.id, "tmp")
         name = f"{name}_{_short(b.dtype)}"
         dtype, numel, first = self.tensors.get(name, (b.dtype, 0, site))
-        self.tensors[name] = (dtype, max(numel, b.numel), first)
+        self.tensors[name] = (dtype, max(numel, b.offset + b.numel), first)
         return name
 
     def group(self, ranks: tuple[int, ...] | None, site: Site) -> str:
@@ -139,7 +140,7 @@ non-root's absent gather/scatter list, the flat buffers of a list all_to_all."""
 
 def _n(numel: int) -> str:
     """A recorded element count, scaled by the program's `n` (1 as recorded)."""
-    return "n" if numel == 1 else f"{numel} * n"
+    return "0" if numel == 0 else "n" if numel == 1 else f"{numel} * n"
 
 
 def _short(dtype: str) -> str:
@@ -285,12 +286,14 @@ class _Deferred:
 
     def __init__(self, rank: _Rank, b: Buffer, site: Site, role: str):
         self.name = rank.names.buffer(b, site, role)
-        self.numel = b.numel
+        self.numel, self.offset = b.numel, b.offset
         self.names = rank.names
 
     def __str__(self) -> str:
         full = self.names.tensors[self.name][1]
-        return self.name if self.numel == full else f"{self.name}[0:{_n(self.numel)}]"
+        if self.offset == 0 and self.numel == full:
+            return self.name
+        return f"{self.name}[{_n(self.offset)}:{_n(self.offset + self.numel)}]"
 
     def __format__(self, spec: str) -> str:
         return str(self)
