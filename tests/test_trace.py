@@ -374,3 +374,13 @@ def test_emit_to_stdout_keeps_findings_off_it(capsys):
     assert out.startswith("program overlap\n") and "R503" not in out
     assert "error[R503]" in err
     assert "isend b0_f32[0:8 * n] to" in out and "irecv b0_f32[4 * n:12 * n] from" in out  # one buffer, two views
+
+
+def test_clean_verdict_that_read_data_says_so(capsys):
+    code, diags, _ = trace(capsys, "bool_branch.py", "--world", "2")
+    assert (code, diags) == (0, [])
+    main(["trace", str(SCRIPTS / "bool_branch.py"), "--world", "2"])
+    err = capsys.readouterr().err
+    assert "All checks passed" in err
+    assert "this verdict may depend on data: rank 1 read a value that came from communication" in err
+    assert "bool_branch.py:13:4 (`bool()`)" in err

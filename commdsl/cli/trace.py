@@ -27,6 +27,7 @@ from commdsl.cli.common import (
     seconds,
 )
 from commdsl.diagnostics import Diagnostic
+from commdsl.trace.events import Read
 
 
 def add_parser(sub):
@@ -86,6 +87,7 @@ def run(args) -> int:
     stem = _program_name(args.script)
     sources: dict = {}
     said: set[str] = set()
+    reads: dict[str, list[int]] = {}  # the first read of received data per rank, by where it was
     merged: dict[tuple, Diagnostic] = {}
     for world in args.world:
         recording = record(args.script, list(args.script_args or []), world, timeout=args.timeout)
@@ -96,6 +98,11 @@ def run(args) -> int:
         _say(recording.traces, err, said)
         emitted = emit(recording.traces, stem)
         _say([*recording.traces, _Notes(emitted.notes)], err, said)
+        for t in recording.traces:
+            first = next((e for e in t.events if isinstance(e, Read)), None)
+            if first is not None:
+                where = f"{first.site} (`{first.what}`)".replace(os.getcwd() + os.sep, "")
+                reads.setdefault(where, []).append(t.rank)
         if args.emit:
             if args.output:
                 with open(args.output, "w", encoding="utf-8") as f:
@@ -114,6 +121,13 @@ def run(args) -> int:
     if not diags and args.format in ("text", "concise"):
         sizes = ", ".join(map(str, args.world))
         err.print(f"All checks passed ({args.script} at world {sizes}).")
+        for where, ranks in reads.items():  # a clean verdict can rest on data as much as a finding
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, sorted(set(ranks))))}"
+            err.print(
+                f"[bold blue]note[/]: this verdict may depend on data: {who} read a value that came from "
+                f"communication at {escape(where)}; the checked path is the one the fake backend's data took",
+                highlight=False,
+            )
     return EXIT_OK
 
 
