@@ -384,3 +384,11 @@ def test_clean_verdict_that_read_data_says_so(capsys):
     assert "All checks passed" in err
     assert "this verdict may depend on data: rank 1 read a value that came from communication" in err
     assert "bool_branch.py:13:4 (`bool()`)" in err
+
+
+def test_device_mesh_groups(capsys):
+    assert trace(capsys, "mesh_2d.py", "--world", "4")[:2] == (0, [])
+    code, diags, _ = trace(capsys, "mesh_2d.py", "--world", "4", "--", "--swap")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("C308", ("mesh_2d.py", 16))]
+    assert ("mesh_2d.py", 19) in labels(diags[0])
