@@ -1,11 +1,16 @@
 """commdsl: describe, check, run and measure the communication patterns of distributed PyTorch.
 
-The public API, one function per pipeline stage (torch is never imported here)::
+The public API, one function per pipeline stage (torch is imported only by `run`), documented with
+examples in docs/api.md::
 
     program = commdsl.load("programs/ring_allreduce.comm")     # parse + resolve
     schedule = commdsl.expand(program, world=4, params={"n": 16})
     findings = commdsl.check(program)                          # every declared world size
     result = commdsl.simulate(schedule)                        # expected tensors, expect verdicts
+    script = commdsl.compile(program, world=4)                 # the torch.distributed script
+    outcome = commdsl.run(program, nproc=4)                    # real processes, judged
+
+`Program` has the same verbs as methods: `program.check()`, `.simulate(world)`, `.compile(world)`, `.run(nproc)`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from commdsl.resolve import load as _load_source  # noqa: E402
 from commdsl.simulate import simulate  # noqa: E402
 from commdsl.source import SourceFile  # noqa: E402
 
-__all__ = ["parse", "load", "expand", "check", "simulate", "CommdslError"]
+__all__ = ["parse", "load", "expand", "check", "simulate", "compile", "run", "CommdslError"]
 
 
 def parse(text: str, path: str = "<string>"):
@@ -43,3 +48,26 @@ def check(program, worlds=None, backends=None, params=None, lints: bool = False)
         lints=lints,
     )
     return check_program(program, options)
+
+
+def compile(program, world: int, params=None, backend: str | None = None, check: bool = True) -> str:
+    """The standalone torch.distributed script of `program` at `world` ranks (what `commdsl compile` writes);
+    CommdslError when the program does not expand there, or the checks find errors and `check` is set."""
+    from commdsl.emit.python import emit_python
+    from commdsl.runtime.prepare import prepare
+
+    backend = backend or program.backends[0]
+    prepared = prepare(program, world, dict(params or {}), backend)
+    if prepared.errors and check:
+        raise CommdslError(prepared.errors)
+    return emit_python(prepared.schedule, program.source, backend, "out.py")
+
+
+def run(program, nproc: int, params=None, backend: str = "auto", timeout: float = 60.0, check: bool = True):
+    """Run `program` on `nproc` local torch.distributed processes (what `commdsl run --nproc` does) and judge
+    it: `.ok`, `.verdict` (expects, comparison with the simulator), `.failures`, `.hang`, `.tensors` (each
+    rank's tensors as torch left them). CommdslError when the checks find errors (unless `check=False`);
+    `commdsl.runtime.launch.LaunchError` when the workers cannot be started."""
+    from commdsl.runtime.launch import run_program
+
+    return run_program(program, nproc, params, backend, timeout, check)

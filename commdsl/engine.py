@@ -259,10 +259,7 @@ class Engine:
     # ---- the rounds ------------------------------------------------------------------------------
     def run(self) -> Outcome:
         while True:
-            if self.deadline.passed():
-                live = np.flatnonzero(self.pc < self.length)
-                rid = int(self.flat[self.first[live[0]] + self.pc[live[0]]])
-                raise time_limit(self.deadline, self.s.records[rid].span, f"running the ops at world {self.W}")
+            self.mind_deadline()
             moved = self.run_ready()
             moved |= self.match()
             moved |= self.complete_calls()
@@ -271,6 +268,13 @@ class Engine:
                 break
         return self.outcome()
 
+    def mind_deadline(self) -> None:
+        """N134 at the op the first unfinished rank is at, once the deadline has passed."""
+        if self.deadline.passed():
+            live = np.flatnonzero(self.pc < self.length)
+            rid = int(self.flat[self.first[live[0]] + self.pc[live[0]]])
+            raise time_limit(self.deadline, self.s.records[rid].span, f"running the ops at world {self.W}")
+
     def run_ready(self) -> bool:
         """Every rank that is not waiting runs until it must wait (or finishes)."""
         moved = False
@@ -278,12 +282,14 @@ class Engine:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
             if not R.size:
                 return moved
+            if moved:
+                self.mind_deadline()
             moved = True
             heads = self.flat[self.first[R] + self.pc[R]]
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
-                pos = rec.positions(G)
-                self.step(rec, G, pos)
+                if not (type(rec) is CollectiveRec and self.collective_run(G)):
+                    self.step(rec, G, rec.positions(G))
 
     def step(self, rec, G: np.ndarray, pos) -> None:
         t = type(rec)
@@ -317,9 +323,10 @@ class Engine:
             done = self.post(parts, rec.id, G)
             self.block(G, count - done)
         elif t is CollectiveRec:
-            done = self.call(rec, G, pos)
+            void = self.call(rec, G, pos)
             if rec.blocking:
-                self.block(G, 1 - done)
+                self.block(G, 1 if void is None else 1 - void)
+                self.settle(G)
             else:
                 self.pc[G] += 1
         elif t is WaitRec:
@@ -379,8 +386,14 @@ class Engine:
         self.note_matches(Posts.concat(sends), Posts.concat(recvs))
 
     def block(self, G: np.ndarray, outstanding) -> None:
-        """Ranks G wait for `outstanding` things each (ranks with none go on at once)."""
-        outstanding = np.broadcast_to(np.asarray(outstanding, dtype=np.int64), G.shape)
+        """Ranks G wait for `outstanding` things (one count for all, or one per rank); ranks with none go on at once."""
+        if isinstance(outstanding, int):
+            if outstanding > 0:
+                self.blocked[G] = True
+                self.remaining[G] = outstanding
+            else:
+                self.pc[G] += 1
+            return
         waiting = outstanding > 0
         if waiting.all():
             self.blocked[G] = True
@@ -627,47 +640,35 @@ class Engine:
         self.block(G, np.bincount(owner[open_], minlength=G.size))
 
     # ---- collectives -------------------------------------------------------------------------------
-    def call(self, rec: CollectiveRec, G: np.ndarray, pos) -> np.ndarray:
-        """Members call; returns 1 for ranks whose call is void (a bad parameter)."""
-        n, W = G.size, self.W
-        gid = at(rec.gid, pos, n).astype(np.int64)
+    def call(self, rec: CollectiveRec, G: np.ndarray, pos) -> np.ndarray | None:
+        """Members call; returns, per rank of G, 1 where its call is void (a bad parameter), or None when
+        none is."""
+        n = G.size
+        gid = at(rec.gid, pos, n).astype(np.int64, copy=False)
         ref = rec.node.group
-        fam = 0 if ref is None else self.families[(ref.name, ref.dim)] + 1
         if ref is None:
-            me = G.copy()
+            fam, me = 0, G
         else:
+            fam = self.families[(ref.name, ref.dim)] + 1
             me = self.s.group_of[(ref.name, ref.dim)][1][G]
-        problem = np.full(n, -1, dtype=np.int64)
-        problem[me < 0] = NOT_MEMBER
-        root = np.full(n, -1, dtype=np.int64)
-        if rec.root is not None:
-            root = at(rec.root, pos, n).astype(np.int64)
-            out = (root < 0) | (root >= W)
-            safe = np.where(out, 0, root)
-            if ref is None:
-                outside = np.zeros(n, dtype=bool)
-            else:
-                gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
-                outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
-            problem[(problem < 0) & out] = PEER_OUT_OF_RANGE
-            problem[(problem < 0) & outside] = ROOT_NOT_IN_GROUP
+        root = np.full(n, -1, dtype=np.int64) if rec.root is None else at(rec.root, pos, n).astype(np.int64)
         req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
-        void = problem >= 0
-        if void.any():
-            for k in np.flatnonzero(void):
-                self.bad.append((int(G[k]), rec.id, int(k if pos is None else pos[k]), int(problem[k])))
+        p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64, copy=False)
+        void = self.void_calls(rec, G, p, me, root, gid)
+        if void is not None:
             self.finish_requests(req[void & (req >= 0)])
-        ok = ~void
-        if not ok.any():
-            return void.astype(np.int64)
-        Gk, gid, me, root, req = G[ok], gid[ok], me[ok], root[ok], req[ok]
-        p = (np.arange(n) if pos is None else pos)[ok].astype(np.int64)
-        seq = self.coll_seq[fam, Gk]
-        self.coll_seq[fam, Gk] += 1
-        self.obs.called(rec, Gk, p, me)
-        m = Gk.size
+            ok = ~void
+            if not ok.any():
+                return void.astype(np.int64)
+            G, gid, me, root, req, p = G[ok], gid[ok], me[ok], root[ok], req[ok], p[ok]
+        seq = self.coll_seq[fam, G]
+        self.coll_seq[fam, G] += 1
+        self.obs.called(rec, G, p, me)
+        m = G.size
         kind = self.kind_ids.setdefault(rec.kind.name, len(self.kind_ids))
         redop = self.redop_ids.setdefault(rec.redop, len(self.redop_ids))
+        dtype = self.dtype_ids.get(rec.dtype, -1)
+        buffers = self.buffer_ids.setdefault(rec.buffer_names, len(self.buffer_ids))
         scale = (
             np.full(m, -1, dtype=np.int64)
             if rec.scale is None
@@ -678,7 +679,7 @@ class Engine:
                 gid=gid,
                 seq=seq,
                 me=me,
-                rank=Gk,
+                rank=G,
                 rec=np.full(m, rec.id, dtype=np.int64),
                 pos=p,
                 req=req,
@@ -686,9 +687,9 @@ class Engine:
                 root=root,
                 redop=np.full(m, redop, dtype=np.int64),
                 scale=scale,
-                dtype=np.full(m, self.dtype_ids.get(rec.dtype, -1), dtype=np.int64),
+                dtype=np.full(m, dtype, dtype=np.int64),
                 contribution=at(rec.contribution, p, m).astype(np.int64),
-                buffers=np.full(m, self.buffer_ids.setdefault(rec.buffer_names, len(self.buffer_ids)), dtype=np.int64),
+                buffers=np.full(m, buffers, dtype=np.int64),
                 released=np.zeros(m, dtype=np.int64),
             )
         )
@@ -698,7 +699,27 @@ class Engine:
             calls = self.admit(calls, [("main", int(g), int(r)) for g, r in zip(calls.gid, calls.rank)])
             if len(calls):
                 self.fresh_calls.append(calls)
-        return void.astype(np.int64)
+        return None if void is None else void.astype(np.int64)
+
+    def void_calls(self, rec: CollectiveRec, G, p, me, root, gid) -> np.ndarray | None:
+        """Which calls are void (a caller outside the group, a root outside the world or the group), each
+        recorded in `bad`; None when none is."""
+        W = self.W
+        non_member = me < 0
+        out = np.zeros(G.size, dtype=bool) if rec.root is None else (root < 0) | (root >= W)
+        outside = np.zeros(G.size, dtype=bool)
+        ref = rec.node.group
+        if rec.root is not None and ref is not None:
+            gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
+            safe = np.where(out, 0, root)
+            outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
+        void = non_member | out | outside
+        if not void.any():
+            return None
+        problem = np.where(non_member, NOT_MEMBER, np.where(out, PEER_OUT_OF_RANGE, ROOT_NOT_IN_GROUP))
+        for k in np.flatnonzero(void).tolist():
+            self.bad.append((int(G[k]), rec.id, int(p[k]), int(problem[k])))
+        return void
 
     def complete_calls(self) -> bool:
         """Instances that every member has now called complete, in group order."""
@@ -725,6 +746,144 @@ class Engine:
         dstarts = np.cumsum(np.append(0, dcounts))[:-1]
         self.finish_instances(done, dstarts, dcounts)
         return True
+
+    def quiet(self) -> bool:
+        """Nothing under way: no call waiting for members, no message posted, no NCCL stream held."""
+        return not (self.fresh_calls or len(self.arrivals) or len(self.pending) or self.fresh or self.queues)
+
+    def collective_run(self, G: np.ndarray) -> bool:
+        """Ranks G are at a run of blocking collectives, each of which they alone call and all of them call,
+        with one group instance, root and size for every rank, and nothing else is under way: every call of
+        the run completes as it is made, so the run is called and completed here, a chunk at a time, without
+        a round each. Returns False (nothing done) where the next statement is not such a call; a run stops
+        at the first one that is not."""
+        if not self.quiet():
+            return False
+        window = self.upcoming(G)
+        m, records = G.size, self.s.records
+        run: list[CollectiveRec] = []
+        for rid in window.tolist():
+            rec = records[rid]
+            if type(rec) is not CollectiveRec or not self.completes_alone(rec, G):
+                break
+            run.append(rec)
+        if not run:
+            return False
+        calls = self.calls_of_run(run, G)
+        positions, one = np.arange(m, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        size = np.array([m], dtype=np.int64)
+        for k, rec in enumerate(run):
+            rows = calls.take(slice(k * m, (k + 1) * m))
+            self.obs.called(rec, G, positions, rows.me)
+            if self.record_matches:
+                self.instances.append(Instance(int(rows.gid[0]), int(rows.seq[0]), rows))
+            self.obs.completed(rows, one, size)
+        self.calls_seen += len(run) * m
+        self.pc[G] += len(run)
+        return True
+
+    def upcoming(self, G: np.ndarray) -> np.ndarray:
+        """The record ids every rank of G runs next, in order, as far as their sequences agree (RUN_CALLS
+        calls at most)."""
+        at_ = self.first[G] + self.pc[G]
+        ahead = int((self.length[G] - self.pc[G]).min())
+        starts = np.unique(at_)
+        if starts.size > 8:  # ranks in many different cohorts: not worth comparing their sequences
+            ahead = 1
+        lo = int(starts[0])
+        window = self.flat[lo : lo + min(ahead, max(1, RUN_CALLS // G.size))]
+        for other in starts[1:].tolist():
+            differ = np.flatnonzero(self.flat[other : other + window.size] != window)
+            if differ.size:
+                window = window[: differ[0]]
+        return window
+
+    def completes_alone(self, rec: CollectiveRec, G: np.ndarray) -> bool:
+        """Whether `rec` is a blocking call that G, every member of its one group instance, makes with one
+        root and one size for all: it completes as soon as G makes it, and no member's call is void."""
+        if (
+            rec.req is not None
+            or rec.ranks.size != G.size
+            or rec.in_splits
+            or isinstance(rec.gid, np.ndarray)
+            or isinstance(rec.root, np.ndarray)
+            or isinstance(rec.scale, np.ndarray)
+            or isinstance(rec.contribution, np.ndarray)
+            or self.group_size[rec.gid] != G.size
+        ):
+            return False
+        ref = rec.node.group
+        if ref is None:
+            return rec.root is None or 0 <= rec.root < self.W
+        gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
+        if not (gid_of[G] == rec.gid).all() or (idx_in[G] < 0).any():
+            return False
+        return rec.root is None or (0 <= rec.root < self.W and gid_of[rec.root] == rec.gid and idx_in[rec.root] >= 0)
+
+    def calls_of_run(self, run: list[CollectiveRec], G: np.ndarray) -> Calls:
+        """The calls of a run (`collective_run`), record after record, each in group order; the members'
+        collective counters move past them."""
+        m, K = G.size, len(run)
+        seq, me = [], []
+        for rec in run:
+            ref = rec.node.group
+            fam = 0 if ref is None else self.families[(ref.name, ref.dim)] + 1
+            me.append(G if ref is None else self.s.group_of[(ref.name, ref.dim)][1][G])
+            seq.append(int(self.coll_seq[fam, G[0]]))
+            self.coll_seq[fam, G] += 1
+        in_group_order = all((x[1:] > x[:-1]).all() for x in me)
+
+        def each(values) -> np.ndarray:
+            return np.repeat(np.asarray(values, dtype=np.int64), m)
+
+        calls = Calls(
+            gid=each([r.gid for r in run]),
+            seq=each(seq),
+            me=np.concatenate(me),
+            rank=np.tile(G, K),
+            rec=each([r.id for r in run]),
+            pos=np.tile(np.arange(m, dtype=np.int64), K),
+            req=np.full(K * m, -1, dtype=np.int64),
+            kind=each([self.kind_ids.setdefault(r.kind.name, len(self.kind_ids)) for r in run]),
+            root=each([-1 if r.root is None else r.root for r in run]),
+            redop=each([self.redop_ids.setdefault(r.redop, len(self.redop_ids)) for r in run]),
+            scale=each([-1 if r.scale is None else np.float64(r.scale).view(np.int64) for r in run]),
+            dtype=each([self.dtype_ids.get(r.dtype, -1) for r in run]),
+            contribution=each([r.contribution for r in run]),
+            buffers=each([self.buffer_ids.setdefault(r.buffer_names, len(self.buffer_ids)) for r in run]),
+            released=np.zeros(K * m, dtype=np.int64),
+        )
+        if not in_group_order:  # by member index within each record's calls
+            calls = calls.take(np.lexsort((calls.me, np.repeat(np.arange(K), m))))
+        return calls
+
+    def settle(self, G: np.ndarray) -> None:
+        """Ranks G have just called a blocking collective with nothing else under way (no call waiting for
+        members, no message posted, no NCCL stream held): where they are every member of its instances, those
+        complete now and G goes on in this round. The outcome is the one the round's end would give; a loop
+        of collectives costs one pass per collective instead of one round of the machine and its queues."""
+        if len(self.fresh_calls) != 1 or len(self.arrivals) or len(self.pending) or self.fresh or self.queues:
+            return
+        calls = self.fresh_calls[0]
+        gid, seq, me = calls.gid, calls.seq, calls.me
+        if gid.size and gid[0] == gid[-1] and (gid == gid[0]).all() and (seq == seq[0]).all():
+            if not (me[1:] > me[:-1]).all():
+                calls = calls.take(np.argsort(me))
+            starts = np.zeros(1, dtype=np.int64)
+            counts = np.array([gid.size], dtype=np.int64)
+        else:
+            calls = calls.take(np.lexsort((calls.me, seq, gid)))
+            new = np.ones(gid.size, dtype=bool)
+            new[1:] = (calls.gid[1:] != calls.gid[:-1]) | (calls.seq[1:] != calls.seq[:-1])
+            starts = np.flatnonzero(new)
+            counts = np.diff(np.append(starts, gid.size))
+        if not np.array_equal(counts, self.group_size[calls.gid[starts]]):
+            return
+        self.fresh_calls = []
+        self.finish_instances(calls, starts, counts)
+        ready = G[self.blocked[G] & (self.remaining[G] <= 0)]
+        self.blocked[ready] = False
+        self.pc[ready] += 1
 
     def release_early(self, rows: Calls, starts, counts, full) -> bool:
         """Gloo's rooted collectives let some members leave before every member has called
@@ -760,15 +919,9 @@ class Engine:
         return arrived, int(np.searchsorted(np.asarray(self.s.groups[gid].ranks), root))
 
     def finish_instances(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
-        first = np.repeat(starts, counts)
-        differ = np.zeros(len(rows), dtype=bool)
-        for col in ("kind", "root", "redop", "scale", "dtype", "contribution", "buffers"):
-            c = getattr(rows, col)
-            differ |= c != c[first]
-        blocking = rows.req < 0
-        differ |= blocking != blocking[first]
         bad_inst = self.uneven[rows.rec[starts]]  # split sizes are compared member by member (checker, C312)
-        if differ.any():
+        differ = self.disagreeing(rows, starts, counts)
+        if differ is not None:
             bad_inst[np.unique(np.searchsorted(starts, np.flatnonzero(differ), side="right") - 1)] = True
         for i in np.flatnonzero(bad_inst):
             s, c = int(starts[i]), int(counts[i])
@@ -783,6 +936,26 @@ class Engine:
         req = rows.req[waiting]
         self.finish_requests(req[req >= 0])
         np.subtract.at(self.remaining, rows.rank[waiting][req < 0], 1)
+
+    def disagreeing(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+        """Which calls differ from their instance's first member in what members must agree on; None if none."""
+        rid = rows.rec
+        if rid[0] == rid[-1] and (rid == rid[0]).all():  # one statement: only its per-rank values can differ
+            rec = self.s.records[int(rid[0])]
+            varying = [col for col in _PER_RANK if isinstance(getattr(rec, col), np.ndarray)]
+            if not varying:
+                return None
+            first = np.repeat(starts, counts)
+            differ = np.zeros(len(rows), dtype=bool)
+        else:
+            varying = list(_PER_RANK + _PER_STATEMENT)
+            first = np.repeat(starts, counts)
+            blocking = rows.req < 0
+            differ = blocking != blocking[first]
+        for col in varying:
+            c = getattr(rows, col)
+            differ |= c != c[first]
+        return differ if differ.any() else None
 
     # ---- the result ----------------------------------------------------------------------------------
     def outcome(self) -> Outcome:
@@ -835,6 +1008,15 @@ class Engine:
                 for rid, pos in zip(rows.rec.tolist(), rows.pos.tolist()):
                     out[(rid, pos)] = head
         return out
+
+
+RUN_CALLS = 1 << 18
+"""The most calls one pass of `Engine.collective_run` builds at once (its memory: 15 int64 columns each)."""
+_PER_RANK = ("root", "scale", "contribution")
+"""Columns (and the CollectiveRec attributes they come from) members may disagree on while they run one
+statement: where the statement's value is per rank (an array, not one number)."""
+_PER_STATEMENT = ("kind", "redop", "dtype", "buffers")
+"""The columns a statement fixes (as it fixes whether the call is blocking): members at one statement agree."""
 
 
 def _by_head(heads: np.ndarray, ranks: np.ndarray):

@@ -63,6 +63,27 @@ class Program(BaseModel):
     body: tuple[n.Stmt, ...]
     source: SourceFile
 
+    # the public API's verbs as methods (commdsl/__init__.py holds them, with their documentation)
+    def check(self, **options):
+        import commdsl
+
+        return commdsl.check(self, **options)
+
+    def simulate(self, world: int, params=None):
+        import commdsl
+
+        return commdsl.simulate(commdsl.expand(self, world, params))
+
+    def compile(self, world: int, **options) -> str:
+        import commdsl
+
+        return commdsl.compile(self, world, **options)
+
+    def run(self, nproc: int, **options):
+        import commdsl
+
+        return commdsl.run(self, nproc, **options)
+
     def world_sizes(self, bound: int = OPEN_WORLD_BOUND) -> list[int]:
         """The sizes the program declares; an open range stops at `bound`; no `world` means 1..bound."""
         w = self.world

@@ -191,6 +191,7 @@ import pytest  # noqa: E402
 
 from commdsl import engine as engine_module  # noqa: E402
 from commdsl.engine import GLOO, NCCL  # noqa: E402
+from commdsl.limits import Deadline, TimeLimitReached  # noqa: E402
 from commdsl.simulate import simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -383,3 +384,112 @@ def test_self_matched_batch_with_mismatched_sizes_is_still_reported():
     assert out.completed
     bad_s, bad_r = out.mismatched_messages
     assert sorted(zip(bad_s.rank.tolist(), bad_s.numel.tolist(), bad_r.numel.tolist())) == [(0, 4, 3), (1, 4, 3)]
+
+
+# ---- collectives completed as they are called (`Engine.collective_run`, `Engine.settle`) -----------------
+
+RUNS = {
+    "loop": """\
+world 1..5
+tensor x: int64[3] = rank
+tensor y: int64[3]
+for s in 0 .. 5:
+    all_reduce x
+    barrier
+    broadcast x from world - 1
+    reduce x to 0 op max
+x = rank + 1
+all_reduce x
+all_reduce x op max
+expect x == world * (world + 1) / 2
+""",
+    "groups": """\
+world [2, 4, 6]
+group first_two = [0, 1]
+group pairs = split by rank // 2
+tensor x: int64[3] = rank
+for s in 0 .. 3:
+    all_reduce x in pairs
+    on rank < 2:
+        all_reduce x in first_two
+        broadcast x from 1 in first_two
+    all_reduce x op max
+expect x == x
+""",
+    "mesh": """\
+world [4, 8]
+mesh m = (dp=2, tp=world // 2)
+tensor x: int64[2] = rank
+for s in 0 .. 3:
+    all_reduce x in m.tp
+    all_reduce x in m.dp
+    broadcast x from 0
+expect x == x
+""",
+    "mismatch": """\
+world 2..4
+tensor x: int64[2] = rank
+for s in 0 .. 3:
+    all_reduce x
+on rank == 0:
+    all_reduce x
+all_reduce x
+""",
+    "outsider": """\
+world 3..4
+group first_two = [0, 1]
+tensor x: int64[2] = rank
+for s in 0 .. 2:
+    all_reduce x in first_two
+    all_reduce x
+""",
+    "collectives": (ROOT / "programs" / "collectives.comm").read_text(),
+}
+RUN_CASES = [(case, world, backend) for case in sorted(RUNS) for world in range(1, 9) for backend in ("gloo", "nccl")
+             if load(SourceFile("c.comm", RUNS[case])).accepts(world)]
+
+
+def _instances(outcome) -> list[tuple]:
+    return [(i.gid, i.seq, i.calls.rank.tolist(), i.calls.rec.tolist()) for i in outcome.instances]
+
+
+@pytest.mark.parametrize("case, world, backend", RUN_CASES)
+def test_collectives_completed_as_called_agree_with_the_rounds(case, world, backend, monkeypatch):
+    """A run of collectives that every member calls with nothing else under way completes as it is called;
+    everything the checker and the simulator see is what the round-by-round path gives."""
+    program = load(SourceFile(f"{case}.comm", RUNS[case]))
+    model = {"gloo": GLOO, "nccl": NCCL}[backend]
+    taken = []
+    original = engine_module.Engine.collective_run
+
+    def spy(self, G):
+        taken.append(original(self, G))
+        return taken[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_module.Engine, "collective_run", spy)
+        fast = simulate(expand(program, world))
+        fast_run = run_engine(expand(program, world), model, record_matches=True)
+    with monkeypatch.context() as m:
+        m.setattr(engine_module.Engine, "collective_run", lambda self, G: False)
+        m.setattr(engine_module.Engine, "settle", lambda self, G: None)
+        general = simulate(expand(program, world))
+        general_run = run_engine(expand(program, world), model, record_matches=True)
+    assert _summary(fast) == _summary(general)
+    assert _instances(fast_run) == _instances(general_run)
+    assert (fast_run.finished.tolist(), fast_run.pc.tolist(), fast_run.calls_seen, len(fast_run.waiting)) == (
+        general_run.finished.tolist(), general_run.pc.tolist(), general_run.calls_seen, len(general_run.waiting))
+    for r in range(world):
+        for name, values in general.tensors[r].items():
+            np.testing.assert_array_equal(fast.tensors[r][name], values)
+            np.testing.assert_array_equal(fast.undefined[r][name], general.undefined[r][name])
+    if case in ("loop", "mismatch", "collectives"):
+        assert any(taken)
+
+
+def test_a_long_run_of_collectives_minds_the_deadline():
+    text = "world 2\ntensor x: float32[1]\nfor s in 0 .. 49999:\n    barrier\n"
+    s = expand(load(SourceFile("t.comm", text)), 2)
+    with pytest.raises(TimeLimitReached):  # 50,000 barriers, completed as called
+        run_engine(s, deadline=Deadline(0.01))
+    assert run_engine(s).completed

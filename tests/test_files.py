@@ -41,9 +41,11 @@ def test_a_fifo_is_refused_without_blocking(tmp_path, capsys):
     assert time.monotonic() - started < 10  # opening a FIFO for reading used to wait for a writer forever
 
 
-@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a device"), ("/dev/null", "a device"), (".", "a directory")])
-def test_devices_and_directories_are_refused(path, kind, capsys):
-    rc, _, err = cli(capsys, "check", path)
+@pytest.mark.parametrize(("verb", "path", "kind"), [("check", "/dev/zero", "a device"), ("check", "/dev/null", "a device"),
+                                                     ("sim", ".", "a directory")])
+def test_devices_and_directories_are_refused(verb, path, kind, capsys):
+    """(`check`, `lint` and `fmt` search a directory for .comm files: tests/test_lint_settings.py.)"""
+    rc, _, err = cli(capsys, verb, path, *(["--world", "2"] if verb == "sim" else []))
     assert rc == 2 and f"it is {kind}, not a regular file" in err
 
 

@@ -32,6 +32,7 @@ CODE_LITERAL = re.compile(r"[SNPCDRBLV]\d{3}")
 MODULE_CODES = {
     "syntax": r"S0\d\d", "names": r"N1[01]\d", "sizes": r"N1[2-9]\d", "p2p": r"P2\d\d", "collectives": r"C3\d\d",
     "deadlock": r"D4\d\d", "requests": r"R5\d\d", "backend": r"B6\d\d", "idioms": r"L7\d\d", "verify": r"V8\d\d",
+    "suppression": r"L7\d\d", "settings": r"N137",
     "all_to_all": r"C3\d\d",  # a collective's own rule lives in its kind module
 }
 

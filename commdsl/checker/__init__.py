@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from commdsl.checker import noqa
 from commdsl.checker.access import Access
 from commdsl.checker.context import Context
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
@@ -182,7 +183,7 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
         if stopped:  # nothing more is known: the sizes after this one go unchecked
             break
     kept = [d for d in merged.values() if _at_every_size(d, analysed)]
-    return sorted(kept, key=Diagnostic.sort_key)
+    return sorted(noqa.apply(kept, program.source, options.lints), key=Diagnostic.sort_key)
 
 
 def _at_every_size(d: Diagnostic, analysed: list[int]) -> bool:

@@ -22,9 +22,10 @@ from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, Sch
 from commdsl.values import at, is_vec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Race:
-    """An access (by op id) to elements an in-flight op (by op id) uses."""
+    """An access (by op id) to elements an in-flight op (by op id) uses. Ordered by rank first: rules report
+    the lowest rank that shows a finding, whatever order the engine ran the ranks in."""
 
     rank: int
     op: int
@@ -34,8 +35,10 @@ class Race:
     tensor: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class UndefinedRead:
+    """A read (by op id) of elements a `reduce` left undefined; ordered by rank first, as `Race`."""
+
     rank: int
     op: int
     reduce: int  # the op id of the reduce call that left the elements undefined

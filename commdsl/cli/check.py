@@ -14,17 +14,20 @@ from commdsl.cli.common import (
     UsageError,
     add_output_flags,
     add_program_flags,
+    add_settings_flags,
     consoles,
+    discover,
     env_default,
     integer,
     load_files,
     parse_sets,
     print_diagnostics,
+    project_settings,
     seconds,
 )
 from commdsl.diagnostics import CommdslError
 from commdsl.limits import TIME_LIMIT
-from commdsl.resolve import MAX_WORLD
+from commdsl.resolve import MAX_WORLD, OPEN_WORLD_BOUND
 
 
 def add_parser(sub):
@@ -33,7 +36,12 @@ def add_parser(sub):
         ("lint", True, "everything `check` does, plus idiom lints, with rule selection"),
     ):
         p = sub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
-        p.add_argument("files", nargs="+", metavar="FILE")
+        p.add_argument(
+            "files",
+            nargs="+",
+            metavar="PATH",
+            help="a .comm file, or a directory to search for them (honouring .gitignore)",
+        )
         p.add_argument(
             "--world",
             type=integer("--world", 1),
@@ -49,13 +57,13 @@ def add_parser(sub):
         p.add_argument(
             "--max-world",
             type=integer("--max-world", 1, MAX_WORLD),
-            default=env_default("max_world", "64"),
-            help="bound for open ranges such as `world 2..` (default: 64)",
+            default=env_default("max_world", None),
+            help=f"bound for open ranges such as `world 2..` (default: {OPEN_WORLD_BOUND})",
         )
         p.add_argument(
             "--max-time",
             type=seconds("--max-time"),
-            default=env_default("max_time", str(TIME_LIMIT)),
+            default=env_default("max_time", None),
             metavar="S",
             help=f"stop checking a program after S seconds, with N134 (default: {TIME_LIMIT:g})",
         )
@@ -65,7 +73,8 @@ def add_parser(sub):
         p.add_argument("--strict", action="store_true", help="warnings count as findings (exit 1)")
         p.add_argument("--statistics", action="store_true", help="print a count per code instead of each finding")
         add_program_flags(p)
-        add_output_flags(p)
+        add_settings_flags(p)
+        add_output_flags(p, default=None)
         p.set_defaults(handler=run, lints=lints)
 
 
@@ -78,21 +87,29 @@ def run(args) -> int:
     from commdsl.rules.registry import CODES
 
     out, err = consoles(args)
-    select, ignore = _codes(args.select), _codes(args.ignore)
+    settings = project_settings(args, err)
+    if settings is None:
+        return EXIT_FAILURE
+    args.format = args.format or settings.output_format or "text"
+    select = _codes(args.select) if args.select is not None else tuple(c.upper() for c in settings.select)
+    ignore = _codes(args.ignore) if args.ignore is not None else tuple(c.upper() for c in settings.ignore)
     for c in select + ignore:
         if not any(code.startswith(c) for code in CODES):
             raise UsageError(f"unknown code or prefix {c!r} (see `commdsl explain --list`)")
     params = parse_sets(args.set)
-    loaded = load_files(args.files, err)
+    loaded = load_files(discover(args.files, err, settings.exclude), err)
     diags = list(loaded.diagnostics)
+    worlds = args.world or settings.world
+    backends = args.backend or settings.backend
+    strict = args.strict or settings.strict
     for program in loaded.programs:
         options = CheckOptions(
-            worlds=tuple(args.world) if args.world else None,
-            backends=tuple(args.backend) if args.backend else None,
+            worlds=tuple(worlds) if worlds else None,
+            backends=tuple(backends) if backends else None,
             params=params,
             lints=args.lints,
-            bound=args.max_world,
-            max_seconds=args.max_time,
+            bound=args.max_world or settings.max_world or OPEN_WORLD_BOUND,
+            max_seconds=args.max_time or settings.max_time or TIME_LIMIT,
         )
         try:
             diags.extend(check_program(program, options))
@@ -109,9 +126,9 @@ def run(args) -> int:
         print_diagnostics(diags, loaded.sources, args.format, out, err)
     if loaded.io_failed:
         return EXIT_FAILURE
-    failing = [d for d in diags if d.severity == "error" or args.strict]
+    failing = [d for d in diags if d.severity == "error" or strict]
     if failing and not args.exit_zero:
         return EXIT_FINDINGS
-    if not diags and args.format in ("text", "concise") and not args.statistics:
+    if not diags and args.format in ("text", "concise") and not args.statistics and loaded.sources:
         err.print(f"All checks passed ({len(loaded.programs)} program{'s' * (len(loaded.programs) != 1)}).")
     return EXIT_OK

@@ -8,6 +8,8 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,6 +20,9 @@ from commdsl.expand import parse_param_value
 from commdsl.files import FileError
 from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
+
+if TYPE_CHECKING:
+    from commdsl.settings import Settings
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILURE = 0, 1, 2
 
@@ -56,6 +61,47 @@ def load_files(paths: list[str], err: Console) -> Loaded:
         except CommdslError as e:
             out.diagnostics.extend(e.diagnostics)
     return out
+
+
+def add_settings_flags(p: argparse.ArgumentParser):
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read settings from this commdsl.toml or pyproject.toml (default: the nearest one upwards)",
+    )
+    p.add_argument("--isolated", action="store_true", help="ignore every settings file")
+
+
+def project_settings(args, err: Console) -> Settings | None:
+    """The settings the flags ask for (`settings.py`), or None after printing why they cannot be read."""
+    from commdsl.settings import Settings, find, load
+
+    if args.isolated:
+        return Settings()
+    path = Path(args.config) if args.config else find(Path.cwd())
+    if path is None:
+        return Settings()
+    try:
+        return load(path)[0]
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
+    except UnicodeDecodeError:
+        err.print(f"[bold red]error[/]: {escape(str(path))}: not UTF-8 text", highlight=False)
+    except CommdslError as e:
+        source = SourceFile.read(path)
+        print_diagnostics(e.diagnostics, {source.path: source}, "text", err, err)
+    return None
+
+
+def discover(paths: list[str], err: Console, exclude: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The files a verb that takes FILE|DIR… works on (`discover.comm_files`); a directory without any
+    `.comm` file is a warning, as ruff's, not an error."""
+    from commdsl.discover import comm_files
+
+    files, empty = comm_files(paths, exclude)
+    for directory in empty:
+        err.print(f"[bold yellow]warning[/]: no .comm files under {escape(directory)}", highlight=False)
+    return files
 
 
 def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = True) -> Loaded | int:
@@ -155,8 +201,16 @@ def consoles(args) -> tuple[Console, Console]:
     return out, err
 
 
-def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS):
-    p.add_argument("--format", choices=formats, default="text", help="diagnostic output format (default: text)")
+def add_output_flags(p: argparse.ArgumentParser, formats=FORMATS, default: str | None = "text"):
+    """`--format` (default `default`; None where the settings file may give it) and `--color`."""
+    p.add_argument(
+        "--format",
+        "--output-format",
+        dest="format",
+        choices=formats,
+        default=default,
+        help="diagnostic output format (default: text; github: annotations in GitHub Actions, junit: XML for CI)",
+    )
     p.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -170,9 +224,10 @@ def add_launch_flags(p: argparse.ArgumentParser, nproc_help: str):
     p.add_argument(
         "--nproc",
         "--nproc-per-node",
+        "--nproc_per_node",
         dest="nproc",
         type=integer("--nproc", 1, 1 << 16),
-        default=env_default("nproc", None),
+        default=env_default("nproc", None, torchrun="nproc_per_node"),
         help=nproc_help,
     )
     p.add_argument(
@@ -207,7 +262,21 @@ def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Console, 
             err.print(f"Found {' and '.join(parts)}.")
 
 
-def env_default(flag: str, default):
-    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default). Defaults stay
-    strings: argparse converts them with the flag's type and reports a bad value as a usage error."""
-    return os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"), default)
+def env_default(flag: str, default, torchrun: str | None = None):
+    """`COMMDSL_<FLAG>` as the default of a flag (flag > environment > built-in default), and for a flag
+    torchrun has too (`torchrun`: its name there) torchrun's `PET_<FLAG>` after it. Defaults stay strings:
+    argparse converts them with the flag's type and reports a bad value as a usage error.
+
+    PET_ variables are read only in a process no launcher started: a worker of torchrun inherits the
+    PET_NPROC_PER_NODE its user exported for torchrun, and must not launch ranks of its own."""
+    value = os.environ.get("COMMDSL_" + flag.upper().replace("-", "_"))
+    if value is None and torchrun is not None and not _launched():
+        value = os.environ.get("PET_" + torchrun.upper().replace("-", "_"))
+    return default if value is None else value
+
+
+def _launched() -> bool:
+    """Whether a launcher (torchrun, mpirun, srun) started this process as one rank of a job."""
+    from commdsl.runtime.envinfo import launched_as_rank
+
+    return launched_as_rank(os.environ)

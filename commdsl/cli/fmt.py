@@ -16,7 +16,16 @@ import difflib
 
 from rich.markup import escape
 
-from commdsl.cli.common import EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, consoles, print_diagnostics
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    add_settings_flags,
+    consoles,
+    discover,
+    print_diagnostics,
+    project_settings,
+)
 from commdsl.diagnostics import CommdslError
 from commdsl.files import FileError, read_bytes, write_atomic
 from commdsl.source import SourceFile
@@ -29,7 +38,13 @@ def add_parser(sub):
         description="Rewrite .comm files in canonical form: 4-space indentation, one space round "
         "operators, comments kept. Formatting never changes what a program means.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="PATH",
+        help="a .comm file, or a directory to search for them (honouring .gitignore)",
+    )
+    add_settings_flags(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would be reformatted")
     p.add_argument("--diff", action="store_true", help="write nothing; print a unified diff of the changes")
     p.add_argument(
@@ -45,7 +60,10 @@ def run(args) -> int:
     changed = unchanged = failed = 0
     io_failed = False
     write = not (args.check or args.diff)
-    for path in args.files:
+    settings = project_settings(args, err)
+    if settings is None:
+        return EXIT_FAILURE
+    for path in discover(args.files, err, settings.exclude):
         try:
             data = read_bytes(path)
             bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""

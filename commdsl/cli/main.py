@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 
 from commdsl import __version__
@@ -15,8 +17,36 @@ from commdsl.cli.common import EXIT_FAILURE, UsageError
 VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain", "trace")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a misspelt verb or choice (Python 3.14 has it built in); `verbs`
+    holds each verb's own parser."""
+
+    verbs: dict[str, Parser]
+
+    def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        super().error(message)
+
+
+def _unrecognised(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """argparse's message for arguments a verb does not take, with the option each one probably meant."""
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for arg in extra:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {h}" for h in hints)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="commdsl",
         allow_abbrev=False,
         description="Describe, check, run and measure the communication patterns of distributed PyTorch.",
@@ -25,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
     for name in VERB_MODULES:
         importlib.import_module(f"commdsl.cli.{name}").add_parser(sub)
+    parser.verbs = sub.choices
     return parser
 
 
@@ -35,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["trace"] and "--" in argv:  # `commdsl trace SCRIPT [options] -- SCRIPT'S OWN ARGS`
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        verb = parser.verbs[args.verb]
+        verb.error(_unrecognised(verb, extra))
     if script_args:
         args.script_args = script_args
     try:

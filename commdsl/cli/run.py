@@ -60,47 +60,90 @@ def add_parser(sub):
         action="store_false",
         help="launch even when the static checks find errors (to watch a hang or a crash for real)",
     )
-    p.add_argument(
-        "--nnodes",
-        type=integer("--nnodes", 1),
-        default=env_default("nnodes", "1"),
-        help="nodes in the job (default: 1)",
-    )
-    p.add_argument(
+    # torchrun's flags keep torchrun's meaning, spellings (--rdzv_endpoint too) and PET_<FLAG> variables
+    torchrun_flag(p, "--nnodes", type=integer("--nnodes", 1), default="1", help="nodes in the job (default: 1)")
+    torchrun_flag(
+        p,
         "--node-rank",
         type=integer("--node-rank", 0),
-        default=env_default("node_rank", "0"),
+        default="0",
         help="this node's rank (used by --rdzv-backend static)",
     )
-    p.add_argument(
+    torchrun_flag(
+        p,
         "--rdzv-backend",
         choices=("c10d", "static"),
-        default=env_default("rdzv_backend", "c10d"),
-        help="rendezvous of the nodes (default: c10d)",
+        default=None,
+        help="rendezvous of the nodes (default: c10d; static with --master-addr/--master-port)",
     )
-    p.add_argument(
+    torchrun_flag(
+        p,
         "--rdzv-endpoint",
-        default=env_default("rdzv_endpoint", None),
+        default=None,
         metavar="HOST:PORT",
         help="rendezvous address, the same on every node (default: 127.0.0.1 and a free port)",
     )
-    p.add_argument(
-        "--rdzv-id", default=env_default("rdzv_id", None), help="job id shared by every node (default: random)"
+    torchrun_flag(p, "--rdzv-id", default=None, help="job id shared by every node (default: random)")
+    torchrun_flag(
+        p,
+        "--master-addr",
+        default=None,
+        metavar="HOST",
+        help="static rendezvous at the rank-0 node's address (torchrun's; with --master-port, default 29500)",
     )
-    p.add_argument(
+    torchrun_flag(
+        p,
+        "--master-port",
+        type=integer("--master-port", 0, 65535),
+        default=None,
+        metavar="PORT",
+        help="static rendezvous port (with --master-addr, default 127.0.0.1)",
+    )
+    torchrun_flag(
+        p,
+        "--standalone",
+        action="store_true",
+        default=False,
+        help="one node, a rendezvous on 127.0.0.1 at a free port and a new job id (what commdsl does anyway)",
+    )
+    torchrun_flag(
+        p,
+        "--max-restarts",
+        type=integer("--max-restarts", 0, 100),
+        default="0",
+        help="start every worker again after a failure, up to N times (default: 0); a hang is never retried",
+    )
+    torchrun_flag(
+        p,
         "--start-method",
         choices=("fork", "spawn"),
-        default=env_default("start_method", None),
+        default=None,
         help="how workers start (default: fork, or spawn when CUDA is initialised in this process)",
     )
-    p.add_argument(
+    torchrun_flag(
+        p,
         "--log-dir",
-        default=env_default("log_dir", None),
+        default=None,
         help="keep every worker's stdout/stderr and records here (default: a temporary directory)",
     )
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)
+
+
+MASTER_PORT = 29500
+"""torchrun's default `--master-port`."""
+
+
+def torchrun_flag(p, flag: str, default, **kwargs) -> None:
+    """A flag torchrun has: also spelt with underscores (`--rdzv_endpoint`), defaulting to COMMDSL_<FLAG>, then
+    torchrun's PET_<FLAG>, then `default`."""
+    name = flag[2:]
+    spellings = [flag] + ([f"--{name.replace('-', '_')}"] if "-" in name else [])
+    value = env_default(name.replace("-", "_"), default, torchrun=name.replace("-", "_"))
+    if kwargs.get("action") == "store_true":
+        value = value if isinstance(value, bool) else value.strip().lower() in ("1", "true", "yes")
+    p.add_argument(*spellings, dest=name.replace("-", "_"), default=value, **kwargs)
 
 
 def _check_outputs(args) -> None:
@@ -127,6 +170,29 @@ def _make_log_dir(path: str) -> None:
         raise UsageError(f"--log-dir {path}: cannot write there ({e.strerror or e})") from None
 
 
+def _torchrun_rendezvous(args) -> None:
+    """torchrun's ways of naming the rendezvous, as torchrun reads them: `--standalone` is one node at a free
+    local port; `--master-addr`/`--master-port` are the static rendezvous at the rank-0 node."""
+    if args.standalone:
+        if args.nnodes > 1 or args.rdzv_endpoint or args.master_addr or args.master_port is not None:
+            raise UsageError(
+                "--standalone is one node at a free local port: drop --nnodes, --rdzv-endpoint and --master-*"
+            )
+        args.rdzv_backend = "c10d"
+    if args.master_addr or args.master_port is not None:
+        if args.rdzv_endpoint:
+            raise UsageError("--master-addr/--master-port and --rdzv-endpoint both name the rendezvous: give one")
+        if args.rdzv_backend == "c10d":
+            raise UsageError(
+                "--master-addr/--master-port are the static rendezvous (torchrun's): drop --rdzv-backend c10d"
+            )
+        args.rdzv_endpoint = (
+            f"{args.master_addr or '127.0.0.1'}:{29500 if args.master_port is None else args.master_port}"
+        )
+        args.rdzv_backend = "static"
+    args.rdzv_backend = args.rdzv_backend or "c10d"
+
+
 def config_from_args(args):
     from commdsl.runtime.config import RunConfig
 
@@ -138,6 +204,12 @@ def config_from_args(args):
         raise UsageError(f"--node-rank {args.node_rank} is not below --nnodes {args.nnodes}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    _torchrun_rendezvous(args)
+    if args.max_restarts and args.nnodes > 1:
+        raise UsageError(
+            "--max-restarts restarts this node's workers only (the nodes' rendezvous is settled once): "
+            "to restart every node, launch with torchrun --max-restarts and run `commdsl run` as its ranks"
+        )
     if args.nnodes > 1 and not args.rdzv_endpoint:
         raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
     if args.nproc is None and args.nnodes > 1:
@@ -175,6 +247,7 @@ def config_from_args(args):
         start_method=args.start_method,
         log_dir=args.log_dir,
         verbose=args.verbose,
+        max_restarts=args.max_restarts,
     )
 
 
@@ -234,7 +307,7 @@ def _run_local(cfg, args, out, err, listener) -> int:
 
 def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None) -> int:
     from commdsl.runtime.launch import LaunchError, run_local
-    from commdsl.runtime.outcome import blame, hang_rows, judge_results
+    from commdsl.runtime.outcome import judge_run
 
     schedule = prepared.schedule
     try:
@@ -242,14 +315,7 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
     except LaunchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    ranks = sorted(s.rank for s in run.evidence.slots if s.rank >= 0)
-    if cfg.nnodes == 1:
-        ranks = list(range(schedule.world))
-    hang = None
-    if run.hang is not None:
-        hang = hang_rows(schedule, source.text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
-    failures = [] if hang or run.interrupted else blame(schedule, source.text, run.results, run.evidence, ranks)
-    verdict = judge_results(schedule, prepared.sim, run.results, ranks)
+    judged = judge_run(schedule, source.text, prepared.sim, run, cfg.nnodes == 1)
     code = show(
         out,
         err,
@@ -258,14 +324,15 @@ def launch_and_show(cfg, prepared, source, backend: str, out, err, listener=None
         source_text=source.text,
         backend=backend,
         start_method=run.start_method,
-        verdict=verdict,
+        verdict=judged.verdict,
         results=run.results,
-        failures=failures,
-        hang=hang,
+        failures=judged.failures,
+        hang=judged.hang,
         stderr=run.stderr,
         wall_s=run.wall_s,
         interrupted=run.interrupted,
     )
+    ranks = judged.ranks
     if cfg.nnodes > 1 and ranks:
         err.print(f"(ranks {ranks[0]}..{ranks[-1]} of this node only: every node reports its own)")
     return code
@@ -289,6 +356,7 @@ def show(
     interrupted: bool = False,
 ) -> int:
     """Print a run's outcome and write --report/--trace; returns the exit code."""
+    from commdsl.runtime.outcome import passed
     from commdsl.runtime.report import build_report, chrome_trace, write_json
 
     for rank in sorted(results):
@@ -314,7 +382,7 @@ def show(
         err.print("interrupted: every worker was stopped")
     else:
         _show_comparison(out, verdict, schedule)
-    ok = verdict.ok and not failures and not hang and not interrupted
+    ok = passed(verdict, failures, hang, interrupted)
     try:
         if cfg.report:
             write_json(

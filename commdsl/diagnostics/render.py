@@ -1,4 +1,6 @@
-"""Renders diagnostics: `text` (rustc style, coloured on a TTY), `concise`, `json`, `sarif`."""
+"""Renders diagnostics: `text` (rustc style, coloured on a TTY), `concise`, `json`, `sarif`, and for CI
+`github` (workflow commands: annotations on the pull request) and `junit` (one test case per finding,
+grouped by file, as ruff writes it)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from commdsl.diagnostics.model import Diagnostic
 from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile, Span, code_of
 
-FORMATS = ("text", "concise", "json", "sarif")
+FORMATS = ("text", "concise", "json", "sarif", "github", "junit")
 _STYLE = {"error": "bold red", "warning": "bold yellow"}
 
 
@@ -200,6 +202,51 @@ def _sarif_location(s: Span, message: str, ident: int | None = None) -> dict:
     return loc
 
 
+def _workflow_value(text: str, in_property: bool) -> str:
+    """GitHub's escaping for a workflow command's message (and, more strictly, a property value)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if in_property else text
+
+
+def to_github(d: Diagnostic) -> str:
+    """A GitHub Actions workflow command: the finding as an annotation on its line of the pull request."""
+    level = "error" if d.severity == "error" else "warning"
+    props = [f"title={_workflow_value(f'commdsl {d.code} ({d.name})' if d.name else f'commdsl {d.code}', True)}"]
+    if d.span is not None:
+        s = d.span
+        props = [
+            f"file={_workflow_value(s.path, True)}",
+            f"line={s.line}",
+            f"col={s.column}",
+            f"endLine={s.end_line}",
+            f"endColumn={max(s.end_column, s.column)}",
+            *props,
+        ]
+    where = f"{d.span.path}:{d.span.line}:{d.span.column}: " if d.span else ""
+    return f"::{level} {','.join(props)}::{_workflow_value(f'{where}{d.code} {d.message}', False)}"
+
+
+def to_junit(diags: list[Diagnostic], sources: Mapping[str, SourceFile]) -> str:
+    """JUnit XML: a test suite per file, a failed test case per finding (the rendered finding as its text)."""
+    from xml.etree import ElementTree as ET
+
+    root = ET.Element("testsuites", name="commdsl", tests=str(len(diags)), failures=str(len(diags)), errors="0")
+    by_file: dict[str, list[Diagnostic]] = {}
+    for d in diags:
+        by_file.setdefault(d.span.path if d.span else "", []).append(d)
+    for path, found in by_file.items():
+        suite = ET.SubElement(root, "testsuite", name=path, tests=str(len(found)), failures=str(len(found)))
+        suite.set("errors", "0")
+        for d in found:
+            where = f"line {d.span.line}, column {d.span.column}" if d.span else "no location"
+            case = ET.SubElement(suite, "testcase", name=f"org.commdsl.{d.code}", classname=path or "commdsl")
+            case.set("line", str(d.span.line) if d.span else "0")
+            failure = ET.SubElement(case, "failure", message=f"{d.code} {d.message}", type=d.severity)
+            failure.text = f"{where}: {render_text(d, sources).plain}"
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
 def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, console: Console) -> None:
     """Write diagnostics to the console in one format; the summary line only for human formats."""
     if fmt == "json":
@@ -207,6 +254,12 @@ def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, c
         return
     if fmt == "sarif":
         console.file.write(json.dumps(to_sarif(diags), indent=2) + "\n")
+        return
+    if fmt == "junit":
+        console.file.write(to_junit(diags, sources))
+        return
+    if fmt == "github":
+        console.file.write("".join(to_github(d) + "\n" for d in diags))
         return
     for d in diags:
         if fmt == "concise":

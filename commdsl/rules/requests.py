@@ -320,7 +320,7 @@ class BufferInFlight(Rule):
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
-        for race in ctx.access.races:
+        for race in sorted(ctx.access.races):
             rec, _ = ctx.locate(race.op)
             w_rec, w_pos = ctx.locate(race.inflight)
             key = (rec.span, w_rec.span)
@@ -419,7 +419,7 @@ class ReadAfterReduce(Rule):
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
-        for u in ctx.access.undefined_reads:
+        for u in sorted(ctx.access.undefined_reads):
             rec, _ = ctx.locate(u.op)
             red_rec, red_pos = ctx.locate(u.reduce)
             key = (rec.span, red_rec.span)

@@ -28,6 +28,7 @@ class RunConfig:
     start_method: str | None = None
     log_dir: str | None = None
     verbose: bool = False
+    max_restarts: int = 0  # torch's agent starts every worker again after a failure, up to this many times
 
     @property
     def world(self) -> int | None:

@@ -91,6 +91,12 @@ def _found(env: Mapping[str, str]) -> list[_Found]:
     return out
 
 
+def launched_as_rank(env: Mapping[str, str]) -> bool:
+    """Whether a launcher's variables say this process is one rank of a job (torchrun, mpirun, srun or a
+    hand-set RANK/WORLD_SIZE)."""
+    return "TORCHELASTIC_RUN_ID" in env or any(w in env for _, _, w, _, _ in _SETS)
+
+
 def placement(env: Mapping[str, str] | None = None) -> Placement:
     """This process's rank and world from the launcher's variables; EnvError when they disagree."""
     env = os.environ if env is None else env

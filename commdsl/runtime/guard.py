@@ -100,7 +100,12 @@ class Guard(threading.Thread):
                 # others wait for, and the culprit to name (looked at before the SIGKILL that ends it)
                 stopped = [s.local_rank for s in slots if s.pid > 0 and is_child(s.pid) and is_stopped(s.pid)]
                 self.hang = Hang(now, slots, stuck, stopped)
-                kill_workers(self.board)
+                break
+        # a hang is the program's, not the machine's: with --max-restarts, every worker torch's agent starts
+        # again is stopped too, until it gives up (the verdict is the hang above)
+        while self.hang is not None:
+            kill_workers(self.board)
+            if self._halt.wait(POLL_S):
                 return
 
     def stop(self):

@@ -12,6 +12,7 @@ Whatever happens, every worker is gone when `run_local` returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import logging
@@ -108,7 +109,8 @@ def run_local(
         os.environ["GLOO_SOCKET_IFNAME"] = loopback  # one node: Gloo's pair sockets on loopback too
     run_dir = tempfile.mkdtemp(prefix="commdsl-run-")
     try:
-        return _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir)
+        with _process_streams():
+            return _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir)
     finally:
         rendezvous.unregister(run_id)
         joined.store = None  # the store server stops listening now, not whenever the last reference goes
@@ -118,6 +120,23 @@ def run_local(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _process_streams():
+    """The process's own stdout and stderr as `sys.stdout`/`sys.stderr` while workers start: a forked worker
+    inherits the Python objects, and where they are not files (Jupyter, doctest, a test's capture) the
+    workers died before their first record. The launcher sends each worker's output to its log files."""
+    saved = sys.stdout, sys.stderr
+    for name in ("stdout", "stderr"):
+        try:
+            getattr(sys, name).fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            setattr(sys, name, getattr(sys, f"__{name}__"))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, run_dir) -> LocalRun:
@@ -148,7 +167,7 @@ def _launch(schedule, text, backend, opts, entry, start_method, run_id, joined, 
         rdzv_backend=rendezvous.BACKEND,
         rdzv_endpoint=f"{joined.host}:{joined.port}",
         rdzv_configs={},
-        max_restarts=0,
+        max_restarts=opts.max_restarts,
         monitor_interval=0.05,
         start_method=start_method,
         shutdown_timeout=5,
@@ -216,3 +235,25 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
+
+
+def run_program(program, nproc: int, params=None, backend: str = "auto", timeout: float = 60.0, check: bool = True):
+    """`commdsl run FILE --nproc N` as a function (the Python API, `commdsl.run`): check, launch this node's
+    ranks, judge; returns `outcome.Judged`. CommdslError when the program cannot run at this size, or the
+    checks find errors and `check` is set; LaunchError when the workers cannot be started."""
+    from commdsl.diagnostics import CommdslError
+    from commdsl.runtime.envinfo import EnvError, choose_backend
+    from commdsl.runtime.outcome import judge_run
+    from commdsl.runtime.prepare import prepare
+
+    try:
+        chosen = choose_backend(backend, nproc)
+    except EnvError as e:
+        raise LaunchError(str(e)) from None
+    params = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (params or {}).items()}
+    prepared = prepare(program, nproc, params, chosen, local_ranks=nproc)
+    if prepared.errors and check:
+        raise CommdslError(prepared.errors)
+    cfg = RunConfig(path=program.path, nproc=nproc, backend=chosen, params=params, timeout=timeout, check=check)
+    run = run_local(prepared.schedule, program.source.text, chosen, cfg)
+    return judge_run(prepared.schedule, program.source.text, prepared.sim, run, one_node=True)

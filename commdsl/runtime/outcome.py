@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from commdsl.runtime.records import RankResult
 from commdsl.schedule import Schedule
 from commdsl.simulate import SimResult, close
 from commdsl.source import statement_text
+
+if TYPE_CHECKING:
+    from commdsl.runtime.launch import LocalRun
 
 # error text that only says a peer went away (the consequence of another rank's failure)
 _PEER_WORDS = (
@@ -384,3 +388,45 @@ def hang_rows(
             }
         )
     return rows
+
+
+@dataclass
+class Judged:
+    """A local run judged: what the CLI shows and the Python API returns."""
+
+    run: LocalRun
+    ranks: list[int]  # the ranks this node ran
+    verdict: Verdict
+    failures: list[Failure]
+    hang: list | None  # `hang_rows` when the hang guard stopped the run
+
+    @property
+    def ok(self) -> bool:
+        return passed(self.verdict, self.failures, self.hang, self.run.interrupted)
+
+    @property
+    def tensors(self) -> dict[int, dict[str, np.ndarray]]:
+        """Each finished rank's tensors at the end of the run, as torch left them."""
+        return {
+            rank: {name: np.asarray(t) for name, t in r.tensors.items()}
+            for rank, r in sorted(self.run.results.items())
+            if r.finished
+        }
+
+
+def passed(verdict: Verdict, failures: list[Failure], hang, interrupted: bool) -> bool:
+    """A run passes when every expect held and every tensor matched, and nothing failed, hung or was
+    interrupted."""
+    return verdict.ok and not failures and not hang and not interrupted
+
+
+def judge_run(schedule: Schedule, source_text: str, sim: SimResult | None, run: LocalRun, one_node: bool) -> Judged:
+    """The verdict on a finished local run, and the blame when it broke (a hang, else failed ranks)."""
+    ranks = sorted(s.rank for s in run.evidence.slots if s.rank >= 0)
+    if one_node:
+        ranks = list(range(schedule.world))
+    hang = None
+    if run.hang is not None:
+        hang = hang_rows(schedule, source_text, run.hang.slots, run.hang.at_ns, run.hang.stuck, run.hang.stopped)
+    failures = [] if hang or run.interrupted else blame(schedule, source_text, run.results, run.evidence, ranks)
+    return Judged(run, ranks, judge_results(schedule, sim, run.results, ranks), failures, hang)

@@ -247,6 +247,7 @@ def _handler_class():
     class Settled(RendezvousHandler):
         def __init__(self, joined: Joined, run_id: str, nnodes: int):
             self._joined, self._run_id, self._nnodes, self._closed = joined, run_id, nnodes, False
+            self._round = 0  # one per start of the workers (`--max-restarts`): each gets keys of its own
 
         def get_backend(self) -> str:
             return BACKEND
@@ -257,7 +258,8 @@ def _handler_class():
 
         def next_rendezvous(self):
             j = self._joined
-            store = dist.PrefixStore(f"{_PREFIX}{self._run_id}/agents", j.store)
+            self._round += 1
+            store = dist.PrefixStore(f"{_PREFIX}{self._run_id}/agents/{self._round}", j.store)
             return RendezvousInfo(store, j.node_rank, self._nnodes, RendezvousStoreInfo(j.host, j.port))
 
         def is_closed(self) -> bool:

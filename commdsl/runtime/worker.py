@@ -179,6 +179,9 @@ def execute(
         timeout = timedelta(seconds=pg_timeout)
         if store is None:
             store, _, _ = next(dist.rendezvous("env://", rank, schedule.world, timeout=timeout))
+            # the launcher's store outlives a restart (`--max-restarts`): each start of the workers gets keys
+            # of its own, or the second would read the first's (dead) addresses and wait forever
+            store = dist.PrefixStore(f"start{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         dist.init_process_group(backend, store=store, rank=rank, world_size=schedule.world, timeout=timeout)
         groups = [None] + [dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
         specs = schedule.tensors[rank]

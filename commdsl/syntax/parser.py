@@ -6,6 +6,8 @@ objects name internal terminals (`_NL`, `$END`), so `_expected()` maps them to w
 
 from __future__ import annotations
 
+import difflib
+import re
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -40,6 +42,10 @@ class _CommIndenter(Indenter):
     INDENT_type = "_INDENT"
     DEDENT_type = "_DEDENT"
     tab_len = 8
+    # NAME in every parser state's lexer: where no name may come, Lark's contextual lexer would otherwise
+    # read `opp` as the keyword `op` then a name `p` (and accept `all_reduce x opmax`); with NAME there,
+    # `opp` is one name and a keyword is still a keyword (Lark retypes a NAME that spells one)
+    always_accept = ("_NL", "NAME")
 
     def handle_NL(self, token: Token):
         """Lark's version raises a position-less DedentError; ours keeps the token for the caret."""
@@ -295,11 +301,44 @@ def _syntax_diagnostic(source: SourceFile, text: str, err: UnexpectedInput) -> D
         start = end = token.end_pos
     else:
         end = token.end_pos
-    expected = _expected(set(err.accepts or err.expected))
+    accepts = set(err.accepts or err.expected)
+    expected = _expected(accepts)
     sp = source.span(start, end if end > start else start)
     if matched:
         message, help_text = _EXAMPLE_TEXT[matched]
         return matched.diagnostic(message, span=sp, label=f"found {_found(token)}", help=help_text)
     return UnexpectedTokenRule.diagnostic(
-        f"expected {expected}, found {_found(token)}", span=sp, label="unexpected here"
+        f"expected {expected}, found {_found(token)}",
+        span=sp,
+        label="unexpected here",
+        help=_did_you_mean(source, token, accepts),
     )
+
+
+@cache
+def keywords() -> dict[str, str]:
+    """The language's words (`broadcast`, `from`, `op`...) by terminal name, from the grammar itself."""
+    parser = lark_parser()
+    return {
+        t.name: t.pattern.value
+        for t in parser.terminals
+        if t.pattern.type == "str" and re.fullmatch(r"[a-z_][a-z0-9_]*", t.pattern.value)
+    }
+
+
+def _did_you_mean(source: SourceFile, token, accepts: set[str]) -> str | None:
+    """A keyword the user probably meant: the unexpected name is close to a word the parser wanted here
+    (`opp` for `op`), or the line starts with a name close to a statement's word (`brodcast x from 0`
+    parses `brodcast` as a name and fails at `x`)."""
+    words = keywords()
+    if token.type == "NAME":
+        close = difflib.get_close_matches(str(token), [words[n] for n in accepts if n in words], n=1, cutoff=0.7)
+        if close:
+            return f"did you mean `{close[0]}`?"
+    line = source.line_text(token.line) if token.line else ""
+    first = re.match(r"\s*([A-Za-z_]\w*)", line)
+    if first and first.group(1) not in words.values():
+        close = difflib.get_close_matches(first.group(1), sorted(set(words.values())), n=1, cutoff=0.75)
+        if close:
+            return f"did you mean `{close[0]}`? (`{first.group(1)}` is not a word of the language)"
+    return None

@@ -1,0 +1,60 @@
+"""`[tool.commdsl]` in `pyproject.toml`, or a `commdsl.toml`: the flags a project always passes, as ruff's
+settings. The nearest directory (from where commdsl runs, upwards) with `commdsl.toml`, or a
+`pyproject.toml` that has a `[tool.commdsl]` table, holds them; `--config FILE` names one, `--isolated`
+ignores them. A flag on the command line wins over its `COMMDSL_<FLAG>` variable, which wins over the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from commdsl.diagnostics.render import FORMATS
+from commdsl.rules.settings import InvalidSettings
+from commdsl.source import SourceFile
+from commdsl.tomlfile import parse
+
+FILES = ("commdsl.toml", "pyproject.toml")
+"""Looked for in this order in each directory; a pyproject.toml counts only with a [tool.commdsl] table."""
+
+
+class Settings(BaseModel):
+    """The keys, spelt as the flags (`max-world` for `--max-world`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=lambda name: name.replace("_", "-"))
+
+    select: list[str] = Field(default_factory=list)
+    ignore: list[str] = Field(default_factory=list)
+    world: list[int] = Field(default_factory=list)
+    backend: list[Literal["gloo", "nccl"]] = Field(default_factory=list)
+    max_world: int | None = Field(default=None, ge=1)
+    max_time: float | None = Field(default=None, gt=0)
+    strict: bool = False
+    exclude: list[str] = Field(default_factory=list)
+    output_format: Literal[FORMATS] | None = None  # type: ignore[valid-type]
+
+
+def find(start: Path) -> Path | None:
+    """The settings file that applies in `start`: the nearest one up the directory tree."""
+    for directory in [start, *start.parents]:
+        for name in FILES:
+            path = directory / name
+            if path.is_file() and (name != "pyproject.toml" or _has_table(path)):
+                return path
+    return None
+
+
+def _has_table(pyproject: Path) -> bool:
+    try:
+        return "[tool.commdsl" in pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def load(path: Path) -> tuple[Settings, SourceFile]:
+    """The settings in `path` (FileError when it cannot be read, CommdslError with N137 when they are wrong)."""
+    source = SourceFile.read(path)
+    table = ("tool", "commdsl") if path.name == "pyproject.toml" else ()
+    return parse(source, Settings, InvalidSettings, table), source
