@@ -993,21 +993,26 @@ def record(script: str, argv: list[str], world: int, timeout: float = 120.0, job
                 rank = pending.pop(0)
                 pid = _fork_rank(script, argv, rank, world, out_dir)
                 running[pid] = (rank, time.monotonic())
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                now = time.monotonic()
-                for p, (rank, started) in list(running.items()):
-                    if now - started > timeout:
-                        _kill(p)
-                        del running[p]
-                        error = f"rank {rank} did not finish in {timeout:g} s (--timeout)" + _stderr_tail(out_dir, rank)
-                        traces[rank] = RankTrace(rank, world, error=error)
-                time.sleep(0.005)
+            finished = []
+            for p in list(running):  # our children only: waitpid(-1) would reap another's
+                done, status = os.waitpid(p, os.WNOHANG)
+                if done:
+                    finished.append((p, status))
+            for p, status in finished:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p, signal.SIGKILL)  # what the script left running in its group
+                rank, _ = running.pop(p)
+                traces[rank] = _read_trace(out_dir, rank, world, status)
+            if finished:
                 continue
-            if pid not in running:
-                continue
-            rank, _ = running.pop(pid)
-            traces[rank] = _read_trace(out_dir, rank, world, status)
+            now = time.monotonic()
+            for p, (rank, started) in list(running.items()):
+                if now - started > timeout:
+                    _kill(p)
+                    del running[p]
+                    error = f"rank {rank} did not finish in {timeout:g} s (--timeout)" + _stderr_tail(out_dir, rank)
+                    traces[rank] = RankTrace(rank, world, error=error)
+            time.sleep(0.005)
     finally:
         for p in running:
             _kill(p)
