@@ -403,7 +403,8 @@ def show(
                 inputs=[cfg.path],
             )
         if cfg.trace:
-            write_json(cfg.trace, chrome_trace(schedule, source_text, results), inputs=[cfg.path])
+            trace = chrome_trace(schedule, source_text, results, hang, tags=backend != "nccl")
+            write_json(cfg.trace, trace, inputs=[cfg.path])
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE

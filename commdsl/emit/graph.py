@@ -890,7 +890,8 @@ def _sortable(v) -> tuple:
 
 def timeline_png(trace: Trace, title: str) -> bytes:
     """A Gantt chart, one row per track, one colour per event category (`cat`, else name): the ten
-    commonest; the rest grey. Nested slices are drawn thinner over their parents."""
+    commonest; the rest grey; ops a hang stopped (`stuck`) red. Nested slices are drawn thinner over their
+    parents."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -915,6 +916,9 @@ def timeline_png(trace: Trace, title: str) -> bytes:
         "#86bcb6",
     ]
     colour = {n: palette[i] for i, n in enumerate(sorted(named))}
+    if "stuck" in colour:  # `commdsl run --trace` of a hang: where each rank was stopped, in red whatever else
+        red = colour.pop("stuck")
+        colour = {n: (red if c == palette[3] else c) for n, c in colour.items()} | {"stuck": palette[3]}
     rows = len(trace.tracks)
     fig = Figure(figsize=(11, 1.4 + 0.45 * rows), dpi=110)
     FigureCanvasAgg(fig)

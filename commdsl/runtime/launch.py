@@ -29,7 +29,7 @@ from commdsl.runtime import progress, rendezvous
 from commdsl.runtime.config import RunConfig
 from commdsl.runtime.guard import Guard, Hang, kill_workers
 from commdsl.runtime.outcome import Evidence
-from commdsl.runtime.records import RankResult, assemble
+from commdsl.runtime.records import RankResult, assemble, read_times
 from commdsl.runtime.worker import Job, local_entry
 from commdsl.schedule import Schedule
 
@@ -222,7 +222,10 @@ def _collect(run: LocalRun, run_dir: str, log_dir: str) -> None:
             run.evidence.terminated.add(s.rank)
         records = _read(os.path.join(run_dir, f"rank{s.rank}.jsonl"))
         if records:
-            run.results[s.rank] = assemble(s.rank, records.splitlines(), run_dir)
+            result = run.results[s.rank] = assemble(s.rank, records.splitlines(), run_dir)
+            logged = None if result.finished else read_times(os.path.join(run_dir, f"rank{s.rank}.times"))
+            if logged is not None:  # a rank that hung or failed: the ops it did, from its times file
+                result.times, result.init = logged
         logs = glob.glob(os.path.join(log_dir, "*", "attempt_*", str(s.local_rank), "stderr.log"))
         tail = _read(max(logs, key=os.path.getmtime))[-4000:] if logs else ""
         if tail.strip():

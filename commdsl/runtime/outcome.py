@@ -385,6 +385,8 @@ def hang_rows(
                 "op": at.text,
                 "stuck": s.local_rank in stuck,
                 "stopped": s.local_rank in stopped,
+                "index": s.op if s.state == progress.RUNNING else -1,  # the op it was in (for --trace)
+                "since_ns": s.since_ns,
             }
         )
     return rows

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -36,6 +37,44 @@ def decode_array(d: dict, base_dir: str | None = None) -> np.ndarray:
     if count == 0:
         return np.empty(d["shape"], dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=tuple(d["shape"]))
+
+
+class TimesLog:
+    """A rank's (start, end) time of each op, in a file it maps shared: every op's pair is in the page cache
+    the moment it ends, so a rank that hangs and is killed, or crashes, still leaves the times of the ops it
+    did (for `--trace` and the report). Slot `n` holds the set-up's pair. Used as a list of pairs."""
+
+    def __init__(self, path: str, n: int):
+        self.n = n
+        with open(path, "w+b") as f:
+            f.truncate(16 * (n + 1) or 16)
+            self._map = mmap.mmap(f.fileno(), 16 * (n + 1) or 16)
+        self._q = memoryview(self._map).cast("q")
+
+    def __setitem__(self, index: int, pair: tuple[int, int]) -> None:
+        q = self._q
+        q[2 * index], q[2 * index + 1] = pair
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return self._q[2 * index], self._q[2 * index + 1]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return [self[i] for i in range(self.n)]
+
+
+def read_times(path: str) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:
+    """(each op's pair, the set-up's pair) from a `TimesLog` file; None when there is none."""
+    try:
+        data = np.fromfile(path, dtype=np.int64)
+    except OSError:
+        return None
+    if data.size < 2 or data.size % 2:
+        return None
+    pairs = [(int(a), int(b)) for a, b in data.reshape(-1, 2).tolist()]
+    return pairs[:-1], pairs[-1]
 
 
 def line(kind: str, payload: dict) -> str:

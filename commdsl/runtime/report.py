@@ -2,8 +2,8 @@
 
 Both are built from the same per-rank records. The report's schema is documented in docs/runtime.md;
 the trace has one process track per rank and one complete ("X") slice per op, named after its
-source line, with times in microseconds from the earliest set-up start — Perfetto and
-chrome://tracing open it as is.
+source line, with times in microseconds from the earliest set-up start, and flow arrows from sends to
+their receives — Perfetto and chrome://tracing open it as is.
 """
 
 from __future__ import annotations
@@ -176,30 +176,27 @@ def build_report(
     }
 
 
-def chrome_trace(schedule: Schedule, source_text: str, results: dict[int, RankResult]) -> dict:
+def chrome_trace(
+    schedule: Schedule, source_text: str, results: dict[int, RankResult], hang: list[dict] | None = None, tags=True
+) -> dict:
+    """One track per rank, one slice per op it did, named after its source line, with what it moved (bytes,
+    dtype, peer, group, seq); flow arrows from each send to the receive that took it (FIFO per channel; `tags`:
+    whether tags tell channels apart, as on Gloo, not NCCL). A run that hung or failed still gets the ops each
+    rank did (`records.TimesLog`), a slice "stuck" for the op each rank was in when the hang guard stopped it
+    (`hang`: outcome.hang_rows), and a marker where a rank failed."""
     origin = _origin(results)
     events: list[dict] = []
+    ends: dict[tuple, list] = {}  # (channel, k) → [send (rank, ts), receive (rank, ts)] for the flow arrows
     for rank, r in sorted(results.items()):
-        events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
-        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "ops"}})
-        if r.init[0]:
-            events.append(
-                {
-                    "name": "set-up (init_process_group, new_group, tensors)",
-                    "cat": "setup",
-                    "ph": "X",
-                    "pid": rank,
-                    "tid": 0,
-                    "ts": (r.init[0] - origin) / 1e3,
-                    "dur": (r.init[1] - r.init[0]) / 1e3,
-                }
-            )
+        events += _track(rank, r, origin)
         ops = schedule.ops[rank]
+        described = _op_args(schedule, rank, tags)
         for index, (t0, t1) in enumerate(r.times):
             if not t0:
                 continue
             at = where(schedule, source_text, rank, index)
+            args, messages = described[index]
+            ts, dur = (t0 - origin) / 1e3, (t1 - t0) / 1e3
             events.append(
                 {
                     "name": f"{at.line}: {at.text}",
@@ -207,16 +204,128 @@ def chrome_trace(schedule: Schedule, source_text: str, results: dict[int, RankRe
                     "ph": "X",
                     "pid": rank,
                     "tid": 0,
-                    "ts": (t0 - origin) / 1e3,
-                    "dur": (t1 - t0) / 1e3,
-                    "args": {"index": index, "line": at.line, "bindings": dict(ops[index].bindings)},
+                    "ts": ts,
+                    "dur": dur,
+                    "args": {"index": index, "line": at.line, "bindings": dict(ops[index].bindings), **args},
                 }
             )
+            for channel, k, is_send in messages:
+                ends.setdefault((channel, k), [None, None])[0 if is_send else 1] = (rank, ts if is_send else ts + dur)
+        if r.error is not None and r.error.get("time_ns"):
+            events.append(
+                {
+                    "name": f"failed: {r.error['type']}",
+                    "ph": "i",
+                    "s": "p",
+                    "pid": rank,
+                    "tid": 0,
+                    "ts": (r.error["time_ns"] - origin) / 1e3,
+                    "args": {"message": r.error["message"], "index": r.error["index"]},
+                }
+            )
+    events += _stuck(schedule, source_text, hang or [], origin)
+    events += _flows(ends)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"program": schedule.program, "world": schedule.world},
+        "otherData": {"program": schedule.program, "world": schedule.world, "complete": not hang},
     }
+
+
+def _track(rank: int, r: RankResult, origin: int) -> list[dict]:
+    """A rank's track names and its set-up slice."""
+    out: list[dict] = [
+        {"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+        {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+        {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "ops"}},
+    ]
+    if r.init[0] and r.init[1]:
+        out.append(
+            {
+                "name": "set-up (init_process_group, new_group, tensors)",
+                "cat": "setup",
+                "ph": "X",
+                "pid": rank,
+                "tid": 0,
+                "ts": (r.init[0] - origin) / 1e3,
+                "dur": (r.init[1] - r.init[0]) / 1e3,
+            }
+        )
+    return out
+
+
+def _op_args(schedule: Schedule, rank: int, tags: bool) -> list[tuple[dict, list[tuple]]]:
+    """Per op of `rank`: (what the trace shows of it, the messages it posts as (channel, k, is_send)). `seq` is
+    the op's number among the calls on its group (a collective) or the messages on its channel (send, recv)."""
+    from commdsl.dtypes import DTYPES
+    from commdsl.schedule import Batch, Collective, Recv, Send
+
+    calls: dict[int, int] = {}
+    messages: dict[tuple, int] = {}
+    out: list[tuple[dict, list[tuple]]] = []
+
+    def message(op) -> tuple[dict, tuple]:
+        src, dst = (rank, op.peer) if isinstance(op, Send) else (op.peer, rank)
+        group = op.group.id if op.group is not None else 0
+        channel = (group, src, dst, op.tag if tags else 0)
+        k = messages.get((channel, isinstance(op, Send)), 0)
+        messages[(channel, isinstance(op, Send))] = k + 1
+        size = op.view.numel * DTYPES[op.dtype].itemsize
+        args = {"bytes": size, "dtype": op.dtype, "peer": op.peer, "group": op.group.name if op.group else "world"}
+        return {**args, "tag": op.tag, "seq": k}, (channel, k, isinstance(op, Send))
+
+    for op in schedule.ops[rank]:
+        if isinstance(op, (Send, Recv)):
+            args, posted = message(op)
+            out.append((args, [posted]))
+        elif isinstance(op, Batch):
+            parts = [message(o) for o in op.ops]
+            out.append(({"messages": [a for a, _ in parts]}, [m for _, m in parts]))
+        elif isinstance(op, Collective):
+            k = calls.get(op.group.id, 0)
+            calls[op.group.id] = k + 1
+            size = sum(v.numel for v in op.inputs) * DTYPES[op.dtype].itemsize
+            args = {"bytes": size, "dtype": op.dtype, "group": op.group.name, "seq": k}
+            if op.root is not None:
+                args["root"] = op.root
+            out.append((args, []))
+        else:
+            out.append(({}, []))
+    return out
+
+
+def _stuck(schedule: Schedule, source_text: str, hang: list[dict], origin: int) -> list[dict]:
+    """A slice per rank the hang guard found inside an op, from when it began to when the guard stopped it."""
+    out = []
+    for row in hang:
+        if row.get("rank") is None or row.get("index", -1) < 0 or not row.get("since_ns"):
+            continue
+        rank, index = row["rank"], row["index"]
+        at = where(schedule, source_text, rank, index)
+        out.append(
+            {
+                "name": f"{at.line}: {at.text} ({row['state']})",
+                "cat": "stuck",
+                "ph": "X",
+                "pid": rank,
+                "tid": 0,
+                "ts": (row["since_ns"] - origin) / 1e3,
+                "dur": row["seconds"] * 1e6,
+                "args": {"index": index, "line": at.line, "state": row["state"], "unfinished": True},
+            }
+        )
+    return out
+
+
+def _flows(ends: dict[tuple, list]) -> list[dict]:
+    """Chrome trace flow events: an arrow from each send's slice to the receive's, where both ran."""
+    out = []
+    for n, (send, recv) in enumerate(v for v in ends.values() if v[0] and v[1]):
+        out.append({"name": "message", "cat": "p2p", "ph": "s", "id": n, "pid": send[0], "tid": 0, "ts": send[1]})
+        out.append(
+            {"name": "message", "cat": "p2p", "ph": "f", "bp": "e", "id": n, "pid": recv[0], "tid": 0, "ts": recv[1]}
+        )
+    return out
 
 
 def write_json(path: str, data: dict, inputs=()) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from commdsl.runtime import progress
-from commdsl.runtime.records import encode_array, line
+from commdsl.runtime.records import TimesLog, encode_array, line
 from commdsl.schedule import Schedule
 
 # Seconds the process-group timeout exceeds `--timeout` in local runs, so the launcher's hang guard
@@ -117,7 +117,10 @@ def local_entry(job: Job) -> None:
 
             return write_tensor(os.path.join(job.run_dir, f"rank{rank}.{name}.bin"), tensor)
 
-        failed = execute(schedule, rank, local_rank, job.backend, job.timeout + BACKSTOP_S, slot, emit, save=save)
+        times = TimesLog(os.path.join(job.run_dir, f"rank{rank}.times"), len(schedule.ops[rank]))
+        failed = execute(
+            schedule, rank, local_rank, job.backend, job.timeout + BACKSTOP_S, slot, emit, save=save, times=times
+        )
     if failed:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -151,12 +154,15 @@ def execute(
     emit: Callable[[str, dict], None],
     store=None,
     save=None,
+    times=None,
 ) -> bool:
     """Run this rank's ops; True if it failed (the error record says where and why).
 
     `store`: a c10d store already connected (external launchers); otherwise one is made from the
     MASTER_ADDR/MASTER_PORT the launcher exported. `save(name, tensor)`: writes a final tensor somewhere
     the launcher can read and returns its record; without it, tensors go into the record in base64.
+    `times`: where each op's (start, end) goes as it ends (`records.TimesLog`, which outlives a killed rank);
+    without it, a list sent with the final record.
     """
     import torch
     import torch.distributed as dist
@@ -196,15 +202,18 @@ def execute(
             sync=torch.cuda.current_stream(device).synchronize if backend == "nccl" else None,
         )
         steps = build_steps(ops, ctx)
-        times = [(0, 0)] * len(steps)
         init = (init_start, time.time_ns())
+        if times is None:
+            times = [(0, 0)] * len(steps)
+        else:
+            times[len(steps)] = init
         slot.s[progress.STATE] = progress.RUNNING
         index = run_steps(steps, slot, times)
         slot.state(progress.FINISHING, index)
         # no closing barrier: the rank ends when its program does, as a torch script would, so a message
         # still in flight (an isend never waited) is lost here as it is there (R501)
         tensors = {name: save(name, ctx.buffers[name]) if save else encode_array(ctx.host_flat(name)) for name in specs}
-        emit("final", {"tensors": tensors, "times": times, "init": init})
+        emit("final", {"tensors": tensors, "times": list(times[i] for i in range(len(steps))), "init": init})
         dist.destroy_process_group()
         slot.state(progress.DONE, index)
         return False
