@@ -392,3 +392,31 @@ def test_device_mesh_groups(capsys):
     assert code == 1
     assert [(d["code"], at(d)) for d in diags] == [("C308", ("mesh_2d.py", 16))]
     assert ("mesh_2d.py", 19) in labels(diags[0])
+
+
+def test_a_failure_of_the_recorder_is_never_the_scripts():
+    """A wrapper's own bug surfaces as commdsl's (RecorderBug, past the script's `except Exception`); an
+    error of the wrapped call itself stays the script's."""
+    import torch.distributed as dist
+
+    from commdsl.trace import record as rec
+    from commdsl.trace.events import RankTrace
+
+    broken = rec._p2p(True, True)  # a real handler, over a function whose arguments it does not know
+
+    def honest(original, a, site):
+        return original(**a)
+
+    def target(x):
+        raise ValueError(f"torch says no to {x}")
+
+    saved = rec._STATE
+    rec._STATE = rec._State(0, 1, RankTrace(0, 1), {}, set())
+    try:
+        with pytest.raises(rec.RecorderBug, match="could not record `target` at .*KeyError: 'tensor'"):
+            rec._wrap_api("target", target, broken)(1)
+        with pytest.raises(ValueError, match="torch says no to 1"):
+            rec._wrap_api("target", target, honest)(1)
+    finally:
+        rec._STATE = saved
+    assert dist.is_available()

@@ -185,10 +185,11 @@ def _script_failed(failed, world: int, err) -> None:
         by_text.setdefault(t.error, []).append(t.rank)
     for text, ranks in by_text.items():
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-        err.print(
-            f"[bold red]error[/]: the script failed while traced as {who} of {world}:\n{escape(text.rstrip())}",
-            highlight=False,
-        )
+        if text.startswith("commdsl trace could not record"):  # ours, not the script's (record.RecorderBug)
+            head = f"recording failed on {who} of {world}"
+        else:
+            head = f"the script failed while traced as {who} of {world}"
+        err.print(f"[bold red]error[/]: {head}:\n{escape(text.rstrip())}", highlight=False)
 
 
 def _flight(args, out, err) -> int:

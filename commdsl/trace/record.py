@@ -70,8 +70,20 @@ format are private and change between versions (docs/trace.md)."""
 REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
 
 
-class ScriptError(Exception):
-    """The script failed while it was recorded: the message is its own traceback, without our frames."""
+class RecorderBug(BaseException):
+    """A wrapper's own code failed (not the torch call it wraps). A BaseException, so the script's
+    `except Exception` does not swallow it; the rank reports it as commdsl's failure."""
+
+    def __init__(self, name: str, site: Site, error: Exception):
+        super().__init__(f"commdsl trace could not record `{name}` at {site}: {type(error).__name__}: {error}")
+
+
+def _raised_here(e: BaseException) -> bool:
+    """Whether the innermost frame of the exception is this module's (a torch error comes from torch's)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) == os.path.realpath(__file__)
 
 
 def _is_user_file(filename: str) -> bool:
@@ -260,6 +272,10 @@ def _wrap_api(name: str, original, handler):
         st.inside += 1
         try:
             return handler(original, a, site)
+        except Exception as e:
+            if _raised_here(e):  # our recording failed, not the call: never passed off as the script's error
+                raise RecorderBug(name, site, e) from e
+            raise
         finally:
             st.inside -= 1
 
@@ -936,6 +952,8 @@ def record_rank(script: str, argv: list[str], rank: int, world: int) -> RankTrac
     except SystemExit as e:
         if e.code not in (None, 0):
             trace.error = f"the script exited with status {e.code}"
+    except RecorderBug as e:
+        trace.error = f"{e} (a bug in commdsl, not in the script: please report it)"
     except BaseException as e:  # noqa: BLE001 - the user's failure is reported, never ours
         trace.error = _user_traceback(e) + _stand_in_hint(trace)
     st = _STATE
