@@ -35,6 +35,7 @@ class Buffer:
     numel: int
     dtype: str
     offset: int = 0
+    label: str = ""  # the expression the script passed (`grad`, `buf[0:8]`), where it called the API itself
 
 
 @dataclass(slots=True)
@@ -88,8 +89,8 @@ def _call_json(c: Call) -> dict:
         "op": c.op,
         "site": list(astuple_site(c.site)),
         "group": list(c.group) if c.group is not None else None,
-        "inputs": [[b.id, b.numel, b.dtype, b.offset] for b in c.inputs],
-        "outputs": [[b.id, b.numel, b.dtype, b.offset] for b in c.outputs],
+        "inputs": [[b.id, b.numel, b.dtype, b.offset, b.label] for b in c.inputs],
+        "outputs": [[b.id, b.numel, b.dtype, b.offset, b.label] for b in c.outputs],
         "inputs_listed": c.inputs_listed,
         "outputs_listed": c.outputs_listed,
         "peer": c.peer,

@@ -25,8 +25,10 @@ ranks in turn (module state leaks between ranks).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
+import linecache
 import os
 import runpy
 import signal
@@ -104,10 +106,64 @@ def user_site() -> Site:
     pos = info.positions
     line = info.lineno
     if pos is not None and pos.lineno is not None and pos.col_offset is not None:
+        path = os.path.realpath(info.filename)
         end_line = pos.end_lineno or line
-        end_col = (pos.end_col_offset or pos.col_offset) + 1
-        return Site(os.path.realpath(info.filename), pos.lineno, pos.col_offset + 1, end_line, end_col)
+        start = _chars(path, pos.lineno, pos.col_offset) + 1
+        end = _chars(path, end_line, pos.end_col_offset if pos.end_col_offset is not None else pos.col_offset) + 1
+        return Site(path, pos.lineno, start, end_line, end)
     return Site(os.path.realpath(info.filename), line, 1, line, 1)
+
+
+def _chars(path: str, line: int, byte_col: int) -> int:
+    """Python's columns count UTF-8 bytes; spans count characters."""
+    text = linecache.getline(path, line)
+    return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace")) if text else byte_col
+
+
+_CALL_TEXTS: dict[tuple, tuple[str, list[str], dict[str, str]] | None] = {}
+
+
+def _call_texts(site: Site) -> tuple[str, list[str], dict[str, str]] | None:
+    """The call written at `site`: its callee's last name, and its positional and keyword arguments' source
+    text (None when the site is not one call, or it passes `*args`)."""
+    key = (site.path, site.line, site.column, site.end_line, site.end_column)
+    if key in _CALL_TEXTS:
+        return _CALL_TEXTS[key]
+    found = None
+    lines = linecache.getlines(site.path)[site.line - 1 : site.end_line]
+    if lines:
+        if len(lines) == 1:
+            text = lines[0][site.column - 1 : site.end_column - 1]
+        else:
+            text = lines[0][site.column - 1 :] + "".join(lines[1:-1]) + lines[-1][: site.end_column - 1]
+        text = text.strip()
+        try:
+            node = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            node = None
+        if isinstance(node, ast.Call) and not any(isinstance(x, ast.Starred) for x in node.args):
+            f = node.func
+            callee = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            positional = [ast.get_source_segment(text, x) or "" for x in node.args]
+            keywords = {k.arg: ast.get_source_segment(text, k.value) or "" for k in node.keywords if k.arg}
+            found = (callee, positional, keywords)
+    _CALL_TEXTS[key] = found
+    return found
+
+
+def _labels(name: str, site: Site, args: tuple, kwargs: dict) -> dict[int, str]:
+    """id(tensor) → the expression the script passed it as (`grad`, `buf[0:8]`, `outs` for each tensor of a
+    list), when the call at `site` is this function's own call; {} otherwise (DDP's internal broadcast)."""
+    texts = _call_texts(site)
+    if texts is None or texts[0] != name:
+        return {}
+    out: dict[int, str] = {}
+    pairs = list(zip(args, texts[1])) + [(v, texts[2].get(k, "")) for k, v in kwargs.items()]
+    for value, text in pairs:
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor) and text:
+                out[id(t)] = text
+    return out
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -154,6 +210,7 @@ class _State:
     buffers: dict  # (storage, dtype) → slot
     tainted: set
     live: set = field(default_factory=set)  # the slots of live buffers
+    labels: dict = field(default_factory=dict)  # id(tensor) → its argument's text, during one API call
     next_req: int = 0
     inside: int = 0  # >0 while one of our wrappers runs: nested calls are its own, not the user's
     processes_started: int = 0
@@ -190,7 +247,7 @@ def _buf(t) -> Buffer:
         st.live.add(slot)
         owner = t._base if t._base is not None else t
         weakref.finalize(owner, _release, st, key, slot)
-    return Buffer(slot, int(t.numel()), _dtype(t), int(t.storage_offset()))
+    return Buffer(slot, int(t.numel()), _dtype(t), int(t.storage_offset()), st.labels.get(id(t), ""))
 
 
 def _release(st: _State, key: tuple, slot: int) -> None:
@@ -270,6 +327,7 @@ def _wrap_api(name: str, original, handler):
         a = bound.arguments
         site = user_site()
         st.inside += 1
+        st.labels = _labels(name, site, args, kwargs)
         try:
             return handler(original, a, site)
         except Exception as e:
@@ -278,6 +336,7 @@ def _wrap_api(name: str, original, handler):
             raise
         finally:
             st.inside -= 1
+            st.labels = {}
 
     wrapper.__name__ = name
     wrapper.__qualname__ = name

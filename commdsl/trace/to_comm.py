@@ -26,6 +26,7 @@ What is written:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from commdsl.trace.events import Buffer, Call, RankTrace, Read, Site
@@ -112,18 +113,47 @@ def fold(seq: list) -> list:
 
 
 class _Names:
-    """Tensor names and sizes shared by every rank; group names."""
+    """Tensor names and sizes shared by every rank; group names.
+
+    A tensor is a key (the script's name for the buffer, its slot, its dtype): the first pass over every
+    rank collects the keys and their extents, `settle` names them (the script's own name where one key
+    has it: `grad`; numbered where several do: `x_0`, `x_1`; `b0`, `b1`, ... for buffers the script did
+    not name itself, such as DDP's buckets), and the second pass writes the texts with those names."""
 
     def __init__(self):
-        self.tensors: dict[str, tuple[str, int, Site]] = {}  # name → (dtype, numel, first site)
+        self.keys: dict[tuple, tuple[str, int, Site]] = {}  # key → (dtype, extent, first site)
+        self.final: dict[tuple, str] = {}
         self.groups: dict[tuple[int, ...], tuple[str, Site]] = {}
 
-    def buffer(self, b: Buffer, site: Site, role: str = "") -> str:
-        name = f"b{b.id}" if b.id >= 0 else _SYNTHETIC.get(b.id, "tmp")
-        name = f"{name}_{_short(b.dtype)}"
-        dtype, numel, first = self.tensors.get(name, (b.dtype, 0, site))
-        self.tensors[name] = (dtype, max(numel, b.offset + b.numel), first)
-        return name
+    def key(self, b: Buffer, site: Site) -> tuple:
+        base = _SYNTHETIC.get(b.id, "tmp") if b.id < 0 else _base(b.label)
+        key = (base, b.id, b.dtype)
+        dtype, extent, first = self.keys.get(key, (b.dtype, 0, site))
+        self.keys[key] = (dtype, max(extent, b.offset + b.numel), first)
+        return key
+
+    def settle(self) -> None:
+        """Final names for every key (after the first pass)."""
+        by_base: dict[str, list[tuple]] = {}
+        for key in self.keys:
+            by_base.setdefault(key[0], []).append(key)
+        taken: set[str] = set()
+        for base, keys in by_base.items():
+            for k, key in enumerate(keys):
+                if key[1] < 0:
+                    name = f"{base}_{_short(key[2])}"
+                elif base and len(keys) == 1 and not _reserved(base):
+                    name = base
+                else:
+                    name = f"{base or 'b'}{'_' if base else ''}{k}"
+                while name in taken or (name != base and _reserved(name) and base):
+                    name += "_"
+                taken.add(name)
+                self.final[key] = name
+
+    @property
+    def tensors(self) -> dict[str, tuple[str, int, Site]]:
+        return {self.final[key]: value for key, value in self.keys.items()}
 
     def group(self, ranks: tuple[int, ...] | None, site: Site) -> str:
         if ranks is None:
@@ -131,6 +161,26 @@ class _Names:
         if ranks not in self.groups:
             self.groups[ranks] = (f"g{len(self.groups)}", site)
         return f" in {self.groups[ranks][0]}"
+
+
+_KEYWORDS = set(
+    "program world backend param tensor group split by mesh let for in on else batch send recv isend irecv to "
+    "from tag broadcast all_reduce reduce all_gather gather scatter reduce_scatter all_to_all into op splits "
+    "barrier wait all expect print and or not true false rank i n min max abs rand randn".split()
+)
+_LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*(\[.*)?", re.S)
+
+
+def _base(label: str) -> str:
+    """The script's name for a buffer from the expression it passed: `grad` from `grad`, `buf` from
+    `buf[0:8]`, `weight` from `self.weight`; "" for anything else (`torch.ones(4)`, `x + 1`)."""
+    m = _LABEL.fullmatch(label.strip())
+    return m.group(1).rsplit(".", 1)[-1].strip() if m else ""
+
+
+def _reserved(name: str) -> bool:
+    """Names the program uses itself: keywords, built-ins, `n`, and the g/h/rep/b numbered names."""
+    return name in _KEYWORDS or re.fullmatch(r"(g|h|rep|b)\d+", name) is not None
 
 
 _SYNTHETIC = {-1: "obj", -2: "objs", -3: "fout", -4: "unused", -5: "a2a_in", -6: "a2a_out"}
@@ -282,18 +332,19 @@ class _Rank:
 
 
 class _Deferred:
-    """A view whose text is settled once every rank's buffers are known (its tensor's length)."""
+    """A view whose text needs the settled names and extents (the first pass only collects them)."""
 
     def __init__(self, rank: _Rank, b: Buffer, site: Site, role: str):
-        self.name = rank.names.buffer(b, site, role)
+        self.key = rank.names.key(b, site)
         self.numel, self.offset = b.numel, b.offset
         self.names = rank.names
 
     def __str__(self) -> str:
-        full = self.names.tensors[self.name][1]
+        name = self.names.final.get(self.key, "unsettled")
+        full = self.names.keys[self.key][1]
         if self.offset == 0 and self.numel == full:
-            return self.name
-        return f"{self.name}[{_n(self.offset)}:{_n(self.offset + self.numel)}]"
+            return name
+        return f"{name}[{_n(self.offset)}:{_n(self.offset + self.numel)}]"
 
     def __format__(self, spec: str) -> str:
         return str(self)
@@ -384,6 +435,7 @@ def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
     names = _Names()
     for t in traces:  # first pass: every buffer's longest use, every group
         _Rank(t, names)
+    names.settle()
     ranks = [_Rank(t, names) for t in traces]
     backend = "nccl" if any((t.backend or "").lower() == "nccl" for t in traces) else "gloo"
     out: list[str] = [
