@@ -14,7 +14,7 @@ from commdsl.cli.common import EXIT_FAILURE, UsageError
 
 # modules under commdsl.cli, each with `add_parser(subparsers)` registering its verb(s) and a handler.
 # They import torch only inside their handlers, so `check` and `lint` start without it.
-VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain", "lsp")
+VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain", "lsp", "trace")
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,10 +61,17 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["trace"] and "--" in argv:  # `commdsl trace SCRIPT [options] -- SCRIPT'S OWN ARGS`
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args, extra = parser.parse_known_args(argv)
     if extra:
         verb = parser.verbs[args.verb]
         verb.error(_unrecognised(verb, extra))
+    if script_args:
+        args.script_args = script_args
     try:
         return args.handler(args)
     except UsageError as e:
