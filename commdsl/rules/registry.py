@@ -28,6 +28,7 @@ from commdsl.rules import (
     requests,
     sizes,
     syntax,
+    topology,
     verify,
 )
 
@@ -70,6 +71,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.ExpansionTooLarge,
     sizes.TimeLimitExceeded,
     sizes.UnsupportedElementOp,
+    topology.InvalidTopology,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,
     p2p.TagMismatch,
