@@ -253,7 +253,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
             )
         if len(path) > 12:
             lines.append(f"#   … {len(path) - 12} more runs of lines (--json has them all)")
-    busiest = link_table(pred.timing, links)
+    busiest = link_table(pred.timing, links) if links > 0 else []
     if busiest:
         lines.append(f"# busiest links at {format_size(size)} (busy time / predicted time):")
         for link in busiest:

@@ -197,7 +197,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
                 bw.algbw(size, sec),
                 bw.busbw(kind or "", world, size, sec),
                 None,
-                [float(x) * 1e6 for x in timing.rank_seconds[k]] if world <= 64 else [],
+                [float(x) * 1e6 for x in timing.rank_seconds[:, k]] if world <= 64 else [],
                 lines,
             )
         )

@@ -2,7 +2,7 @@
 
 The engine decides what happens (which send meets which receive, which calls make a collective, who
 waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
-sizes × world, seconds from a common start): a local op adds its bytes over memory bandwidth; a send or
+world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth; a send or
 receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
 sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
 its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
@@ -43,7 +43,7 @@ NCCL_TIMING = Model("nccl", tags=False)  # tags ignored; its streams' issue orde
 
 
 class Bytes:
-    """Bytes of every op at every predicted size: `of(rec)` → array (sizes, len(rec.ranks)).
+    """Bytes of every op at every predicted size: `of(rec)` → array (len(rec.ranks), sizes).
 
     From one expansion per size (`schedules`, whose records must correspond one to one), each size's
     bytes a weighted sum of theirs (`weights`: sizes × expansions; the identity when every size has its
@@ -67,7 +67,7 @@ class Bytes:
             for s in self.schedules:
                 rec = s.records[rid]
                 per.append(np.broadcast_to(np.asarray(op_bytes(rec, s), dtype=np.float64), rec.ranks.shape))
-            got = self.weights @ np.stack(per)
+            got = np.ascontiguousarray((self.weights @ np.stack(per)).T)
             self.cache[rid] = got
         return got
 
@@ -98,7 +98,7 @@ class Timing:
     """What one predicted run gives: per size the time, per link the load, and the critical path."""
 
     seconds: np.ndarray  # per size: when the last rank finishes
-    rank_seconds: np.ndarray  # sizes × world
+    rank_seconds: np.ndarray  # world × sizes
     port_names: list[str]
     port_bytes: np.ndarray  # per port, at the path size
     port_busy: np.ndarray  # seconds each port moved data, at the path size
@@ -111,11 +111,11 @@ class Clocks(Observer):
     def __init__(self, schedule: Schedule, topo: Topology, nbytes: Bytes, sizes: int, track: int | None):
         W = schedule.world
         self.s, self.topo, self.nbytes, self.W = schedule, topo, nbytes, W
-        self.T = np.zeros((sizes, W))
-        self.D = np.zeros((sizes, W))
+        self.T = np.zeros((W, sizes))
+        self.D = np.zeros((W, sizes))
         R = schedule.requests.count
-        self.req_post = np.zeros((sizes, R))
-        self.req_end = np.zeros((sizes, R))
+        self.req_post = np.zeros((R, sizes))
+        self.req_end = np.zeros((R, sizes))
         self.req_done = np.zeros(R, dtype=bool)
         self.req_waiting = np.zeros(R, dtype=bool)
         self.early: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
@@ -124,7 +124,7 @@ class Clocks(Observer):
         nodes = int(self.node[-1]) + 1 if W else 0
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
-        self.free = np.zeros((sizes, 2 * W + 2 * self.n_nics))
+        self.free = np.zeros((2 * W + 2 * self.n_nics, sizes))
         self.k = track if track is not None else sizes - 1
         self.port_bytes = np.zeros(2 * W + 2 * self.n_nics)
         self.port_busy = np.zeros(2 * W + 2 * self.n_nics)
@@ -159,34 +159,39 @@ class Clocks(Observer):
     # ---- clocks --------------------------------------------------------------------------------------
     def settle(self, G: np.ndarray) -> None:
         """Ranks G act again: their clocks catch up with what they waited for."""
-        d, t = self.D[:, G], self.T[:, G]
-        later = d[self.k] > t[self.k]
-        if later.any():
-            self.last[G[later]] = self.Dnode[G[later]]
-        self.T[:, G] = np.maximum(t, d)
+        ix = _ix(G, self.W)
+        d, t = self.D[ix], self.T[ix]
+        if self.track:
+            later = d[:, self.k] > t[:, self.k]
+            if later.any():
+                self.last[G[later]] = self.Dnode[G[later]]
+        self.T[ix] = np.maximum(t, d)
 
     def wait_for(self, ranks: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
-        """Ranks wait for things ending at `end` (sizes × len(ranks)); a rank may appear more than once."""
+        """Ranks wait for things ending at `end` (len(ranks) × sizes); a rank may appear more than once."""
         if not ranks.size:
             return
-        order = np.argsort(end[self.k], kind="stable")  # the latest last, so it wins the node below
-        ranks, end, nodes = ranks[order], end[:, order], nodes[order]
-        later = end[self.k] > self.D[self.k, ranks]
-        if np.unique(ranks).size == ranks.size:
-            self.D[:, ranks] = np.maximum(self.D[:, ranks], end)
+        if _distinct(ranks, self.W):
+            ix = _ix(ranks, self.W)
+            if self.track:
+                later = end[:, self.k] > self.D[ix, self.k]
+            self.D[ix] = np.maximum(self.D[ix], end)
         else:
-            for k in range(self.D.shape[0]):
-                np.maximum.at(self.D[k], ranks, end[k])
-        self.Dnode[ranks[later]] = nodes[later]
+            order = np.argsort(end[:, self.k], kind="stable")  # the latest last, so it wins the node below
+            ranks, end, nodes = ranks[order], end[order], nodes[order]
+            later = end[:, self.k] > self.D[ranks, self.k]
+            np.maximum.at(self.D, ranks, end)
+        if self.track:
+            self.Dnode[ranks[later]] = nodes[later]
 
     def finish_requests(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
-        self.req_end[:, reqs] = end
+        self.req_end[reqs] = end
         self.req_done[reqs] = True
         self.req_end_node[reqs] = nodes
         w = self.req_waiting[reqs]
         if w.any():
             self.req_waiting[reqs[w]] = False
-            self.wait_for(self.s.requests.rank[reqs[w]], end[:, w], nodes[w])
+            self.wait_for(self.s.requests.rank[reqs[w]], end[w], nodes[w])
 
     # ---- observer hooks ------------------------------------------------------------------------------
     def local(self, rec, G, pos) -> None:
@@ -194,26 +199,29 @@ class Clocks(Observer):
         if not isinstance(rec, ComputeRec):
             return
         b = self.nbytes.of(rec.id)
-        b = b if pos is None else b[:, pos]
-        start = self.T[self.k, G].copy()
-        self.T[:, G] += b / self.topo.memory_bps
-        self.last[G] = self.add_nodes(rec.id, G, -1, self.last[G], start, self.T[self.k, G])
+        b = b if pos is None else b[pos]
+        ix = _ix(G, self.W)
+        start = self.T[ix, self.k].copy()
+        self.T[ix] += b / self.topo.memory_bps
+        if self.track:
+            self.last[G] = self.add_nodes(rec.id, G, -1, self.last[G], start, self.T[ix, self.k])
 
     def posted(self, rows: Posts) -> None:
-        self.settle(np.unique(rows.rank))
+        self.settle(_members(rows.rank, self.W))
         q = rows.req
         a = q >= 0
         if a.any():
-            self.req_post[:, q[a]] = self.T[:, rows.rank[a]]
+            self.req_post[q[a]] = self.T[rows.rank[a]]
             self.req_post_node[q[a]] = self.last[rows.rank[a]]
 
     def post_time(self, rows: Posts) -> tuple[np.ndarray, np.ndarray]:
-        """When each row was posted (sizes × rows) and the node it came after."""
-        t = self.T[:, rows.rank].copy()
-        node = self.last[rows.rank].copy()
+        """When each row was posted (rows × sizes) and the node it came after."""
+        t = self.T[_ix(rows.rank, self.W)]
+        node = self.last[rows.rank] if self.track else self.last[:0]
         a = rows.req >= 0
         if a.any():
-            t[:, a] = self.req_post[:, rows.req[a]]
+            t, node = t.copy(), node.copy()
+            t[a] = self.req_post[rows.req[a]]
             node[a] = self.req_post_node[rows.req[a]]
         return t, node
 
@@ -221,31 +229,38 @@ class Clocks(Observer):
         ts, ns = self.post_time(sends)
         tr, nr = self.post_time(recvs)
         start = np.maximum(ts, tr)
-        pred = np.where(ts[self.k] >= tr[self.k], ns, nr)
+        pred = np.where(ts[:, self.k] >= tr[:, self.k], ns, nr) if self.track else ns
         src, dst = sends.src, sends.dst
         b = np.empty_like(start)
-        for rid in np.unique(sends.rec).tolist():
-            m = sends.rec == rid
-            b[:, m] = self.nbytes.of(rid)[:, sends.pos[m]]
+        r0 = int(sends.rec[0])
+        if (sends.rec == r0).all():
+            b = self.nbytes.of(r0)[_ix(sends.pos, self.s.records[r0].ranks.size)]
+        else:
+            for rid in np.unique(sends.rec).tolist():
+                m = sends.rec == rid
+                b[m] = self.nbytes.of(rid)[sends.pos[m]]
         alpha, beta, e, i = self.links(src, dst)
-        eff = np.maximum(_shared(e, b, self.k), _shared(i, b, self.k))
-        begin = np.maximum(start + alpha, np.maximum(self.free[:, e], self.free[:, i]))
-        end = begin + eff / beta
+        n_ports = self.free.shape[0]
+        se, si = _shared(e, b, self.k, n_ports), _shared(i, b, self.k, n_ports)
+        eff = se if si is b else si if se is b else np.maximum(se, si)
+        begin = np.maximum(start + alpha[:, None], np.maximum(self.free[e], self.free[i]))
+        end = begin + eff / beta[:, None]
         for ports in (e, i):
-            if np.unique(ports).size == ports.size:
-                self.free[:, ports] = np.maximum(self.free[:, ports], end)
+            if _distinct(ports, n_ports):
+                self.free[ports] = np.maximum(self.free[ports], end)
+                self.port_bytes[ports] += b[:, self.k]
+                self.port_busy[ports] += b[:, self.k] / beta
             else:
-                for k in range(self.free.shape[0]):
-                    np.maximum.at(self.free[k], ports, end[k])
-            np.add.at(self.port_bytes, ports, b[self.k])
-            np.add.at(self.port_busy, ports, b[self.k] / beta)
-        nodes = self.add_nodes(sends.rec, src, dst, pred, start[self.k], end[self.k])
+                np.maximum.at(self.free, ports, end)
+                np.add.at(self.port_bytes, ports, b[:, self.k])
+                np.add.at(self.port_busy, ports, b[:, self.k] / beta)
+        nodes = self.add_nodes(sends.rec, src, dst, pred, start[:, self.k], end[:, self.k])
         for rows in (sends, recvs):
             a = rows.req >= 0
             if a.any():
-                self.finish_requests(rows.req[a], end[:, a], nodes[a])
+                self.finish_requests(rows.req[a], end[a], nodes[a])
             if (~a).any():
-                self.wait_for(rows.rank[~a], end[:, ~a], nodes[~a])
+                self.wait_for(rows.rank[~a], end[~a], nodes[~a])
 
     def links(self, src: np.ndarray, dst: np.ndarray):
         """α and β of each message (from its node pair and the overrides) and its two ports."""
@@ -265,21 +280,21 @@ class Clocks(Observer):
         self.settle(G)
         if rec.req is not None:
             q = at(rec.req, pos, G.size).astype(np.int64)
-            self.req_post[:, q] = self.T[:, G]
+            self.req_post[q] = self.T[G]
             self.req_post_node[q] = self.last[G]
 
     def call_time(self, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
-        t = self.T[:, calls.rank].copy()
+        t = self.T[calls.rank]
         node = self.last[calls.rank].copy()
         a = calls.req >= 0
         if a.any():
-            t[:, a] = self.req_post[:, calls.req[a]]
+            t[a] = self.req_post[calls.req[a]]
             node[a] = self.req_post_node[calls.req[a]]
         if self.early:
             for j in np.flatnonzero(calls.released).tolist():
                 key = (int(calls.rec[j]), int(calls.pos[j]))
                 if key in self.early:
-                    t[:, j], node[j] = self.early[key]
+                    t[j], node[j] = self.early[key]
         return t, node
 
     def released(self, calls: Calls, leaving) -> None:
@@ -288,32 +303,32 @@ class Clocks(Observer):
         idx = np.flatnonzero(leaving)
         t, node = self.call_time(calls.take(idx))
         for j, k in enumerate(idx.tolist()):
-            self.early[(int(calls.rec[k]), int(calls.pos[k]))] = (t[:, j].copy(), int(node[j]))
+            self.early[(int(calls.rec[k]), int(calls.pos[k]))] = (t[j].copy(), int(node[j]))
         dur = self.duration(calls, 0, len(calls))
-        end = t + dur[:, None]
-        nodes = self.add_nodes(calls.rec[idx], calls.rank[idx], -1, node, t[self.k], end[self.k])
+        end = t + dur[None, :]
+        nodes = self.add_nodes(calls.rec[idx], calls.rank[idx], -1, node, t[:, self.k], end[:, self.k])
         self.release(calls.take(idx), end, nodes)
 
     def release(self, calls: Calls, end: np.ndarray, nodes: np.ndarray) -> None:
         a = calls.req >= 0
         if a.any():
-            self.finish_requests(calls.req[a], end[:, a], nodes[a])
+            self.finish_requests(calls.req[a], end[a], nodes[a])
         if (~a).any():
-            self.wait_for(calls.rank[~a], end[:, ~a], nodes[~a])
+            self.wait_for(calls.rank[~a], end[~a], nodes[~a])
 
     def completed(self, calls: Calls, starts, counts) -> None:
         t, node = self.call_time(calls)
-        start = np.maximum.reduceat(t, starts, axis=1)
+        start = np.maximum.reduceat(t, starts, axis=0)
         first = np.repeat(np.arange(starts.size), counts)
         latest = np.zeros(starts.size, dtype=np.int64)
-        order = np.argsort(t[self.k], kind="stable")  # the latest caller of each instance: the path goes through it
+        order = np.argsort(t[:, self.k], kind="stable")  # the latest caller of each instance: the path goes through it
         latest[first[order]] = order
-        dur = np.stack([self.duration(calls, int(s), int(c)) for s, c in zip(starts, counts)], axis=1)
+        dur = np.stack([self.duration(calls, int(s), int(c)) for s, c in zip(starts, counts)])
         end = start + dur
-        nodes = self.add_nodes(calls.rec[starts], calls.rank[latest], -1, node[latest], start[self.k], end[self.k])
+        nodes = self.add_nodes(calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k])
         staying = calls.released == 0
         idx = np.flatnonzero(staying)
-        self.release(calls.take(idx), end[:, first[idx]], nodes[first[idx]])
+        self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
 
     def duration(self, calls: Calls, s: int, c: int) -> np.ndarray:
         """Seconds of one collective instance (calls[s : s + c]) at every size."""
@@ -322,7 +337,7 @@ class Clocks(Observer):
         assert isinstance(rec, CollectiveRec)
         gid = int(calls.gid[s])
         p = len(self.s.groups[gid].ranks)
-        b = self.nbytes.of(rid)[:, calls.pos[s : s + c]].max(axis=1)
+        b = self.nbytes.of(rid)[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid)
         dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.backend == "nccl"), dtype=np.float64)
         ranks = calls.rank[s : s + c]
@@ -331,7 +346,7 @@ class Clocks(Observer):
         _, _, e, _ = self.links(ranks, nxt)
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
-        return np.broadcast_to(dur, (self.T.shape[0],))
+        return np.broadcast_to(dur, (self.T.shape[1],))
 
     def net(self, gid: int) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
@@ -355,11 +370,11 @@ class Clocks(Observer):
         if not reqs.size:
             return
         ranks = self.s.requests.rank[reqs]
-        self.settle(np.unique(ranks))
+        self.settle(_members(ranks, self.W))
         done = self.req_done[reqs]
         if done.any():
             q = reqs[done]
-            self.wait_for(ranks[done], self.req_end[:, q], self.req_end_node[q])
+            self.wait_for(ranks[done], self.req_end[q], self.req_end_node[q])
         self.req_waiting[reqs[~done]] = True
 
     # ---- the end -------------------------------------------------------------------------------------
@@ -407,26 +422,43 @@ class Clocks(Observer):
         return out
 
 
-def _shared(ports: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+def _ix(a: np.ndarray, n: int):
+    """`a` as an index into n rows: a slice when it is every row in order (a view, not a gather)."""
+    if a.size == n and n and a[0] == 0 and a[-1] == n - 1 and (n < 3 or bool((np.diff(a) == 1).all())):
+        return slice(None)
+    return a
+
+
+def _distinct(a: np.ndarray, n: int) -> bool:
+    """No value of `a` (integers in [0, n)) appears twice."""
+    return a.size <= 1 or int(np.bincount(a, minlength=n).max()) <= 1
+
+
+def _members(a: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of `a` (integers in [0, n)), ascending."""
+    return np.flatnonzero(np.bincount(a, minlength=n))
+
+
+def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int) -> np.ndarray:
     """Bytes each message effectively moves when the messages on one port share it fairly from a common
     start: with the port's messages sorted by size, message q finishes after Σ_{j<q} b_j + (count − q)·b_q
     bytes have gone through (processor sharing); a message alone on its port moves its own bytes."""
     M = ports.size
-    if np.unique(ports).size == M:
+    if _distinct(ports, n):
         return b
-    order = np.lexsort((b[k], ports))
-    ps, bs = ports[order], b[:, order]
+    order = np.lexsort((b[:, k], ports))
+    ps, bs = ports[order], b[order]
     new = np.r_[True, ps[1:] != ps[:-1]]
     idx = np.arange(M)
     gstart = np.maximum.accumulate(np.where(new, idx, 0))
     gnum = np.cumsum(new) - 1
     gend = gstart + np.bincount(gnum)[gnum]
-    cs = np.cumsum(bs, axis=1)
-    base = np.where(gstart > 0, cs[:, np.maximum(gstart - 1, 0)], 0.0)
+    cs = np.cumsum(bs, axis=0)
+    base = np.where((gstart > 0)[:, None], cs[np.maximum(gstart - 1, 0)], 0.0)
     before = cs - bs - base
-    eff = before + (gend - idx) * bs
+    eff = before + (gend - idx)[:, None] * bs
     out = np.empty_like(b)
-    out[:, order] = eff
+    out[order] = eff
     return out
 
 
@@ -447,8 +479,8 @@ def predict(
     model = NCCL_TIMING if topo.backend == "nccl" else GLOO_TIMING
     outcome = run_engine(schedule, model, clocks, deadline=deadline)
     clocks.settle(np.arange(schedule.world))
-    seconds = clocks.T.max(axis=1) if schedule.world else np.zeros(sizes)
-    last_rank = int(np.argmax(clocks.T[k])) if schedule.world else 0
+    seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
+    last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
     names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node)
     return Timing(
         seconds,
