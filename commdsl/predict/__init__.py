@@ -145,11 +145,8 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
         schedules = [expand(v.program, world, {**v.params, v.param: x}, deadline) for x in values[:-1]] + [top]
         try:
             nbytes = Bytes(schedules, np.eye(S))
-        except ValueError:
-            raise BenchError(
-                f"{v.program.path}: its statements differ from one size to another (a loop over `{v.param}`?); "
-                "predict one size at a time"
-            ) from None
+        except ValueError:  # the statements differ between sizes (a loop over the size param): one run each
+            return _one_by_one(v, world, topo, fitted, schedules, notes, deadline)
     else:
         nbytes = Bytes([top], np.array([[x / values[-1]] for x in values]))
         notes.append(
@@ -157,6 +154,15 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
             f"bytes are scaled from it (exact when the shapes are linear in `{v.param}`)"
         )
     timing = predict(top, topo, nbytes, S, deadline=deadline)
+    _completes(v, world, timing)
+    found = {S - 1: timing.path} if timing.path is not None else {}
+    if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
+        for k in range(S - 1):
+            found[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline).path or []
+    return _prediction(v, world, topo, fitted, top, timing, found, notes)
+
+
+def _completes(v: Variant, world: int, timing: Timing) -> None:
     outcome = timing.outcome
     if not outcome.completed or len(outcome.unmatched) or outcome.bad:
         stuck = ", ".join(str(r) for r in outcome.stalled[:8].tolist())
@@ -165,10 +171,33 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
             + (f" (ranks {stuck} stop)" if stuck else "")
             + f"; `commdsl check {v.program.path} --world {world}` says why"
         )
-    found = {S - 1: timing.path} if timing.path is not None else {}
-    if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
-        for k in range(S - 1):
-            found[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline).path or []
+
+
+def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Prediction:
+    """Sizes whose statements differ (`micro` of a pipeline sets how many messages there are): the engine
+    runs once per size, and the rows are put together as one run's would be."""
+    runs = []
+    for s in schedules:
+        t = predict(s, topo, Bytes([s], np.ones((1, 1))), 1, deadline=deadline)
+        _completes(v, world, t)
+        runs.append(t)
+    last = runs[-1]
+    timing = Timing(
+        np.array([float(t.seconds[0]) for t in runs]),
+        np.concatenate([t.rank_seconds for t in runs], axis=1),
+        last.port_names,
+        last.port_bytes,
+        last.port_busy,
+        last.path,
+        len(runs) - 1,
+        last.outcome,
+    )
+    found = {k: t.path for k, t in enumerate(runs) if t.path is not None}
+    notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
+    return _prediction(v, world, topo, fitted, schedules[-1], timing, found, notes)
+
+
+def _prediction(v, world, topo, fitted, top, timing, found, notes) -> Prediction:
     kind = v.measure.kind
     dtype = measured_dtype(v)
     item = DTYPES[dtype].itemsize
@@ -210,7 +239,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
         False,
         sum(r.busbw for r in rows) / len(rows),
     )
-    return Prediction(v, world, topo, rows, summary, timing, values, notes, found)
+    return Prediction(v, world, topo, rows, summary, timing, [f[1] for f in fitted], notes, found)
 
 
 def link_table(timing: Timing, top: int = 8) -> list[dict]:

@@ -325,7 +325,9 @@ class Clocks(Observer):
         latest[first[order]] = order
         dur = np.stack([self.duration(calls, int(s), int(c)) for s, c in zip(starts, counts)])
         end = start + dur
-        nodes = self.add_nodes(calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k])
+        nodes = self.add_nodes(
+            calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
+        )
         staying = calls.released == 0
         idx = np.flatnonzero(staying)
         self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
