@@ -124,10 +124,11 @@ class Clocks(Observer):
         nodes = int(self.node[-1]) + 1 if W else 0
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
-        self.free = np.zeros((2 * W + 2 * self.n_nics, sizes))
+        ports = 2 * W + 2 * self.n_nics + nodes
+        self.free = np.zeros((ports, sizes))
         self.k = track if track is not None else sizes - 1
-        self.port_bytes = np.zeros(2 * W + 2 * self.n_nics)
-        self.port_busy = np.zeros(2 * W + 2 * self.n_nics)
+        self.port_bytes = np.zeros(ports)
+        self.port_busy = np.zeros(ports)
         self.group_net: dict[int, tuple[float, float]] = {}
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
@@ -272,8 +273,12 @@ class Clocks(Observer):
             for (a, z), (al, be) in topo.overrides.items():
                 m = (src == a) & (dst == z)
                 alpha[m], beta[m] = al, be
-        e = np.where(same, src, 2 * W + self.nic[src])
-        i = np.where(same, W + dst, 2 * W + self.n_nics + self.nic[dst])
+        if topo.shared_node:  # one bus per node for every message inside it
+            e = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], 2 * W + self.nic[src])
+            i = np.where(same, e, 2 * W + self.n_nics + self.nic[dst])
+        else:
+            e = np.where(same, src, 2 * W + self.nic[src])
+            i = np.where(same, W + dst, 2 * W + self.n_nics + self.nic[dst])
         return alpha, beta, e, i
 
     def called(self, rec, G, pos, me) -> None:
@@ -352,7 +357,8 @@ class Clocks(Observer):
 
     def net(self, gid: int) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
-        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node)."""
+        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node); with
+        `shared_node` a hop inside a node gets its share of the node's bus."""
         got = self.group_net.get(gid)
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
@@ -360,8 +366,10 @@ class Clocks(Observer):
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
+                per_node = np.bincount(self.node[ranks]).max()
+                if self.topo.shared_node:  # every member's step crosses the one bus at once
+                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / per_node, beta)
                 if self.topo.backend == "nccl":
-                    per_node = np.bincount(self.node[ranks]).max()
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
                 got = (float(alpha.max()), float(beta.min()))
@@ -483,7 +491,7 @@ def predict(
     clocks.settle(np.arange(schedule.world))
     seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
     last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
-    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node)
+    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0])
     return Timing(
         seconds,
         clocks.T.copy(),
@@ -496,8 +504,9 @@ def predict(
     )
 
 
-def port_names(world: int, nics: int, per_node: int) -> list[str]:
+def port_names(world: int, nics: int, per_node: int, ports: int) -> list[str]:
     out = [f"rank {r} out (in node)" for r in range(world)] + [f"rank {r} in (in node)" for r in range(world)]
     out += [f"node {n // per_node} NIC {n % per_node} out" for n in range(nics)]
     out += [f"node {n // per_node} NIC {n % per_node} in" for n in range(nics)]
+    out += [f"node {n} bus (in node, shared)" for n in range(ports - len(out))]
     return out

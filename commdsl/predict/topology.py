@@ -5,6 +5,9 @@
     ranks_per_node = 8
     nics_per_node = 8           # NCCL runs one ring per NIC (its channels); rank r uses NIC r % nics
     memory_gbps = 3350          # local ops: bytes read and written over this bandwidth
+    shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
+                                # (Gloo over loopback: the copies go through the same cores), instead of
+                                # each rank having its own way in and out
     source = "..."              # where the numbers come from
 
     [intra]                     # two ranks on one node
@@ -71,6 +74,7 @@ class TopologyFile(_Model):
     nics_per_node: int = Field(default=1, ge=1)
     nodes: int | None = Field(default=None, ge=1)
     memory_gbps: float = Field(default=10.0, gt=0)
+    shared_node: bool = False
     source: str = ""
     intra: LinkClass
     inter: LinkClass | None = None
@@ -87,6 +91,7 @@ class Topology:
     nics_per_node: int
     nodes: int | None
     memory_bps: float
+    shared_node: bool
     source: str
     intra_alpha: float
     intra_beta: float
@@ -105,6 +110,7 @@ class Topology:
             m.nics_per_node,
             m.nodes,
             m.memory_gbps * 1e9,
+            m.shared_node,
             m.source,
             m.intra.alpha_us * 1e-6,
             m.intra.bandwidth_gbps * 1e9,
@@ -127,6 +133,7 @@ class Topology:
             f"{self.name}: {self.ranks_per_node} rank{'s' * (self.ranks_per_node != 1)} per node, intra-node "
             f"α {self.intra_alpha * 1e6:.3g} µs, β {self.intra_beta / 1e9:.3g} GB/s; {inter}; "
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
+            + ("; messages in a node share one bus" if self.shared_node else "")
         )
 
 
@@ -221,13 +228,27 @@ def _key_span(source: SourceFile, loc: tuple) -> Span | None:
     return None
 
 
+def _table_span(source: SourceFile, table: str, index: int) -> Span | None:
+    """The header line of `[table]`, or of the `index`-th `[[table]]`."""
+    offset, seen = 0, -1
+    for line in source.text.splitlines(keepends=True):
+        m = re.match(r"^\s*\[(\[?)\s*([A-Za-z0-9_.-]+)\s*\]", line)
+        if m and m.group(2) == table:
+            seen += 1
+            if index < 0 or seen == index:
+                return source.span(offset, offset + len(line.rstrip("\r\n")))
+        offset += len(line)
+    return None
+
+
 def _validation_error(source: SourceFile, err) -> Diagnostic:
     loc = tuple(err["loc"])
     where = ".".join(str(p + 1) if isinstance(p, int) else p for p in loc) or "(file)"
     kind = err["type"]
     if kind == "missing":
         table = ".".join(str(p) for p in loc[:-1] if isinstance(p, str))
-        span = _key_span(source, loc[:-1] + ("",)) if table else None
+        index = next((p for p in loc if isinstance(p, int)), -1)
+        span = _table_span(source, table, index) if table else None
         return InvalidTopology.diagnostic(
             f"{source.path}: `{where}` is required",
             span=span or _span_of_line(source, 1),
