@@ -44,6 +44,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="64K:64M")
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--topology", help="use this topology file instead of calibrating")
+    ap.add_argument("--reuse", action="store_true", help="keep bench JSONs already in --out (predict again only)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -52,9 +52,7 @@ def add_parser(sub):
         choices=COLLECTIVES,
         help=f"predict a built-in instead of a program: {', '.join(COLLECTIVES)}",
     )
-    p.add_argument(
-        "--world", type=integer("--world", 1, 1 << 20), required=True, metavar="N", help="ranks (required)"
-    )
+    p.add_argument("--world", type=integer("--world", 1, 1 << 20), required=True, metavar="N", help="ranks (required)")
     p.add_argument(
         "--topology",
         required=True,
@@ -83,6 +81,13 @@ def add_parser(sub):
         help="a `commdsl bench --json` file of the same program: adds the measured time and the error per row",
     )
     p.add_argument("--plot", metavar="FILE", help="plot predicted (and measured) busbw against size (PNG/SVG/PDF)")
+    p.add_argument(
+        "--algo",
+        choices=("auto", "ring"),
+        default="auto",
+        help="built-in all_reduce: the topology's choice (auto: NCCL's faster of ring and tree) or the ring only "
+        "(as NCCL_ALGO=Ring)",
+    )
     p.add_argument(
         "--links", type=integer("--links", 0), default=8, metavar="K", help="show the K busiest links (default: 8)"
     )
@@ -136,6 +141,10 @@ def run(args) -> int:
         source = topology.source_of(args.topology)
         print_diagnostics(e.diagnostics, {source.path: source}, args.format, out, err)
         return EXIT_FINDINGS
+    if args.algo == "ring":
+        import dataclasses
+
+        topo = dataclasses.replace(topo, tree=False)
     if topo.capacity() is not None and args.world > topo.capacity():
         raise UsageError(f"--world {args.world}: topology {topo.name} holds {topo.capacity()} ranks")
     measured = _read_measured(args.measured) if args.measured else None
@@ -239,9 +248,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     path = pred.paths.get(pred.timing.path_size)
     size = pred.rows[pred.timing.path_size].size
     if path is None:
-        lines.append(
-            f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it"
-        )
+        lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
     elif path:
         total = pred.timing.seconds[pred.timing.path_size] * 1e6
         lines.append(f"# critical path at {format_size(size)} ({total:.1f} us), in time order:")
@@ -270,8 +277,10 @@ def _ops_limit() -> int:
 
 
 def _line_text(program, line: int) -> str:
+    from commdsl.source import code_of
+
     text = program.source.text.splitlines()
-    return text[line - 1].strip() if 0 < line <= len(text) else ""
+    return code_of(text[line - 1]).strip() if 0 < line <= len(text) else ""
 
 
 def _write(args, pred, measured) -> None:
@@ -300,8 +309,23 @@ def _write(args, pred, measured) -> None:
         title = f"predicted busbw, {pred.world} ranks, {pred.topology.name}"
         if measured:
             got = [
-                Row(1, "measured", r.kind, r.requested, r.size, r.count, r.dtype, r.redop, r.root, r.param, r.value,
-                    measured[r.size]["time_us"], measured[r.size]["algbw_gbps"], measured[r.size]["busbw_gbps"], None)
+                Row(
+                    1,
+                    "measured",
+                    r.kind,
+                    r.requested,
+                    r.size,
+                    r.count,
+                    r.dtype,
+                    r.redop,
+                    r.root,
+                    r.param,
+                    r.value,
+                    measured[r.size]["time_us"],
+                    measured[r.size]["algbw_gbps"],
+                    measured[r.size]["busbw_gbps"],
+                    None,
+                )
                 for r in pred.rows
                 if r.size in measured
             ]

@@ -20,6 +20,7 @@ from commdsl.bench import busbw as bw
 from commdsl.bench.identify import BenchError, Measure, pragma, prove
 from commdsl.bench.plan import Variant, measured_dtype
 from commdsl.bench.results import Row, Summary
+from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import DTYPES
 from commdsl.expand import Expander, expand, resolve_params
 from commdsl.predict.cost import Bytes, Timing, predict
@@ -71,8 +72,16 @@ def variant_for(program: Program, world: int, param: str, params: dict, dtype: s
             program = _with_dtype(program, first.tensor, dtype)
     measure = pragma(program)
     if measure is None:
-        proof = world if world <= PROOF_WORLD else next((w for w in range(2, PROOF_WORLD + 1) if program.accepts(w)), 0)
-        measure = prove(program, proof, params) if proof else None
+        proofs = [world] if world <= PROOF_WORLD else [w for w in range(2, PROOF_WORLD + 1) if program.accepts(w)]
+        for proof in proofs:
+            try:
+                measure = prove(program, proof, params)
+                break
+            except CommdslError:  # not a size these params fit (`local` must divide it): the next one
+                if proof == world:
+                    raise
+        else:
+            measure = None
     if measure is None:
         specs = tensor_specs(program, world, params)
         if not specs:

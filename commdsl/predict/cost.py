@@ -346,7 +346,7 @@ class Clocks(Observer):
         p = len(self.s.groups[gid].ranks)
         b = self.nbytes.of(rid)[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid)
-        dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.backend == "nccl"), dtype=np.float64)
+        dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree), dtype=np.float64)
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]

@@ -8,6 +8,7 @@
     shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
                                 # (Gloo over loopback: the copies go through the same cores), instead of
                                 # each rank having its own way in and out
+    tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
     [intra]                     # two ranks on one node
@@ -75,6 +76,7 @@ class TopologyFile(_Model):
     nodes: int | None = Field(default=None, ge=1)
     memory_gbps: float = Field(default=10.0, gt=0)
     shared_node: bool = False
+    tree: bool | None = None
     source: str = ""
     intra: LinkClass
     inter: LinkClass | None = None
@@ -92,6 +94,7 @@ class Topology:
     nodes: int | None
     memory_bps: float
     shared_node: bool
+    tree: bool
     source: str
     intra_alpha: float
     intra_beta: float
@@ -111,6 +114,7 @@ class Topology:
             m.nodes,
             m.memory_gbps * 1e9,
             m.shared_node,
+            m.backend == "nccl" if m.tree is None else m.tree,
             m.source,
             m.intra.alpha_us * 1e-6,
             m.intra.bandwidth_gbps * 1e9,
