@@ -316,18 +316,20 @@ alpha_us = 6.6          # NCCL tuning.cc hwLat[NET][Ring][Simple]
 bandwidth_gbps = 25     # one ConnectX-6 HDR 200 Gb/s NIC per GPU: 25 GB/s each way
 """,
     "localhost-gloo": """\
-# Gloo over loopback TCP on the commdsl development machine (2 cores, shared), one node
+# Gloo over loopback TCP on the commdsl development machine (2 cores, shared with other work), one host
 name = "localhost-gloo"
 backend = "gloo"
-ranks_per_node = 1024
+ranks_per_node = 65536     # one host: every rank on one node
 nics_per_node = 1
-memory_gbps = 5.0      # measured: numpy in-place add of 64 MiB float32 (docs/predict.md)
-source = "`commdsl bench --calibrate --nproc 2` on the development machine (docs/predict.md)"
+shared_node = true         # loopback copies share the same cores and memory
+memory_gbps = 17.14        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted
+source = "`commdsl bench --calibrate --nproc 2 --sizes 1K:64M` on the development machine, 2026-11-24 (docs/predict.md)"
 
 [intra]
-alpha_us = 0
-bandwidth_gbps = 1
+alpha_us = 1334            # fitted one-way latency of the bench's ping-pong (ranks 0 and 1)
+bandwidth_gbps = 3.7       # fitted one-way bandwidth
 """,
 }
-"""Named topologies for `--topology NAME`. `localhost-gloo`'s numbers are replaced by the calibration run
-recorded in docs/predict.md."""
+"""Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
+and this development machine from the calibration run recorded in docs/predict.md (benchmarks/figures/
+predict-host.toml is that run's file, measurements included)."""
