@@ -59,21 +59,22 @@ def main() -> int:
             bench = out / f"{stem}-{world}-bench.json"
             pred = out / f"{stem}-{world}-predict.json"
             try:
-                commdsl(
-                    "bench",
-                    *prog,
-                    *param,
-                    "--nproc",
-                    world,
-                    "--sizes",
-                    a.sizes,
-                    "--iters",
-                    a.iters,
-                    "--warmup",
-                    "3",
-                    "--json",
-                    str(bench),
-                )
+                if not (a.reuse and bench.exists()):
+                    commdsl(
+                        "bench",
+                        *prog,
+                        *param,
+                        "--nproc",
+                        world,
+                        "--sizes",
+                        a.sizes,
+                        "--iters",
+                        a.iters,
+                        "--warmup",
+                        "3",
+                        "--json",
+                        str(bench),
+                    )
                 commdsl(
                     "predict",
                     *prog,
