@@ -252,15 +252,16 @@ class Clocks(Observer):
         eff = se if si is b else si if se is b else np.maximum(se, si)
         begin = np.maximum(start + alpha[:, None], np.maximum(self.free[e], self.free[i]))
         end = begin + eff / beta[:, None]
-        for ports in (e, i):
+        for side, ports in enumerate((e, i)):
+            load = b[:, self.k] * (1 if side == 0 else ports != e)  # a shared bus is one port: count it once
             if _distinct(ports, n_ports):
                 self.free[ports] = np.maximum(self.free[ports], end)
-                self.port_bytes[ports] += b[:, self.k]
-                self.port_busy[ports] += b[:, self.k] / beta
+                self.port_bytes[ports] += load
+                self.port_busy[ports] += load / beta
             else:
                 np.maximum.at(self.free, ports, end)
-                np.add.at(self.port_bytes, ports, b[:, self.k])
-                np.add.at(self.port_busy, ports, b[:, self.k] / beta)
+                np.add.at(self.port_bytes, ports, load)
+                np.add.at(self.port_busy, ports, load / beta)
         nodes = self.add_nodes(sends.rec, src, dst, pred, start[:, self.k], end[:, self.k])
         for rows in (sends, recvs):
             a = rows.req >= 0
