@@ -43,7 +43,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from commdsl.diagnostics import CommdslError, Diagnostic
-from commdsl.rules.topology import InvalidTopology
+from commdsl.rules.sizes import InvalidTopology
 from commdsl.source import SourceFile, Span
 
 if sys.version_info >= (3, 11):

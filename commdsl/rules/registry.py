@@ -28,7 +28,6 @@ from commdsl.rules import (
     requests,
     sizes,
     syntax,
-    topology,
     verify,
 )
 
@@ -71,7 +70,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.ExpansionTooLarge,
     sizes.TimeLimitExceeded,
     sizes.UnsupportedElementOp,
-    topology.InvalidTopology,
+    sizes.InvalidTopology,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,
     p2p.TagMismatch,
