@@ -529,7 +529,7 @@ def calibrate(args) -> int:
         err.print("[bold red]error[/]: calibration failed: fewer than two sizes were measured")
         return EXIT_FAILURE
     try:
-        f = cal.fit([r.size for r in table], [r.time_us / 2 * 1e-6 for r in table])
+        f = cal.fit([r.size for r in table], cal.one_way(plan, measured.results))
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE

@@ -3,10 +3,10 @@
 The ping-pong is a `.comm` program (`PINGPONG`: rank 0 sends to rank 1, which sends it back), swept and
 timed by the bench itself (`bench.plan.build`, `bench.launch.run_plan`: the same workers, hang guard and
 hard timeout as every `commdsl bench`), so a calibration measures what a bench measures. One way is half
-a round trip; `fit` finds the α and β of t = α + bytes/β by least squares on the relative error (each size
-weighs the same, so the small sizes set α and the large ones β). Local ops are timed in this process
-(`memory_bandwidth`: torch's in-place add, counted as the cost model counts it). `topology_text` writes
-the TOML file `commdsl predict --topology` reads, with the measurements in its comments.
+the median round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
+relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
+timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it).
+`topology_text` writes the TOML file `commdsl predict --topology` reads, with the measurements as comments.
 """
 
 from __future__ import annotations
@@ -58,6 +58,20 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
     return Fit(float(alpha), float(1.0 / inv_beta), float(np.max(np.abs(pred - t) / t)), tuple(zip(sizes, seconds)))
 
 
+def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
+    """Seconds one way for each measured case: half the median, over the timed iterations, of the slowest
+    rank's round trip. The median, not the bench's mean: on a shared machine a few iterations that wait
+    for a core would otherwise set α."""
+    out = []
+    for number in range(len(plan.cases)):
+        per_rank = results.get(number, {})
+        if len(per_rank) < plan.world:
+            continue
+        trips = np.max(np.array([per_rank[r]["durations_ns"] for r in range(plan.world)], dtype=np.float64), axis=0)
+        out.append(float(np.median(trips)) / 2 * 1e-9)
+    return out
+
+
 def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     """Bytes per second of `x += y` on float32 tensors of `nbytes`, counted as the cost model counts a local
     op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`."""
@@ -79,7 +93,7 @@ def topology_text(f: Fit, memory_bps: float, nproc: int, backend: str, command: 
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
-        "# ranks 0 and 1 (half the mean round trip of the slowest rank), fitted to t = alpha + bytes / beta",
+        "# ranks 0 and 1 (half the median round trip of the slowest rank), fitted to t = alpha + bytes / beta",
         "#        bytes     measured (us)     fitted (us)    error",
     ]
     for size, sec in f.points:
