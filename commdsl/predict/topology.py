@@ -326,7 +326,7 @@ memory_gbps = 17.14        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counte
 source = "`commdsl bench --calibrate --nproc 2 --sizes 1K:64M` on the development machine, 2026-11-24 (docs/predict.md)"
 
 [intra]
-alpha_us = 1334            # fitted one-way latency of the bench's ping-pong (ranks 0 and 1)
+alpha_us = 1334            # fitted one-way latency of the bench's ping-pong under load (idle: 20-40 us)
 bandwidth_gbps = 3.7       # fitted one-way bandwidth
 """,
 }
