@@ -46,6 +46,9 @@ def run(path: str, world: int, sizes: str) -> tuple[float, float]:
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
         os.execvpe(cmd[0], cmd, env)
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - t0

@@ -251,15 +251,25 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
     elif path:
         total = pred.timing.seconds[pred.timing.path_size] * 1e6
-        lines.append(f"# critical path at {format_size(size)} ({total:.1f} us), in time order:")
-        for e in path[:12]:
-            rec_text = _line_text(v.program, e["line"])
+        steps = sum(e["steps"] for e in path)
+        lines.append(
+            f"# critical path at {format_size(size)} ({total:.1f} us, {steps} op{'s' * (steps != 1)} one after "
+            "another), by line (--json: in time order):"
+        )
+        by_line: dict[int, list] = {}
+        for e in path:
+            got = by_line.setdefault(e["line"], [0.0, 0, set()])
+            got[0] += e["us"]
+            got[1] += e["steps"]
+            got[2].update(e["ranks"])
+        for line, (us, n, ranks) in sorted(by_line.items()):
             lines.append(
-                f"#   line {e['line']:>4}  {e['us']:>11.1f} us  {e['steps']:>6} step{'s' * (e['steps'] != 1)}  "
-                f"ranks {ranks_text(e['ranks'])}  `{rec_text}`"
+                f"#   line {line:>4}  {us:>11.1f} us  {n:>6} op{'s' * (n != 1)}  ranks {ranks_text(sorted(ranks))}  "
+                f"`{_line_text(v.program, line)}`"
             )
-        if len(path) > 12:
-            lines.append(f"#   … {len(path) - 12} more runs of lines (--json has them all)")
+        idle = total - sum(e["us"] for e in path)
+        if idle > 0.05:
+            lines.append(f"#   waiting between them: {idle:.1f} us")
     busiest = link_table(pred.timing, links) if links > 0 else []
     if busiest:
         lines.append(f"# busiest links at {format_size(size)} (busy time / predicted time):")
