@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -293,7 +294,8 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     assert "alpha" in text and str(out) in text
     t, _ = load(str(out))
     assert t.backend == "gloo" and t.intra_alpha >= 0 and t.intra_beta > 0 and t.shared_node
-    assert len([line for line in out.read_text().splitlines() if line.startswith("#  ")]) == 5  # five sizes measured
+    measured = [line for line in out.read_text().splitlines() if re.match(r"#\s+\d+\s", line)]
+    assert len(measured) == 5  # 1K, 4K, 16K, 64K, 256K, each with its fitted time and error
     code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
     assert code == 0
     assert np.isfinite(t.memory_bps)
