@@ -257,11 +257,11 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
             "another), by line (--json: in time order):"
         )
         by_line: dict[int, list] = {}
-        for e in path:
-            got = by_line.setdefault(e["line"], [0.0, 0, set()])
-            got[0] += e["us"]
-            got[1] += e["steps"]
-            got[2].update(e["ranks"])
+        for run in path:
+            entry = by_line.setdefault(run["line"], [0.0, 0, set()])
+            entry[0] += run["us"]
+            entry[1] += run["steps"]
+            entry[2].update(run["ranks"])
         for line, (us, n, ranks) in sorted(by_line.items()):
             lines.append(
                 f"#   line {line:>4}  {us:>11.1f} us  {n:>6} op{'s' * (n != 1)}  ranks {ranks_text(sorted(ranks))}  "

@@ -36,7 +36,7 @@ class AllReduce(Kind):
     def latency_steps(self, world: int) -> int:
         return 2 * (world - 1)  # reduce-scatter then all-gather around the ring
 
-    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False):
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """The ring, or with `tree` (NCCL) the faster of it and a pipelined tree: up the tree and down
         again in 2⌈log2 p⌉ hops, the whole buffer over each link both ways (NCCL's double binary tree)."""
         ring = super().cost(world, size, alpha, beta)

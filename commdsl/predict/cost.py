@@ -335,7 +335,8 @@ class Clocks(Observer):
         latest = np.zeros(starts.size, dtype=np.int64)
         order = np.argsort(t[:, self.k], kind="stable")  # the latest caller of each instance: the path goes through it
         latest[first[order]] = order
-        dur = np.stack([self.duration(calls, int(s), int(c)) for s, c in zip(starts, counts)])
+        share = self.bus_share(calls, starts, first)
+        dur = np.stack([self.duration(calls, int(s), int(c), int(k)) for s, c, k in zip(starts, counts, share)])
         end = start + dur
         nodes = self.add_nodes(
             calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
@@ -344,8 +345,20 @@ class Clocks(Observer):
         idx = np.flatnonzero(staying)
         self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
 
-    def duration(self, calls: Calls, s: int, c: int) -> np.ndarray:
-        """Seconds of one collective instance (calls[s : s + c]) at every size."""
+    def bus_share(self, calls: Calls, starts: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Per instance, how many of the instances completing together use one of its nodes' buses
+        (`shared_node`: collectives that run at once on one host share its bus as messages do); 1 otherwise."""
+        share = np.ones(starts.size, dtype=np.int64)
+        if not self.topo.shared_node or starts.size < 2:
+            return share
+        pairs = np.unique(np.stack([first, self.node[calls.rank]], axis=1), axis=0)  # (instance, node) once each
+        per_node = np.bincount(pairs[:, 1])
+        np.maximum.at(share, pairs[:, 0], per_node[pairs[:, 1]])
+        return share
+
+    def duration(self, calls: Calls, s: int, c: int, share: int = 1) -> np.ndarray:
+        """Seconds of one collective instance (calls[s : s + c]) at every size; `share`: how many instances
+        share its bus (`bus_share`)."""
         rid = int(calls.rec[s])
         rec = self.s.records[rid]
         assert isinstance(rec, CollectiveRec)
@@ -353,7 +366,10 @@ class Clocks(Observer):
         p = len(self.s.groups[gid].ranks)
         b = self.nbytes.of(rid)[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid)
-        dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree), dtype=np.float64)
+        beta /= share
+        dur = np.asarray(
+            rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
+        )
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
