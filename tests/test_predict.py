@@ -299,3 +299,39 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
     assert code == 0
     assert np.isfinite(t.memory_bps)
+
+
+RS = """program rs
+world 1..
+param n = 1024
+tensor x: float32[n // world * world] = 1
+tensor y: float32[n // world]
+reduce_scatter x into y
+expect y == world
+"""
+
+
+def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
+    p, n = 4, 1 << 20
+    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9
+    ring = (p - 1) * 10e-6 + (p - 1) / p * n / 1e9
+    assert seconds(RS, p, topo(10, 1), n) == pytest.approx(gloo)
+    assert seconds(RS, p, topo(10, 1, extra='backend = "nccl"'), n) == pytest.approx(ring)
+
+
+PAIRS_ALL_REDUCE = """program pairs
+world 4
+param n = 1024
+group pair = split by rank // 2
+tensor x: float32[n] = 1
+all_reduce x in pair
+expect x == 2
+"""
+
+
+def test_collectives_at_once_share_a_shared_bus():
+    n = 1 << 20
+    alone = 2 * 10e-6 + n / 1e9  # a ring of 2: 2 steps of latency, the buffer once over each link
+    assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1), n) == pytest.approx(alone)
+    # one bus for the host: 2 members of each ring on it, and the two rings at once: a quarter each
+    assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(2 * 10e-6 + 4 * n / 1e9)
