@@ -178,8 +178,8 @@ class Clocks(Observer):
         """Ranks wait for things ending at `end` (len(ranks) × sizes); a rank may appear more than once."""
         if not ranks.size:
             return
-        if _distinct(ranks, self.W):
-            ix = _ix(ranks, self.W)
+        ix = _ix(ranks, self.W)
+        if isinstance(ix, slice) or _distinct(ranks, self.W):
             if self.track:
                 later = end[:, self.k] > self.D[ix, self.k]
             self.D[ix] = np.maximum(self.D[ix], end)
@@ -248,13 +248,21 @@ class Clocks(Observer):
                 b[m] = self.nbytes.of(rid)[sends.pos[m]]
         alpha, beta, e, i = self.links(src, dst)
         n_ports = self.free.shape[0]
-        se, si = _shared(e, b, self.k, n_ports), _shared(i, b, self.k, n_ports)
+        distinct = (_distinct(e, n_ports), _distinct(i, n_ports))
+        se = b if distinct[0] else _shared(e, b, self.k, n_ports)
+        si = b if distinct[1] else _shared(i, b, self.k, n_ports)
         eff = se if si is b else si if se is b else np.maximum(se, si)
-        begin = np.maximum(start + alpha[:, None], np.maximum(self.free[e], self.free[i]))
-        end = begin + eff / beta[:, None]
+        start_k = start[:, self.k].copy() if self.track else start[:0, 0]
+        begin = start  # a new array (np.maximum above): worked on in place from here
+        begin += alpha[:, None]
+        busy = self.free[e]
+        np.maximum(busy, self.free[i], out=busy)
+        np.maximum(begin, busy, out=begin)
+        end = begin
+        end += eff / beta[:, None]
         for side, ports in enumerate((e, i)):
             load = b[:, self.k] * (1 if side == 0 else ports != e)  # a shared bus is one port: count it once
-            if _distinct(ports, n_ports):
+            if distinct[side]:
                 self.free[ports] = np.maximum(self.free[ports], end)
                 self.port_bytes[ports] += load
                 self.port_busy[ports] += load / beta
@@ -262,7 +270,7 @@ class Clocks(Observer):
                 np.maximum.at(self.free, ports, end)
                 np.add.at(self.port_bytes, ports, load)
                 np.add.at(self.port_busy, ports, load / beta)
-        nodes = self.add_nodes(sends.rec, src, dst, pred, start[:, self.k], end[:, self.k])
+        nodes = self.add_nodes(sends.rec, src, dst, pred, start_k, end[:, self.k])
         for rows in (sends, recvs):
             a = rows.req >= 0
             if a.any():
