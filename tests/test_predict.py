@@ -335,3 +335,26 @@ def test_collectives_at_once_share_a_shared_bus():
     assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1), n) == pytest.approx(alone)
     # one bus for the host: 2 members of each ring on it, and the two rings at once: a quarter each
     assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(2 * 10e-6 + 4 * n / 1e9)
+
+
+def test_mangled_topology_files_give_diagnostics_never_a_traceback():
+    """200 random edits of a preset (bytes dropped, doubled, replaced): each parses or is N136 with a span."""
+    rng = np.random.default_rng(17)
+    text = PRESETS["dgx-h100"]
+    alphabet = "[]=\"'#.\n 0123456789-+eE_abcxyzÿ\t{},"
+    for _ in range(200):
+        chars = list(text)
+        for _ in range(int(rng.integers(1, 6))):
+            at = int(rng.integers(0, len(chars)))
+            what = int(rng.integers(0, 3))
+            if what == 0:
+                del chars[at]
+            elif what == 1:
+                chars.insert(at, chars[at])
+            else:
+                chars[at] = alphabet[int(rng.integers(0, len(alphabet)))]
+        source = SourceFile("m.toml", "".join(chars))
+        try:
+            parse(source)
+        except CommdslError as e:
+            assert e.diagnostics and all(d.code == "N136" and d.span is not None for d in e.diagnostics)

@@ -257,7 +257,11 @@ def _validation_error(source: SourceFile, err) -> Diagnostic:
             f"{source.path}: `{where}` is required",
             span=span or _span_of_line(source, 1),
             label=f"no `{loc[-1]}` in {'[' + table + ']' if table else 'the file'}",
-            help=f"add `{loc[-1]} = …`" + (f" under [{table}]" if table else ""),
+            help=(
+                f"add an `[{loc[-1]}]` table with `alpha_us = …` and `bandwidth_gbps = …`"
+                if loc[-1] in ("intra", "inter")
+                else f"add `{loc[-1]} = …`" + (f" under [{table}]" if table else "")
+            ),
         )
     span = _key_span(source, loc) or _span_of_line(source, 1)
     if kind == "extra_forbidden":
