@@ -174,7 +174,7 @@ class Clocks(Observer):
                 self.last[G[later]] = self.Dnode[G[later]]
         np.maximum(t, d, out=t)  # in T itself when ix is a slice
         if not isinstance(ix, slice):
-            self.T[ix] = t
+            _set_rows(self.T, ix, t)
 
     def wait_for(self, ranks: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
         """Ranks wait for things ending at `end` (len(ranks) × sizes); a rank may appear more than once."""
@@ -187,7 +187,7 @@ class Clocks(Observer):
             d = _rows(self.D, ix)
             np.maximum(d, end, out=d)
             if not isinstance(ix, slice):
-                self.D[ix] = d
+                _set_rows(self.D, ix, d)
         else:
             order = np.argsort(end[:, self.k], kind="stable")  # the latest last, so it wins the node below
             ranks, end, nodes = ranks[order], end[order], nodes[order]
@@ -270,7 +270,7 @@ class Clocks(Observer):
             if distinct[side]:
                 got = np.take(self.free, ports, axis=0)
                 np.maximum(got, end, out=got)
-                self.free[ports] = got
+                _set_rows(self.free, ports, got)
                 self.port_bytes[ports] += load
                 self.port_busy[ports] += load / beta
             else:
@@ -474,6 +474,13 @@ def _rows(a: np.ndarray, ix) -> np.ndarray:
     """Rows `ix` of `a`: a view for a slice, else a copy by `np.take` (several times faster than `a[ix]`
     for rows of a 2-d array)."""
     return a[ix] if isinstance(ix, slice) else np.take(a, ix, axis=0)
+
+
+def _set_rows(a: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
+    """a[ix] = values for distinct row indices of a C-contiguous 2-d array, each row moved as one item (a
+    void view: about twice as fast as assigning rows of floats)."""
+    row = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
+    a.view(row).reshape(-1)[ix] = np.ascontiguousarray(values).view(row).reshape(-1)
 
 
 def _ix(a: np.ndarray, n: int):
