@@ -358,3 +358,20 @@ def test_mangled_topology_files_give_diagnostics_never_a_traceback():
             parse(source)
         except CommdslError as e:
             assert e.diagnostics and all(d.code == "N136" and d.span is not None for d in e.diagnostics)
+
+
+def test_the_world_1024_question_as_docs_predict_md_answers_it(capsys):
+    """128 nodes of 8 H100s, 256 MiB: the built-in (tree) < hierarchical < the built-in ring < recursive doubling."""
+    def time_us(*argv: str) -> float:
+        code = main(["predict", *argv, "--world", "1024", "--topology", "dgx-h100", "--sizes", "256M", "--links", "0"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        (row,) = [line.split() for line in out.splitlines() if line.startswith("   268435456")]
+        return float(row[5])
+
+    auto = time_us("--collective", "all_reduce")
+    ring = time_us("--collective", "all_reduce", "--algo", "ring")
+    hier = time_us(str(ROOT / "programs" / "hierarchical_allreduce.comm"), "--set", "local=8")
+    rd = time_us(str(ROOT / "programs" / "recursive_doubling_allreduce.comm"))
+    assert auto < hier < ring < rd
+    assert ring == pytest.approx(2 * 1023 * 6.6 + 2 * 1023 / 1024 * 268435456 / 400e9 * 1e6, rel=1e-3)
