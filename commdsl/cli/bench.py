@@ -32,7 +32,7 @@ from commdsl.cli.common import (
     parse_sets,
     print_diagnostics,
 )
-from commdsl.files import FileError, check_output
+from commdsl.files import FileError, check_output, write_atomic
 
 _OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
 
@@ -99,6 +99,13 @@ def add_parser(sub):
         "`builtin` (the collective the program declares or its expects prove) or another program",
     )
     p.add_argument("--json", metavar="FILE", help="write the rows and averages as JSON")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's α and β (a send/recv ping-pong between ranks 0 and 1 over --sizes, fitted) "
+        "and write a topology file for `commdsl predict --topology` (-o FILE)",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="with --calibrate: the topology file to write")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE", help="plot busbw against size, a line per variant (PNG)")
     p.add_argument(
@@ -217,6 +224,10 @@ def config_from_args(args):
 
 
 def run(args) -> int:
+    if args.calibrate:
+        return calibrate(args)
+    if args.output:
+        raise UsageError("-o FILE goes with --calibrate (the topology file); the rows go to --json, --csv")
     cfg = config_from_args(args)
     out, err = consoles(args)
     paths = [p for p in (cfg.path, None if cfg.compare in (None, "builtin") else cfg.compare) if p]
@@ -464,3 +475,78 @@ class _Progress:
     def stop(self):
         if self._bar is not None:
             self._bar.stop()
+
+
+def calibrate(args) -> int:
+    """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, write the topology file."""
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.launch import run_plan
+    from commdsl.bench.plan import Refused, build, program_variant
+    from commdsl.bench.results import rows
+    from commdsl.bench.sizes import parse_sweep
+    from commdsl.predict import calibrate as cal
+    from commdsl.resolve import load
+    from commdsl.runtime.envinfo import EnvError, choose_backend
+    from commdsl.runtime.launch import LaunchError
+    from commdsl.source import SourceFile
+
+    if args.file or args.collective or args.compare:
+        raise UsageError("--calibrate times its own ping-pong: give no FILE, --collective or --compare")
+    if not args.output:
+        raise UsageError("--calibrate needs -o FILE: the topology file to write")
+    if args.nproc is None or int(args.nproc) < 2:
+        raise UsageError("--calibrate needs --nproc 2 or more (the ping-pong runs between ranks 0 and 1)")
+    try:
+        check_output(args.output, [], "-o")
+        sizes = parse_sweep(str(args.sizes))
+    except FileError as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if len(sizes) < 2:
+        raise UsageError("--calibrate fits a line: give --sizes with at least two sizes (MIN:MAX)")
+    out, err = consoles(args)
+    nproc = int(args.nproc)
+    try:
+        backend = choose_backend(args.backend, nproc)
+    except EnvError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    program = load(SourceFile("<calibrate>", cal.PINGPONG))
+    with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
+        try:
+            variant = program_variant(program, nproc, "n", {}, None)
+            plan = build([variant], sizes, nproc, backend, args.iters, args.warmup, False, out_dir, [])
+            measured = run_plan(plan, args.timeout, args.verbose)
+        except (BenchError, Refused, LaunchError) as e:
+            err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
+            return EXIT_FAILURE
+        if measured.hang or measured.failures or measured.interrupted:
+            err.print("[bold red]error[/]: calibration failed: a rank hung or failed (rerun with -v)")
+            return EXIT_FAILURE
+        table = rows(plan, measured.results)
+    if len(table) < 2:
+        err.print("[bold red]error[/]: calibration failed: fewer than two sizes were measured")
+        return EXIT_FAILURE
+    try:
+        f = cal.fit([r.size for r in table], cal.one_way(plan, measured.results))
+    except ValueError as e:
+        err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
+        return EXIT_FAILURE
+    memory = cal.memory_bandwidth()
+    command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
+    text = cal.topology_text(f, memory, nproc, backend, command)
+    try:
+        write_atomic(args.output, text)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    for line in text.splitlines():
+        if line.startswith("#"):
+            out.print(line, markup=False)
+    out.print(
+        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s: "
+        f"written to {args.output}",
+        markup=False,
+    )
+    return EXIT_OK

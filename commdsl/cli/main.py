@@ -14,7 +14,7 @@ from commdsl.cli.common import EXIT_FAILURE, UsageError
 
 # modules under commdsl.cli, each with `add_parser(subparsers)` registering its verb(s) and a handler.
 # They import torch only inside their handlers, so `check` and `lint` start without it.
-VERB_MODULES = ("check", "sim", "run", "compile", "bench", "graph", "fmt", "explain", "lsp", "trace")
+VERB_MODULES = ("check", "sim", "run", "compile", "bench", "predict", "graph", "fmt", "explain", "lsp", "trace")
 
 
 class Parser(argparse.ArgumentParser):

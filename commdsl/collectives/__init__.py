@@ -161,6 +161,18 @@ class Kind:
         """nccl-tests' busbw / algbw ratio (its doc/PERFORMANCE.md and the GetBw of each test)."""
         return 1.0
 
+    def latency_steps(self, world: int) -> int:
+        """Hops of latency one call pays in sequence: a ring's p - 1 steps (`commdsl predict`)."""
+        return world - 1
+
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """Predicted seconds of one call at `world` members (`commdsl predict`, docs/predict.md): the ring
+        NCCL runs and nccl-tests' busbw assumes, `latency_steps` hops of latency `alpha` and
+        `busbw_factor` × `size` bytes over each link at `beta` bytes/s. `size` is nccl-tests' size (the
+        larger of a member's input and output), a number or an array; `tree`: the backend may also run a
+        tree (NCCL), which a kind with one overrides; `backend`: for a kind a backend runs otherwise."""
+        return self.latency_steps(world) * alpha + self.busbw_factor(world) * size / beta
+
 
 # ---- helpers the kinds share ----------------------------------------------------------------------
 

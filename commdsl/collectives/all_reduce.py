@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from commdsl.collectives import DATA, Instance, Kind, Outputs, reduce_arrays
 
 
@@ -28,6 +32,17 @@ class AllReduce(Kind):
 
     def busbw_factor(self, world: int) -> float:
         return 2 * (world - 1) / world  # a ring moves 2(n-1)/n of the buffer over each link
+
+    def latency_steps(self, world: int) -> int:
+        return 2 * (world - 1)  # reduce-scatter then all-gather around the ring
+
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """The ring, or with `tree` (NCCL) the faster of it and a pipelined tree: up the tree and down
+        again in 2⌈log2 p⌉ hops, the whole buffer over each link both ways (NCCL's double binary tree)."""
+        ring = super().cost(world, size, alpha, beta)
+        if not tree or world < 2:
+            return ring
+        return np.minimum(ring, 2 * math.ceil(math.log2(world)) * alpha + 2 * np.asarray(size) / beta)
 
 
 KIND = AllReduce()

@@ -57,5 +57,15 @@ class ReduceScatter(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """On Gloo, torch runs `reduce_scatter_tensor` as an all-reduce of the whole input, then copies
+        this rank's block (`ProcessGroupGloo::reduce_scatter_tensor_coalesced`, torch/csrc/distributed/c10d/
+        ProcessGroupGloo.cpp): it costs that all-reduce. Elsewhere the ring."""
+        if backend == "gloo":
+            from commdsl.collectives import KINDS
+
+            return KINDS["all_reduce"].cost(world, size, alpha, beta, tree, backend)
+        return super().cost(world, size, alpha, beta, tree, backend)
+
 
 KIND = ReduceScatter()

@@ -72,6 +72,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.ExpansionTooLarge,
     sizes.TimeLimitExceeded,
     sizes.UnsupportedElementOp,
+    sizes.InvalidTopology,
     settings.InvalidSettings,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,

@@ -1,0 +1,354 @@
+"""`commdsl predict`: the bench's table for a world size and a network you do not have, from the cost model.
+
+    commdsl predict programs/ring_allreduce.comm --world 4096 --topology dgx-h100 --sizes 1K:1G
+    commdsl predict --collective all_reduce --world 1024 --topology dgx-h100 --sizes 256M
+    commdsl predict programs/ring_allreduce.comm --world 4 --topology host.toml --measured bench.json --plot p.png
+
+Every row is marked "predicted". Exit 0 when the prediction was made, 1 when the topology file or the
+program has errors (diagnostics), 2 when it could not be made at all (a usage error, a file that cannot
+be read, a program that does not complete at this world size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from rich.markup import escape
+
+from commdsl.cli.common import (
+    EXIT_FAILURE,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    UsageError,
+    add_output_flags,
+    add_program_flags,
+    consoles,
+    env_default,
+    integer,
+    load_files,
+    parse_sets,
+    print_diagnostics,
+)
+from commdsl.files import FileError, check_output
+
+
+def add_parser(sub):
+    from commdsl.bench.builtin import COLLECTIVES
+    from commdsl.predict.topology import PRESETS
+
+    p = sub.add_parser(
+        "predict",
+        help="predict a program's time, algbw and busbw at any world size on a described network",
+        description="Predict the bench's table (size, time, algbw, busbw) for a program or a built-in "
+        "collective at --world N on the network a --topology file (or preset) describes, from the cost "
+        "model over the program's expansion (docs/predict.md); with the critical path as source lines "
+        "and the busiest links.",
+    )
+    p.add_argument("file", metavar="FILE", nargs="?", help="the program (or give --collective)")
+    p.add_argument(
+        "--collective",
+        metavar="NAME",
+        choices=COLLECTIVES,
+        help=f"predict a built-in instead of a program: {', '.join(COLLECTIVES)}",
+    )
+    p.add_argument("--world", type=integer("--world", 1, 1 << 20), required=True, metavar="N", help="ranks (required)")
+    p.add_argument(
+        "--topology",
+        required=True,
+        metavar="FILE|PRESET",
+        help=f"a topology TOML file (`commdsl bench --calibrate -o FILE` writes one) or a preset: {', '.join(PRESETS)}",
+    )
+    p.add_argument(
+        "--sizes",
+        default=env_default("sizes", "1K:16M"),
+        metavar="MIN:MAX[:FACTOR]",
+        help="bytes of the measured buffer, as `commdsl bench --sizes` (default: 1K:16M)",
+    )
+    p.add_argument("--dtype", help="element type (built-ins: default float32; a program: as `commdsl bench`)")
+    p.add_argument(
+        "--op",
+        choices=("sum", "product", "min", "max", "avg", "band", "bor", "bxor"),
+        default="sum",
+        help="reduce op of the built-ins that reduce (default: sum)",
+    )
+    p.add_argument("--root", type=integer("--root", 0), default=0, help="root of the rooted built-ins (default: 0)")
+    p.add_argument("--param", default="n", metavar="NAME", help="the integer param that sets the size (default: n)")
+    p.add_argument("--json", metavar="FILE", help="write the rows as `commdsl bench --json` does, marked predicted")
+    p.add_argument(
+        "--measured",
+        metavar="BENCH_JSON",
+        help="a `commdsl bench --json` file of the same program: adds the measured time and the error per row",
+    )
+    p.add_argument("--plot", metavar="FILE", help="plot predicted (and measured) busbw against size (PNG/SVG/PDF)")
+    p.add_argument(
+        "--algo",
+        choices=("auto", "ring"),
+        default="auto",
+        help="built-in all_reduce: the topology's choice (auto: NCCL's faster of ring and tree) or the ring only "
+        "(as NCCL_ALGO=Ring)",
+    )
+    p.add_argument(
+        "--links", type=integer("--links", 0), default=8, metavar="K", help="show the K busiest links (default: 8)"
+    )
+    add_program_flags(p)
+    add_output_flags(p)
+    p.set_defaults(handler=run)
+
+
+def _check_args(args) -> list[int]:
+    from commdsl.bench.sizes import SizeError, parse_sweep
+    from commdsl.dtypes import DTYPES
+
+    if (args.file is None) == (args.collective is None):
+        raise UsageError("give either a program FILE or --collective NAME, not both" if args.file else "give a FILE")
+    if args.dtype is not None and args.dtype not in DTYPES:
+        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
+    if args.collective == "sendrecv" and args.world < 2:
+        raise UsageError("--collective sendrecv needs --world 2 or more")
+    if args.collective and not 0 <= args.root < args.world:
+        raise UsageError(f"--root {args.root} is not a rank of --world {args.world}")
+    try:
+        sizes = parse_sweep(str(args.sizes))
+    except SizeError as e:
+        raise UsageError(str(e)) from None
+    outputs = [(f, p) for f, p in (("--json", args.json), ("--plot", args.plot)) if p]
+    inputs = [p for p in (args.file, args.measured, args.topology) if p]
+    for flag, path in outputs:
+        try:
+            check_output(path, inputs, flag)
+        except FileError as e:
+            raise UsageError(str(e)) from None
+    if args.json and args.plot and os.path.abspath(args.json) == os.path.abspath(args.plot):
+        raise UsageError("--json and --plot must name different files")
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
+    return sizes
+
+
+def run(args) -> int:
+    sizes = _check_args(args)
+    out, err = consoles(args)
+    from commdsl.diagnostics import CommdslError
+    from commdsl.predict import topology
+
+    try:
+        topo, topo_source = topology.load(args.topology)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    except CommdslError as e:
+        source = topology.source_of(args.topology)
+        print_diagnostics(e.diagnostics, {source.path: source}, args.format, out, err)
+        return EXIT_FINDINGS
+    if args.algo == "ring":
+        import dataclasses
+
+        topo = dataclasses.replace(topo, tree=False)
+    if topo.capacity() is not None and args.world > topo.capacity():
+        raise UsageError(f"--world {args.world}: topology {topo.name} holds {topo.capacity()} ranks")
+    measured = _read_measured(args.measured) if args.measured else None
+    variant = _variant(args, out, err)
+    if isinstance(variant, int):
+        return variant
+    from commdsl.bench.identify import BenchError
+    from commdsl.predict import sweep
+
+    try:
+        pred = sweep(variant, args.world, sizes, topo)
+    except BenchError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    except CommdslError as e:
+        print_diagnostics(e.diagnostics, {variant.program.path: variant.program.source}, args.format, out, err)
+        return EXIT_FINDINGS
+    for note in pred.notes:
+        err.print(f"note: {escape(note)}")
+    for line in report(pred, measured, args.links):
+        out.print(line, markup=False)
+    try:
+        _write(args, pred, measured)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _variant(args, out, err):
+    from commdsl.bench.identify import BenchError
+    from commdsl.diagnostics import CommdslError
+    from commdsl.predict import variant_for
+
+    if args.collective:
+        from commdsl.bench.builtin import builtin
+        from commdsl.bench.plan import builtin_variant
+
+        return builtin_variant(builtin(args.collective, args.dtype or "float32", args.op, args.root))
+    if args.op != "sum":
+        raise UsageError("--op sets the reduce op of --collective; a program states its own")
+    loaded = load_files([args.file], err)
+    if loaded.io_failed:
+        return EXIT_FAILURE
+    if loaded.diagnostics:
+        print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+    try:
+        return variant_for(loaded.programs[0], args.world, args.param, parse_sets(args.set), args.dtype)
+    except BenchError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    except CommdslError as e:
+        print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
+        return EXIT_FINDINGS
+
+
+def _read_measured(path: str) -> dict[int, dict]:
+    """A bench JSON's rows by size_bytes (its first variant's)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        rows = data["rows"]
+        first = rows[0]["variant"] if rows else None
+        return {int(r["size_bytes"]): r for r in rows if r["variant"] == first}
+    except OSError as e:
+        raise UsageError(f"--measured {path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise UsageError(f"--measured {path}: not a `commdsl bench --json` file (no rows with size_bytes)") from None
+
+
+def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
+    """The preamble, the bench's table (marked predicted; with the measured time and error when given),
+    the critical path and the busiest links."""
+    from commdsl.bench import output
+    from commdsl.bench.sizes import format_size
+    from commdsl.predict import link_table, ranks_text
+
+    topo, v = pred.topology, pred.variant
+    m = v.measure
+    lines = [
+        f"# commdsl predict: {pred.world} rank{'s' * (pred.world != 1)}, PREDICTED (not measured) on topology "
+        f"{topo.describe()}",
+    ]
+    if topo.source:
+        lines.append(f"#   numbers from: {topo.source}")
+    what = f"{m.kind} of `{m.tensor}`" if m.kind else f"sized by `{m.tensor}`; busbw = algbw"
+    src = "" if m.how == "built-in" else f" ({v.program.path}, sweeping `{v.param}`)"
+    lines += [f"# {v.label}{src}: {what}", "#"]
+    table = output.table(pred.rows, [pred.summary], [0])
+    table = [t.replace("#wrong", "  pred") if i == 0 else t for i, t in enumerate(table)]
+    if measured is not None:
+        table[0] += f"  {'measured':>9}  {'error':>7}"
+        table[1] += f"  {'(us)':>9}  {'(%)':>7}"
+        for i, row in enumerate(pred.rows):
+            got = measured.get(row.size)
+            if got is not None:
+                err = (row.time_us - got["time_us"]) / got["time_us"] * 100
+                table[2 + i] += f"  {got['time_us']:>9.1f}  {err:>+7.1f}"
+    lines += [t.replace("     N/A", "    pred") for t in table]
+    path = pred.paths.get(pred.timing.path_size)
+    size = pred.rows[pred.timing.path_size].size
+    if path is None:
+        lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
+    elif path:
+        total = pred.timing.seconds[pred.timing.path_size] * 1e6
+        steps = sum(e["steps"] for e in path)
+        lines.append(
+            f"# critical path at {format_size(size)} ({total:.1f} us, {steps} op{'s' * (steps != 1)} one after "
+            "another), by line (--json: in time order):"
+        )
+        by_line: dict[int, list] = {}
+        for run in path:
+            entry = by_line.setdefault(run["line"], [0.0, 0, set()])
+            entry[0] += run["us"]
+            entry[1] += run["steps"]
+            entry[2].update(run["ranks"])
+        for line, (us, n, ranks) in sorted(by_line.items()):
+            lines.append(
+                f"#   line {line:>4}  {us:>11.1f} us  {n:>6} op{'s' * (n != 1)}  ranks {ranks_text(sorted(ranks))}  "
+                f"`{_line_text(v.program, line)}`"
+            )
+        idle = total - sum(e["us"] for e in path)
+        if idle > 0.05:
+            lines.append(f"#   waiting between them: {idle:.1f} us")
+    busiest = link_table(pred.timing, links) if links > 0 else []
+    if busiest:
+        lines.append(f"# busiest links at {format_size(size)} (busy time / predicted time):")
+        for link in busiest:
+            lines.append(
+                f"#   {link['link']:<28} {link['utilisation'] * 100:>6.1f} %  {link['bytes'] / 2**20:>10.2f} MiB"
+            )
+    return lines
+
+
+def _ops_limit() -> int:
+    from commdsl.predict.cost import PATH_MAX_OPS
+
+    return PATH_MAX_OPS
+
+
+def _line_text(program, line: int) -> str:
+    from commdsl.source import code_of
+
+    text = program.source.text.splitlines()
+    return code_of(text[line - 1]).strip() if 0 < line <= len(text) else ""
+
+
+def _write(args, pred, measured) -> None:
+    from commdsl.bench import output
+    from commdsl.bench.results import Row, Summary
+    from commdsl.predict import link_table
+
+    inputs = [p for p in (args.file, args.measured, args.topology) if p]
+    if args.json:
+        meta = {
+            "world": pred.world,
+            "backend": pred.topology.backend,
+            "predicted": True,
+            "topology": {"name": pred.topology.name, "path": pred.topology.path, "source": pred.topology.source},
+        }
+        data = output.as_dict(meta, pred.rows, [pred.summary])
+        for row in data["rows"]:
+            row["predicted"] = True
+        data["critical_path"] = {
+            str(pred.rows[k].size): path for k, path in sorted(pred.paths.items()) if path is not None
+        }
+        data["links"] = link_table(pred.timing, 0)
+        output.write_json(args.json, data, inputs)
+    if args.plot:
+        rows, sums = list(pred.rows), [pred.summary]
+        title = f"predicted busbw, {pred.world} ranks, {pred.topology.name}"
+        if measured:
+            got = [
+                Row(
+                    1,
+                    "measured",
+                    r.kind,
+                    r.requested,
+                    r.size,
+                    r.count,
+                    r.dtype,
+                    r.redop,
+                    r.root,
+                    r.param,
+                    r.value,
+                    measured[r.size]["time_us"],
+                    measured[r.size]["algbw_gbps"],
+                    measured[r.size]["busbw_gbps"],
+                    None,
+                )
+                for r in pred.rows
+                if r.size in measured
+            ]
+            rows += got
+            sums = [
+                Summary("predicted", *_tail(pred.summary)),
+                Summary("measured", *_tail(pred.summary)),
+            ]
+            title = f"predicted vs measured busbw, {pred.world} ranks, {pred.topology.name}"
+        else:
+            sums = [Summary("predicted", *_tail(pred.summary))]
+        output.plot(args.plot, rows, sums, title, inputs)
+
+
+def _tail(s) -> tuple:
+    return (s.program, s.kind, s.how, s.factor, s.baseline, s.avg_busbw)

@@ -1,0 +1,288 @@
+"""`commdsl predict`: a program's time at any world size on a described network, without running it.
+
+One more interpreter of the one expansion (docs/architecture.md): `sweep` sizes the program exactly as
+`commdsl bench FILE` does (the same variant: pragma, proved collective or largest tensor; the same size
+param; the same rounding of a requested size to the param's value), expands it, and runs the engine
+once with clocks (`cost.py`) on a topology (`topology.py`). It gives the bench's rows
+(`bench.results.Row`), so the table, the JSON and the plot are the bench's own (`bench.output`).
+
+Modules: `topology.py` (the TOML file, presets, N136), `cost.py` (the clocks over the engine),
+`calibrate.py` (α and β fitted from a Gloo ping-pong, for `commdsl bench --calibrate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from commdsl.bench import busbw as bw
+from commdsl.bench.identify import BenchError, Measure, pragma, prove
+from commdsl.bench.plan import Variant, measured_dtype
+from commdsl.bench.results import Row, Summary
+from commdsl.diagnostics import CommdslError
+from commdsl.dtypes import DTYPES
+from commdsl.expand import Expander, expand, resolve_params
+from commdsl.predict.cost import Bytes, Timing, predict
+from commdsl.predict.topology import Topology
+from commdsl.resolve import Program
+from commdsl.source import statement_text
+
+EXACT_OPS = 20_000_000
+"""Above this many ops over all sizes together, only the largest size is expanded and the others' bytes
+are scaled from it (exact when the shapes are linear in the size param; the row notes it)."""
+PROOF_WORLD = 16
+"""Above this world size the collective a program computes is proved at a smaller declared size (the
+simulator holds every rank's tensors)."""
+
+
+@dataclass
+class Prediction:
+    variant: Variant
+    world: int
+    topology: Topology
+    rows: list[Row]
+    summary: Summary
+    timing: Timing
+    values: list[int]
+    notes: list[str] = field(default_factory=list)
+    paths: dict[int, list[dict]] = field(default_factory=dict)  # size index → critical path
+
+
+def variant_for(program: Program, world: int, param: str, params: dict, dtype: str | None) -> Variant:
+    """What `commdsl bench FILE --nproc world` would measure, proving the collective at a small world when
+    `world` is large. BenchError when the program cannot be swept at this world."""
+    if not program.accepts(world):
+        raise BenchError(
+            f"{program.path}: runs at world sizes {program.describe_world()}; --world {world} is not one of them"
+        )
+    declared = {p.name for p in program.params}
+    if param not in declared:
+        raise BenchError(
+            f"{program.path}: no param `{param}` to sweep (its params: {', '.join(sorted(declared)) or 'none'}); "
+            "--param NAME picks another"
+        )
+    if param in params:
+        raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
+    if dtype is not None:
+        from commdsl.bench.plan import _with_dtype
+
+        first = pragma(program)
+        if first is not None:
+            program = _with_dtype(program, first.tensor, dtype)
+    measure = pragma(program)
+    if measure is None:
+        proofs = [world] if world <= PROOF_WORLD else [w for w in range(2, PROOF_WORLD + 1) if program.accepts(w)]
+        for proof in proofs:
+            try:
+                measure = prove(program, proof, params)
+                break
+            except CommdslError:  # not a size these params fit (`local` must divide it): the next one
+                if proof == world:
+                    raise
+        else:
+            measure = None
+    if measure is None:
+        specs = tensor_specs(program, world, params)
+        if not specs:
+            raise BenchError(f"{program.path}: rank 0 has no tensor to size the sweep by")
+        name = max(specs, key=lambda t: specs[t][0] * DTYPES[specs[t][1]].itemsize)
+        measure = Measure(None, name)
+    return Variant(program.name, program, measure, param, params)
+
+
+def tensor_specs(program: Program, world: int, params: dict) -> dict[str, tuple[int, str]]:
+    """Rank 0's tensors (elements, dtype) at `world`, from the declarations alone (no statement expanded)."""
+    ex = Expander(program, world, resolve_params(program, params))
+    ex.setup()
+    ex.setup_tensors()
+    out = {}
+    for name, info in ex.infos.items():
+        spec = info.spec(0)
+        out[name] = (spec.numel, spec.dtype)
+    return out
+
+
+def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
+    """(value of the size param, bytes of the measured tensor there) nearest `requested` bytes: bench's rule
+    (`bench.plan._fit`: scale the default, correct once), on the declarations only."""
+
+    def size_at(value: int) -> int:
+        numel, dtype = tensor_specs(v.program, world, {**v.params, v.param: value})[v.measure.tensor]
+        return numel * DTYPES[dtype].itemsize
+
+    base_value = resolve_params(v.program, v.params)[v.param]
+    if isinstance(base_value, bool) or not isinstance(base_value, int):
+        raise BenchError(f"{v.program.path}: param `{v.param}` = {base_value!r} is not an integer")
+    base = size_at(base_value)
+    if base == 0:
+        raise BenchError(f"{v.program.path}: `{v.measure.tensor}` is empty at `{v.param} = {base_value}`")
+    itemsize = DTYPES[measured_dtype(v)].itemsize
+    value = max(1, round(requested / itemsize * base_value * itemsize / base))
+    size = size_at(value)
+    if size != requested and size > 0:
+        better = max(1, round(value * requested / size))
+        if better != value:
+            size2 = size_at(better)
+            if abs(size2 - requested) < abs(size - requested):
+                value, size = better, size2
+    return value, size
+
+
+def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool = True, deadline=None) -> Prediction:
+    """Predicted rows for `sizes` (requested bytes). BenchError when the program does not complete at this
+    world (a deadlock or a mismatch: `commdsl check` says which)."""
+    notes: list[str] = []
+    fitted: list[tuple[int, int, int]] = []  # (requested, value, bytes)
+    seen: set[int] = set()
+    for requested in sizes:
+        value, size = fit(v, world, requested)
+        if size == 0:
+            notes.append(f"{requested} B leaves `{v.measure.tensor}` empty; size skipped")
+            continue
+        if value in seen:
+            notes.append(f"{requested} B gives `{v.param} = {value}` again; size skipped")
+            continue
+        seen.add(value)
+        fitted.append((requested, value, size))
+    if not fitted:
+        raise BenchError("no size left to predict: every requested size was skipped")
+    values = [f[1] for f in fitted]
+    top = expand(v.program, world, {**v.params, v.param: values[-1]}, deadline)
+    S = len(values)
+    if top.num_ops * S <= EXACT_OPS or S == 1:
+        schedules = [expand(v.program, world, {**v.params, v.param: x}, deadline) for x in values[:-1]] + [top]
+        try:
+            nbytes = Bytes(schedules, np.eye(S))
+        except ValueError:  # the statements differ between sizes (a loop over the size param): one run each
+            return _one_by_one(v, world, topo, fitted, schedules, notes, deadline)
+    else:
+        nbytes = Bytes([top], np.array([[x / values[-1]] for x in values]))
+        notes.append(
+            f"{top.num_ops:,} ops × {S} sizes: only `{v.param} = {values[-1]}` was expanded; the other sizes' "
+            f"bytes are scaled from it (exact when the shapes are linear in `{v.param}`)"
+        )
+    timing = predict(top, topo, nbytes, S, deadline=deadline)
+    _completes(v, world, timing)
+    found = {S - 1: timing.path} if timing.path is not None else {}
+    if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
+        for k in range(S - 1):
+            found[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline).path or []
+    return _prediction(v, world, topo, fitted, top, timing, found, notes)
+
+
+def _completes(v: Variant, world: int, timing: Timing) -> None:
+    outcome = timing.outcome
+    if not outcome.completed or len(outcome.unmatched) or outcome.bad:
+        stuck = ", ".join(str(r) for r in outcome.stalled[:8].tolist())
+        raise BenchError(
+            f"{v.program.path}: does not complete at world {world}"
+            + (f" (ranks {stuck} stop)" if stuck else "")
+            + f"; `commdsl check {v.program.path} --world {world}` says why"
+        )
+
+
+def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Prediction:
+    """Sizes whose statements differ (`micro` of a pipeline sets how many messages there are): the engine
+    runs once per size, and the rows are put together as one run's would be."""
+    runs = []
+    for s in schedules:
+        t = predict(s, topo, Bytes([s], np.ones((1, 1))), 1, deadline=deadline)
+        _completes(v, world, t)
+        runs.append(t)
+    last = runs[-1]
+    timing = Timing(
+        np.array([float(t.seconds[0]) for t in runs]),
+        np.concatenate([t.rank_seconds for t in runs], axis=1),
+        last.port_names,
+        last.port_bytes,
+        last.port_busy,
+        last.path,
+        len(runs) - 1,
+        last.outcome,
+    )
+    found = {k: t.path for k, t in enumerate(runs) if t.path is not None}
+    notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
+    return _prediction(v, world, topo, fitted, schedules[-1], timing, found, notes)
+
+
+def _prediction(v, world, topo, fitted, top, timing, found, notes) -> Prediction:
+    kind = v.measure.kind
+    dtype = measured_dtype(v)
+    item = DTYPES[dtype].itemsize
+    rows = []
+    text = v.program.source.text
+    for k, (requested, value, size) in enumerate(fitted):
+        sec = float(timing.seconds[k])
+        lines = []
+        for e in found.get(k, []):
+            rec = top.records[e["rid"]]
+            lines.append({"line": e["line"], "text": statement_text(text, rec.span), "us": e["us"]})
+        rows.append(
+            Row(
+                0,
+                v.label,
+                kind,
+                requested,
+                size,
+                size // item,
+                dtype,
+                v.measure.redop,
+                v.measure.root,
+                v.param,
+                value,
+                sec * 1e6,
+                bw.algbw(size, sec),
+                bw.busbw(kind or "", world, size, sec),
+                None,
+                [float(x) * 1e6 for x in timing.rank_seconds[:, k]] if world <= 64 else [],
+                lines,
+            )
+        )
+    summary = Summary(
+        v.label,
+        v.program.path,
+        kind,
+        v.measure.how,
+        bw.factor(kind or "", world),
+        False,
+        sum(r.busbw for r in rows) / len(rows),
+    )
+    return Prediction(v, world, topo, rows, summary, timing, [f[1] for f in fitted], notes, found)
+
+
+def link_table(timing: Timing, top: int = 8) -> list[dict]:
+    """The busiest links at the path size: name, bytes, busy µs, utilisation (busy time / predicted time)."""
+    total = float(timing.seconds[timing.path_size])
+    busy = timing.port_busy
+    order = np.argsort(-busy, kind="stable")
+    out = []
+    for p in order[: top if top > 0 else busy.size].tolist():
+        if busy[p] <= 0:
+            break
+        out.append(
+            {
+                "link": timing.port_names[p],
+                "bytes": float(timing.port_bytes[p]),
+                "busy_us": float(busy[p]) * 1e6,
+                "utilisation": float(busy[p]) / total if total > 0 else 0.0,
+            }
+        )
+    return out
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """`0-3, 7`: runs of consecutive ranks."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    if len(out) > 6:
+        return ", ".join(out[:3]) + f", … ({len(ranks)} ranks)"
+    return ", ".join(out)
+
+
+__all__ = ["Prediction", "sweep", "variant_for", "fit", "link_table", "ranks_text"]

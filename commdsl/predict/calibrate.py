@@ -1,0 +1,117 @@
+"""`commdsl bench --calibrate`: α and β of this machine's links, fitted from a measured ping-pong.
+
+The ping-pong is a `.comm` program (`PINGPONG`: rank 0 sends to rank 1, which sends it back), swept and
+timed by the bench itself (`bench.plan.build`, `bench.launch.run_plan`: the same workers, hang guard and
+hard timeout as every `commdsl bench`), so a calibration measures what a bench measures. One way is half
+the median round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
+relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
+timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it).
+`topology_text` writes the TOML file `commdsl predict --topology` reads, with the measurements as comments.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+PINGPONG = """\
+# the calibration ping-pong of `commdsl bench --calibrate`: rank 0 and rank 1 send `x` there and back
+program calibrate_pingpong
+world 2..
+param n = 1024
+
+tensor x: float32[n] = rank
+
+on rank == 0:
+    send x to 1
+    recv x from 1
+on rank == 1:
+    recv x from 0
+    send x to 0
+"""
+
+
+@dataclass(frozen=True)
+class Fit:
+    alpha: float  # seconds
+    beta: float  # bytes per second
+    worst: float  # the largest relative error of the fit over the measured sizes
+    points: tuple[tuple[int, float], ...]  # (bytes, one-way seconds) measured
+
+
+def fit(sizes: list[int], seconds: list[float]) -> Fit:
+    """α, β of t = α + size/β, minimising Σ ((α + size/β − t) / t)²; α is kept ≥ 0."""
+    s = np.asarray(sizes, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if s.size < 2 or np.unique(s).size < 2:
+        raise ValueError("calibration needs at least two different sizes")
+    A = np.stack([np.ones_like(s), s], axis=1) / t[:, None]
+    (alpha, inv_beta), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    if alpha < 0:  # no latency term: fit the slope alone
+        alpha = 0.0
+        inv_beta = float(np.sum(s / t) / np.sum((s / t) ** 2))
+    if inv_beta <= 0:
+        raise ValueError("the measured times do not grow with the size; measure larger sizes")
+    pred = alpha + s * inv_beta
+    return Fit(float(alpha), float(1.0 / inv_beta), float(np.max(np.abs(pred - t) / t)), tuple(zip(sizes, seconds)))
+
+
+def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
+    """Seconds one way for each measured case: half the median, over the timed iterations, of the slowest
+    rank's round trip. The median, not the bench's mean: on a shared machine a few iterations that wait
+    for a core would otherwise set α."""
+    out = []
+    for number in range(len(plan.cases)):
+        per_rank = results.get(number, {})
+        if len(per_rank) < plan.world:
+            continue
+        trips = np.max(np.array([per_rank[r]["durations_ns"] for r in range(plan.world)], dtype=np.float64), axis=0)
+        out.append(float(np.median(trips)) / 2 * 1e-9)
+    return out
+
+
+def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+    """Bytes per second of `x += y` on float32 tensors of `nbytes`, counted as the cost model counts a local
+    op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`."""
+    import torch
+
+    x = torch.ones(nbytes // 4, dtype=torch.float32)
+    y = torch.ones(nbytes // 4, dtype=torch.float32)
+    x += y  # touch the pages first
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x += y
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def topology_text(f: Fit, memory_bps: float, nproc: int, backend: str, command: str) -> str:
+    """The topology file: one node, every rank on it, α and β fitted, the measurements as comments."""
+    lines = [
+        f"# written by `{command}`",
+        f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
+        "# ranks 0 and 1 (half the median round trip of the slowest rank), fitted to t = alpha + bytes / beta",
+        "#        bytes     measured (us)     fitted (us)    error",
+    ]
+    for size, sec in f.points:
+        got = f.alpha + size / f.beta
+        lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
+    lines += [
+        f"# largest error of the fit: {f.worst * 100:.1f} %",
+        'name = "calibrated"',
+        f'backend = "{backend}"',
+        "ranks_per_node = 65536    # one host: every rank of this machine on one node",
+        "nics_per_node = 1",
+        "shared_node = true        # one host: its messages share the same cores and memory",
+        f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted",
+        f'source = "measured with `{command}`"',
+        "",
+        "[intra]",
+        f"alpha_us = {f.alpha * 1e6:.4g}",
+        f"bandwidth_gbps = {f.beta / 1e9:.4g}",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,563 @@
+"""The timing interpreter: the one engine, run once, with an `Observer` that keeps every rank's clock.
+
+The engine decides what happens (which send meets which receive, which calls make a collective, who
+waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
+world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth; a send or
+receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
+sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
+its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
+slowest ring hop. What a rank waits for (its blocking op, its batch, the requests of a `wait`) lands in
+`D`, and the rank's clock catches up with it when it next does anything (`settle`): a blocked rank does
+nothing until the engine releases it, so that is exactly when it resumes.
+
+Links are shared. A rank has an egress and an ingress port inside its node, a node has `nics_per_node`
+NICs each way; a message uses its sender's egress and its receiver's ingress. Messages the engine
+matches in one step that share a port share its bandwidth as processor sharing does (two equal ones
+each get half: each takes 2·bytes/β), and a port stays busy until its last message ends, so a later
+message on it waits (`free`). Collectives are costed by formula and do not take part in the sharing.
+
+All sizes run in one pass (the schedule's records must be the same at every size: `Bytes` checks),
+so the world-4096 ring is one engine run, not eight. The critical path is kept for one size, as a
+chain of nodes (one per op or matched pair, each pointing at the node its start waited for), when the
+schedule has at most `PATH_MAX_OPS` ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commdsl.dtypes import DTYPES
+from commdsl.engine import Calls, Model, Observer, Outcome, Posts, run_engine
+from commdsl.limits import Deadline
+from commdsl.predict.topology import Topology
+from commdsl.schedule import CollectiveRec, ComputeRec, P2PRec, Schedule
+from commdsl.values import at
+
+PATH_MAX_OPS = 12_000_000
+"""The most ops for which the critical path is kept (a node per op: about 24 bytes each)."""
+
+CACHE_VALUES = 16_000_000
+"""The most byte counts (ops × sizes) `Bytes` keeps between calls (128 MB)."""
+
+GLOO_TIMING = Model("gloo", early_release=True)
+NCCL_TIMING = Model("nccl", tags=False)  # tags ignored; its streams' issue order is not modelled
+
+
+class Bytes:
+    """Bytes of every op at every predicted size: `of(rec)` → array (len(rec.ranks), sizes).
+
+    From one expansion per size (`schedules`, whose records must correspond one to one), each size's
+    bytes a weighted sum of theirs (`weights`: sizes × expansions; the identity when every size has its
+    own expansion, a scale factor when the others are scaled from one)."""
+
+    def __init__(self, schedules: list[Schedule], weights: np.ndarray):
+        self.schedules = schedules
+        self.weights = weights
+        self.cache: dict[int, np.ndarray] = {}
+        self.cached = 0
+        first = schedules[0]
+        for s in schedules[1:]:
+            if len(s.records) != len(first.records) or any(
+                type(a) is not type(b) or a.ranks.size != b.ranks.size for a, b in zip(s.records, first.records)
+            ):
+                raise ValueError("the program's statements differ between sizes")
+
+    def of(self, rid: int) -> np.ndarray:
+        got = self.cache.get(rid)
+        if got is None:
+            per = []
+            for s in self.schedules:
+                rec = s.records[rid]
+                per.append(np.broadcast_to(np.asarray(op_bytes(rec, s), dtype=np.float64), rec.ranks.shape))
+            got = np.ascontiguousarray((self.weights @ np.stack(per)).T)
+            if self.cached + got.size <= CACHE_VALUES:  # most records are met once: keep what fits
+                self.cache[rid] = got
+                self.cached += got.size
+        return got
+
+
+def op_bytes(rec, schedule: Schedule):
+    """Bytes one record moves per rank (a scalar or an array over its ranks): a message's payload, a
+    collective's nccl-tests size (the larger of a member's input and output), a local op's bytes read and
+    written; 0 for `expect` and `print`, which the bench does not time either."""
+    if isinstance(rec, P2PRec):
+        return _numel(rec.view.numel) * DTYPES[rec.dtype].itemsize
+    if isinstance(rec, CollectiveRec):
+        item = DTYPES[rec.dtype].itemsize if rec.dtype in DTYPES else 4
+        ins = sum((_numel(v.numel) for v in rec.inputs), 0)
+        outs = sum((_numel(v.numel) for v in rec.outputs), 0)
+        return np.maximum(ins, outs) * item
+    if isinstance(rec, ComputeRec):
+        item = DTYPES[schedule.infos[rec.target.tensor].dtype].itemsize
+        return _numel(rec.target.numel) * item * (1 + len(rec.reads))
+    return 0
+
+
+def _numel(n):
+    return n.astype(np.float64) if isinstance(n, np.ndarray) else float(n)
+
+
+@dataclass
+class Timing:
+    """What one predicted run gives: per size the time, per link the load, and the critical path."""
+
+    seconds: np.ndarray  # per size: when the last rank finishes
+    rank_seconds: np.ndarray  # world × sizes
+    port_names: list[str]
+    port_bytes: np.ndarray  # per port, at the path size
+    port_busy: np.ndarray  # seconds each port moved data, at the path size
+    path: list[dict] | None  # the critical path at the path size, in time order, one entry per run of one line
+    path_size: int  # index of the size the path and the link figures are for
+    outcome: Outcome
+
+
+class Clocks(Observer):
+    def __init__(self, schedule: Schedule, topo: Topology, nbytes: Bytes, sizes: int, track: int | None):
+        W = schedule.world
+        self.s, self.topo, self.nbytes, self.W = schedule, topo, nbytes, W
+        self.T = np.zeros((W, sizes))
+        self.D = np.zeros((W, sizes))
+        R = schedule.requests.count
+        self.req_post = np.zeros((R, sizes))
+        self.req_end = np.zeros((R, sizes))
+        self.req_done = np.zeros(R, dtype=bool)
+        self.req_waiting = np.zeros(R, dtype=bool)
+        self.early: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        rpn, nics = topo.ranks_per_node, topo.nics_per_node
+        self.node = np.arange(W) // rpn
+        nodes = int(self.node[-1]) + 1 if W else 0
+        self.nic = self.node * nics + (np.arange(W) % rpn) % nics
+        self.n_nics = nodes * nics
+        ports = 2 * W + 2 * self.n_nics + nodes
+        self.free = np.zeros((ports, sizes))
+        self.k = track if track is not None else sizes - 1
+        self.port_bytes = np.zeros(ports)
+        self.port_busy = np.zeros(ports)
+        self.group_net: dict[int, tuple[float, float]] = {}
+        self.track = track is not None
+        self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
+        self.Dnode = np.full(W, -1, dtype=np.int64)
+        self.req_post_node = np.full(R, -1, dtype=np.int64)
+        self.req_end_node = np.full(R, -1, dtype=np.int64)
+        self.nodes: list[tuple[np.ndarray, ...]] = []  # (rec, rank, peer, pred, start, end) chunks
+        self.count = 0
+
+    # ---- the path graph ------------------------------------------------------------------------------
+    def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
+        n = rank.size
+        ids = np.arange(self.count, self.count + n, dtype=np.int64)
+        if self.track and n:
+            self.count += n
+            b = np.broadcast_to
+            self.nodes.append(
+                (
+                    b(np.asarray(rec, dtype=np.int32), (n,)).copy(),
+                    rank.astype(np.int32),
+                    b(np.asarray(peer, dtype=np.int32), (n,)).copy(),
+                    pred.astype(np.int64),
+                    np.asarray(start, dtype=np.float64).copy(),
+                    np.asarray(end, dtype=np.float64).copy(),
+                )
+            )
+        return ids if self.track else np.full(n, -1, dtype=np.int64)
+
+    # ---- clocks --------------------------------------------------------------------------------------
+    def settle(self, G: np.ndarray) -> None:
+        """Ranks G act again: their clocks catch up with what they waited for."""
+        ix = _ix(G, self.W)
+        d, t = _rows(self.D, ix), _rows(self.T, ix)
+        if self.track:
+            later = d[:, self.k] > t[:, self.k]
+            if later.any():
+                self.last[G[later]] = self.Dnode[G[later]]
+        np.maximum(t, d, out=t)  # in T itself when ix is a slice
+        if not isinstance(ix, slice):
+            _set_rows(self.T, ix, t)
+
+    def wait_for(self, ranks: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
+        """Ranks wait for things ending at `end` (len(ranks) × sizes); a rank may appear more than once."""
+        if not ranks.size:
+            return
+        ix = _ix(ranks, self.W)
+        if isinstance(ix, slice) or _distinct(ranks, self.W):
+            if self.track:
+                later = end[:, self.k] > self.D[ix, self.k]
+            d = _rows(self.D, ix)
+            np.maximum(d, end, out=d)
+            if not isinstance(ix, slice):
+                _set_rows(self.D, ix, d)
+        else:
+            order = np.argsort(end[:, self.k], kind="stable")  # the latest last, so it wins the node below
+            ranks, end, nodes = ranks[order], end[order], nodes[order]
+            later = end[:, self.k] > self.D[ranks, self.k]
+            np.maximum.at(self.D, ranks, end)
+        if self.track:
+            self.Dnode[ranks[later]] = nodes[later]
+
+    def finish_requests(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
+        self.req_end[reqs] = end
+        self.req_done[reqs] = True
+        self.req_end_node[reqs] = nodes
+        w = self.req_waiting[reqs]
+        if w.any():
+            self.req_waiting[reqs[w]] = False
+            self.wait_for(self.s.requests.rank[reqs[w]], end[w], nodes[w])
+
+    # ---- observer hooks ------------------------------------------------------------------------------
+    def local(self, rec, G, pos) -> None:
+        self.settle(G)
+        if not isinstance(rec, ComputeRec):
+            return
+        b = self.nbytes.of(rec.id)
+        b = b if pos is None else b[pos]
+        ix = _ix(G, self.W)
+        start = self.T[ix, self.k].copy()
+        self.T[ix] += b / self.topo.memory_bps
+        if self.track:
+            self.last[G] = self.add_nodes(rec.id, G, -1, self.last[G], start, self.T[ix, self.k])
+
+    def posted(self, rows: Posts) -> None:
+        self.settle(_members(rows.rank, self.W))
+        q = rows.req
+        a = q >= 0
+        if a.any():
+            self.req_post[q[a]] = self.T[rows.rank[a]]
+            self.req_post_node[q[a]] = self.last[rows.rank[a]]
+
+    def post_time(self, rows: Posts) -> tuple[np.ndarray, np.ndarray]:
+        """When each row was posted (rows × sizes) and the node it came after."""
+        t = _rows(self.T, _ix(rows.rank, self.W))
+        node = self.last[rows.rank] if self.track else self.last[:0]
+        a = rows.req >= 0
+        if a.any():
+            t, node = t.copy(), node.copy()
+            t[a] = self.req_post[rows.req[a]]
+            node[a] = self.req_post_node[rows.req[a]]
+        return t, node
+
+    def matched(self, sends: Posts, recvs: Posts) -> None:
+        ts, ns = self.post_time(sends)
+        tr, nr = self.post_time(recvs)
+        start = np.maximum(ts, tr)
+        pred = np.where(ts[:, self.k] >= tr[:, self.k], ns, nr) if self.track else ns
+        src, dst = sends.src, sends.dst
+        b = np.empty_like(start)
+        r0 = int(sends.rec[0])
+        if (sends.rec == r0).all():
+            b = _rows(self.nbytes.of(r0), _ix(sends.pos, self.s.records[r0].ranks.size))
+        else:
+            for rid in np.unique(sends.rec).tolist():
+                m = sends.rec == rid
+                b[m] = self.nbytes.of(rid)[sends.pos[m]]
+        alpha, beta, e, i = self.links(src, dst)
+        n_ports = self.free.shape[0]
+        distinct = (_distinct(e, n_ports), _distinct(i, n_ports))
+        se = b if distinct[0] else _shared(e, b, self.k, n_ports)
+        si = b if distinct[1] else _shared(i, b, self.k, n_ports)
+        eff = se if si is b else si if se is b else np.maximum(se, si)
+        start_k = start[:, self.k].copy() if self.track else start[:0, 0]
+        begin = start  # a new array (np.maximum above): worked on in place from here
+        begin += alpha[:, None]
+        busy = np.take(self.free, e, axis=0)
+        np.maximum(busy, np.take(self.free, i, axis=0), out=busy)
+        np.maximum(begin, busy, out=begin)
+        end = begin
+        end += eff / beta[:, None]
+        for side, ports in enumerate((e, i)):
+            load = b[:, self.k] * (1 if side == 0 else ports != e)  # a shared bus is one port: count it once
+            if distinct[side]:
+                got = np.take(self.free, ports, axis=0)
+                np.maximum(got, end, out=got)
+                _set_rows(self.free, ports, got)
+                self.port_bytes[ports] += load
+                self.port_busy[ports] += load / beta
+            else:
+                np.maximum.at(self.free, ports, end)
+                np.add.at(self.port_bytes, ports, load)
+                np.add.at(self.port_busy, ports, load / beta)
+        nodes = self.add_nodes(sends.rec, src, dst, pred, start_k, end[:, self.k])
+        for rows in (sends, recvs):
+            a = rows.req >= 0
+            if a.any():
+                self.finish_requests(rows.req[a], end[a], nodes[a])
+            if (~a).any():
+                self.wait_for(rows.rank[~a], end[~a], nodes[~a])
+
+    def links(self, src: np.ndarray, dst: np.ndarray):
+        """α and β of each message (from its node pair and the overrides) and its two ports."""
+        topo, W = self.topo, self.W
+        same = self.node[src] == self.node[dst]
+        alpha = np.where(same, topo.intra_alpha, topo.inter_alpha)
+        beta = np.where(same, topo.intra_beta, topo.inter_beta)
+        if topo.overrides:
+            for (a, z), (al, be) in topo.overrides.items():
+                m = (src == a) & (dst == z)
+                alpha[m], beta[m] = al, be
+        if topo.shared_node:  # one bus per node for every message inside it
+            e = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], 2 * W + self.nic[src])
+            i = np.where(same, e, 2 * W + self.n_nics + self.nic[dst])
+        else:
+            e = np.where(same, src, 2 * W + self.nic[src])
+            i = np.where(same, W + dst, 2 * W + self.n_nics + self.nic[dst])
+        return alpha, beta, e, i
+
+    def called(self, rec, G, pos, me) -> None:
+        self.settle(G)
+        if rec.req is not None:
+            q = at(rec.req, pos, G.size).astype(np.int64)
+            self.req_post[q] = self.T[G]
+            self.req_post_node[q] = self.last[G]
+
+    def call_time(self, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
+        t = np.take(self.T, calls.rank, axis=0)
+        node = self.last[calls.rank].copy()
+        a = calls.req >= 0
+        if a.any():
+            t[a] = self.req_post[calls.req[a]]
+            node[a] = self.req_post_node[calls.req[a]]
+        if self.early:
+            for j in np.flatnonzero(calls.released).tolist():
+                key = (int(calls.rec[j]), int(calls.pos[j]))
+                if key in self.early:
+                    t[j], node[j] = self.early[key]
+        return t, node
+
+    def released(self, calls: Calls, leaving) -> None:
+        """Gloo lets some members of a rooted collective go before all have called: they pay the
+        collective's cost from their own call (what they send or receive does not wait for the others)."""
+        idx = np.flatnonzero(leaving)
+        t, node = self.call_time(calls.take(idx))
+        for j, k in enumerate(idx.tolist()):
+            self.early[(int(calls.rec[k]), int(calls.pos[k]))] = (t[j].copy(), int(node[j]))
+        dur = self.duration(calls, 0, len(calls))
+        end = t + dur[None, :]
+        nodes = self.add_nodes(calls.rec[idx], calls.rank[idx], -1, node, t[:, self.k], end[:, self.k])
+        self.release(calls.take(idx), end, nodes)
+
+    def release(self, calls: Calls, end: np.ndarray, nodes: np.ndarray) -> None:
+        a = calls.req >= 0
+        if a.any():
+            self.finish_requests(calls.req[a], end[a], nodes[a])
+        if (~a).any():
+            self.wait_for(calls.rank[~a], end[~a], nodes[~a])
+
+    def completed(self, calls: Calls, starts, counts) -> None:
+        t, node = self.call_time(calls)
+        start = np.maximum.reduceat(t, starts, axis=0)
+        first = np.repeat(np.arange(starts.size), counts)
+        latest = np.zeros(starts.size, dtype=np.int64)
+        order = np.argsort(t[:, self.k], kind="stable")  # the latest caller of each instance: the path goes through it
+        latest[first[order]] = order
+        share = self.bus_share(calls, starts, first)
+        dur = np.stack([self.duration(calls, int(s), int(c), int(k)) for s, c, k in zip(starts, counts, share)])
+        end = start + dur
+        nodes = self.add_nodes(
+            calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
+        )
+        staying = calls.released == 0
+        idx = np.flatnonzero(staying)
+        self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
+
+    def bus_share(self, calls: Calls, starts: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Per instance, how many of the instances completing together use one of its nodes' buses
+        (`shared_node`: collectives that run at once on one host share its bus as messages do); 1 otherwise."""
+        share = np.ones(starts.size, dtype=np.int64)
+        if not self.topo.shared_node or starts.size < 2:
+            return share
+        pairs = np.unique(np.stack([first, self.node[calls.rank]], axis=1), axis=0)  # (instance, node) once each
+        per_node = np.bincount(pairs[:, 1])
+        np.maximum.at(share, pairs[:, 0], per_node[pairs[:, 1]])
+        return share
+
+    def duration(self, calls: Calls, s: int, c: int, share: int = 1) -> np.ndarray:
+        """Seconds of one collective instance (calls[s : s + c]) at every size; `share`: how many instances
+        share its bus (`bus_share`)."""
+        rid = int(calls.rec[s])
+        rec = self.s.records[rid]
+        assert isinstance(rec, CollectiveRec)
+        gid = int(calls.gid[s])
+        p = len(self.s.groups[gid].ranks)
+        b = self.nbytes.of(rid)[calls.pos[s : s + c]].max(axis=0)
+        alpha, beta = self.net(gid)
+        beta /= share
+        dur = np.asarray(
+            rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
+        )
+        ranks = calls.rank[s : s + c]
+        load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
+        nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
+        _, _, e, _ = self.links(ranks, nxt)
+        np.add.at(self.port_bytes, e, load)
+        np.add.at(self.port_busy, e, load / beta)
+        return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def net(self, gid: int) -> tuple[float, float]:
+        """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
+        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node); with
+        `shared_node` a hop inside a node gets its share of the node's bus."""
+        got = self.group_net.get(gid)
+        if got is None:
+            ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
+            alpha, beta, _, _ = self.links(ranks, np.roll(ranks, -1))
+            if ranks.size < 2:
+                got = (0.0, float(self.topo.intra_beta))
+            else:
+                per_node = np.bincount(self.node[ranks]).max()
+                if self.topo.shared_node:  # every member's step crosses the one bus at once
+                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / per_node, beta)
+                if self.topo.backend == "nccl":
+                    inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
+                    beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
+                got = (float(alpha.max()), float(beta.min()))
+            self.group_net[gid] = got
+        return got
+
+    def waited(self, reqs) -> None:
+        if not reqs.size:
+            return
+        ranks = self.s.requests.rank[reqs]
+        self.settle(_members(ranks, self.W))
+        done = self.req_done[reqs]
+        if done.any():
+            q = reqs[done]
+            self.wait_for(ranks[done], self.req_end[q], self.req_end_node[q])
+        self.req_waiting[reqs[~done]] = True
+
+    # ---- the end -------------------------------------------------------------------------------------
+    def critical_path(self, rank: int) -> list[dict] | None:
+        if not self.track:
+            return None
+        if not self.nodes:
+            return []
+        rec, rk, peer, pred, start, end = (np.concatenate([c[j] for c in self.nodes]) for j in range(6))
+        chain = []
+        n = int(self.last[rank])
+        while n >= 0:
+            chain.append(n)
+            n = int(pred[n])
+        chain.reverse()
+        out: list[dict] = []
+        for n in chain:
+            r = self.s.records[int(rec[n])]
+            line = r.span.line
+            took = float(end[n] - start[n])
+            waited = float(start[n] - (end[out[-1]["_node"]] if out else 0.0))
+            pair = (int(rk[n]), int(peer[n]))
+            if out and out[-1]["line"] == line:
+                e = out[-1]
+                e["steps"] += 1
+                e["us"] += took * 1e6
+                e["_node"] = n
+                e["ranks"].update(p for p in pair if p >= 0)
+                continue
+            out.append(
+                {
+                    "line": line,
+                    "rid": int(rec[n]),
+                    "steps": 1,
+                    "us": took * 1e6,
+                    "start_us": float(start[n]) * 1e6,
+                    "idle_before_us": max(waited, 0.0) * 1e6,
+                    "ranks": {p for p in pair if p >= 0},
+                    "_node": n,
+                }
+            )
+        for e in out:
+            e.pop("_node")
+            e["ranks"] = sorted(e["ranks"])
+        return out
+
+
+def _rows(a: np.ndarray, ix) -> np.ndarray:
+    """Rows `ix` of `a`: a view for a slice, else a copy by `np.take` (several times faster than `a[ix]`
+    for rows of a 2-d array)."""
+    return a[ix] if isinstance(ix, slice) else np.take(a, ix, axis=0)
+
+
+def _set_rows(a: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
+    """a[ix] = values for distinct row indices of a C-contiguous 2-d array, each row moved as one item (a
+    void view: about twice as fast as assigning rows of floats)."""
+    row = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
+    a.view(row).reshape(-1)[ix] = np.ascontiguousarray(values).view(row).reshape(-1)
+
+
+def _ix(a: np.ndarray, n: int):
+    """`a` as an index into n rows: a slice when it is every row in order (a view, not a gather)."""
+    if a.size == n and n and a[0] == 0 and a[-1] == n - 1 and (n < 3 or bool((np.diff(a) == 1).all())):
+        return slice(None)
+    return a
+
+
+def _distinct(a: np.ndarray, n: int) -> bool:
+    """No value of `a` (integers in [0, n)) appears twice."""
+    return a.size <= 1 or int(np.bincount(a, minlength=n).max()) <= 1
+
+
+def _members(a: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of `a` (integers in [0, n)), ascending."""
+    return np.flatnonzero(np.bincount(a, minlength=n))
+
+
+def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Bytes each message effectively moves when the messages on one port share it fairly from a common
+    start: with the port's messages sorted by size, message q finishes after Σ_{j<q} b_j + (count − q)·b_q
+    bytes have gone through (processor sharing); a message alone on its port moves its own bytes."""
+    M = ports.size
+    if _distinct(ports, n):
+        return b
+    order = np.lexsort((b[:, k], ports))
+    ps, bs = ports[order], b[order]
+    new = np.r_[True, ps[1:] != ps[:-1]]
+    idx = np.arange(M)
+    gstart = np.maximum.accumulate(np.where(new, idx, 0))
+    gnum = np.cumsum(new) - 1
+    gend = gstart + np.bincount(gnum)[gnum]
+    cs = np.cumsum(bs, axis=0)
+    base = np.where((gstart > 0)[:, None], cs[np.maximum(gstart - 1, 0)], 0.0)
+    before = cs - bs - base
+    eff = before + (gend - idx)[:, None] * bs
+    out = np.empty_like(b)
+    out[order] = eff
+    return out
+
+
+def predict(
+    schedule: Schedule,
+    topo: Topology,
+    nbytes: Bytes,
+    sizes: int,
+    path_size: int | None = None,
+    deadline: Deadline | None = None,
+) -> Timing:
+    """Run the engine once over `schedule` with clocks for `sizes` sizes (bytes from `nbytes`)."""
+    k = sizes - 1 if path_size is None else path_size
+    track = k if schedule.num_ops <= PATH_MAX_OPS else None
+    clocks = Clocks(schedule, topo, nbytes, sizes, track)
+    if track is None:
+        clocks.k = k
+    model = NCCL_TIMING if topo.backend == "nccl" else GLOO_TIMING
+    outcome = run_engine(schedule, model, clocks, deadline=deadline)
+    clocks.settle(np.arange(schedule.world))
+    seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
+    last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
+    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0])
+    return Timing(
+        seconds,
+        clocks.T.copy(),
+        names,
+        clocks.port_bytes,
+        clocks.port_busy,
+        clocks.critical_path(last_rank),
+        k,
+        outcome,
+    )
+
+
+def port_names(world: int, nics: int, per_node: int, ports: int) -> list[str]:
+    out = [f"rank {r} out (in node)" for r in range(world)] + [f"rank {r} in (in node)" for r in range(world)]
+    out += [f"node {n // per_node} NIC {n % per_node} out" for n in range(nics)]
+    out += [f"node {n // per_node} NIC {n % per_node} in" for n in range(nics)]
+    out += [f"node {n} bus (in node, shared)" for n in range(ports - len(out))]
+    return out

@@ -1,0 +1,224 @@
+"""Topologies: where each rank sits and what a message between two ranks costs (α, β), from a small TOML file.
+
+    name = "dgx-h100"
+    backend = "nccl"            # the algorithms built-in collectives use: gloo (ring) or nccl (ring or tree)
+    ranks_per_node = 8
+    nics_per_node = 8           # NCCL runs one ring per NIC (its channels); rank r uses NIC r % nics
+    memory_gbps = 3350          # local ops: bytes read and written over this bandwidth
+    shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
+                                # (Gloo over loopback: the copies go through the same cores), instead of
+                                # each rank having its own way in and out
+    tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
+    source = "..."              # where the numbers come from
+
+    [intra]                     # two ranks on one node
+    alpha_us = 5.7
+    bandwidth_gbps = 450
+
+    [inter]                     # two ranks on different nodes (through the NICs)
+    alpha_us = 6.6
+    bandwidth_gbps = 50
+
+    [[link]]                    # optional: one directed rank pair with its own numbers
+    src = 0
+    dst = 1
+    alpha_us = 20
+    bandwidth_gbps = 10
+
+Rank r is on node r // ranks_per_node. GB/s are 10⁹ bytes per second, as nccl-tests counts them. The
+file is validated with pydantic; every mistake in it is an N136 diagnostic pointing at the key in the file
+(or at the file's first line when the key is missing), never a traceback. Presets (`PRESETS`) are TOML text
+with a `source` that cites where each number comes from; `commdsl bench --calibrate` writes a file of
+the same form, measured on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from commdsl import tomlfile
+from commdsl.diagnostics import CommdslError
+from commdsl.rules.sizes import InvalidTopology
+from commdsl.source import SourceFile
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LinkClass(_Model):
+    alpha_us: float = Field(ge=0)
+    bandwidth_gbps: float = Field(gt=0)
+
+
+class LinkOverride(_Model):
+    src: int = Field(ge=0)
+    dst: int = Field(ge=0)
+    alpha_us: float = Field(ge=0)
+    bandwidth_gbps: float = Field(gt=0)
+
+
+class TopologyFile(_Model):
+    name: str = "topology"
+    backend: Literal["gloo", "nccl"] = "gloo"
+    ranks_per_node: int = Field(ge=1)
+    nics_per_node: int = Field(default=1, ge=1)
+    nodes: int | None = Field(default=None, ge=1)
+    memory_gbps: float = Field(default=10.0, gt=0)
+    shared_node: bool = False
+    tree: bool | None = None
+    source: str = ""
+    intra: LinkClass
+    inter: LinkClass | None = None
+    link: tuple[LinkOverride, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated topology: α in seconds, β in bytes per second."""
+
+    name: str
+    backend: str
+    ranks_per_node: int
+    nics_per_node: int
+    nodes: int | None
+    memory_bps: float
+    shared_node: bool
+    tree: bool
+    source: str
+    intra_alpha: float
+    intra_beta: float
+    inter_alpha: float
+    inter_beta: float
+    overrides: dict[tuple[int, int], tuple[float, float]]
+    path: str
+
+    @classmethod
+    def from_model(cls, m: TopologyFile, path: str) -> Topology:
+        inter = m.inter or m.intra
+        return cls(
+            m.name,
+            m.backend,
+            m.ranks_per_node,
+            m.nics_per_node,
+            m.nodes,
+            m.memory_gbps * 1e9,
+            m.shared_node,
+            m.backend == "nccl" if m.tree is None else m.tree,
+            m.source,
+            m.intra.alpha_us * 1e-6,
+            m.intra.bandwidth_gbps * 1e9,
+            inter.alpha_us * 1e-6,
+            inter.bandwidth_gbps * 1e9,
+            {(o.src, o.dst): (o.alpha_us * 1e-6, o.bandwidth_gbps * 1e9) for o in m.link},
+            path,
+        )
+
+    def capacity(self) -> int | None:
+        """The most ranks the topology holds (None: as many nodes as needed)."""
+        return None if self.nodes is None else self.nodes * self.ranks_per_node
+
+    def describe(self) -> str:
+        inter = (
+            f"inter-node α {self.inter_alpha * 1e6:.3g} µs, β {self.inter_beta / 1e9:.3g} GB/s "
+            f"({self.nics_per_node} NIC{'s' * (self.nics_per_node != 1)} per node)"
+        )
+        return (
+            f"{self.name}: {self.ranks_per_node} rank{'s' * (self.ranks_per_node != 1)} per node, intra-node "
+            f"α {self.intra_alpha * 1e6:.3g} µs, β {self.intra_beta / 1e9:.3g} GB/s; {inter}; "
+            f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
+            + ("; messages in a node share one bus" if self.shared_node else "")
+        )
+
+
+def parse(source: SourceFile) -> Topology:
+    """The topology in `source`; CommdslError with N136 diagnostics when it is not one."""
+    model = tomlfile.parse(source, TopologyFile, InvalidTopology)
+    problems = [
+        InvalidTopology.diagnostic(
+            f"{source.path}: link {i + 1}: src and dst are the same rank ({o.src})",
+            span=tomlfile.key_span(source, ("link", i, "dst")) or tomlfile.line_span(source, 1),
+            label="here",
+            help="a link joins two different ranks",
+        )
+        for i, o in enumerate(model.link)
+        if o.src == o.dst
+    ]
+    if problems:
+        raise CommdslError(problems)
+    return Topology.from_model(model, source.path)
+
+
+def source_of(name_or_path: str) -> SourceFile:
+    """The text of a preset by name, else of the file at the path (FileError when it cannot be read)."""
+    if name_or_path in PRESETS and not os.path.exists(name_or_path):
+        return SourceFile(f"<preset {name_or_path}>", PRESETS[name_or_path])
+    return SourceFile.read(name_or_path)
+
+
+def load(name_or_path: str) -> tuple[Topology, SourceFile]:
+    """A preset by name, else the file at the path; FileError when it cannot be read, CommdslError (N136)
+    when it is not a topology."""
+    source = source_of(name_or_path)
+    return parse(source), source
+
+
+# ---- presets: each number cited ------------------------------------------------------------------------------
+
+PRESETS: dict[str, str] = {
+    "dgx-h100": """\
+# NVIDIA DGX H100: 8 H100 SXM GPUs on NVLink 4 / NVSwitch, 8 ConnectX-7 400 Gb/s NICs (InfiniBand NDR or RoCE)
+name = "dgx-h100"
+backend = "nccl"
+ranks_per_node = 8
+nics_per_node = 8
+memory_gbps = 3350     # H100 SXM HBM3, 3.35 TB/s (NVIDIA H100 Tensor Core GPU datasheet)
+source = "NVIDIA DGX H100 datasheet (NVLink, NICs); NVIDIA H100 datasheet (HBM3); NCCL src/graph/tuning.cc (hwLat)"
+
+[intra]
+alpha_us = 5.7          # NCCL tuning.cc hwLat[NVLINK][Ring][Simple]
+bandwidth_gbps = 450    # NVLink 4: 900 GB/s per GPU counting both directions, 450 GB/s each way
+
+[inter]
+alpha_us = 6.6          # NCCL tuning.cc hwLat[NET][Ring][Simple]
+bandwidth_gbps = 50     # one ConnectX-7 400 Gb/s NIC per GPU: 50 GB/s each way
+""",
+    "dgx-a100": """\
+# NVIDIA DGX A100: 8 A100 SXM GPUs on NVLink 3 / NVSwitch, 8 ConnectX-6 200 Gb/s HDR InfiniBand NICs
+name = "dgx-a100"
+backend = "nccl"
+ranks_per_node = 8
+nics_per_node = 8
+memory_gbps = 2039     # A100 80GB SXM HBM2e, 2,039 GB/s (NVIDIA A100 datasheet)
+source = "NVIDIA DGX A100 datasheet (NVLink, NICs); NVIDIA A100 datasheet (HBM2e); NCCL src/graph/tuning.cc (hwLat)"
+
+[intra]
+alpha_us = 5.7          # NCCL tuning.cc hwLat[NVLINK][Ring][Simple]
+bandwidth_gbps = 300    # NVLink 3: 600 GB/s per GPU counting both directions, 300 GB/s each way
+
+[inter]
+alpha_us = 6.6          # NCCL tuning.cc hwLat[NET][Ring][Simple]
+bandwidth_gbps = 25     # one ConnectX-6 HDR 200 Gb/s NIC per GPU: 25 GB/s each way
+""",
+    "localhost-gloo": """\
+# Gloo over loopback TCP on the commdsl development machine (2 cores, shared with other work), one host
+name = "localhost-gloo"
+backend = "gloo"
+ranks_per_node = 65536     # one host: every rank on one node
+nics_per_node = 1
+shared_node = true         # loopback copies share the same cores and memory
+memory_gbps = 17.14        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted
+source = "`commdsl bench --calibrate --nproc 2 --sizes 1K:64M` on the development machine, 2026-11-24 (docs/predict.md)"
+
+[intra]
+alpha_us = 1334            # fitted one-way latency of the bench's ping-pong under load (idle: 20-40 us)
+bandwidth_gbps = 3.7       # fitted one-way bandwidth
+""",
+}
+"""Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
+and this development machine from the calibration run recorded in docs/predict.md (benchmarks/figures/
+predict-host.toml is that run's file, measurements included)."""

@@ -1,0 +1,379 @@
+"""`commdsl predict` (issue 17): topology files, the cost formulas by hand, the critical path, the JSON rows,
+`bench --calibrate` on real Gloo, and a world-4096 prediction (its speed is in docs/benchmarks.md, not here)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commdsl.cli.main import main
+from commdsl.diagnostics import CommdslError
+from commdsl.predict import sweep, variant_for
+from commdsl.predict.calibrate import fit
+from commdsl.predict.topology import PRESETS, Topology, load, parse
+from commdsl.resolve import load as load_program
+from commdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+RING = str(ROOT / "programs" / "ring_allreduce.comm")
+
+
+def topo(alpha_us=10.0, gbps=1.0, rpn=64, extra="", inter="") -> Topology:
+    text = f"ranks_per_node = {rpn}\nmemory_gbps = 1e6\n{extra}\n[intra]\nalpha_us = {alpha_us}\nbandwidth_gbps = {gbps}\n"
+    return parse(SourceFile("t.toml", text + inter))
+
+
+def predict_text(text: str, world: int, t: Topology, size: int, param: str = "n"):
+    program = load_program(SourceFile("p.comm", text))
+    v = variant_for(program, world, param, {}, None)
+    return sweep(v, world, [size], t)
+
+
+def seconds(text: str, world: int, t: Topology, size: int) -> float:
+    return predict_text(text, world, t, size).rows[0].time_us * 1e-6
+
+
+# ---- topology files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_parses_and_cites_a_source(name):
+    t, _ = load(name)
+    assert t.name == name and t.source and t.intra_beta > 0 and t.inter_beta > 0
+
+
+def test_a_topology_file_in_full():
+    t = topo(extra='name = "x"\nbackend = "nccl"\nnics_per_node = 4',
+             inter="[inter]\nalpha_us = 20\nbandwidth_gbps = 0.5\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\nbandwidth_gbps = 9\n")
+    assert (t.name, t.backend, t.nics_per_node) == ("x", "nccl", 4)
+    assert t.intra_alpha == pytest.approx(10e-6) and t.inter_beta == pytest.approx(0.5e9)
+    assert t.overrides == {(0, 1): (pytest.approx(1e-6), pytest.approx(9e9))}
+
+
+@pytest.mark.parametrize("text, message, line", [
+    ("ranks_per_node = 8\n[intra\n", "not a TOML file", 2),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwith_gbps = 100\n", "unknown key `intra.bandwith_gbps`", 4),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\n", "`intra.bandwidth_gbps` is required", 2),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 0\n", "`intra.bandwidth_gbps`: input should be greater than 0", 4),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = -1\nbandwidth_gbps = 1\n", "`intra.alpha_us`", 3),
+    ("[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`ranks_per_node` is required", 1),
+    ('ranks_per_node = "8x"\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n', "`ranks_per_node`", 1),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\n",
+     "`link.1.bandwidth_gbps` is required", 5),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[[link]]\nsrc = 3\ndst = 3\nalpha_us = 1\n"
+     "bandwidth_gbps = 1\n", "src and dst are the same rank", 7),
+])
+def test_bad_topology_is_an_n136_at_its_line(text, message, line):
+    with pytest.raises(CommdslError) as e:
+        parse(SourceFile("bad.toml", text))
+    found = [d for d in e.value.diagnostics if message in d.message]
+    assert found, [d.message for d in e.value.diagnostics]
+    assert all(d.code == "N136" for d in e.value.diagnostics)
+    assert found[0].span is not None and found[0].span.line == line
+
+
+def test_bad_topology_on_the_command_line_is_a_diagnostic_with_a_caret(tmp_path, capsys):
+    bad = tmp_path / "topo.toml"
+    bad.write_text("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwith_gbps = 100\n")
+    code = main(["predict", RING, "--world", "4", "--topology", str(bad), "--color", "never"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "N136" in out and f"{bad}:4:1" in out and "bandwith_gbps = 100" in out and "^" in out
+    assert "Traceback" not in out + err
+
+
+# ---- the cost formulas, by hand ------------------------------------------------------------------------
+
+SEND = "program p\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\non rank == 1:\n" \
+       "    recv x from 0\n"
+
+
+def test_one_send_costs_alpha_plus_bytes_over_beta():
+    n_bytes = 1 << 20
+    assert seconds(SEND, 2, topo(10, 1), n_bytes) == pytest.approx(10e-6 + n_bytes / 1e9)
+
+
+def test_inter_node_and_a_link_override_price_the_message():
+    inter = "[inter]\nalpha_us = 50\nbandwidth_gbps = 0.25\n"
+    assert seconds(SEND, 2, topo(10, 1, rpn=1, inter=inter), 1 << 20) == pytest.approx(50e-6 + (1 << 20) / 0.25e9)
+    over = inter + "[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\nbandwidth_gbps = 4\n"
+    assert seconds(SEND, 2, topo(10, 1, rpn=1, inter=over), 1 << 20) == pytest.approx(1e-6 + (1 << 20) / 4e9)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_builtin_ring_all_reduce_is_2_p_minus_1_steps(p):
+    text = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    n = 1 << 20
+    want = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9
+    assert seconds(text, p, topo(10, 1), n) == pytest.approx(want)
+
+
+def test_nccl_takes_the_tree_when_it_is_faster():
+    text = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    t = topo(10, 1, extra='backend = "nccl"')
+    small = 1024
+    tree = 2 * math.ceil(math.log2(64)) * 10e-6 + 2 * small / 1e9
+    assert seconds(text, 64, t, small) == pytest.approx(tree)  # the ring's 126 hops of latency lose
+    big = 1 << 30
+    ring = 2 * 63 * 10e-6 + 2 * 63 / 64 * big / 1e9
+    assert seconds(text, 64, t, big) == pytest.approx(min(ring, 2 * 6 * 10e-6 + 2 * big / 1e9))
+
+
+def test_hand_written_ring_matches_the_formula_step_by_step():
+    p, n = 4, 1 << 22  # 4 MiB: chunks of n/4 bytes, 2(p-1) steps, p-1 local adds of a chunk (2 views counted)
+    mem = 5e9
+    t = parse(SourceFile("t.toml", f"ranks_per_node = 8\nmemory_gbps = {mem / 1e9}\n[intra]\nalpha_us = 10\n"
+                                   "bandwidth_gbps = 1\n"))
+    got = predict_text(Path(RING).read_text(), p, t, n).rows[0].time_us * 1e-6
+    chunk = n / p
+    assert got == pytest.approx(2 * (p - 1) * (10e-6 + chunk / 1e9) + (p - 1) * 2 * chunk / mem)
+
+
+TWO_SENDS = """program two
+world 4
+param n = 1024
+tensor x: float32[n] = 1
+on rank == 0:
+    batch:
+        send x to 1
+        send x to 2
+on rank == 1 or rank == 2:
+    recv x from 0
+"""
+
+TWO_PAIRS = """program pairs
+world 4
+param n = 1024
+tensor x: float32[n] = 1
+on rank % 2 == 0:
+    send x to rank + 1
+else:
+    recv x from rank - 1
+"""
+
+
+def test_two_messages_on_one_link_each_get_half():
+    n = 1 << 20
+    assert seconds(TWO_SENDS, 4, topo(10, 1), n) == pytest.approx(10e-6 + 2 * n / 1e9)  # rank 0's way out is shared
+    assert seconds(TWO_PAIRS, 4, topo(10, 1), n) == pytest.approx(10e-6 + n / 1e9)  # two links, full speed each
+
+
+def test_a_shared_node_bus_halves_a_pairwise_exchange():
+    n = 1 << 20
+    assert seconds(TWO_PAIRS, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(10e-6 + 2 * n / 1e9)
+
+
+def test_a_later_message_waits_for_its_link():
+    text = """program q
+world 3
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n] = 2
+on rank == 0:
+    h = isend x to 2
+    wait h
+on rank == 1:
+    x = 3
+    send x to 2
+on rank == 2:
+    recv x from 0
+    recv y from 1
+"""
+    n = 1 << 20
+    got = seconds(text, 3, topo(10, 1), n)
+    assert got == pytest.approx(2 * (10e-6 + n / 1e9), rel=1e-3)  # rank 2's way in carries one after the other
+
+
+# ---- output: critical path, JSON, plot ---------------------------------------------------------------------
+
+
+def test_critical_path_names_the_ring_lines_and_adds_up():
+    t = topo(10, 1)
+    pred = predict_text(Path(RING).read_text(), 4, t, 1 << 20)
+    path = pred.paths[0]
+    lines = {e["line"] for e in path}
+    assert {18, 20, 23} <= lines, lines  # the reduce-scatter send, the add, the all-gather send
+    assert all(e["ranks"] for e in path)
+    busy = sum(e["us"] for e in path) + sum(e["idle_before_us"] for e in path)
+    assert busy == pytest.approx(pred.rows[0].time_us, rel=1e-6)
+
+
+def test_json_rows_have_the_bench_schema_and_are_marked_predicted(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    code = main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:1M", "--json", str(out)])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    assert "PREDICTED" in text and "critical path" in text and "busiest links" in text
+    data = json.loads(out.read_text())
+    assert data["predicted"] is True and data["world"] == 4
+    assert [r["size_bytes"] for r in data["rows"]] == [65536, 131072, 262144, 524288, 1048576]
+    for r in data["rows"]:
+        assert {"size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "lines"} <= set(r) and r["predicted"] is True
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * 3 / 4)
+        assert r["lines"] and all({"line", "text", "us"} <= set(x) for x in r["lines"])
+    assert data["links"] and data["critical_path"]
+
+
+def test_measured_rows_give_an_error_column_and_a_plot(tmp_path, capsys):
+    pred = tmp_path / "pred.json"
+    main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:128K", "--json", str(pred)])
+    capsys.readouterr()
+    bench = json.loads(pred.read_text())
+    for r in bench["rows"]:
+        r["time_us"] *= 2  # a "measurement" twice the prediction
+    fake = tmp_path / "bench.json"
+    fake.write_text(json.dumps(bench))
+    png = tmp_path / "p.png"
+    code = main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:128K",
+                 "--measured", str(fake), "--plot", str(png)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "measured" in out and out.count("-50.0") == 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", RING, "--topology", "dgx-h100"], "--world"),
+    (["predict", "--world", "4", "--topology", "dgx-h100"], "give a FILE"),
+    (["predict", RING, "--world", "32", "--topology", "dgx-h100"], "not one of them"),
+    (["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "1X"], "not a size"),
+])
+def test_usage_errors(argv, message, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2 and message in out + err
+
+
+def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
+    bad = tmp_path / "d.comm"
+    bad.write_text("program d\nworld 2\nparam n = 4\ntensor x: float32[n] = 1\nsend x to 1 - rank\nrecv x from 1 - rank\n")
+    code = main(["predict", str(bad), "--world", "2", "--topology", "dgx-h100", "--sizes", "1K"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "does not complete at world 2" in err
+
+
+def test_world_4096_ring_is_predicted(tmp_path):
+    wide = tmp_path / "ring.comm"
+    wide.write_text(Path(RING).read_text().replace("world 1..16", "world 1.."))
+    t, _ = load("dgx-h100")
+    pred = predict_text(wide.read_text(), 4096, t, 1 << 20)
+    row = pred.rows[0]
+    # 8190 steps, each at least the slowest hop's latency and a chunk over a NIC
+    assert row.time_us * 1e-6 >= 8190 * (t.inter_alpha + (1 << 20) / 4096 / t.inter_beta)
+    assert pred.paths == {}  # 84 M ops: the path is not kept
+
+
+# ---- calibration ---------------------------------------------------------------------------------------------
+
+
+def test_fit_recovers_alpha_and_beta():
+    sizes = [1 << k for k in range(10, 27)]
+    f = fit(sizes, [50e-6 + s / 2e9 for s in sizes])
+    assert f.alpha == pytest.approx(50e-6) and f.beta == pytest.approx(2e9) and f.worst < 1e-9
+    flat = fit([1024, 2048], [1e-3, 1e-3 + 1e-9])
+    assert flat.alpha >= 0 and flat.beta > 0
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_orphans):
+    out = tmp_path / "host.toml"
+    # up to 32 MiB: on a loaded 2-core machine small messages wait a scheduler slice (ms), so only sizes
+    # well above that show the bandwidth (1K:256K once fitted a falling line, and the fit refused it)
+    code = main(["bench", "--calibrate", "--nproc", "2", "--sizes", "1K:32M:32", "--iters", "3", "--warmup", "1",
+                 "--backend", "gloo", "-o", str(out)])
+    text, err = capfd.readouterr()
+    assert code == 0, text + err
+    assert "alpha" in text and str(out) in text
+    t, _ = load(str(out))
+    assert t.backend == "gloo" and t.intra_alpha >= 0 and t.intra_beta > 0 and t.shared_node
+    measured = [line for line in out.read_text().splitlines() if re.match(r"#\s+\d+\s", line)]
+    assert len(measured) == 4  # 1K, 32K, 1M, 32M, each with its fitted time and error
+    code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
+    assert code == 0
+    assert np.isfinite(t.memory_bps)
+
+
+RS = """program rs
+world 1..
+param n = 1024
+tensor x: float32[n // world * world] = 1
+tensor y: float32[n // world]
+reduce_scatter x into y
+expect y == world
+"""
+
+
+def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
+    p, n = 4, 1 << 20
+    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9
+    ring = (p - 1) * 10e-6 + (p - 1) / p * n / 1e9
+    assert seconds(RS, p, topo(10, 1), n) == pytest.approx(gloo)
+    assert seconds(RS, p, topo(10, 1, extra='backend = "nccl"'), n) == pytest.approx(ring)
+
+
+PAIRS_ALL_REDUCE = """program pairs
+world 4
+param n = 1024
+group pair = split by rank // 2
+tensor x: float32[n] = 1
+all_reduce x in pair
+expect x == 2
+"""
+
+
+def test_collectives_at_once_share_a_shared_bus():
+    n = 1 << 20
+    alone = 2 * 10e-6 + n / 1e9  # a ring of 2: 2 steps of latency, the buffer once over each link
+    assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1), n) == pytest.approx(alone)
+    # one bus for the host: 2 members of each ring on it, and the two rings at once: a quarter each
+    assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(2 * 10e-6 + 4 * n / 1e9)
+
+
+def test_mangled_topology_files_give_diagnostics_never_a_traceback():
+    """200 random edits of a preset (bytes dropped, doubled, replaced): each parses or is N136 with a span."""
+    rng = np.random.default_rng(17)
+    text = PRESETS["dgx-h100"]
+    alphabet = "[]=\"'#.\n 0123456789-+eE_abcxyzÿ\t{},"
+    for _ in range(200):
+        chars = list(text)
+        for _ in range(int(rng.integers(1, 6))):
+            at = int(rng.integers(0, len(chars)))
+            what = int(rng.integers(0, 3))
+            if what == 0:
+                del chars[at]
+            elif what == 1:
+                chars.insert(at, chars[at])
+            else:
+                chars[at] = alphabet[int(rng.integers(0, len(alphabet)))]
+        source = SourceFile("m.toml", "".join(chars))
+        try:
+            parse(source)
+        except CommdslError as e:
+            assert e.diagnostics and all(d.code == "N136" and d.span is not None for d in e.diagnostics)
+
+
+def test_the_world_1024_question_as_docs_predict_md_answers_it(capsys):
+    """128 nodes of 8 H100s, 256 MiB: the built-in (tree) < hierarchical < the built-in ring < recursive doubling."""
+    def time_us(*argv: str) -> float:
+        code = main(["predict", *argv, "--world", "1024", "--topology", "dgx-h100", "--sizes", "256M", "--links", "0"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        (row,) = [line.split() for line in out.splitlines() if line.startswith("   268435456")]
+        return float(row[5])
+
+    auto = time_us("--collective", "all_reduce")
+    ring = time_us("--collective", "all_reduce", "--algo", "ring")
+    hier = time_us(str(ROOT / "programs" / "hierarchical_allreduce.comm"), "--set", "local=8")
+    rd = time_us(str(ROOT / "programs" / "recursive_doubling_allreduce.comm"))
+    assert auto < hier < ring < rd
+    assert ring == pytest.approx(2 * 1023 * 6.6 + 2 * 1023 / 1024 * 268435456 / 400e9 * 1e6, rel=1e-3)
