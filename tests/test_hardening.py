@@ -93,7 +93,7 @@ def test_world_65536_with_many_async_sends_checks_in_seconds():
     (["run", "P", "--nproc", "2", "--timeout", "nan"], "argument --timeout: expected seconds above 0"),
     (["run", "P", "--nproc", "2", "--timeout", "1e9"], "at most 604800"),
     (["bench", "--collective", "all_reduce", "--nproc", "2", "--timeout", "-inf"], "argument --timeout"),
-    (["run", "P", "--nproc", "٢"], "argument --nproc/--nproc-per-node: expected an integer"),
+    (["run", "P", "--nproc", "٢"], "argument --nproc/--nproc-per-node/--nproc_per_node: expected an integer"),
     (["sim", "P", "--world", "٢"], "argument --world: expected an integer at least 1, got '٢'"),
     (["sim", "P", "--world", "1_000"], "argument --world: expected an integer"),
     (["sim", "P", "--world", "2", "--set", "n=٣"], "--set n=٣: the value is not an integer"),
