@@ -283,3 +283,19 @@ def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans
     assert all(r["wrong"] == 0 for r in data["rows"]) and len(data["rows"]) == 4
     ring = data["rows"][0]
     assert [line["line"] for line in ring["lines"]] == [17, 20, 22]  # where the ring's time goes, per source line
+
+
+def test_nccl_tests_flags_mean_what_they_mean_there():
+    """-b/-e/-f make the sweep, -n -w -c -d -r the counts, check, dtype (nccl-tests' names too) and root."""
+    from commdsl.cli.bench import config_from_args
+    from commdsl.cli.main import build_parser
+
+    def cfg(*argv):
+        return config_from_args(build_parser().parse_args(["bench", "--collective", "all_reduce", "--nproc", "2",
+                                                           *argv]))
+
+    short = cfg("-b", "1K", "-e", "8K", "-f", "2", "-n", "7", "-w", "1", "-c", "1", "-d", "half", "-r", "1")
+    long = cfg("--sizes", "1K:8K:2", "--iters", "7", "--warmup", "1", "--check", "--dtype", "float16", "--root", "1")
+    assert short == long and short.sizes == (1024, 2048, 4096, 8192) and short.dtype == "float16"
+    assert cfg("-b", "4K").sizes == (4096,) and cfg("-c", "0").check is False
+    assert cfg("-d", "float").dtype == "float32" and cfg("-d", "double").dtype == "float64"

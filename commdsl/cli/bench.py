@@ -11,6 +11,7 @@ could not be run at all.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import tempfile
@@ -62,33 +63,53 @@ def add_parser(sub):
         help="bytes of the measured buffer, MIN, MIN·FACTOR, … up to MAX; K, M, G are powers of 1024 "
         "(default: 1K:16M, FACTOR 2)",
     )
+    # nccl-tests' short flags, with its meanings: -b/-e/-f make --sizes, -n -w -c -d -r as below
+    p.add_argument("-b", "--minbytes", metavar="SIZE", help="nccl-tests' -b: the smallest size (with -e, -f)")
+    p.add_argument("-e", "--maxbytes", metavar="SIZE", help="nccl-tests' -e: the largest size")
+    p.add_argument("-f", "--stepfactor", metavar="F", help="nccl-tests' -f: the factor between sizes (default: 2)")
     p.add_argument(
+        "-n",
         "--iters",
         type=integer("--iters", 1),
         default=env_default("iters", 20),
         help="timed iterations per size (default: 20)",
     )
     p.add_argument(
+        "-w",
         "--warmup",
+        "--warmup_iters",
+        dest="warmup",
         type=integer("--warmup", 0),
         default=env_default("warmup", 5),
         help="untimed iterations before them (default: 5)",
     )
     p.add_argument(
+        "-d",
         "--dtype",
-        help="element type (built-ins: default float32; a program: replaces the dtype of "
-        "every tensor declared like the measured one)",
+        "--datatype",
+        dest="dtype",
+        type=_dtype,
+        help="element type, also by nccl-tests' names (float, half, double, int, bfloat16, ...); built-ins: default "
+        "float32; a program: replaces the dtype of every tensor declared like the measured one",
     )
     p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
     p.add_argument(
-        "--root", type=integer("--root", 0), default=0, help="root of broadcast, reduce, gather, scatter (default: 0)"
+        "-r",
+        "--root",
+        type=integer("--root", 0),
+        default=0,
+        help="root of broadcast, reduce, gather, scatter (default: 0)",
     )
     p.add_argument(
         "--param", default="n", metavar="NAME", help="the program's integer param that sets the size (default: n)"
     )
     p.add_argument(
+        "-c",
         "--check",
-        action="store_true",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_flag("--check"),
         help="compare every rank's tensors with the simulator after every iteration (#wrong); "
         "the initial tensors are restored before each one",
     )
@@ -151,6 +172,35 @@ def _check_outputs(args) -> None:
         raise UsageError(f"--plot {args.plot}: name a .png, .svg or .pdf file (the format follows the name)")
 
 
+NCCL_TESTS_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "char": "int8"}
+"""nccl-tests' names (`-d float`) for the dtypes whose name differs from commdsl's."""
+
+
+def _dtype(text: str) -> str:
+    return NCCL_TESTS_DTYPES.get(text, text)
+
+
+def _flag(flag: str):
+    """`-c` alone, or with nccl-tests' 0/1 (`-c 1`)."""
+
+    def convert(text: str) -> bool:
+        if text not in ("0", "1"):
+            raise argparse.ArgumentTypeError(f"{flag} takes 0 or 1 (or nothing), got {text!r}")
+        return text == "1"
+
+    convert.__name__ = "0 or 1"
+    return convert
+
+
+def _sweep_text(args) -> str:
+    """--sizes, or the sweep nccl-tests' -b/-e/-f describe, which replace it (a missing -b is --sizes' MIN, a
+    missing -e is -b: one size)."""
+    if args.minbytes is None and args.maxbytes is None and args.stepfactor is None:
+        return str(args.sizes)
+    lo = args.minbytes or str(args.sizes).split(":")[0]
+    return f"{lo}:{args.maxbytes or lo}:{args.stepfactor or 2}"
+
+
 def _check_measure_flags(args, kinds: list[str]) -> None:
     """The flags that shape the measurement: counts, dtype, op, comparison, timeout, floor."""
     from commdsl.dtypes import DTYPES
@@ -194,7 +244,7 @@ def config_from_args(args):
     if not 0 <= args.root < nproc:
         raise UsageError(f"--root {args.root} is not a rank of --nproc {nproc}")
     try:
-        sizes = parse_sweep(str(args.sizes))
+        sizes = parse_sweep(_sweep_text(args))
     except SizeError as e:
         raise UsageError(str(e)) from None
     _check_measure_flags(args, kinds)
@@ -498,7 +548,7 @@ def calibrate(args) -> int:
         raise UsageError("--calibrate needs --nproc 2 or more (the ping-pong runs between ranks 0 and 1)")
     try:
         check_output(args.output, [], "-o")
-        sizes = parse_sweep(str(args.sizes))
+        sizes = parse_sweep(_sweep_text(args))
     except FileError as e:
         raise UsageError(str(e)) from None
     except ValueError as e:
