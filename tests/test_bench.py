@@ -7,6 +7,7 @@ from here), with tiny sizes and few iterations; each asserts that no worker outl
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -299,3 +300,33 @@ def test_nccl_tests_flags_mean_what_they_mean_there():
     assert short == long and short.sizes == (1024, 2048, 4096, 8192) and short.dtype == "float16"
     assert cfg("-b", "4K").sizes == (4096,) and cfg("-c", "0").check is False
     assert cfg("-d", "float").dtype == "float32" and cfg("-d", "double").dtype == "float64"
+
+
+def test_rows_are_printed_as_their_sizes_finish_and_averages_after_each_group(tmp_path):
+    """The stream the bench prints while it measures (`commdsl bench` piped shows rows before the end)."""
+    from rich.console import Console
+
+    from commdsl.bench.results import rows, summaries
+    from commdsl.cli.bench import _Stream
+
+    variants = [builtin_variant(builtin(k, "float32", "sum", 0)) for k in ("all_reduce", "broadcast")]
+    plan = build(variants, [1024, 2048], 2, "gloo", 1, 0, False, str(tmp_path), [])
+    out = Console(file=io.StringIO(), width=200)
+    stream = _Stream(plan, [[0], [1]], out, Console(file=io.StringIO()))
+
+    def results(done: int) -> dict:
+        return {n: {r: {"durations_ns": [1000 * (n + 1)], "wrong": 0, "op_ns": [1000 * (n + 1)]} for r in (0, 1)}
+                for n in range(done)}
+
+    def printed() -> list[str]:
+        return [ln.split()[0] if not ln.startswith("#") else ln[:12] for ln in out.file.getvalue().splitlines()]
+
+    table = rows(plan, results(1))
+    stream.advance(table, summaries(plan, table), final=False)
+    assert printed() == ["# all_reduce", "#       size", "#        (B)", "1024"]  # all_reduce's first size only
+    table = rows(plan, results(3))
+    stream.advance(table, summaries(plan, table), final=False)
+    assert printed()[4:] == ["2048", "# Avg bus ba", "#", "# broadcast", "#       size", "#        (B)", "1024"]
+    table = rows(plan, results(4))
+    stream.finish(table, summaries(plan, table))
+    assert printed()[-2:] == ["2048", "# Avg bus ba"] and printed().count("# Avg bus ba") == 2

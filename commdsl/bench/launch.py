@@ -51,7 +51,7 @@ def run_plan(plan: Plan, timeout: float, verbose: bool, progress: Callable[[int]
         if watcher is not None:
             watcher.join()
     out = Measured(
-        results=_read_results(plan),
+        results=read_results(plan),
         stderr=run.stderr,
         interrupted=run.interrupted,
         wall_s=run.wall_s,
@@ -88,7 +88,8 @@ def _watch(plan: Plan, progress: Callable[[int], None], halt: threading.Event) -
             progress(done)
 
 
-def _read_results(plan: Plan) -> dict[int, dict[int, dict]]:
+def read_results(plan: Plan) -> dict[int, dict[int, dict]]:
+    """case → rank → its result line, as far as the ranks have written them (also while they run)."""
     out: dict[int, dict[int, dict]] = {}
     for rank in range(plan.world):
         try:

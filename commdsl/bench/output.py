@@ -18,6 +18,24 @@ _GROUP_UNITS = f"  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}  {'':>6}"
 
 def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> list[str]:
     """nccl-tests' layout for `variants` side by side (a ratio column when there are two), then the averages."""
+    by_size = by_requested(rows, variants)
+    return (
+        header(summaries, variants)
+        + [row_line(by_size[requested], variants) for requested in sorted(by_size)]
+        + footer(summaries, variants)
+    )
+
+
+def by_requested(rows: list[Row], variants: list[int]) -> dict[int, dict[int, Row]]:
+    """requested size → variant → its row, for the rows of `variants`."""
+    out: dict[int, dict[int, Row]] = {}
+    for r in rows:
+        if r.variant in variants:
+            out.setdefault(r.requested, {})[r.variant] = r
+    return out
+
+
+def header(summaries: list[Summary], variants: list[int]) -> list[str]:
     width = len(_GROUP)
     lines = []
     if len(variants) > 1:
@@ -26,32 +44,35 @@ def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> lis
     ratio = len(variants) == 2
     lines.append(_LEFT + _GROUP * len(variants) + (f"  {'ratio':>6}" if ratio else ""))
     lines.append(_UNITS + _GROUP_UNITS * len(variants) + (f"  {'busbw':>6}" if ratio else ""))
-    by_size: dict[int, dict[int, Row]] = {}
-    for r in rows:
-        if r.variant in variants:
-            by_size.setdefault(r.requested, {})[r.variant] = r
-    for requested in sorted(by_size):
-        got = by_size[requested]
-        first = got.get(variants[0]) or next(iter(got.values()))
-        text = (
-            f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
-            f"{-1 if first.root is None else first.root:>5}"
-        )
-        for v in variants:
-            r = got.get(v)
-            if r is None:
-                text += f"  {'':>9}  {'':>7}  {'':>7}  {'':>6}"
-                continue
-            wrong = "N/A" if r.wrong is None else str(r.wrong)
-            text += f"  {_time(r.time_us):>9}  {r.algbw:>7.3f}  {r.busbw:>7.3f}  {wrong:>6}"
-        if ratio:
-            a, b = got.get(variants[0]), got.get(variants[1])
-            text += f"  {a.busbw / b.busbw:>6.2f}" if a and b and b.busbw > 0 else f"  {'':>6}"
-        lines.append(text)
+    return lines
+
+
+def row_line(got: dict[int, Row], variants: list[int]) -> str:
+    """One size: its rows of `variants` side by side (and their busbw ratio when there are two)."""
+    first = got.get(variants[0]) or next(iter(got.values()))
+    text = (
+        f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
+        f"{-1 if first.root is None else first.root:>5}"
+    )
+    for v in variants:
+        r = got.get(v)
+        if r is None:
+            text += f"  {'':>9}  {'':>7}  {'':>7}  {'':>6}"
+            continue
+        wrong = "N/A" if r.wrong is None else str(r.wrong)
+        text += f"  {_time(r.time_us):>9}  {r.algbw:>7.3f}  {r.busbw:>7.3f}  {wrong:>6}"
+    if len(variants) == 2:
+        a, b = got.get(variants[0]), got.get(variants[1])
+        text += f"  {a.busbw / b.busbw:>6.2f}" if a and b and b.busbw > 0 else f"  {'':>6}"
+    return text
+
+
+def footer(summaries: list[Summary], variants: list[int]) -> list[str]:
+    lines = []
     for v in variants:
         s = summaries[v]
         lines.append(f"# Avg bus bandwidth    : {s.avg_busbw:.3f} GB/s" + (f"  {s.label}" if len(variants) > 1 else ""))
-    if ratio and summaries[variants[1]].avg_busbw > 0:
+    if len(variants) == 2 and summaries[variants[1]].avg_busbw > 0:
         lines.append(
             f"# Avg busbw ratio      : {summaries[variants[0]].avg_busbw / summaries[variants[1]].avg_busbw:.2f}"
             f"  ({summaries[variants[0]].label} / {summaries[variants[1]].label})"

@@ -18,6 +18,7 @@ import tempfile
 
 from rich.markup import escape
 
+from commdsl import __version__
 from commdsl.cli.common import (
     EXIT_FAILURE,
     EXIT_FINDINGS,
@@ -377,29 +378,24 @@ def _write_outputs(cfg, plan, table, sums) -> None:
 
 
 def _measure_and_show(cfg, plan, out, err) -> int:
-    from commdsl.bench import output
     from commdsl.bench.launch import run_plan
     from commdsl.bench.results import rows, summaries
-    from commdsl.runtime.launch import LaunchError
+    from commdsl.runtime.launch import LaunchError, fork_is_safe
 
-    bar = _Progress(err, len(plan.cases))
+    groups = [list(range(len(plan.variants)))] if cfg.compare else [[i] for i in range(len(plan.variants))]
+    for line in _preamble(cfg, plan, "fork" if fork_is_safe() else "spawn", summaries(plan, [])):
+        out.print(line, markup=False)
+    stream = _Stream(plan, groups, out, err)
     try:
-        measured = run_plan(plan, cfg.timeout, cfg.verbose, bar.update if bar.enabled else None)
+        measured = run_plan(plan, cfg.timeout, cfg.verbose, stream.update)
     except LaunchError as e:
+        stream.stop()
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    finally:
-        bar.stop()
+    stream.stop()
     table = rows(plan, measured.results)
     sums = summaries(plan, table)
-    for line in _preamble(cfg, plan, measured, sums):
-        out.print(line, markup=False)
-    groups = [list(range(len(plan.variants)))] if cfg.compare else [[i] for i in range(len(plan.variants))]
-    for number, group in enumerate(groups if table else []):
-        if len(groups) > 1:
-            out.print(("#\n" if number else "") + f"# {sums[group[0]].label}", markup=False)
-        for line in output.table(table, sums, group):
-            out.print(line, markup=False)
+    stream.finish(table, sums)
     code = EXIT_OK
     if measured.hang:
         _show_hang(out, measured.hang, cfg.timeout)
@@ -438,12 +434,18 @@ def _measure_and_show(cfg, plan, out, err) -> int:
     return code
 
 
-def _preamble(cfg, plan, measured, sums) -> list[str]:
+def _preamble(cfg, plan, start_method: str, sums) -> list[str]:
+    import platform
+
+    import torch
+
     lines = [
-        f"# commdsl bench: {plan.world} rank{'s' * (plan.world != 1)}, {plan.backend} ({measured.start_method}); "
+        f"# commdsl {__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"host {platform.node()}, {_devices(plan)}",
+        f"# commdsl bench: {plan.world} rank{'s' * (plan.world != 1)}, {plan.backend} ({start_method}); "
         f"{plan.iters} iteration{'s' * (plan.iters != 1)} after {plan.warmup} warm-up; "
         "time = the slowest rank's mean per iteration"
-        + ("; every iteration checked against the simulator" if plan.check else "")
+        + ("; every iteration checked against the simulator" if plan.check else ""),
     ]
     for v, s in zip(plan.variants, sums):
         m = v.measure
@@ -496,18 +498,101 @@ def _show_failures(out, failures, stderr: dict):
             out.print("    " + text, markup=False)
 
 
-class _Progress:
-    """A rich progress bar on stderr (a terminal only), fed from the bench's watcher thread."""
+def _devices(plan) -> str:
+    """What the ranks compute on, for the environment line: nccl-tests lists each rank's GPU."""
+    if plan.backend != "nccl":
+        return "CPU tensors"
+    import torch
 
-    def __init__(self, err, total: int):
-        self.err, self.total = err, total
-        self.enabled = err.is_terminal
+    names = [torch.cuda.get_device_name(r) for r in range(min(plan.world, torch.cuda.device_count()))]
+    return "GPUs " + ", ".join(f"{r}: {n}" for r, n in enumerate(names))
+
+
+class _Stream:
+    """The table as it is measured: each size's row is printed as soon as every rank has reported it (also
+    when the output is piped), a group's averages once its rows are all in, and on a terminal a progress bar
+    with the time left. `update` runs on the bench's watcher thread (only once every worker has started);
+    `finish` after the run prints what is left, a hung or failed run's missing rows blank."""
+
+    def __init__(self, plan, groups: list[list[int]], out, err):
+        self.plan, self.groups, self.out, self.err = plan, groups, out, err
+        self.sizes = [sorted({c.requested for c in plan.cases if c.variant in g}) for g in groups]
+        self.printed = [0] * len(groups)  # per group: how many of its sizes are printed
+        self.closed = 0  # groups whose averages are printed
+        self.bar = _Progress(out if out.is_terminal else err, len(plan.cases)) if err.is_terminal else None
+
+    def emit(self, line: str) -> None:
+        if self.bar is not None and self.bar.live:
+            self.bar.console.print(line, markup=False, highlight=False)
+        else:
+            self.out.print(line, markup=False)
+            self.out.file.flush()
+
+    def update(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(done)
+        from commdsl.bench.launch import read_results
+        from commdsl.bench.results import rows, summaries
+
+        table = rows(self.plan, read_results(self.plan))
+        self.advance(table, summaries(self.plan, table), final=False)
+
+    def advance(self, table, sums, final: bool) -> None:
+        from commdsl.bench import output
+
+        for number in range(self.closed, len(self.groups)):
+            group, sizes = self.groups[number], self.sizes[number]
+            got = output.by_requested(table, group)
+            k = self.printed[number]
+            while k < len(sizes) and (final or len(got.get(sizes[k], {})) == len(group)):
+                if k == 0:
+                    if len(self.groups) > 1:
+                        self.emit(("#\n" if number else "") + f"# {sums[group[0]].label}")
+                    for line in output.header(sums, group):
+                        self.emit(line)
+                if sizes[k] in got:
+                    self.emit(output.row_line(got[sizes[k]], group))
+                k += 1
+            self.printed[number] = k
+            if k < len(sizes) or not (final or number < len(self.groups) - 1):
+                return  # the next group's rows come after this one's; the last group's averages after the run
+            if k:
+                for line in output.footer(sums, group):
+                    self.emit(line)
+            self.closed = number + 1
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def finish(self, table, sums) -> None:
+        if table:
+            self.advance(table, sums, final=True)
+
+
+class _Progress:
+    """A rich progress bar with the time left (a terminal only: on stdout when that is the terminal too, so the
+    rows printed above it stay in order), fed from the bench's watcher thread."""
+
+    def __init__(self, console, total: int):
+        self.console, self.total = console, total
         self._bar = None
         self._task = None
 
+    @property
+    def live(self) -> bool:
+        return self._bar is not None
+
     def update(self, done: int):
         if self._bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._bar = Progress(
                 TextColumn("bench"),
@@ -515,7 +600,9 @@ class _Progress:
                 MofNCompleteColumn(),
                 TextColumn("cases"),
                 TimeElapsedColumn(),
-                console=self.err,
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=self.console,
                 transient=True,
             )
             self._task = self._bar.add_task("bench", total=self.total)
