@@ -330,3 +330,17 @@ def test_rows_are_printed_as_their_sizes_finish_and_averages_after_each_group(tm
     table = rows(plan, results(4))
     stream.finish(table, summaries(plan, table))
     assert printed()[-2:] == ["2048", "# Avg bus ba"] and printed().count("# Avg bus ba") == 2
+
+
+def test_dtype_all_is_every_dtype_the_backend_takes():
+    from commdsl.cli.bench import _every_dtype, config_from_args
+    from commdsl.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench", "--collective", "all_reduce,broadcast", "--nproc", "2", "-d", "all",
+                                      "--op", "bxor"])
+    cfg = config_from_args(args)
+    notes: list[str] = []
+    labels = [v.label for v in _every_dtype(cfg, [], "gloo", notes)]
+    assert "all_reduce int32" in labels and "all_reduce float32" not in labels  # Gloo's bxor: integers only
+    assert "broadcast float32" in labels and "broadcast bool" in labels  # nothing to refuse
+    assert any("all_reduce op bxor on float32 left out" in n for n in notes)

@@ -210,8 +210,10 @@ def _check_measure_flags(args, kinds: list[str]) -> None:
         raise UsageError(f"--iters must be at least 1, got {args.iters}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.dtype is not None and args.dtype not in DTYPES:
-        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
+    if args.dtype is not None and args.dtype not in DTYPES and args.dtype != "all":
+        raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}, or all")
+    if args.dtype == "all" and args.compare is not None:
+        raise UsageError("--dtype all sweeps every dtype side by side already: drop --compare")
     if args.file is not None and args.op != "sum":
         raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
     if args.compare == "builtin" and args.file is None:
@@ -321,11 +323,13 @@ def _plan(cfg, programs, backend: str, out_dir: str):
     from commdsl.bench.identify import BenchError
     from commdsl.bench.plan import build, builtin_variant, measured_dtype, program_variant
 
-    dtype = cfg.dtype or "float32"
-    if cfg.path is not None:
+    notes: list[str] = []
+    if cfg.dtype == "all":
+        variants = _every_dtype(cfg, programs, backend, notes)
+    elif cfg.path is not None:
         variants = [program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, cfg.dtype)]
     else:
-        variants = [builtin_variant(builtin(k, dtype, cfg.op, cfg.root)) for k in cfg.collectives]
+        variants = [builtin_variant(builtin(k, cfg.dtype or "float32", cfg.op, cfg.root)) for k in cfg.collectives]
     if cfg.compare == "builtin":
         m = variants[0].measure
         if m.kind is None:
@@ -340,7 +344,6 @@ def _plan(cfg, programs, backend: str, out_dir: str):
         if other.label == variants[0].label:
             other = dataclasses.replace(other, label=f"{other.label} ({cfg.compare})")
         variants.append(other)
-    notes: list[str] = []
     plan = build(
         variants,
         list(cfg.sizes),
@@ -375,6 +378,29 @@ def _write_outputs(cfg, plan, table, sums) -> None:
         output.write_csv(cfg.csv, table, inputs)
     if cfg.plot and table:
         output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
+
+
+def _every_dtype(cfg, programs, backend: str, notes: list[str]):
+    """`--dtype all`: a variant per dtype (and per collective), those the backend refuses for the reduce op
+    left out with a note, as nccl-tests' `-d all` runs every type the library has."""
+    from commdsl.bench.builtin import builtin
+    from commdsl.bench.plan import builtin_variant, program_variant
+    from commdsl.collectives import REDUCING
+    from commdsl.dtypes import DTYPES
+    from commdsl.rules.backend import reduction
+
+    variants = []
+    for dtype in DTYPES:
+        if cfg.path is not None:
+            v = program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, dtype)
+            variants.append(dataclasses.replace(v, label=f"{v.label} {dtype}"))
+            continue
+        for kind in cfg.collectives:
+            if kind in REDUCING and reduction(backend, cfg.op, dtype).refused:
+                notes.append(f"--dtype all: {kind} op {cfg.op} on {dtype} left out ({backend} refuses it)")
+                continue
+            variants.append(builtin_variant(builtin(kind, dtype, cfg.op, cfg.root), label=f"{kind} {dtype}"))
+    return variants
 
 
 def _measure_and_show(cfg, plan, out, err) -> int:
