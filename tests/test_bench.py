@@ -344,3 +344,12 @@ def test_dtype_all_is_every_dtype_the_backend_takes():
     assert "all_reduce int32" in labels and "all_reduce float32" not in labels  # Gloo's bxor: integers only
     assert "broadcast float32" in labels and "broadcast bool" in labels  # nothing to refuse
     assert any("all_reduce op bxor on float32 left out" in n for n in notes)
+
+
+def test_iteration_spread_is_over_the_slowest_rank_of_each_iteration():
+    from commdsl.bench.results import iteration_spread
+
+    spread = iteration_spread([[1000, 5000, 3000], [2000, 1000, 3000]])  # iterations: 2, 5, 3 µs
+    assert spread["min_us"] == 2.0 and spread["max_us"] == 5.0
+    assert abs(spread["stdev_us"] - 1.247219) < 1e-5
+    assert iteration_spread([]) == {}

@@ -28,6 +28,7 @@ class Row:
     wrong: int | None  # elements differing from the simulator, all ranks and iterations; None without --check
     rank_us: list[float] = field(default_factory=list)  # every rank's mean time per iteration
     lines: list[dict] = field(default_factory=list)  # the slowest rank's time per source line: line, text, us
+    spread: dict[str, float] = field(default_factory=dict)  # min, max, stdev over iterations (`iteration_spread`)
 
 
 @dataclass
@@ -72,9 +73,21 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 wrong,
                 means,
                 _by_line(plan, case, slowest, per_rank[slowest]["op_ns"]),
+                iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
             )
         )
     return out
+
+
+def iteration_spread(durations_ns: list[list[int]]) -> dict[str, float]:
+    """min, max and (population) stdev in µs of an iteration's time, the slowest rank's in each iteration: what
+    the mean hides (a warm-up that was too short, a noisy neighbour)."""
+    per_iteration = [max(ns) / 1e3 for ns in zip(*durations_ns)] if durations_ns else []
+    if not per_iteration:
+        return {}
+    mean = sum(per_iteration) / len(per_iteration)
+    stdev = (sum((t - mean) ** 2 for t in per_iteration) / len(per_iteration)) ** 0.5
+    return {"min_us": min(per_iteration), "max_us": max(per_iteration), "stdev_us": stdev}
 
 
 def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
