@@ -326,7 +326,10 @@ class Expander:
         left = truthy(self.value(e.left, A, env))
         need = left if e.op == "and" else ~left if is_vec(left) else (left if e.op == "and" else not left)
         if not is_vec(need):
-            return bool(truthy(self.value(e.right, A, env))) if need else left
+            if not need:
+                return left
+            right = truthy(self.value(e.right, A, env))  # one value on every rank, or one per rank (`rank`)
+            return right if is_vec(right) else bool(right)
         where = np.flatnonzero(need)
         try:
             right = truthy(self.value(e.right, A[where], _sub_env(env, where)))

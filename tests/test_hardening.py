@@ -6,6 +6,7 @@ Each test is one finding of the fuzzing and abuse campaign, named after what it 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +172,17 @@ def test_arithmetic_that_torch_takes_is_not_refused(text):
 def test_a_minus_assignment_to_something_that_is_not_a_view_is_a_diagnostic():
     # found by the long fuzz profile: a guard walked `1()()[2]` as if it were a view
     assert codes("world 2\ntensor z: bool[2]\n1()()[2] -= 0\n")[0][0] == "N107"
+
+
+def test_and_or_with_a_per_rank_right_side_is_per_rank():
+    """`10 + 5 and rank` (fuzz input tokens-7080): a uniform left side that needs the right, which differs by
+    rank, was an internal error (the truth value of an array)."""
+    import commdsl
+
+    text = (Path(__file__).parent / "fuzz_corpus" / "logical_per_rank.comm").read_text()
+    assert commdsl.check(commdsl.parse(text)) == []
+    result = commdsl.simulate(commdsl.expand(commdsl.parse(text), 2))
+    assert result.ok and [result.tensors[r]["x"].tolist() for r in (0, 1)] == [[0, 0], [8, 8]]
 
 
 def test_a_computed_negative_seed_is_a_diagnostic(tmp_path, capsys):
