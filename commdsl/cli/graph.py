@@ -129,8 +129,9 @@ def run_graph(args) -> int:
 
 
 def _drawn(diagram, fmt: str, args, err) -> bytes | None:
-    """The diagram in `fmt`, or None when Graphviz cannot draw it (reported; the DOT text is kept beside -o)."""
-    from commdsl.emit.graph import GraphvizMissing, RenderError, render, to_dot, to_mermaid
+    """The diagram in `fmt`, or None when Graphviz fails on it (reported). SVG and PNG are Graphviz's layout
+    where its `dot` program is installed, else matplotlib's drawing of the same rows (`diagram_image`)."""
+    from commdsl.emit.graph import GraphvizMissing, RenderError, diagram_image, render, to_dot, to_mermaid
 
     if fmt == "mermaid":
         return to_mermaid(diagram).encode()
@@ -140,10 +141,11 @@ def _drawn(diagram, fmt: str, args, err) -> bytes | None:
     try:
         return render(dot, fmt)
     except GraphvizMissing as e:
-        where = _write(args.output and str(Path(args.output).with_suffix(".dot")), dot.encode(), err, [args.file])
-        err.print(f"[bold red]error[/]: cannot draw {fmt.upper()}: {e}", highlight=False)
-        if where:
-            err.print(f"the DOT text is in {escape(where)}; `--format mermaid` needs no Graphviz", highlight=False)
+        err.print(
+            f"note: drawn with matplotlib, Graphviz's layout needs its `dot` program ({e})",
+            highlight=False,
+        )
+        return diagram_image(diagram, fmt)
     except RenderError as e:
         err.print(f"[bold red]error[/]: {e}", highlight=False)
     return None

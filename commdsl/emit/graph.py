@@ -741,6 +741,97 @@ def render(dot: str, fmt: str) -> bytes:
         raise RenderError(f"Graphviz failed: {detail or e}") from None
 
 
+def diagram_image(d: Diagram, fmt: str) -> bytes:
+    """The diagram as SVG or PNG drawn with matplotlib, for machines without Graphviz's `dot` program: the
+    same rows (the causal order `_place` computed), one lifeline per rank, arrows for messages, a bar across
+    the members of each collective, a deadlock's cycle in red, and where each stuck rank stopped."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyBboxPatch
+
+    red, grey, ink = "#d62728", "#9e9e9e", "#222222"
+    lane_w, row_h = 2.4, 0.55
+    gutter = 3.6 if any(g for g in d.gutter) else 0.3
+    rows = max(d.rows, 1)
+    fig = Figure(figsize=(gutter + lane_w * d.world + 0.6, 1.6 + row_h * (rows + 2)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    width, height = gutter + lane_w * d.world + 0.6, 1.6 + row_h * (rows + 2)
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
+    ax.axis("off")
+
+    def x(rank: int) -> float:
+        return gutter + lane_w * (rank + 0.5)
+
+    def y(row: int) -> float:
+        return height - 1.3 - row_h * (row + 0.5)
+
+    ax.text(0.15, height - 0.35, d.title, fontsize=11, weight="bold", va="center")
+    for lane in d.lanes:
+        ax.text(x(lane.rank), height - 0.85, f"rank {lane.rank}", ha="center", fontsize=10, weight="bold")
+        ax.plot([x(lane.rank)] * 2, [y(rows) + row_h * 0.3, height - 1.05], color=grey, lw=0.8, ls="--", zorder=0)
+        if lane.stuck_line is not None:
+            ax.text(x(lane.rank), y(rows), _stuck(lane), ha="center", va="top", fontsize=7.5, color=red)
+    for row, entries in enumerate(d.gutter):
+        if entries:
+            ax.text(0.15, y(row), entries[0][1][:52], fontsize=7, family="monospace", va="center", color="#555555")
+    for b in d.bands:
+        ranks = [ev.rank for ev in b.calls]
+        lo, hi = min(ranks), max(ranks)
+        box = FancyBboxPatch(
+            (x(lo) - lane_w * 0.42, y(b.row) - row_h * 0.3),
+            x(hi) - x(lo) + lane_w * 0.84,
+            row_h * 0.6,
+            boxstyle="round,pad=0.02",
+            facecolor="#e8f0fb",
+            edgecolor=red if b.mismatch or b.missing else "#4e79a7",
+            lw=1.4 if b.mismatch or b.missing else 0.8,
+            zorder=2,
+        )
+        ax.add_patch(box)
+        ax.text((x(lo) + x(hi)) / 2, y(b.row), b.label[:60], ha="center", va="center", fontsize=7.5, zorder=3)
+    in_band = {id(ev) for b in d.bands for ev in b.calls}
+    for ev in d.events:
+        if id(ev) in in_band:
+            continue
+        colour = red if ev.status in ("cycle", "blocked") else "#ff7f0e" if ev.status == "unmatched" else ink
+        ax.plot([x(ev.rank)], [y(ev.row)], marker="o", ms=4, color=colour, zorder=3)
+        ax.text(x(ev.rank) + 0.08, y(ev.row) + row_h * 0.18, ev.text[:34], fontsize=7, color=colour, zorder=3)
+    cycle = {id(e.src) for c in d.cycles for e in c} | {id(e.dst) for c in d.cycles for e in c}
+    for m in d.messages:
+        bad = id(m.send) in cycle or id(m.recv) in cycle
+        ax.annotate(
+            "",
+            xy=(x(m.recv.rank), y(m.recv.row)),
+            xytext=(x(m.send.rank), y(m.send.row)),
+            arrowprops={"arrowstyle": "-|>", "color": red if bad else ink, "lw": 1.0, "shrinkA": 4, "shrinkB": 4},
+            zorder=2,
+        )
+    for c in d.cycles:
+        for e in c:
+            ax.annotate(
+                "",
+                xy=(x(e.dst.rank), y(e.dst.row)),
+                xytext=(x(e.src.rank), y(e.src.row)),
+                arrowprops={"arrowstyle": "->", "color": red, "lw": 1.2, "ls": ":", "connectionstyle": "arc3,rad=0.25"},
+                zorder=4,
+            )
+    for k, f in enumerate(d.findings[:4]):
+        where = f" (line {f.line})" if f.line else ""
+        colour = red if f.severity == "error" else "#b8860b"
+        ax.text(
+            0.15,
+            0.25 + 0.28 * (len(d.findings[:4]) - 1 - k),
+            f"{f.code}{where}: {f.message}"[:140],
+            fontsize=7.5,
+            color=colour,
+        )
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    return buf.getvalue()
+
+
 # ---- timeline of a Chrome trace -------------------------------------------------------------------
 
 
