@@ -147,7 +147,7 @@ scatter {d} into {b}[0:2] from 0
 print {a}, {b}[1:3]
 expect {c} == 9223372036854775807
 """
-HELPERS = ("flat", "minimum", "maximum", "fmt", "expect", "main")
+HELPERS = ("flat", "minimum", "maximum", "fmt", "expect", "main", "say")
 TOP_NAMES = {"WORLD_SIZE", "BACKEND", "TIMEOUT", "TOLERANCE", "DEVICE", "RANKS", "reduce_scatter_single"}
 IMPORTS = {("import", "os", None), ("import", "sys", None), ("from", "datetime", "timedelta"),
            ("import", "torch", None), ("import", "torch.distributed", "dist"), ("import", "numpy", "np")}

@@ -119,10 +119,15 @@ def main():
     # no closing barrier or tally: the rank ends when its program does, as the program by itself would
     dist.destroy_process_group()
     for text in out + failures:
-        print(f"rank {{rank}}: {{text}}", flush=True)
-    print(f"rank {{rank}}: " + ("every expect holds" if not failures else f"{{len(failures)}} expect(s) failed"),
-          flush=True)
+        say(f"rank {{rank}}: {{text}}")
+    say(f"rank {{rank}}: " + ("every expect holds" if not failures else f"{{len(failures)}} expect(s) failed"))
     sys.exit(1 if failures else 0)
+
+
+def say(line):
+    # one write per line: the ranks share stdout, and a line written in pieces can land inside another rank's
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
 
 
 DEVICE = torch.device("cpu")
@@ -412,6 +417,7 @@ SCRIPT_NAMES = frozenset(
         "fmt",
         "expect",
         "main",
+        "say",
         "make_groups",
         "groups",
         "out",
