@@ -17,8 +17,8 @@ SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"
 
 
 def comm_files(paths: Iterable[str], exclude: Iterable[str] = ()) -> tuple[list[str], list[str]]:
-    """(the files to work on, the directories in `paths` that held none). Named files come first, in the
-    order given; each directory's finds follow, sorted."""
+    """(the files to work on, the directories in `paths` that held none), in the order the paths are given,
+    a directory standing for its finds, sorted."""
     excluded = pathspec.GitIgnoreSpec.from_lines(list(exclude))
     files: list[str] = []
     empty: list[str] = []
@@ -35,7 +35,7 @@ def comm_files(paths: Iterable[str], exclude: Iterable[str] = ()) -> tuple[list[
 
 def _search(top: Path, excluded: pathspec.GitIgnoreSpec) -> Iterable[str]:
     outer = _outer_gitignores(top)
-    inner: list[tuple[Path, pathspec.GitIgnoreSpec]] = []  # the .gitignore files above the directory walked
+    inner: list[tuple[Path, pathspec.GitIgnoreSpec]] = []  # those from `top` down to the directory walked
     for here, dirs, names in os.walk(top):
         base = Path(here)
         while inner and not base.is_relative_to(inner[-1][0]):  # left the directory of the deepest one

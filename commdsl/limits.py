@@ -42,6 +42,9 @@ MAX_COLLECTIVE_CALLS = 1_000_000
 """Calls of collectives that move data, summed over ranks, in one expansion. The simulator computes each
 member's part of a collective on its own (about 20-40 us each, where an op elsewhere costs well under
 1 us): `world 65536` with 65 `all_reduce`s, a 100-byte program, took minutes before this bound."""
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""The longest duration a flag or setting may give (`--timeout`, `--max-time`): a week (a finite value keeps
+every deadline computable)."""
 TIME_LIMIT = 600.0
 """Seconds one `check`/`lint` of one program may take, by default (`--max-time`)."""
 

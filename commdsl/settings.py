@@ -7,11 +7,13 @@ ignores them. A flag on the command line wins over its `COMMDSL_<FLAG>` variable
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from commdsl.diagnostics.render import FORMATS
+from commdsl.limits import MAX_TIMEOUT_S
+from commdsl.resolve import MAX_WORLD
 from commdsl.rules.settings import InvalidSettings
 from commdsl.source import SourceFile
 from commdsl.tomlfile import parse
@@ -27,10 +29,10 @@ class Settings(BaseModel):
 
     select: list[str] = Field(default_factory=list)
     ignore: list[str] = Field(default_factory=list)
-    world: list[int] = Field(default_factory=list)
+    world: list[Annotated[int, Field(ge=1, le=MAX_WORLD)]] = Field(default_factory=list)
     backend: list[Literal["gloo", "nccl"]] = Field(default_factory=list)
-    max_world: int | None = Field(default=None, ge=1)
-    max_time: float | None = Field(default=None, gt=0)
+    max_world: int | None = Field(default=None, ge=1, le=MAX_WORLD)  # the bounds of the flags
+    max_time: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     strict: bool = False
     exclude: list[str] = Field(default_factory=list)
     output_format: Literal[FORMATS] | None = None  # type: ignore[valid-type]

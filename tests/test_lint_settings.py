@@ -264,3 +264,10 @@ def test_a_reason_may_follow_the_codes():
     assert codes(DEADLOCK.format(comment="  # commdsl: noqa: D401 the peer sends first on NCCL")) == []
     found = codes(DEADLOCK.format(comment="  # commdsl: noqa: because"))  # no code: a list that is empty
     assert ("D401", 3) in found and ("L706", 3) in found
+
+
+def test_settings_keep_the_bounds_of_their_flags(project, capsys):
+    (project / "commdsl.toml").write_text("max-world = 100000000\nworld = [0]\nmax-time = 1e9\n")
+    code, _, err = run(capsys, "lint", "src", "--color", "never")
+    assert code == 2 and err.count("error[N137]") == 3
+    assert "less than or equal to 65536" in err and "greater than or equal to 1" in err

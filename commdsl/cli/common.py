@@ -18,6 +18,7 @@ from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.diagnostics.render import FORMATS, emit, use_color
 from commdsl.expand import parse_param_value
 from commdsl.files import FileError
+from commdsl.limits import MAX_TIMEOUT_S
 from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
 
@@ -138,10 +139,6 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
             raise UsageError(f"--set {item}: the value does not fit in 64 bits")
         out[key.strip()] = value
     return out
-
-
-MAX_TIMEOUT_S = 7 * 24 * 3600
-"""The longest `--timeout`: a week (a finite value keeps every deadline computable)."""
 
 
 def _from_env(flag: str, text: str) -> str:
