@@ -101,9 +101,23 @@ def program_variant(
 ) -> Variant:
     """The user's program as a variant: what it measures from its pragma, else its expects, else its
     largest tensor with busbw = algbw. BenchError when it cannot be swept at this world size."""
+    check_sweepable(program, world, param, params, "--nproc")
+    try:
+        measure = pragma(program) or prove(program, world, params) or _largest(program, world, params)
+        if dtype is not None:
+            program = with_dtype(program, measure.tensor, dtype)
+            measure = pragma(program) or prove(program, world, params) or measure
+    except CommdslError as e:
+        raise Refused(Variant(program.name, program, Measure(None, ""), param, params), -1, e.diagnostics) from None
+    return Variant(program.name, program, measure, param, params, baseline)
+
+
+def check_sweepable(program: Program, world: int, param: str, params: dict, world_flag: str) -> None:
+    """BenchError unless `program` runs at `world` (given by `world_flag`) and has `param` to sweep, which
+    `--set` leaves alone (`commdsl bench` and `commdsl predict` alike)."""
     if not program.accepts(world):
         raise BenchError(
-            f"{program.path}: runs at world sizes {program.describe_world()}; --nproc {world} is not one of them"
+            f"{program.path}: runs at world sizes {program.describe_world()}; {world_flag} {world} is not one of them"
         )
     declared = {p.name for p in program.params}
     if param not in declared:
@@ -113,14 +127,6 @@ def program_variant(
         )
     if param in params:
         raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
-    try:
-        measure = pragma(program) or prove(program, world, params) or _largest(program, world, params)
-        if dtype is not None:
-            program = _with_dtype(program, measure.tensor, dtype)
-            measure = pragma(program) or prove(program, world, params) or measure
-    except CommdslError as e:
-        raise Refused(Variant(program.name, program, Measure(None, ""), param, params), -1, e.diagnostics) from None
-    return Variant(program.name, program, measure, param, params, baseline)
 
 
 def _largest(program: Program, world: int, params: dict) -> Measure:
@@ -131,7 +137,7 @@ def _largest(program: Program, world: int, params: dict) -> Measure:
     return Measure(None, name)
 
 
-def _with_dtype(program: Program, tensor: str, dtype: str) -> Program:
+def with_dtype(program: Program, tensor: str, dtype: str) -> Program:
     """`--dtype` for a program: every tensor declared with the measured tensor's dtype takes the new one."""
     old = next(t.dtype.name for t in program.tensors if t.name == tensor)
     tensors = tuple(

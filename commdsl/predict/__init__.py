@@ -18,7 +18,7 @@ import numpy as np
 
 from commdsl.bench import busbw as bw
 from commdsl.bench.identify import BenchError, Measure, pragma, prove
-from commdsl.bench.plan import Variant, measured_dtype
+from commdsl.bench.plan import Variant, check_sweepable, measured_dtype, with_dtype
 from commdsl.bench.results import Row, Summary
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import DTYPES
@@ -52,24 +52,11 @@ class Prediction:
 def variant_for(program: Program, world: int, param: str, params: dict, dtype: str | None) -> Variant:
     """What `commdsl bench FILE --nproc world` would measure, proving the collective at a small world when
     `world` is large. BenchError when the program cannot be swept at this world."""
-    if not program.accepts(world):
-        raise BenchError(
-            f"{program.path}: runs at world sizes {program.describe_world()}; --world {world} is not one of them"
-        )
-    declared = {p.name for p in program.params}
-    if param not in declared:
-        raise BenchError(
-            f"{program.path}: no param `{param}` to sweep (its params: {', '.join(sorted(declared)) or 'none'}); "
-            "--param NAME picks another"
-        )
-    if param in params:
-        raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
+    check_sweepable(program, world, param, params, "--world")
     if dtype is not None:
-        from commdsl.bench.plan import _with_dtype
-
         first = pragma(program)
         if first is not None:
-            program = _with_dtype(program, first.tensor, dtype)
+            program = with_dtype(program, first.tensor, dtype)
     measure = pragma(program)
     if measure is None:
         proofs = [world] if world <= PROOF_WORLD else [w for w in range(2, PROOF_WORLD + 1) if program.accepts(w)]
