@@ -42,10 +42,9 @@ def decode_array(d: dict, base_dir: str | None = None) -> np.ndarray:
 class TimesLog:
     """A rank's (start, end) time of each op, in a file it maps shared: every op's pair is in the page cache
     the moment it ends, so a rank that hangs and is killed, or crashes, still leaves the times of the ops it
-    did (for `--trace` and the report). Slot `n` holds the set-up's pair. Used as a list of pairs."""
+    did (for `--trace` and the report). Slot `n` holds the set-up's pair. Indexed as a list of pairs is indexed."""
 
     def __init__(self, path: str, n: int):
-        self.n = n
         with open(path, "w+b") as f:
             f.truncate(16 * (n + 1) or 16)
             self._map = mmap.mmap(f.fileno(), 16 * (n + 1) or 16)
@@ -57,12 +56,6 @@ class TimesLog:
 
     def __getitem__(self, index: int) -> tuple[int, int]:
         return self._q[2 * index], self._q[2 * index + 1]
-
-    def __len__(self) -> int:
-        return self.n
-
-    def pairs(self) -> list[tuple[int, int]]:
-        return [self[i] for i in range(self.n)]
 
 
 def read_times(path: str) -> tuple[list[tuple[int, int]], tuple[int, int]] | None:

@@ -213,7 +213,7 @@ def execute(
         # no closing barrier: the rank ends when its program does, as a torch script would, so a message
         # still in flight (an isend never waited) is lost here as it is there (R501)
         tensors = {name: save(name, ctx.buffers[name]) if save else encode_array(ctx.host_flat(name)) for name in specs}
-        emit("final", {"tensors": tensors, "times": list(times[i] for i in range(len(steps))), "init": init})
+        emit("final", {"tensors": tensors, "times": [times[i] for i in range(len(steps))], "init": init})
         dist.destroy_process_group()
         slot.state(progress.DONE, index)
         return False
