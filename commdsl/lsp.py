@@ -31,6 +31,7 @@ DOCS = "https://github.com/commdsl/commdsl/blob/main/docs/diagnostics.md#"
 
 server = LanguageServer("commdsl", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full)
 _pending: dict[str, asyncio.Task] = {}
+_published: dict[str, tuple[int | None, list[Diagnostic]]] = {}  # uri → (version, its findings), for hover
 _closing: list[bool] = []  # [True] once `shutdown` came: no check starts or publishes after it (loop thread only)
 
 
@@ -117,8 +118,7 @@ def check_text(path: str, text: str) -> list[Diagnostic]:
         )
     except CommdslError as e:
         diags = e.diagnostics
-    select, ignore = tuple(c.upper() for c in settings.select), tuple(c.upper() for c in settings.ignore)
-    return [d for d in diags if selected(d.code, select, ignore)]
+    return [d for d in diags if selected(d.code, tuple(settings.select), tuple(settings.ignore))]
 
 
 async def _check_later(ls: LanguageServer, uri: str, delay: float) -> None:
@@ -130,6 +130,7 @@ async def _check_later(ls: LanguageServer, uri: str, delay: float) -> None:
     diags = await asyncio.get_running_loop().run_in_executor(None, check_text, path, text)
     if _closing or ls.workspace.get_text_document(uri).version != version:
         return
+    _published[uri] = (version, diags)
     source = SourceFile(path, text)
     ls.text_document_publish_diagnostics(
         lsp.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=[to_lsp(d, source, uri) for d in diags])
@@ -170,6 +171,7 @@ def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+    _published.pop(params.text_document.uri, None)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
 
 
@@ -204,8 +206,13 @@ def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
     doc = ls.workspace.get_text_document(params.text_document.uri)
     pos = params.position
     source = SourceFile(_path(params.text_document.uri), doc.source)
+    published = _published.get(params.text_document.uri)
+    if published is not None and published[0] == doc.version:
+        found = published[1]
+    else:  # hovered before this text's check was published
+        found = check_text(source.path, doc.source)
     here = []
-    for d in check_text(source.path, doc.source):
+    for d in found:
         if d.span is None:
             continue
         r = _range(source, d.span)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from commdsl.diagnostics.render import FORMATS
 from commdsl.limits import MAX_TIMEOUT_S
@@ -22,13 +22,17 @@ FILES = ("commdsl.toml", "pyproject.toml")
 """Looked for in this order in each directory; a pyproject.toml counts only with a [tool.commdsl] table."""
 
 
+Code = Annotated[str, AfterValidator(lambda code: code.strip().upper())]
+"""A code or prefix, as `--select` takes it (any case)."""
+
+
 class Settings(BaseModel):
     """The keys, spelt as the flags (`max-world` for `--max-world`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=lambda name: name.replace("_", "-"))
 
-    select: list[str] = Field(default_factory=list)
-    ignore: list[str] = Field(default_factory=list)
+    select: list[Code] = Field(default_factory=list)
+    ignore: list[Code] = Field(default_factory=list)
     world: list[Annotated[int, Field(ge=1, le=MAX_WORLD)]] = Field(default_factory=list)
     backend: list[Literal["gloo", "nccl"]] = Field(default_factory=list)
     max_world: int | None = Field(default=None, ge=1, le=MAX_WORLD)  # the bounds of the flags

@@ -91,8 +91,8 @@ def run(args) -> int:
     if settings is None:
         return EXIT_FAILURE
     args.format = args.format or settings.output_format or "text"
-    select = _codes(args.select) if args.select is not None else tuple(c.upper() for c in settings.select)
-    ignore = _codes(args.ignore) if args.ignore is not None else tuple(c.upper() for c in settings.ignore)
+    select = _codes(args.select) if args.select is not None else tuple(settings.select)
+    ignore = _codes(args.ignore) if args.ignore is not None else tuple(settings.ignore)
     for c in select + ignore:
         if not any(code.startswith(c) for code in CODES):
             raise UsageError(f"unknown code or prefix {c!r} (see `commdsl explain --list`)")
