@@ -324,3 +324,17 @@ def test_a_run_report_quotes_a_batch_without_its_comments():
     schedule = expand(load(SourceFile("t.comm", BATCH_WITH_COMMENTS)), 2, {})
     at = where(schedule, BATCH_WITH_COMMENTS, 0, 0)
     assert (at.line, at.text) == (4, "batch: recv y from 1 - rank; recv x from 1 - rank")
+
+
+def test_a_rank_stuck_in_set_up_is_named_with_the_step_it_is_stuck_in():
+    from commdsl.expand import expand
+    from commdsl.runtime import progress
+    from commdsl.runtime.outcome import where
+
+    schedule = expand(load(SourceFile("t.comm", BATCH_WITH_COMMENTS)), 2, {})
+    # in set-up, the slot's op field is the set-up step, never an op of the program
+    at = where(schedule, BATCH_WITH_COMMENTS, 0, progress.SETUP_PROCESS_GROUP, progress.INIT)
+    assert (at.index, at.line) == (-1, None)
+    assert at.text == "setting up: init_process_group, connecting to every other rank"
+    assert "rendezvous store" in where(schedule, BATCH_WITH_COMMENTS, 1, progress.SETUP_STORE, progress.INIT).text
+    assert where(schedule, BATCH_WITH_COMMENTS, 1, -1, progress.INIT).text == "setting up (process group, groups, tensors)"

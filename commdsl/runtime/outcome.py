@@ -61,11 +61,15 @@ class Where:
 
 
 def where(schedule: Schedule, source_text: str, rank: int, index: int, state: int | None = None) -> Where:
+    if state == progress.INIT:  # its `op` field holds the set-up step it reached, not an op
+        if 0 <= index < len(progress.SETUP_STEPS):
+            return Where(rank, -1, None, f"setting up: {progress.SETUP_STEPS[index]}")
+        return Where(rank, -1, None, "setting up (process group, groups, tensors)")
     ops = schedule.ops[rank] if 0 <= rank < len(schedule.ops) else []
     if 0 <= index < len(ops):
         span = ops[index].span
         return Where(rank, index, span.line, statement_text(source_text, span))
-    if state == progress.INIT or index < 0:
+    if index < 0:
         return Where(rank, index, None, "setting up (process group, groups, tensors)")
     return Where(rank, index, None, "its teardown (all its ops done)")
 

@@ -25,6 +25,16 @@ PID, RANK, STATE, OP, SINCE = range(len(FIELDS))
 NOT_STARTED, INIT, RUNNING, FINISHING, DONE, FAILED = range(6)
 STATE_NAMES = ("not started", "initialising", "running", "finishing", "done", "failed")
 
+# the steps of set-up, which a rank in INIT shows in its `op` field (Slot.setup): a rank stuck in set-up
+# is then named with the torch call it is stuck in, not only "setting up"
+SETUP_STEPS = (
+    "connecting to the rendezvous store",
+    "init_process_group, connecting to every other rank",
+    "new_group, creating the program's groups",
+    "allocating tensors",
+)
+SETUP_STORE, SETUP_PROCESS_GROUP, SETUP_GROUPS, SETUP_TENSORS = range(len(SETUP_STEPS))
+
 _SLOT = ctypes.c_int64 * len(FIELDS)
 
 
@@ -80,6 +90,11 @@ class Slot:
         s = self.s
         s[PID], s[RANK], s[SINCE], s[OP] = os.getpid(), rank, time.time_ns(), -1
         s[STATE] = INIT
+
+    def setup(self, step: int):
+        """The set-up step this rank has reached (a SETUP_* number); the time in set-up keeps counting from
+        its start, so the hang guard's deadline covers set-up as a whole."""
+        self.s[OP] = step
 
     def state(self, state: int, op: int = -1):
         s = self.s

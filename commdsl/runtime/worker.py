@@ -183,13 +183,17 @@ def execute(
         else:
             device = torch.device("cpu")
         timeout = timedelta(seconds=pg_timeout)
+        slot.setup(progress.SETUP_STORE)
         if store is None:
             store, _, _ = next(dist.rendezvous("env://", rank, schedule.world, timeout=timeout))
             # the launcher's store outlives a restart (`--max-restarts`): each start of the workers gets keys
             # of its own, or the second would read the first's (dead) addresses and wait forever
             store = dist.PrefixStore(f"start{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        slot.setup(progress.SETUP_PROCESS_GROUP)
         dist.init_process_group(backend, store=store, rank=rank, world_size=schedule.world, timeout=timeout)
+        slot.setup(progress.SETUP_GROUPS)
         groups = [None] + [dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
+        slot.setup(progress.SETUP_TENSORS)
         specs = schedule.tensors[rank]
         ctx = Context(
             rank=rank,
