@@ -40,6 +40,7 @@ from commdsl.engine import run_engine
 from commdsl.expand import expand
 from commdsl.resolve import load
 from commdsl.source import SourceFile
+from processes import stalled_in_set_up
 
 STALLS = {"D401", "D402", "C307", "C308", "P201", "P202", "P204"}
 # Members disagreeing about a collective: the engine pairs the calls and goes on, a real backend hangs,
@@ -231,8 +232,7 @@ def real_run(world: int, text: str, timeout: float) -> dict:
     with a longer timeout.
     """
     data = _run_once(world, text, timeout)
-    hang = data.get("hang") or []
-    if hang and all(h.get("state") == "setting up" for h in hang):
+    if stalled_in_set_up(data):
         data = _run_once(world, text, timeout * 4)
     return data
 

@@ -96,3 +96,11 @@ def listening(pids) -> set[tuple[int, str, int]]:
             if target.startswith("socket:[") and target[8:-1] in inodes:
                 out.add((pid, *inodes[target[8:-1]]))
     return out
+
+
+def stalled_in_set_up(report: dict) -> bool:
+    """A `--report` of a run that the hang guard stopped while every rank was still setting up (store,
+    process group, groups): it says nothing about the program, only that the machine was slow to form a
+    group (or that set-up itself hung: the report names the torch call each rank was in)."""
+    hang = report.get("hang") or []
+    return bool(hang) and all(h.get("state") == "setting up" for h in hang)

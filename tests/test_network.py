@@ -109,7 +109,9 @@ def test_multi_node_binds_the_named_address_and_one_endpoint_serves_one_job(tmp_
     prog = tmp_path / "hang.comm"
     prog.write_text(HANG)
     port = _free_port()
-    node = ["run", str(prog), "--nproc", "1", "--nnodes", "2", "--no-check", "--timeout", "60",
+    # both "nodes" share this host: on a machine with one GPU, the auto backend (NCCL, one GPU per local
+    # rank) would put both on it, which NCCL refuses (seen on the H100 machine)
+    node = ["run", str(prog), "--nproc", "1", "--nnodes", "2", "--backend", "gloo", "--no-check", "--timeout", "60",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id"]
     first = start(node + ["job-a"], no_orphans)
     nodes = [first]

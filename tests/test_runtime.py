@@ -16,12 +16,13 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from commdsl.cli.main import main
-from processes import TOKEN_VAR, running as _running
+from processes import TOKEN_VAR, running as _running, stalled_in_set_up
 from commdsl.resolve import load
 from commdsl.source import SourceFile
 
@@ -81,12 +82,17 @@ else:
 # ---- every example program, against the simulator ---------------------------------------------------
 
 @pytest.mark.gloo
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 @pytest.mark.parametrize(("path", "nproc"), list(_cases()))
 def test_program_matches_simulator(path, nproc, tmp_path, capfd, no_orphans):
     report = tmp_path / "report.json"
-    code, out, err = run_here(["run", str(path), "--nproc", str(nproc), "--backend", "gloo",
-                               "--report", str(report), "--timeout", "60"], capfd)
+    argv = ["run", str(path), "--nproc", str(nproc), "--backend", "gloo", "--report", str(report)]
+    code, out, err = run_here([*argv, "--timeout", "60"], capfd)
+    if code != 0 and report.exists() and stalled_in_set_up(json.loads(report.read_text())):
+        # CI once saw every rank of ring_allreduce-4 still in set-up after 60 s (about 1 run in 2,600; not
+        # reproduced in 1,500 runs here): a slow or stuck group formation says nothing about the program
+        warnings.warn(f"every rank stalled in set-up, ran again: {out.strip().splitlines()[-1:]}", stacklevel=1)
+        code, out, err = run_here([*argv, "--timeout", "240"], capfd)
     assert code == 0, out + err
     data = json.loads(report.read_text())
     assert data["ok"] and data["world"] == nproc and data["backend"] == "gloo"
