@@ -120,23 +120,29 @@ def test_every_program_draws_consistently(path):
         schedule = expand(program, world)
     except CommdslError:
         pytest.skip("does not expand (a syntax, name or shape fixture)")
-    d = graph.build(program, schedule)
-    assert len(d.messages) == len(run_engine(schedule, record_matches=True).matches[0])
+    sends = len(run_engine(schedule, record_matches=True).matches[0])
+    assert len(graph.build(program, schedule, None).messages) == sends
+    d = graph.build(program, schedule, max_ranks=3)  # fold lanes too, where the program has more than 3 ranks
+    folded = sum(type(ev.op) is Send for f in d.folds for ev in f.events)
+    hidden = sum(int(c.split()[0]) for c in d.caption if "between ranks of one folded lane" in c)
+    assert len(d.messages) + folded + hidden == sends
     for m in d.messages:
         assert m.send.row < m.recv.row
     for b in d.bands:
         assert len({ev.row for ev in b.calls}) == 1
     taken: dict[int, list[tuple[int, int]]] = {}
     for b in d.bands:
-        ranks = [ev.rank for ev in b.calls] + [r for r, _ in b.missing]
-        taken.setdefault(b.row, []).append((min(ranks), max(ranks)))
+        lanes = [d.column[ev.rank] for ev in b.calls] + [d.column[r] for r, _ in b.missing]
+        taken.setdefault(b.row, []).append((min(lanes), max(lanes)))
     for ev in d.events:
         if type(ev.op) is not Collective:
-            taken.setdefault(ev.row, []).append((ev.rank, ev.rank))
+            taken.setdefault(ev.row, []).append((d.column[ev.rank], d.column[ev.rank]))
+    for f in d.folds:
+        taken.setdefault(f.row, []).append((f.lo, f.hi))
     for row, spans in taken.items():
         spans.sort()
         assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"overlap on row {row}"
-    assert sorted({ev.row for ev in d.events}) == list(range(d.rows))  # rows are dense, from 0
+    assert sorted({ev.row for ev in d.events} | {f.row for f in d.folds}) == list(range(d.rows))  # dense, from 0
     dot, mermaid = graph.to_dot(d), graph.to_mermaid(d)
     assert dot.startswith("digraph") and mermaid.startswith("sequenceDiagram")
 
