@@ -149,7 +149,10 @@ def test_every_program_draws_consistently(path):
 
 def test_too_large_is_refused(monkeypatch):
     monkeypatch.setattr(graph, "MAX_EVENTS", 5)
-    with pytest.raises(graph.DiagramTooLarge, match="world size 3 gives 9 "):
+    with pytest.raises(graph.DiagramTooLarge, match="world size 3 gives 9 .* after folding"):
+        diagram(SMALL, 3)
+    monkeypatch.setattr(graph, "MAX_EXPANSION", 5)
+    with pytest.raises(graph.DiagramTooLarge, match="gives 9 .*; folding picks from at most 5"):
         diagram(SMALL, 3)
 
 

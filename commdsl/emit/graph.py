@@ -157,15 +157,19 @@ class Fold:
     def holds(self, rec, pos: np.ndarray) -> np.ndarray:
         """Which of the ops at positions `pos` of record `rec` run in one of the folded iterations."""
         span, depth = rec.span, len(self.prefix)
-        yes = np.zeros(len(pos), dtype=bool)
-        if not (self.loop.span.start <= span.start and span.end <= self.loop.span.end) or len(rec.bindings) <= depth:
-            return yes
-        yes[:] = True
+        inside = self.loop.span.start <= span.start and span.end <= self.loop.span.end
+        if not inside or len(rec.bindings) <= depth:
+            return np.zeros(len(pos), dtype=bool)
         ranks = rec.ranks[pos]
-        for (name, v), want in zip(rec.bindings[: depth + 1], self.prefix + ((self.var, None),), strict=True):
-            at = v[ranks] if isinstance(v, np.ndarray) else np.full(len(pos), v)
-            yes &= np.isin(at, self.values) if want[1] is None else (at == want[1]) & (name == want[0])
-        return yes
+
+        def value(v) -> np.ndarray:  # a loop value per op: bounds that differ by rank hold it per global rank
+            return v[ranks] if isinstance(v, np.ndarray) else np.full(len(pos), v)
+
+        yes = np.ones(len(pos), dtype=bool)
+        for (name, v), (outer, want) in zip(rec.bindings[:depth], self.prefix, strict=True):
+            yes &= (name == outer) & (value(v) == want)
+        name, v = rec.bindings[depth]
+        return yes & (name == self.var) & np.isin(value(v), self.values)
 
     @property
     def label(self) -> str:
@@ -294,8 +298,12 @@ def build(program: Program, schedule: Schedule, max_ranks: int | None = MAX_RANK
     size += len(outcome.waiting)
     if size > (MAX_EVENTS if max_ranks is None else MAX_EXPANSION):
         raise DiagramTooLarge(
-            f"world size {schedule.world} gives {size} sends, receives and collective calls; a diagram stays "
-            f"readable up to about {MAX_EVENTS}" + ("" if max_ranks is None else " after folding")
+            f"world size {schedule.world} gives {size} sends, receives and collective calls; "
+            + (
+                f"a diagram stays readable up to about {MAX_EVENTS}"
+                if max_ranks is None
+                else f"folding picks from at most {MAX_EXPANSION:,}"
+            )
         )
     waits = analyse(outcome)
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
