@@ -469,6 +469,31 @@ def test_an_iteration_with_a_finding_is_never_folded():
     assert {m.send.op.bindings[0][1] for m in d.messages} == {0, 1, 6, 7, 8}
 
 
+def test_nested_loops_fold_from_the_outside_in():
+    text = """\
+program nested
+world 2..64
+tensor x: float32[4] = rank
+for epoch in 0 .. 5:
+    for s in 0 .. 5:
+        batch:
+            send x to (rank + 1) % world
+            recv x from (rank - 1) % world
+    all_reduce x
+"""
+    d = diagram(text, 32)
+    assert [(f.line, f.prefix, f.values) for f in d.folds] == [
+        (4, (), [2, 3, 4, 5]),
+        (5, (("epoch", 0),), [2, 3, 4, 5]),
+        (5, (("epoch", 1),), [2, 3, 4, 5]),
+    ]
+    assert d.folds[2].label == "× 4 more iterations of the loop at line 5 (epoch=1, s = 2…5), folded"
+    assert [b.calls[0].op.bindings for b in d.bands] == [(("epoch", 0),), (("epoch", 1),)]
+    assert {m.send.op.bindings for m in d.messages} == {(("epoch", e), ("s", s)) for e in (0, 1) for s in (0, 1)}
+    rows = [f.row for f in d.folds]
+    assert rows[1] < d.bands[0].row < rows[2] < d.bands[1].row < rows[0] == d.rows - 1
+
+
 def test_no_fold_and_max_ranks(capsys):
     d = graph.build(load(SourceFile("ring.comm", RING)), expand(load(SourceFile("ring.comm", RING)), 16), None)
     assert [lane.rank for lane in d.lanes] == list(range(16)) and not d.folds and not d.caption

@@ -172,12 +172,15 @@ class Fold:
         return yes & (name == self.var) & np.isin(value(v), self.values)
 
     @property
+    def which(self) -> str:
+        """The iterations folded, inside the outer loops' iteration: `epoch=1, s = 2…5`."""
+        outer = "".join(f"{k}={v}, " for k, v in self.prefix)
+        return f"{outer}{self.var} = {self.values[0]}…{self.values[-1]}"
+
+    @property
     def label(self) -> str:
         count = len(self.values)
-        return (
-            f"× {count} more iteration{'s' * (count != 1)} of the loop at line {self.line} "
-            f"({self.var} = {self.values[0]}…{self.values[-1]}), folded"
-        )
+        return f"× {count} more iteration{'s' * (count != 1)} of the loop at line {self.line} ({self.which}), folded"
 
 
 @dataclass(slots=True)
@@ -886,7 +889,7 @@ def _gutter(program: Program, events: list[Event], folds: list[Fold]) -> list[li
             texts.append((line, f"{line:>3}  {code}{where}"))
         out.append(texts if len(texts) <= 3 else texts[:2] + [(None, f"     … and {len(texts) - 2} more lines")])
     for f in folds:
-        out[f.row].append((f.line, f"{f.line:>3}  … {f.var} = {f.values[0]}…{f.values[-1]} folded"))
+        out[f.row].append((f.line, f"{f.line:>3}  … {f.which} folded"))
     return out
 
 
