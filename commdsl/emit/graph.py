@@ -31,7 +31,7 @@ import numpy as np
 from commdsl.dtypes import DTYPES
 from commdsl.engine import run_engine
 from commdsl.resolve import Program
-from commdsl.schedule import Batch, Collective, Group, Recv, Schedule, Send, View, Wait
+from commdsl.schedule import Collective, Group, Recv, Schedule, Send, View
 from commdsl.syntax import nodes as n
 
 MAX_EVENTS = 4000  # beyond this a diagram is unreadable and Graphviz slow; ask for a smaller world
@@ -682,22 +682,6 @@ def _unfinished(waiting):
     from commdsl.checker.waits import _instances
 
     return list(_instances(waiting).values())
-
-
-def _completions(ops) -> dict[int, int]:
-    """Request id → index of the first `wait` that covers it, for one rank."""
-    out: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        if type(op) is Wait:
-            for q in op.reqs:
-                out.setdefault(q, i)
-    return out
-
-
-def _done(ops, op, index: int, waits: dict[int, int]) -> float:
-    if op.req is None or type(ops[index]) is Batch:
-        return index
-    return waits.get(op.req, NEVER)
 
 
 def _place(
