@@ -845,7 +845,8 @@ def _split_rows(
     next_row = 0
     for r in sorted(items):
         subrows: list[list[tuple[int, int]]] = []
-        for lo, hi, things in sorted(items[r], key=lambda it: (it[0] - it[1], it[0])):
+        # widest first, but a fold below what shares its row: it stands for what comes after
+        for lo, hi, things in sorted(items[r], key=lambda it: (type(it[2][0]) is Fold, it[0] - it[1], it[0])):
             k = next(k for k, taken in enumerate(subrows + [[]]) if all(hi < a or b < lo for a, b in taken))
             if k == len(subrows):
                 subrows.append([])
