@@ -120,30 +120,39 @@ def test_every_program_draws_consistently(path):
         schedule = expand(program, world)
     except CommdslError:
         pytest.skip("does not expand (a syntax, name or shape fixture)")
-    d = graph.build(program, schedule)
-    assert len(d.messages) == len(run_engine(schedule, record_matches=True).matches[0])
+    sends = len(run_engine(schedule, record_matches=True).matches[0])
+    assert len(graph.build(program, schedule, None).messages) == sends
+    d = graph.build(program, schedule, max_ranks=3)  # fold lanes too, where the program has more than 3 ranks
+    folded = sum(type(ev.op) is Send for f in d.folds for ev in f.events)
+    hidden = sum(int(c.split()[0]) for c in d.caption if "between ranks of one folded lane" in c)
+    assert len(d.messages) + folded + hidden == sends
     for m in d.messages:
         assert m.send.row < m.recv.row
     for b in d.bands:
         assert len({ev.row for ev in b.calls}) == 1
     taken: dict[int, list[tuple[int, int]]] = {}
     for b in d.bands:
-        ranks = [ev.rank for ev in b.calls] + [r for r, _ in b.missing]
-        taken.setdefault(b.row, []).append((min(ranks), max(ranks)))
+        lanes = [d.column[ev.rank] for ev in b.calls] + [d.column[r] for r, _ in b.missing]
+        taken.setdefault(b.row, []).append((min(lanes), max(lanes)))
     for ev in d.events:
         if type(ev.op) is not Collective:
-            taken.setdefault(ev.row, []).append((ev.rank, ev.rank))
+            taken.setdefault(ev.row, []).append((d.column[ev.rank], d.column[ev.rank]))
+    for f in d.folds:
+        taken.setdefault(f.row, []).append((f.lo, f.hi))
     for row, spans in taken.items():
         spans.sort()
         assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"overlap on row {row}"
-    assert sorted({ev.row for ev in d.events}) == list(range(d.rows))  # rows are dense, from 0
+    assert sorted({ev.row for ev in d.events} | {f.row for f in d.folds}) == list(range(d.rows))  # dense, from 0
     dot, mermaid = graph.to_dot(d), graph.to_mermaid(d)
     assert dot.startswith("digraph") and mermaid.startswith("sequenceDiagram")
 
 
 def test_too_large_is_refused(monkeypatch):
     monkeypatch.setattr(graph, "MAX_EVENTS", 5)
-    with pytest.raises(graph.DiagramTooLarge, match="world size 3 gives 9 "):
+    with pytest.raises(graph.DiagramTooLarge, match="world size 3 gives 9 .* after folding"):
+        diagram(SMALL, 3)
+    monkeypatch.setattr(graph, "MAX_EXPANSION", 5)
+    with pytest.raises(graph.DiagramTooLarge, match="gives 9 .*; folding picks from at most 5"):
         diagram(SMALL, 3)
 
 
@@ -375,3 +384,158 @@ def test_without_graphviz_the_picture_is_drawn_with_matplotlib(tmp_path, fmt, ma
     assert "drawn with matplotlib" in done.stderr and out.read_bytes().startswith(magic)
     if fmt == "svg":
         assert "<svg" in out.read_text()
+
+
+# ---- folding wide worlds and long loops -----------------------------------------------------------
+
+RING = (ROOT / "programs" / "ring_allreduce.comm").read_text().replace("world 1..16", "world 1..256")
+
+# everyone all-reduces, then ranks 5 and 9 send to each other first: a deadlock of two ranks in sixteen
+PARTIAL_DEADLOCK = """\
+program partial_deadlock
+world 16
+tensor x: float32[4] = rank
+tensor y: float32[4]
+all_reduce x
+on rank == 5:
+    send x to 9
+    recv y from 9
+else on rank == 9:
+    send x to 5
+    recv y from 5
+"""
+
+# rank 1 skips the receive of iteration 6: from there every message crosses iterations, the last is unmatched
+LOOP_BUG = """\
+program loop_bug
+world 2
+tensor x: float32[1]
+for s in 0 .. 9:
+    on rank == 0:
+        send x to 1
+    else on s != 6:
+        recv x from 0
+"""
+
+
+@pytest.mark.parametrize("world", [16, 64])
+def test_ring_folds_ranks_and_iterations(world):
+    d = diagram(RING, world, "ring.comm")
+    assert len(d.lanes) <= graph.MAX_RANKS
+    [folded] = [lane for lane in d.lanes if lane.folded]
+    assert folded.label == f"ranks 4–{world - 4} ({world - 7} ranks, folded)"
+    assert [lane.rank for lane in d.lanes if not lane.folded] == [0, 1, 2, 3, world - 3, world - 2, world - 1]
+    assert [(f.line, f.values[0], f.values[-1], f.like) for f in d.folds] == [
+        (14, 2, world - 2, [0, 1]),
+        (21, 2, world - 2, [0, 1]),
+    ]
+    assert d.folds[0].label == f"× {world - 3} more iterations of the loop at line 14 (s = 2…{world - 2}), folded"
+    assert f"ranks 4–{world - 4} folded into one lane" in d.caption
+    assert f"{world - 3} iterations of the loop at line 21 folded, each like the ones kept before it" in d.caption
+    # what is drawn is two iterations of each loop, on every lane: messages leaving the folded lane included
+    assert {m.send.op.bindings for m in d.messages} == {(("s", 0),), (("s", 1),)}
+    assert len(d.messages) == 2 * 2 * len(d.lanes)
+    for m in d.messages:
+        assert m.send.row < m.recv.row
+    # causal rows survive folding: both iterations of the first loop come before its fold, the second loop after
+    first, second = d.folds
+    assert all(m.recv.row < first.row for m in d.messages if m.send.op.span.line == 18)
+    assert all(first.row < m.send.row and m.recv.row < second.row for m in d.messages if m.send.op.span.line == 23)
+
+
+def test_a_deadlock_in_a_wide_world_keeps_its_ranks_and_red_edges():
+    d = diagram(PARTIAL_DEADLOCK, 16)
+    shown = [lane.rank for lane in d.lanes if not lane.folded]
+    assert 5 in shown and 9 in shown and len(d.lanes) <= graph.MAX_RANKS
+    [cycle] = d.cycles
+    assert sorted((e.src.rank, e.dst.rank) for e in cycle) == [(5, 9), (9, 5)]
+    assert all(e.src in d.events and e.src.status == "cycle" for e in cycle)
+    nodes, edges = dot_statements(graph.to_dot(d))
+    red = [(t, h) for t, h, attrs in edges if f'color="{RED}"' in attrs]
+    assert len(red) == 6  # two wait-for edges, three segments each
+    ids = {id(ev): f"e{i}" for i, ev in enumerate(d.events)}
+    assert {ids[id(e.src)] for e in cycle} <= {t for t, _ in red}
+    assert "label=\"rank 5\"" in nodes["h5"] and "label=\"rank 9\"" in nodes["h9"]
+    mermaid = graph.to_mermaid(d)
+    assert "r5--)r9: line 7: rank 5 waits for rank 9" in mermaid and "participant r5 as rank 5" in mermaid
+
+
+def test_an_iteration_with_a_finding_is_never_folded():
+    d = diagram(LOOP_BUG, 2)
+    [fold] = d.folds
+    assert fold.values == [2, 3, 4, 5] and fold.like == [0, 1]  # 6.. have messages crossing iterations
+    [bad] = [ev for ev in d.events if ev.status == "unmatched"]
+    assert bad.op.bindings == (("s", 9),) and bad not in fold.events
+    assert {m.send.op.bindings[0][1] for m in d.messages} == {0, 1, 6, 7, 8}
+
+
+def test_nested_loops_fold_from_the_outside_in():
+    text = """\
+program nested
+world 2..64
+tensor x: float32[4] = rank
+for epoch in 0 .. 5:
+    for s in 0 .. 5:
+        batch:
+            send x to (rank + 1) % world
+            recv x from (rank - 1) % world
+    all_reduce x
+"""
+    d = diagram(text, 32)
+    assert [(f.line, f.prefix, f.values) for f in d.folds] == [
+        (4, (), [2, 3, 4, 5]),
+        (5, (("epoch", 0),), [2, 3, 4, 5]),
+        (5, (("epoch", 1),), [2, 3, 4, 5]),
+    ]
+    assert d.folds[2].label == "× 4 more iterations of the loop at line 5 (epoch=1, s = 2…5), folded"
+    assert [b.calls[0].op.bindings for b in d.bands] == [(("epoch", 0),), (("epoch", 1),)]
+    assert {m.send.op.bindings for m in d.messages} == {(("epoch", e), ("s", s)) for e in (0, 1) for s in (0, 1)}
+    rows = [f.row for f in d.folds]
+    assert rows[1] < d.bands[0].row < rows[2] < d.bands[1].row < rows[0] == d.rows - 1
+
+
+def test_no_fold_and_max_ranks(capsys):
+    d = graph.build(load(SourceFile("ring.comm", RING)), expand(load(SourceFile("ring.comm", RING)), 16), None)
+    assert [lane.rank for lane in d.lanes] == list(range(16)) and not d.folds and not d.caption
+    assert len(d.messages) == 2 * 15 * 16
+    path = str(ROOT / "programs" / "ring_allreduce.comm")
+    code, out, _ = run(capsys, "graph", path, "--world", "16", "--no-fold")
+    assert code == 0 and out.count("participant") == 16 and "folded" not in out
+    code, out, _ = run(capsys, "graph", path, "--world", "16", "--max-ranks", "5")
+    assert code == 0 and out.count("participant") == 5 and "participant r2 as ranks 2–13 (12 ranks, folded)" in out
+    with pytest.raises(SystemExit) as e:
+        main(["graph", path, "--world", "16", "--max-ranks", "2"])
+    assert e.value.code == 2 and "--max-ranks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["graph", "--help"])
+    assert f"(default: {graph.MAX_RANKS}," in capsys.readouterr().out
+
+
+def test_every_format_states_what_it_folded(tmp_path, monkeypatch, capsys):
+    path = str(ROOT / "programs" / "ring_allreduce.comm")
+    caption = "ranks 4–12 folded into one lane"
+    for fmt in ("mermaid", "dot"):
+        code, out, _ = run(capsys, "graph", path, "--world", "16", "--format", fmt)
+        assert code == 0 and caption in out and "× 13 more iterations of the loop at line 14" in out
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no Graphviz: SVG and PNG are drawn with matplotlib
+    svg = tmp_path / "ring.svg"
+    code, _, err = run(capsys, "graph", path, "--world", "16", "-o", str(svg))
+    assert code == 0 and "drawn with matplotlib" in err
+    assert "<svg" in svg.read_text()
+    from matplotlib.axes import Axes
+
+    drawn: list[str] = []
+    text = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: drawn.append(s) or text(self, x, y, s, *a, **k))
+    png = tmp_path / "ring.png"
+    code, _, _ = run(capsys, "graph", path, "--world", "16", "-o", str(png))
+    assert code == 0 and png.read_bytes().startswith(b"\x89PNG")
+    assert caption in drawn and "ranks 4–12\n(9 ranks, folded)" in drawn
+    assert any(s.startswith("× 13 more iterations of the loop at line 21") for s in drawn)
+
+
+def test_the_picture_stays_the_same_size_as_the_world_grows():
+    program = load(SourceFile("ring.comm", RING))
+    nodes = {w: dot_statements(graph.to_dot(graph.build(program, expand(program, w))))[0] for w in (16, 256)}
+    everything = dot_statements(graph.to_dot(graph.build(program, expand(program, 16), None)))[0]
+    assert len(nodes[16]) == len(nodes[256]) < len(everything) / 10  # 159 nodes, against 2,015 unfolded at 16

@@ -37,7 +37,10 @@ def add_parser(sub):
         help="draw the schedule as a sequence diagram (Mermaid, DOT, SVG, PNG)",
         description="Draw one expansion of the program as a sequence diagram: a lifeline per rank, "
         "an arrow per message, a band per collective, each row labelled with its source "
-        "line; deadlock cycles in red, unmatched ops marked. SVG and PNG need Graphviz.",
+        "line; deadlock cycles in red, unmatched ops marked. Beyond --max-ranks lanes the middle ranks share "
+        "one folded lane, and runs of alike loop iterations keep their first two; the picture says what it "
+        "folded, and never folds a rank or iteration with a finding. SVG and PNG use Graphviz's `dot` where "
+        "it is installed, else matplotlib.",
     )
     p.add_argument("file")
     p.add_argument(
@@ -49,6 +52,13 @@ def add_parser(sub):
         help="mermaid (paste into a ```mermaid block), dot, svg or png (default: from the -o suffix, else mermaid)",
     )
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    p.add_argument(
+        "--max-ranks",
+        type=integer("--max-ranks", 3),
+        metavar="N",
+        help="lanes to draw before folding the middle ranks into one (default: 8, `emit.graph.MAX_RANKS`)",
+    )
+    p.add_argument("--no-fold", action="store_true", help="draw every rank and every loop iteration")
     p.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="colour diagnostics (default: auto)"
     )
@@ -82,7 +92,7 @@ def _format(args) -> str:
 
 
 def run_graph(args) -> int:
-    from commdsl.emit.graph import DiagramTooLarge, build
+    from commdsl.emit.graph import MAX_RANKS, DiagramTooLarge, build
     from commdsl.expand import expand
 
     out, err = consoles(args)
@@ -106,12 +116,13 @@ def run_graph(args) -> int:
             raise UsageError(f"give --world: {args.file} declares world sizes {program.describe_world()}")
         world = sizes[0]
     try:
-        diagram = build(program, expand(program, world, params))
+        diagram = build(program, expand(program, world, params), None if args.no_fold else args.max_ranks or MAX_RANKS)
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, "text", out, err)
         return EXIT_FINDINGS
     except DiagramTooLarge as e:
-        err.print(f"[bold red]error[/]: {e}; draw a smaller --world or --set smaller params", highlight=False)
+        fold = "" if args.no_fold else ", a smaller --max-ranks"
+        err.print(f"[bold red]error[/]: {e}; draw a smaller --world{fold} or --set smaller params", highlight=False)
         return EXIT_FAILURE
     data = _drawn(diagram, fmt, args, err)
     if data is None or _write(args.output, data, err, [args.file]) is None:

@@ -8,6 +8,11 @@ red, unmatched and blocked ops marked, ranks that never finish named. Mermaid an
 written from that one model, so they cannot disagree. The DOT positions are computed here and pinned
 (`layout=neato`, `pos="x,y!"`): Graphviz only draws, and `dot -Tsvg` on the text gives the same picture.
 
+Folding. Beyond `max_ranks` lanes, the ranks between the first and last few share one folded lane, and a
+run of loop iterations that look alike on the lanes shown keeps its first iterations and folds the rest
+into one marked row. Both happen here, in the model, so every format folds alike and says so in its
+caption; ranks and iterations that hold a finding are never folded.
+
 Timeline. `load_trace()` reads Chrome trace event JSON (what `--trace` writes, what Perfetto opens)
 and `timeline_png()` draws one row per track with matplotlib's Agg canvas (no pyplot, no display).
 """
@@ -26,9 +31,13 @@ import numpy as np
 from commdsl.dtypes import DTYPES
 from commdsl.engine import run_engine
 from commdsl.resolve import Program
-from commdsl.schedule import Batch, Collective, Group, Recv, Schedule, Send, View, Wait
+from commdsl.schedule import Collective, Group, Recv, Schedule, Send, View
+from commdsl.syntax import nodes as n
 
 MAX_EVENTS = 4000  # beyond this a diagram is unreadable and Graphviz slow; ask for a smaller world
+MAX_EXPANSION = 1_000_000  # events a folded diagram is chosen from; beyond this even choosing is slow
+MAX_RANKS = 8  # lanes a diagram shows before it folds ranks
+KEEP_ITERATIONS = 2  # a run of alike loop iterations keeps this many and folds the rest
 NEVER = math.inf  # completion index of an async op that no `wait` covers
 
 
@@ -42,6 +51,10 @@ class GraphvizMissing(Exception):
 
 class RenderError(Exception):
     """Graphviz ran but failed."""
+
+
+class _Cycle(RuntimeError):
+    """Internal: the causal order to place rows by has a cycle."""
 
 
 class TraceError(Exception):
@@ -102,9 +115,72 @@ class WaitEdge:
 
 @dataclass(slots=True)
 class Lane:
-    rank: int
+    rank: int  # the rank it draws; a folded lane's first rank
     stuck_line: int | None  # the line the rank never gets past; None if it finishes
     not_reached: int = 0  # ops after the stuck one
+    last: int | None = None  # a folded lane's last rank
+    stuck: int = 0  # how many of a folded lane's ranks never finish
+
+    @property
+    def folded(self) -> bool:
+        return self.last is not None
+
+    @property
+    def label(self) -> str:
+        if self.last is None:
+            return f"rank {self.rank}"
+        stuck = f", {self.stuck} stuck" if self.stuck else ""
+        return f"ranks {self.rank}–{self.last} ({self.last - self.rank + 1} ranks, folded{stuck})"
+
+
+@dataclass(slots=True)
+class Fold:
+    """Iterations of a loop left out: each looks like the kept ones before it, and none holds a finding."""
+
+    loop: n.For
+    prefix: tuple[tuple[str, int], ...]  # the bindings of the loops around it
+    values: list[int]  # the iterations folded
+    like: list[int]  # the iterations kept, which they look like
+    events: list[Event]
+    lo: int = 0  # first and last lane it spans
+    hi: int = 0
+    row: int = 0
+
+    @property
+    def line(self) -> int:
+        return self.loop.span.line
+
+    @property
+    def var(self) -> str:
+        return self.loop.var
+
+    def holds(self, rec, pos: np.ndarray) -> np.ndarray:
+        """Which of the ops at positions `pos` of record `rec` run in one of the folded iterations."""
+        span, depth = rec.span, len(self.prefix)
+        inside = self.loop.span.start <= span.start and span.end <= self.loop.span.end
+        if not inside or len(rec.bindings) <= depth:
+            return np.zeros(len(pos), dtype=bool)
+        ranks = rec.ranks[pos]
+
+        def value(v) -> np.ndarray:  # a loop value per op: bounds that differ by rank hold it per global rank
+            return v[ranks] if isinstance(v, np.ndarray) else np.full(len(pos), v)
+
+        yes = np.ones(len(pos), dtype=bool)
+        for (name, v), (outer, want) in zip(rec.bindings[:depth], self.prefix, strict=True):
+            yes &= (name == outer) & (value(v) == want)
+        name, v = rec.bindings[depth]
+        return yes & (name == self.var) & np.isin(value(v), self.values)
+
+    @property
+    def which(self) -> str:
+        """The iterations folded, inside the outer loops' iteration: `epoch=1, s = 2…5`."""
+        outer = "".join(f"{k}={v}, " for k, v in self.prefix)
+        return f"{outer}{self.var} = {self.values[0]}…{self.values[-1]}"
+
+    @property
+    def label(self) -> str:
+        count = len(self.values)
+        return f"× {count} more iteration{'s' * (count != 1)} of the loop at line {self.line} ({self.which}), folded"
 
 
 @dataclass(slots=True)
@@ -113,6 +189,27 @@ class Finding:
     code: str
     message: str
     line: int | None
+
+
+@dataclass(slots=True)
+class Hidden:
+    """Sends or receives a folded lane hides, as arrays: they are not drawn but still order what is."""
+
+    rank: np.ndarray
+    posted: np.ndarray
+    done: np.ndarray  # float: NEVER where no `wait` covers an async op
+    rec: np.ndarray
+    pos: np.ndarray
+
+    def folded(self, schedule: Schedule, folds: list[Fold]) -> np.ndarray:
+        """Per row, the index of the fold it runs in, or -1."""
+        out = np.full(len(self.rank), -1, dtype=np.int64)
+        for rid in np.unique(self.rec).tolist():
+            rows = np.flatnonzero(self.rec == rid)
+            rec = schedule.records[rid]
+            for k, f in enumerate(folds):
+                out[rows[(out[rows] < 0) & f.holds(rec, self.pos[rows])]] = k
+        return out
 
 
 @dataclass
@@ -126,71 +223,155 @@ class Diagram:
     cycles: list[list[WaitEdge]]
     gutter: list[list[tuple[int | None, str]]]  # per row: (line, "LINE  source text  · bindings")
     findings: list[Finding]
+    column: list[int]  # per rank: the index of its lane
+    folds: list[Fold]
+    caption: list[str]  # what was folded, for the reader
 
     @property
     def rows(self) -> int:
         return len(self.gutter)
 
+    def lane_of(self, rank: int) -> Lane:
+        return self.lanes[self.column[rank]]
 
-def build(program: Program, schedule: Schedule) -> Diagram:
-    """The diagram of one expansion, with the checker's findings for it."""
+
+class _Events:
+    """Makes one `Event` per op the engine reports (on demand: listing a rank's ops is costly at scale)."""
+
+    def __init__(self, schedule: Schedule, outcome):
+        self.schedule, self.outcome = schedule, outcome
+        self.sequences = [schedule.sequence(r) for r in range(schedule.world)]
+        self.made: dict[tuple[int, int], Event] = {}
+
+    def when(self, rank: int, rid: int, via: int, req: int) -> tuple[int, float]:
+        """(index at which the rank posts an op, index by which it has completed: itself if blocking or in a
+        `batch`, else its first `wait`)."""
+        posted = int(np.searchsorted(self.sequences[rank], via))
+        if req < 0 or via != rid:
+            return posted, posted
+        waited = int(self.outcome.req_waited[req])
+        if waited < 0:
+            return posted, NEVER
+        return posted, int(np.searchsorted(self.sequences[rank], self._record_of(waited)))
+
+    def _record_of(self, op_ids):
+        return np.searchsorted(self.schedule.op_bases, op_ids, "right") - 1
+
+    def event(self, rank: int, rid: int, pos: int, via: int, req: int) -> Event:
+        ev = self.made.get((rid, pos))
+        if ev is None:
+            op = self.schedule.op_at(self.schedule.records[rid], pos)
+            ev = self.made[(rid, pos)] = Event(rank, op, *self.when(rank, rid, via, req))
+            if isinstance(op, (Send, Recv)):
+                ev.view = _view(self.schedule, rank, op.view)
+                ev.text = _p2p_text(op, ev.view)
+        return ev
+
+    def post(self, rows, k: int) -> Event:
+        """The event of row `k` of posted sends and receives."""
+        return self.event(int(rows.rank[k]), int(rows.rec[k]), int(rows.pos[k]), int(rows.via[k]), int(rows.req[k]))
+
+    def call(self, calls, k: int) -> Event:
+        """The event of row `k` of collective calls."""
+        rank, rid = int(calls.rank[k]), int(calls.rec[k])
+        return self.event(rank, rid, int(calls.pos[k]), rid, int(calls.req[k]))
+
+    def hidden(self, rows, keep: np.ndarray) -> Hidden:
+        """`when` for the rows of `keep` at once, without making events."""
+        rank, rec, via, req = rows.rank[keep], rows.rec[keep], rows.via[keep], rows.req[keep]
+        posted = _index_in(self.sequences, rank, via)
+        done = posted.astype(np.float64)
+        late = np.flatnonzero((req >= 0) & (via == rec))
+        waited = self.outcome.req_waited[req[late]]
+        done[late[waited < 0]] = NEVER
+        late, waited = late[waited >= 0], waited[waited >= 0]
+        done[late] = _index_in(self.sequences, rank[late], self._record_of(waited))
+        return Hidden(rank, posted, done, rec, rows.pos[keep])
+
+
+def build(program: Program, schedule: Schedule, max_ranks: int | None = MAX_RANKS) -> Diagram:
+    """The diagram of one expansion, with the checker's findings for it. Beyond `max_ranks` lanes ranks are
+    folded, and alike loop iterations are folded whenever `max_ranks` is not None (None draws everything)."""
     from commdsl.checker import analyse_schedule
-    from commdsl.checker.waits import Pending, analyse
+    from commdsl.checker.waits import analyse
 
     outcome = run_engine(schedule, record_matches=True)
     sends, recvs = outcome.matches
-    waiting = outcome.waiting
-    size = 2 * len(sends) + len(outcome.unmatched) + sum(len(i.calls) for i in outcome.instances) + len(waiting)
-    if size > MAX_EVENTS:
+    size = 2 * len(sends) + len(outcome.unmatched) + sum(len(i.calls) for i in outcome.instances)
+    size += len(outcome.waiting)
+    if size > (MAX_EVENTS if max_ranks is None else MAX_EXPANSION):
         raise DiagramTooLarge(
-            f"world size {schedule.world} gives {size} sends, receives and collective calls; a diagram stays "
-            f"readable up to about {MAX_EVENTS}"
+            f"world size {schedule.world} gives {size} sends, receives and collective calls; "
+            + (
+                f"a diagram stays readable up to about {MAX_EVENTS}"
+                if max_ranks is None
+                else f"folding picks from at most {MAX_EXPANSION:,}"
+            )
         )
     waits = analyse(outcome)
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
 
-    done_at = [_completions(ops) for ops in schedule.ops]
-    sequences = [schedule.sequence(r) for r in range(schedule.world)]
+    made = _Events(schedule, outcome)
+    loose = [made.post(outcome.unmatched, k) for k in range(len(outcome.unmatched))]
+    bands, band_of, unfinished = _bands(schedule, outcome, made)
+    cycles = _cycles(waits, loose, band_of)
+    _mark_unmatched(schedule, waits, loose)
+    _mark_missing(waits, band_of, unfinished)
 
-    def index_of(rank: int, rid: int) -> int:
-        return int(np.searchsorted(sequences[rank], rid))
+    lanes, column = _fold_ranks(_lanes(schedule, outcome), _finding_ranks(outcome, waits, loose, bands), max_ranks)
+    messages, bands, loose, hidden = _shown(made, lanes, column, loose, bands)
+    folds = [] if max_ranks is None else _fold_iterations(program, messages, bands, lanes, column)
+    try:
+        messages, bands, events = _placed(schedule, max_ranks, folds, messages, bands, loose, column, hidden)
+    except _Cycle:  # a fold merged iterations that some rank's order interleaves with other code: draw them
+        folds = []
+        messages, bands, events = _placed(schedule, max_ranks, folds, messages, bands, loose, column, hidden)
+    findings = [
+        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
+        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
+    ]
+    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
+    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
+    return Diagram(
+        title,
+        schedule.world,
+        lanes,
+        events,
+        messages,
+        bands,
+        cycles,
+        _gutter(program, events, folds),
+        findings,
+        column,
+        folds,
+        _caption(lanes, len(hidden[0][0].rank), len({id(b) for b, *_ in hidden[1] if not b.calls}), folds),
+    )
 
-    events_of: dict[tuple[int, int], Event] = {}
 
-    def event(rank: int, rid: int, pos: int, via: int) -> Event:
-        key = (rid, pos)
-        ev = events_of.get(key)
-        if ev is None:
-            op = schedule.op_at(schedule.records[rid], pos)
-            index = index_of(rank, via)
-            ev = events_of[key] = Event(rank, op, index, _done(schedule.ops[rank], op, index, done_at[rank]))
-            if isinstance(op, (Send, Recv)):
-                ev.view = _view(schedule, rank, op.view)
-                ev.text = _p2p_text(op, ev.view)
-        return ev
-
-    def post(rows, k: int) -> Event:
-        return event(int(rows.rank[k]), int(rows.rec[k]), int(rows.pos[k]), int(rows.via[k]))
-
-    messages = [Message(post(sends, k), post(recvs, k)) for k in range(len(sends))]
-    loose = [post(outcome.unmatched, k) for k in range(len(outcome.unmatched))]
+def _bands(schedule: Schedule, outcome, made: _Events) -> tuple[list[Band], dict, list[tuple[int, int]]]:
+    """A band per collective instance, complete or not, in (group, sequence) order; (gid, seq) → band; the
+    (gid, seq) of those that never complete."""
+    waiting = outcome.waiting
     unfinished = {(w.gid, w.seq): w for w in _unfinished(waiting)}
     bands, band_of = [], {}
     groups = [(inst.gid, inst.seq, inst.calls) for inst in outcome.instances]
     groups += [(gid, seq, waiting.take(np.array(w.rows))) for (gid, seq), w in unfinished.items()]
     for gid, seq, calls in sorted(groups, key=lambda g: (g[0], g[1])):
-        evs = [
-            event(int(calls.rank[k]), int(calls.rec[k]), int(calls.pos[k]), int(calls.rec[k]))
-            for k in np.argsort(calls.rank, kind="stable")
-        ]
+        evs = [made.call(calls, k) for k in np.argsort(calls.rank, kind="stable")]
         label, mismatch = _band_label(evs, schedule.groups[gid])
         band = Band(label, schedule.groups[gid], evs, mismatch=mismatch)
         bands.append(band)
         band_of[(gid, seq)] = band
+    return bands, band_of, list(unfinished)
+
+
+def _cycles(waits, loose: list[Event], band_of: dict) -> list[list[WaitEdge]]:
+    """Each deadlock cycle as wait-for edges between the stuck events, which turn red."""
+    from commdsl.checker.waits import Pending
 
     def event_of(rank: int, thing) -> Event:
         if isinstance(thing, Pending):
-            return post(outcome.unmatched, thing.row)
+            return loose[thing.row]
         return next(ev for ev in band_of[(thing.gid, thing.seq)].calls if ev.rank == rank)
 
     cycles = []
@@ -202,28 +383,245 @@ def build(program: Program, schedule: Schedule) -> Diagram:
             src.status = dst.status = "cycle"
             edges.append(WaitEdge(src, dst, f"rank {e.rank} waits for rank {e.target}"))
         cycles.append(edges)
-    _mark_unmatched(schedule, waits, loose)
-    _mark_missing(waits, band_of, unfinished)
+    return cycles
 
+
+def _shown(made: _Events, lanes: list[Lane], column: list[int], loose: list[Event], bands: list[Band]):
+    """What folded lanes show: messages that leave the lane (its end labelled with its rank), one call of
+    each collective that reaches beyond the lane, no blocked ops. What they hide still orders what they show,
+    so it is returned too: ((hidden sends, their receives), hidden collective calls as (band, rank, posted,
+    done); a band wholly hidden is left with no calls)."""
+    sends, recvs = made.outcome.matches
+    folded = np.array([lanes[c].folded for c in column], dtype=bool)
+    col = np.array(column, dtype=np.int64)
+    apart = (col[sends.rank] != col[recvs.rank]) | ~folded[sends.rank]  # not two ranks of one folded lane
+    messages = [Message(made.post(sends, k), made.post(recvs, k)) for k in np.flatnonzero(apart).tolist()]
+    pairs = (made.hidden(sends, ~apart), made.hidden(recvs, ~apart))
+    calls_hidden = []
+    shown = []
+    for b in bands:
+        if len({column[ev.rank] for ev in b.calls}) == 1 and folded[b.calls[0].rank] and not b.missing:
+            calls_hidden += [(b, ev.rank, ev.posted, ev.done) for ev in b.calls]
+            b.calls = []
+            continue
+        shown.append(b)
+        calls, seen = [], set()
+        for ev in b.calls:
+            if not folded[ev.rank] or column[ev.rank] not in seen:
+                calls.append(ev)
+                seen.add(column[ev.rank])
+            else:
+                calls_hidden.append((b, ev.rank, ev.posted, ev.done))
+        b.calls = calls
+    for ev in [ev for m in messages for ev in (m.send, m.recv)] + [ev for b in bands for ev in b.calls]:
+        if folded[ev.rank] and ev.text:
+            ev.text = f"rank {ev.rank} {ev.text}"
+    return messages, shown, [ev for ev in loose if not folded[ev.rank]], (pairs, calls_hidden)
+
+
+def _placed(schedule: Schedule, max_ranks: int | None, folds: list[Fold], messages, bands, loose, column, hidden):
+    """The messages, bands and events left after `folds`, placed on rows."""
+    gone = {id(ev) for f in folds for ev in f.events}
+    messages = [m for m in messages if id(m.send) not in gone]
+    bands = [b for b in bands if id(b.calls[0]) not in gone]
     events = [ev for m in messages for ev in (m.send, m.recv)] + loose + [ev for b in bands for ev in b.calls]
-    _place(events, messages, bands, schedule.world)
-    findings = [
-        Finding(d.severity, d.code, d.message, d.span.line if d.span else None)
-        for d in sorted(diags, key=lambda d: (d.severity != "error", d.span.start if d.span else -1))
-    ]
-    params = ", ".join(f"{k}={v}" for k, v in schedule.params.items())
-    title = f"{schedule.program} — world {schedule.world}" + (f" ({params})" if params else "")
-    return Diagram(
-        title,
-        schedule.world,
-        _lanes(schedule, outcome),
-        events,
-        messages,
-        bands,
-        cycles,
-        _gutter(program, events),
-        findings,
-    )
+    if len(events) > MAX_EVENTS:
+        raise DiagramTooLarge(
+            f"world size {schedule.world} gives {len(events)} sends, receives and collective calls"
+            + ("" if max_ranks is None else " after folding")
+            + f"; a diagram stays readable up to about {MAX_EVENTS}"
+        )
+    pairs, calls = hidden
+    _place(events, messages, bands, folds, column, pairs, tuple(h.folded(schedule, folds) for h in pairs), calls)
+    return messages, bands, events
+
+
+def _index_in(sequences: list[np.ndarray], ranks: np.ndarray, rids: np.ndarray) -> np.ndarray:
+    """Each record id's index in its rank's sequence."""
+    out = np.zeros(len(ranks), dtype=np.int64)
+    order = np.argsort(ranks, kind="stable")
+    bounds = np.flatnonzero(np.diff(ranks[order])) + 1
+    for chunk in np.split(order, bounds) if len(order) else []:
+        out[chunk] = np.searchsorted(sequences[int(ranks[chunk[0]])], rids[chunk])
+    return out
+
+
+def _finding_ranks(outcome, waits, loose: list[Event], bands: list[Band]) -> set[int]:
+    """Ranks a finding involves, which folding must keep in view: both ends of a wait-for edge, of an
+    unmatched op and of a mismatched message, members that never call, members that call a different variant
+    of a collective (and one that calls the common one), ranks that issue a bad op."""
+    world = outcome.schedule.world
+    keep = {e.rank for c in waits.cycles for e in c} | {e.target for c in waits.cycles for e in c}
+    for ev in loose:
+        if ev.status == "unmatched":
+            keep |= {ev.rank} | ({ev.op.peer} if 0 <= ev.op.peer < world else set())
+    s, r = outcome.mismatched_messages
+    keep |= set(s.rank.tolist()) | set(r.rank.tolist())
+    keep |= {member for _inst, member, _op, _reason in waits.missing}
+    keep |= {rank for rank, *_ in outcome.bad}
+    for b in bands:
+        if b.mismatch:
+            variants = sorted(_variants(b.calls).values(), key=len, reverse=True)
+            keep |= {variants[0][0]} | {rank for ranks in variants[1:] for rank in ranks}
+    return keep
+
+
+def _fold_ranks(lanes: list[Lane], keep: set[int], max_ranks: int | None) -> tuple[list[Lane], list[int]]:
+    """The lanes to draw and each rank's lane: the first and last few ranks and those in `keep` each get one,
+    each run of two or more ranks between them shares a folded lane; as few of the first and last as fit
+    `max_ranks` lanes, but at least one of each."""
+    world = len(lanes)
+    if max_ranks is None or world <= max_ranks:
+        return lanes, list(range(world))
+    head, tail = max_ranks - 1 - (max_ranks - 1) // 2, (max_ranks - 1) // 2
+    while True:
+        shown = set(range(head)) | set(range(world - tail, world)) | keep
+        runs: list[tuple[int, int]] = []
+        for r in range(world):
+            if r in shown or not runs or runs[-1][0] in shown or runs[-1][1] != r - 1:
+                runs.append((r, r))
+            else:
+                runs[-1] = (runs[-1][0], r)
+        if len(runs) <= max_ranks:
+            break
+        if head >= tail and head > 1:
+            head -= 1
+        elif tail > 1:
+            tail -= 1
+        else:
+            break
+    out: list[Lane] = []
+    column: list[int] = []
+    for first, last in runs:
+        if first == last:
+            out.append(lanes[first])
+        else:
+            stuck = sum(lanes[r].stuck_line is not None for r in range(first, last + 1))
+            out.append(Lane(first, None, last=last, stuck=stuck))
+        column += [len(out) - 1] * (last - first + 1)
+    return out, column
+
+
+def _fold_iterations(
+    program: Program, messages: list[Message], bands: list[Band], lanes: list[Lane], column: list[int]
+) -> list[Fold]:
+    """Runs of alike iterations of each loop, outermost loops first: a run of more than `KEEP_ITERATIONS` + 1
+    keeps its first `KEEP_ITERATIONS` and folds the rest. Iterations are alike when their events, seen on the
+    lanes, are the same (lane, kind, line, peer's lane); one whose message or collective reaches outside it,
+    or that holds a finding, is like no other, so folding takes whole messages and collectives."""
+    folder = _Iterations(_loops(program.body), messages, bands, lanes, column)
+    folder.visit([ev for m in messages for ev in (m.send, m.recv)] + [ev for b in bands for ev in b.calls], 0)
+    return folder.folds
+
+
+class _Iterations:
+    """The state of `_fold_iterations`: who each event talks to, and the folds found so far."""
+
+    def __init__(self, loops: list[n.For], messages: list[Message], bands: list[Band], lanes: list[Lane], column):
+        self.loops, self.column = loops, column
+        self.folded = [lane.folded for lane in lanes]
+        self.partner = {id(m.send): m.recv for m in messages} | {id(m.recv): m.send for m in messages}
+        self.band_of = {id(ev): b for b in bands for ev in b.calls}
+        self.folds: list[Fold] = []
+
+    def enclosing(self, ev: Event, depth: int) -> n.For:
+        """The loop that binds `ev.op.bindings[depth]`."""
+        span = ev.op.span
+        return [f for f in self.loops if f.span.start <= span.start and span.end <= f.span.end][depth]
+
+    def signature(self, evs: list[Event], depth: int) -> tuple[tuple | None, list[Event]]:
+        """What one iteration's events look like on the lanes (None if it is like no other), and the events
+        outside the loop it takes along: the ends of its messages on folded lanes."""
+        where, loop = evs[0].op.bindings[: depth + 1], self.enclosing(evs[0], depth)
+        items, along = [], []
+        for ev in evs:
+            if ev.status != "ok":
+                return None, []
+            other = self.partner.get(id(ev))
+            if other is not None:
+                inside = loop.span.start <= other.op.span.start and other.op.span.end <= loop.span.end
+                if inside and other.op.bindings[: depth + 1] != where:
+                    return None, []
+                if not inside:
+                    if not self.folded[self.column[other.rank]] or other.status != "ok":
+                        return None, []
+                    along.append(other)
+                    items.append((self.column[other.rank], type(other.op).__name__, other.op.span.line, "along"))
+                items.append((self.column[ev.rank], type(ev.op).__name__, ev.op.span.line, self.column[other.rank]))
+                continue
+            b = self.band_of[id(ev)]
+            if b.mismatch or b.missing or any(c.op.bindings[: depth + 1] != where for c in b.calls):
+                return None, []
+            items.append((self.column[ev.rank], ev.op.kind, ev.op.span.line, b.group.id))
+        return tuple(sorted(items, key=repr)), along
+
+    def visit(self, evs: list[Event], depth: int) -> None:
+        """Fold the loops at nesting `depth` among `evs`, then look inside the iterations kept."""
+        frames: dict[tuple, dict[int, list[Event]]] = {}
+        for ev in evs:
+            if len(ev.op.bindings) > depth:
+                key = (id(self.enclosing(ev, depth)), ev.op.bindings[:depth])
+                frames.setdefault(key, {}).setdefault(ev.op.bindings[depth][1], []).append(ev)
+        for its in frames.values():
+            values = sorted(its)
+            sigs, along = zip(*(self.signature(its[v], depth) for v in values), strict=True)
+            i = 0
+            while i < len(values):
+                j = i + 1
+                while sigs[i] is not None and j < len(values) and sigs[j] == sigs[i]:
+                    j += 1
+                for v in self.fold(values[i:j], [its[values[k]] + along[k] for k in range(i, j)], depth):
+                    self.visit(its[v], depth + 1)
+                i = j
+
+    def fold(self, run: list[int], events: list[list[Event]], depth: int) -> list[int]:
+        """Fold a run of alike iterations (`events`: each one's) if it is long enough; return those kept."""
+        if len(run) <= KEEP_ITERATIONS + 1:
+            return run
+        gone = [ev for evs in events[KEEP_ITERATIONS:] for ev in evs]
+        lanes = [self.column[ev.rank] for ev in gone]
+        first = events[0][0]
+        loop, prefix = self.enclosing(first, depth), first.op.bindings[:depth]
+        self.folds.append(
+            Fold(loop, prefix, run[KEEP_ITERATIONS:], run[:KEEP_ITERATIONS], gone, min(lanes), max(lanes))
+        )
+        return run[:KEEP_ITERATIONS]
+
+
+def _loops(body) -> list[n.For]:
+    """Every `for` statement in a body, outer before inner."""
+    out = []
+    for s in body:
+        if isinstance(s, n.For):
+            out.append(s)
+        for inner in (s.body,) if isinstance(s, (n.For, n.Batch)) else ():
+            out += _loops(inner)
+        if isinstance(s, n.On):
+            for branch in s.branches:
+                out += _loops(branch.body)
+            out += _loops(s.orelse)
+    return out
+
+
+def _caption(lanes: list[Lane], hidden: int, hidden_bands: int, folds: list[Fold]) -> list[str]:
+    """What folding left out, one line each; empty when nothing was."""
+    out = []
+    for lane in lanes:
+        if lane.folded:
+            out.append(f"ranks {lane.rank}–{lane.last} folded into one lane")
+    if hidden:
+        out.append(f"{hidden} message{'s' * (hidden != 1)} between ranks of one folded lane not drawn")
+    if hidden_bands:
+        s = "s" * (hidden_bands != 1)
+        out.append(f"{hidden_bands} collective{s} among ranks of one folded lane not drawn")
+    for line in sorted({f.line for f in folds}):
+        mine = [f for f in folds if f.line == line]
+        count = sum(len(f.values) for f in mine)
+        iterations = f"{count} iteration{'s' * (count != 1)}"
+        out.append(f"{iterations} of the loop at line {line} folded, each like the ones kept before it")
+    if out:
+        out.append("(`commdsl graph --no-fold` draws every rank and iteration)")
+    return out
 
 
 def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
@@ -247,7 +645,7 @@ def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
             ev.status, ev.note = "blocked", f"waits for rank {ev.op.peer}"
 
 
-def _mark_missing(waits, band_of: dict, unfinished: dict) -> None:
+def _mark_missing(waits, band_of: dict, unfinished: list[tuple[int, int]]) -> None:
     """Each unfinished collective names the members it waits for, and its callers are blocked."""
     for inst, member, _op, reason in waits.missing:
         band = band_of[(inst.gid, inst.seq)]
@@ -286,46 +684,103 @@ def _unfinished(waiting):
     return list(_instances(waiting).values())
 
 
-def _completions(ops) -> dict[int, int]:
-    """Request id → index of the first `wait` that covers it, for one rank."""
-    out: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        if type(op) is Wait:
-            for q in op.reqs:
-                out.setdefault(q, i)
-    return out
-
-
-def _done(ops, op, index: int, waits: dict[int, int]) -> float:
-    if op.req is None or type(ops[index]) is Batch:
-        return index
-    return waits.get(op.req, NEVER)
-
-
-def _place(events: list[Event], messages: list[Message], bands: list[Band], world: int) -> None:
+def _place(
+    events: list[Event],
+    messages: list[Message],
+    bands: list[Band],
+    folds: list[Fold],
+    column: list[int],
+    hidden_pairs: tuple[Hidden, Hidden],
+    hidden_folds: tuple[np.ndarray, np.ndarray],
+    hidden_calls: list[tuple[Band, int, int, float]],
+) -> None:
     """Rows by longest path over the causal order (Kahn): program order, send before receive, calls of a
     collective together. Program order is kept only where it is real: an op posted after another has
     completed (so the two sides of a `batch`, or an `isend` and what follows it before its `wait`, may
-    share a row). The zero-buffering run happened in one such order, so the graph has no cycle."""
+    share a row). Messages and calls a folded lane hides (`hidden_*`) are nodes too, so what it shows keeps
+    its order. A fold stands, on each rank it holds events of (hidden ones included), where those events
+    were: one node after what came before them and before what comes after. The zero-buffering run happened
+    in one such order, so without folds the graph has no cycle; a fold that makes one raises `_Cycle`."""
     node = {id(ev): i for i, ev in enumerate(events)}
     for b in bands:  # calls of one collective share one node
         for ev in b.calls[1:]:
             node[id(ev)] = node[id(b.calls[0])]
-    count, base, edges = len(events), {}, []
-    for rank in range(world):
-        count = _program_order(rank, events, node, count, base, edges)
-    for m in messages:
-        edges.append((node[id(m.send)], node[id(m.recv)], 1))
+    items: dict[int, list[tuple[int, float, int]]] = {}  # per rank: (posted, done, node)
+    for ev in events:
+        items.setdefault(ev.rank, []).append((ev.posted, ev.done, node[id(ev)]))
+    count = len(events) + len(folds)
+    alone: dict[int, int] = {}  # a band wholly hidden: its own node
+    for b, rank, p, d in hidden_calls:
+        if not b.calls:
+            if id(b) not in alone:
+                alone[id(b)], count = count, count + 1
+            items.setdefault(rank, []).append((p, d, alone[id(b)]))
+        elif id(b.calls[0]) in node:
+            items.setdefault(rank, []).append((p, d, node[id(b.calls[0])]))
+    for k, span in enumerate(_fold_spans(folds, hidden_pairs, hidden_folds, hidden_calls)):
+        for rank, (p, d) in span.items():
+            items.setdefault(rank, []).append((p, d, len(events) + k))
+    edges: list[tuple[int, int, int]] = [(node[id(m.send)], node[id(m.recv)], 1) for m in messages]
+    (sends, recvs), (sf, rf) = hidden_pairs, hidden_folds
+    for k in np.flatnonzero((sf < 0) | (rf < 0)).tolist():  # hidden ops outside folds are nodes of their own
+        ends = []
+        for h, fold in ((sends, sf), (recvs, rf)):
+            if fold[k] >= 0:
+                ends.append(len(events) + int(fold[k]))
+            else:
+                items.setdefault(int(h.rank[k]), []).append((int(h.posted[k]), float(h.done[k]), count))
+                ends.append(count)
+                count += 1
+        if ends[0] != ends[1]:
+            edges.append((ends[0], ends[1], 1))
+    base: dict[int, int] = {}
+    for mine in items.values():
+        count = _program_order(mine, count, base, edges)
     row = _longest_paths(count, base, edges)
-    _split_rows(events, bands, node, row)
+    _split_rows(events, bands, folds, node, row, column, len(events))
 
 
-def _program_order(rank: int, events: list[Event], node: dict, count: int, base: dict, edges: list) -> int:
-    """Edges of `rank`'s real program order, through one checkpoint node per posting index (every event of
-    the rank completed before that index); returns the node count with the checkpoints added."""
-    mine = [ev for ev in events if ev.rank == rank]
-    posts = sorted({ev.posted for ev in mine})
-    by_done = sorted((ev for ev in mine if ev.done != NEVER), key=lambda ev: ev.done)
+def _fold_spans(
+    folds: list[Fold],
+    hidden_pairs: tuple[Hidden, Hidden],
+    hidden_folds: tuple[np.ndarray, np.ndarray],
+    hidden_calls: list[tuple[Band, int, int, float]],
+) -> list[dict[int, tuple[int, float]]]:
+    """Per fold, per rank: (first posting, last completion) of its events there, hidden ones included."""
+    spans: list[dict[int, tuple[int, float]]] = [{} for _ in folds]
+    fold_of = {id(ev): k for k, f in enumerate(folds) for ev in f.events}
+
+    def widen(k: int, rank: int, p: int, d: float) -> None:
+        q, e = spans[k].get(rank, (p, d))
+        spans[k][rank] = (min(p, q), max(d, e))
+
+    for k, f in enumerate(folds):
+        for ev in f.events:
+            widen(k, ev.rank, ev.posted, ev.done)
+    for b, rank, p, d in hidden_calls:
+        if b.calls and id(b.calls[0]) in fold_of:
+            widen(fold_of[id(b.calls[0])], rank, p, d)
+    for h, fold in zip(hidden_pairs, hidden_folds, strict=True):
+        for k in np.unique(fold[fold >= 0]).tolist():
+            m = fold == k
+            ranks, at = np.unique(h.rank[m], return_inverse=True)
+            first, last = np.full(len(ranks), np.iinfo(np.int64).max), np.full(len(ranks), -1.0)
+            np.minimum.at(first, at, h.posted[m])
+            np.maximum.at(last, at, h.done[m])
+            for rank, p, d in zip(ranks.tolist(), first.tolist(), last.tolist(), strict=True):
+                widen(k, rank, p, d)
+    return spans
+
+
+def _program_order(mine: list[tuple[int, float, int]], count: int, base: dict, edges: list) -> int:
+    """Edges of one rank's real program order (`mine`: its items as (posted, done, node)), through one
+    checkpoint node per posting index (every item of the rank completed before that index); returns the
+    node count with the checkpoints added."""
+    posts = sorted({p for p, _, _ in mine})
+    by_done = sorted((it for it in mine if it[1] != NEVER), key=lambda it: it[1])
+    at: dict[int, list[int]] = {}
+    for p, _, v in mine:
+        at.setdefault(p, []).append(v)
     k, prev = 0, None
     for p in posts:
         cp = count
@@ -333,12 +788,11 @@ def _program_order(rank: int, events: list[Event], node: dict, count: int, base:
         base[cp] = -1
         if prev is not None:
             edges.append((prev, cp, 0))
-        while k < len(by_done) and by_done[k].done < p:
-            edges.append((node[id(by_done[k])], cp, 0))
+        while k < len(by_done) and by_done[k][1] < p:
+            edges.append((by_done[k][2], cp, 0))
             k += 1
-        for ev in mine:
-            if ev.posted == p:
-                edges.append((cp, node[id(ev)], 1))
+        for v in at[p]:
+            edges.append((cp, v, 1))
         prev = cp
     return count
 
@@ -362,37 +816,50 @@ def _longest_paths(count: int, base: dict, edges: list[tuple[int, int, int]]) ->
             if indegree[v] == 0:
                 ready.append(v)
     if seen != count:  # the engine ran these events in some order, so this cannot happen
-        raise RuntimeError("internal error: the causal order of the schedule has a cycle")
+        raise _Cycle("internal error: the causal order of the schedule has a cycle")
     return row
 
 
-def _split_rows(events: list[Event], bands: list[Band], node: dict, row: list[int]) -> None:
-    """Set each event's row. Events on one row are causally unordered, so a row whose items would overlap
-    (two ops of one rank in a `batch`, two collectives over the same ranks) is split into sub-rows."""
-    items: dict[int, list[tuple[int, int, list[Event]]]] = {}
+def _split_rows(
+    events: list[Event],
+    bands: list[Band],
+    folds: list[Fold],
+    node: dict,
+    row: list[int],
+    column: list[int],
+    first_fold: int,
+) -> None:
+    """Set each event's and fold's row. Items on one row are causally unordered, so a row whose items would
+    overlap on the lanes (two ops of one rank in a `batch`, two collectives over the same ranks, ranks of one
+    folded lane) is split into sub-rows."""
+    items: dict[int, list[tuple[int, int, list]]] = {}
     in_band = {id(ev) for b in bands for ev in b.calls}
     for b in bands:
-        ranks = [ev.rank for ev in b.calls] + [m for m, _ in b.missing]
-        items.setdefault(row[node[id(b.calls[0])]], []).append((min(ranks), max(ranks), b.calls))
+        lanes = [column[ev.rank] for ev in b.calls] + [column[m] for m, _ in b.missing]
+        items.setdefault(row[node[id(b.calls[0])]], []).append((min(lanes), max(lanes), b.calls))
     for ev in events:
         if id(ev) not in in_band:
-            items.setdefault(row[node[id(ev)]], []).append((ev.rank, ev.rank, [ev]))
+            items.setdefault(row[node[id(ev)]], []).append((column[ev.rank], column[ev.rank], [ev]))
+    for k, f in enumerate(folds):
+        items.setdefault(row[first_fold + k], []).append((f.lo, f.hi, [f]))
     next_row = 0
     for r in sorted(items):
         subrows: list[list[tuple[int, int]]] = []
-        for lo, hi, evs in sorted(items[r], key=lambda it: (it[0] - it[1], it[0])):
+        # widest first, but a fold below what shares its row: it stands for what comes after
+        for lo, hi, things in sorted(items[r], key=lambda it: (type(it[2][0]) is Fold, it[0] - it[1], it[0])):
             k = next(k for k, taken in enumerate(subrows + [[]]) if all(hi < a or b < lo for a, b in taken))
             if k == len(subrows):
                 subrows.append([])
             subrows[k].append((lo, hi))
-            for ev in evs:
-                ev.row = next_row + k
+            for thing in things:
+                thing.row = next_row + k
         next_row += len(subrows)
 
 
-def _gutter(program: Program, events: list[Event]) -> list[list[tuple[int | None, str]]]:
-    """Per row, the source lines its events come from (line, text), with loop bindings when they agree."""
-    rows = max((ev.row for ev in events), default=-1) + 1
+def _gutter(program: Program, events: list[Event], folds: list[Fold]) -> list[list[tuple[int | None, str]]]:
+    """Per row, the source lines its events come from (line, text), with loop bindings when they agree; on
+    a fold's row, the iterations it folds."""
+    rows = max([ev.row for ev in events] + [f.row for f in folds], default=-1) + 1
     lines: list[dict[int, set]] = [{} for _ in range(rows)]
     for ev in events:
         lines[ev.row].setdefault(ev.op.span.line, set()).add(ev.op.bindings)
@@ -406,6 +873,8 @@ def _gutter(program: Program, events: list[Event]) -> list[list[tuple[int | None
             code = code if len(code) <= room else code[: room - 1] + "…"
             texts.append((line, f"{line:>3}  {code}{where}"))
         out.append(texts if len(texts) <= 3 else texts[:2] + [(None, f"     … and {len(texts) - 2} more lines")])
+    for f in folds:
+        out[f.row].append((f.line, f"{f.line:>3}  … {f.which} folded"))
     return out
 
 
@@ -444,9 +913,8 @@ def _p2p_text(op: Send | Recv, view: str) -> str:
     return f"{arrow} {op.peer}: {view}{size}{extra}"
 
 
-def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
-    """kind · root · reduce op · size · group; when members disagree on what they call, one line per variant
-    (second value True)."""
+def _variants(calls: list[Event]) -> dict[tuple, list[int]]:
+    """What each member calls (kind, root, reduce op, dtype, async) → the ranks that call it."""
     variants: dict[tuple, list[int]] = {}
     for ev in calls:
         op = ev.op
@@ -460,8 +928,23 @@ def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
         if not op.blocking:
             parts.append("async")
         variants.setdefault(tuple(parts), []).append(ev.rank)
+    return variants
+
+
+def _ranks(ranks) -> str:
+    """A group's ranks, the middle elided when there are many (a wide world's groups are)."""
+    ranks = list(ranks)
+    if len(ranks) <= MAX_RANKS:
+        return str(ranks)
+    return f"[{', '.join(map(str, ranks[:3]))}, …, {ranks[-1]}] ({len(ranks)} ranks)"
+
+
+def _band_label(calls: list[Event], g: Group) -> tuple[str, bool]:
+    """kind · root · reduce op · size · group; when members disagree on what they call, one line per variant
+    (second value True)."""
+    variants = _variants(calls)
     biggest = max((ev.op for ev in calls), key=lambda op: sum(v.numel for v in op.inputs))
-    group = f" · in {g.name} {list(g.ranks)}" if g.id else ""
+    group = f" · in {g.name} {_ranks(g.ranks)}" if g.id else ""
     if len(variants) == 1:
         parts = [p for p in next(iter(variants)) if p != biggest.dtype]
         size = [_size(biggest.inputs, biggest.dtype)] if biggest.inputs else []
@@ -487,40 +970,54 @@ def _mm(text: str) -> str:
 def to_mermaid(d: Diagram) -> str:
     """A `sequenceDiagram`: paste it into a ```mermaid block on GitHub. Mermaid draws one message per
     line, so rows become an order; the deadlock cycle sits in a red `rect`."""
+
+    def who(rank: int) -> str:  # the participant a rank is drawn in
+        return f"r{d.lane_of(rank).rank}" if 0 <= rank < d.world else f"r{rank}"
+
+    def whose(ev: Event) -> str:  # on a folded lane, which rank
+        return f"rank {ev.rank} " if d.lane_of(ev.rank).folded else ""
+
     out = ["sequenceDiagram", f"    title {_mm(d.title)}"]
-    out += [f"    participant r{lane.rank} as rank {lane.rank}" for lane in d.lanes]
+    out += [f"    participant r{lane.rank} as {_mm(lane.label)}" for lane in d.lanes]
+    ends = f"r{d.lanes[0].rank}" + (f",r{d.lanes[-1].rank}" if len(d.lanes) > 1 else "")
+    out += [f"    Note over {ends}: {_mm(line)}" for line in d.caption]
     items: list[tuple[tuple, str]] = []
     for m in d.messages:
         s, r = m.send, m.recv
         lines = f"line {s.op.span.line}" + (f"→{r.op.span.line}" if r.op.span.line != s.op.span.line else "")
         size = _bytes(s.op.view.numel * DTYPES[s.op.dtype].itemsize)
-        text = f"{s.view} → {r.view} ({size}) · {lines}{_bindings(s.op.bindings)}"
-        items.append(((s.row, 0, s.rank, r.rank), f"    r{s.rank}->>r{r.rank}: {_mm(text)}"))
+        text = f"{whose(s)}{s.view} → {whose(r)}{r.view} ({size}) · {lines}{_bindings(s.op.bindings)}"
+        items.append(
+            ((s.row, 0, d.column[s.rank], d.column[r.rank]), f"    {who(s.rank)}->>{who(r.rank)}: {_mm(text)}")
+        )
     for ev in d.events:
         if type(ev.op) is Collective or ev.status not in ("unmatched", "blocked"):
             continue
         src, dst = (ev.rank, ev.op.peer) if type(ev.op) is Send else (ev.op.peer, ev.rank)
         kind = "send" if type(ev.op) is Send else "recv"
         text = f"{kind} {ev.view} · line {ev.op.span.line} — {ev.note}"
-        items.append(((ev.row, 1, ev.rank, 0), f"    r{src}-xr{dst}: {_mm(text)}"))
+        items.append(((ev.row, 1, d.column[ev.rank], 0), f"    {who(src)}-x{who(dst)}: {_mm(text)}"))
+    for f in d.folds:
+        lo, hi = d.lanes[f.lo].rank, d.lanes[f.hi].rank
+        items.append(((f.row, 2, f.lo, 0), f"    Note over r{lo}{f',r{hi}' if hi != lo else ''}: {_mm(f.label)}"))
     for b in d.bands:
-        ranks = [ev.rank for ev in b.calls] + [m for m, _ in b.missing]
-        lo, hi = min(ranks), max(ranks)
+        lanes = [d.column[ev.rank] for ev in b.calls] + [d.column[m] for m, _ in b.missing]
+        lo, hi = d.lanes[min(lanes)].rank, d.lanes[max(lanes)].rank
         over = f"r{lo}" if lo == hi else f"r{lo},r{hi}"
         label = ("mismatch: " if b.mismatch else "") + b.label.replace("\n", " / ")
         missing = "" if b.complete else " — " + ", ".join(t for _, t in b.missing)
         text = f"{label} · line {b.calls[0].op.span.line}{missing}"
-        items.append(((b.row, 2, lo, 0), f"    Note over {over}: {_mm(text)}"))
+        items.append(((b.row, 2, min(lanes), 0), f"    Note over {over}: {_mm(text)}"))
     out += [text for _key, text in sorted(items, key=lambda kv: kv[0])]
     for cycle in d.cycles:
-        ranks = sorted({e.src.rank for e in cycle})
+        ranks = sorted({d.lane_of(e.src.rank).rank for e in cycle})
         lines = {e.src.op.span.line for e in cycle}
         head = next((f for f in d.findings if f.code[0] in "DC" and f.line in lines), None)
         what = f"{head.code}: {head.message}" if head else "deadlock cycle"
         out.append("    rect rgb(255, 214, 214)")
         out.append(f"    Note over r{ranks[0]},r{ranks[-1]}: {_mm(what)}")
         for e in cycle:
-            out.append(f"    r{e.src.rank}--)r{e.dst.rank}: {_mm(f'line {e.src.op.span.line}: {e.text}')}")
+            out.append(f"    {who(e.src.rank)}--){who(e.dst.rank)}: {_mm(f'line {e.src.op.span.line}: {e.text}')}")
         out.append("    end")
     for lane in d.lanes:
         if lane.stuck_line is not None:
@@ -535,7 +1032,7 @@ def _stuck(lane: Lane, wrap: bool = False) -> str:
 
 # ---- Graphviz DOT ---------------------------------------------------------------------------------
 
-COL_W, ROW_H, GUTTER_W, GUTTER_CHARS = 200, 40, 360, 56
+COL_W, ROW_H, GUTTER_W, GUTTER_CHARS, FOLD_H = 200, 40, 360, 56, 22
 RED, GREY, BLUE, ORANGE = "#c0392b", "#8a8a8a", "#3b6fb6", "#d35400"
 _FILL = {"ok": "black", "cycle": RED, "unmatched": "white", "blocked": ORANGE}
 _LINE = {"ok": "black", "cycle": RED, "unmatched": RED, "blocked": ORANGE}
@@ -566,7 +1063,7 @@ class _Layout:
 
     def __init__(self, d: Diagram):
         self.gutter = GUTTER_W if any(d.gutter) else 40
-        self.x = [self.gutter + r * COL_W for r in range(d.world)]
+        self.x = [self.gutter + c * COL_W for c in d.column]  # per rank: its lane's
         self.band_height = {id(ev): _band_height(b) for b in d.bands for ev in b.calls}
         shown = [{line for line, _ in entries} for entries in d.gutter]
         self.labels = {id(ev): _label_lines(ev, shown[ev.row]) for ev in d.events if type(ev.op) is not Collective}
@@ -576,6 +1073,9 @@ class _Layout:
         for b in d.bands:
             above[b.row] = max(above[b.row], _band_height(b) / 2)
             below[b.row] = max(below[b.row], _band_height(b) / 2)
+        for f in d.folds:
+            above[f.row] = max(above[f.row], FOLD_H / 2)
+            below[f.row] = max(below[f.row], FOLD_H / 2)
         for ev in d.events:
             if id(ev) in self.labels:
                 need = 5 + 13 * len(self.labels[id(ev)])
@@ -628,12 +1128,20 @@ def _dot_event(d: Diagram, lay: _Layout, ev: Event, i: str) -> list[str]:
         f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
     )
     if ev.status in ("unmatched", "blocked"):
-        peer = ev.op.peer if 0 <= ev.op.peer < d.world else ev.rank
+        peer = ev.op.peer if 0 <= ev.op.peer < d.world and d.column[ev.op.peer] != d.column[ev.rank] else ev.rank
         stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
         dash = f'style=dashed, color="{color}", arrowsize=0.6'
         out.append(f'  s{i} [shape=point, width=0.01, color="{color}", pos="{stub},{ey}!"];')
         out.append(f"  {i} -> s{i} [{dash}, arrowhead=tee];" if type(ev.op) is Send else f"  s{i} -> {i} [{dash}];")
     return out
+
+
+def _heading(d: Diagram) -> str:
+    """The graph's label: its title, then what folding left out in smaller type."""
+    if not d.caption:
+        return _q(d.title)
+    lines = "<br/>".join(html.escape(t) for t in d.caption)
+    return f'<{html.escape(d.title)}<br/><font point-size="11" color="{GREY}">{lines}</font>>'
 
 
 def to_dot(d: Diagram) -> str:
@@ -643,7 +1151,7 @@ def to_dot(d: Diagram) -> str:
     out = [
         f"digraph {_q(d.title)} {{",
         "  layout=neato; inputscale=72; overlap=true; splines=line; outputorder=edgesfirst;",
-        f'  pad=0.3; bgcolor=white; labelloc=t; fontname="Helvetica"; fontsize=16; label={_q(d.title)};',
+        f'  pad=0.3; bgcolor=white; labelloc=t; fontname="Helvetica"; fontsize=16; label={_heading(d)};',
         '  node [fontname="Helvetica", fontsize=10, shape=point, width=0.09, color=black];',
         '  edge [fontname="Helvetica", fontsize=9, arrowsize=0.7];',
     ]
@@ -651,11 +1159,13 @@ def to_dot(d: Diagram) -> str:
         out.append(f'  src [shape=plaintext, label="source line", fontcolor="{GREY}", pos="{gx},0!"];')
     for lane in d.lanes:
         r, color = lane.rank, RED if lane.stuck_line is not None else "black"
+        label, box = lane.label.replace(" (", "\n("), "style=dashed, height=0.5" if lane.folded else "height=0.4"
         for node, y in (("h", 0), ("f", lay.bottom)):
             out.append(
-                f'  {node}{r} [shape=box, width=1.1, height=0.4, label="rank {r}", color="{color}", pos="{x[r]},{y}!"];'
+                f'  {node}{r} [shape=box, width=1.1, {box}, label={_q(label)}, color="{color}", pos="{x[r]},{y}!"];'
             )
-        out.append(f'  h{r} -> f{r} [arrowhead=none, color="{GREY}"];')
+        line = "style=dotted, " if lane.folded else ""
+        out.append(f'  h{r} -> f{r} [{line}arrowhead=none, color="{GREY}"];')
         if lane.stuck_line is not None:
             out.append(
                 f'  stuck{r} [shape=plaintext, fontsize=9, fontcolor="{RED}", label={_q(_stuck(lane, True))}, '
@@ -680,6 +1190,14 @@ def to_dot(d: Diagram) -> str:
             f'  band{k} [shape=box, style="{style}", fillcolor="#dce9f9e6", color="{color}", fixedsize=true, '
             f"width={width / 72:.2f}, height={_band_height(b) / 72:.2f}, label={_q(label)}, "
             f'pos="{(lo + hi) / 2},{lay.y(b.row)}!"];'
+        )
+    for k, f in enumerate(d.folds):
+        lo, hi = x[d.lanes[f.lo].rank], x[d.lanes[f.hi].rank]
+        width = max(hi - lo + 90, 6.2 * len(f.label) + 24)
+        out.append(
+            f'  fold{k} [shape=box, style="rounded,dashed", color="{GREY}", fontcolor="{GREY}", fixedsize=true, '
+            f"width={width / 72:.2f}, height={FOLD_H / 72:.2f}, label={_q(f.label)}, "
+            f'pos="{(lo + hi) / 2},{lay.y(f.row)}!"];'
         )
     for ev in d.events:
         out += _dot_event(d, lay, ev, ids[id(ev)])
@@ -741,6 +1259,17 @@ def render(dot: str, fmt: str) -> bytes:
         raise RenderError(f"Graphviz failed: {detail or e}") from None
 
 
+def _image_lanes(ax, d: Diagram, x, bottom: float, top: float, row_h: float) -> None:
+    """Each lane of `diagram_image`: its name, its lifeline, where its rank got stuck."""
+    for lane in d.lanes:
+        label = lane.label.replace(" (", "\n(")
+        ax.text(x(lane.rank), top, label, ha="center", fontsize=10 - 2 * lane.folded, weight="bold")
+        style = ":" if lane.folded else "--"
+        ax.plot([x(lane.rank)] * 2, [bottom + row_h * 0.3, top - 0.2], color="#9e9e9e", lw=0.8, ls=style, zorder=0)
+        if lane.stuck_line is not None:
+            ax.text(x(lane.rank), bottom, _stuck(lane), ha="center", va="top", fontsize=7.5, color="#d62728")
+
+
 def diagram_image(d: Diagram, fmt: str) -> bytes:
     """The diagram as SVG or PNG drawn with matplotlib, for machines without Graphviz's `dot` program: the
     same rows (the causal order `_place` computed), one lifeline per rank, arrows for messages, a bar across
@@ -752,30 +1281,35 @@ def diagram_image(d: Diagram, fmt: str) -> bytes:
     red, grey, ink = "#d62728", "#9e9e9e", "#222222"
     lane_w, row_h = 2.4, 0.55
     gutter = 3.6 if any(g for g in d.gutter) else 0.3
-    rows = max(d.rows, 1)
-    fig = Figure(figsize=(gutter + lane_w * d.world + 0.6, 1.6 + row_h * (rows + 2)), dpi=110)
+    rows, top = max(d.rows, 1), 0.2 * len(d.caption)  # the caption says what folding left out
+    width, height = gutter + lane_w * len(d.lanes) + 0.6, 1.6 + top + row_h * (rows + 2)
+    fig = Figure(figsize=(width, height), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0, 0, 1, 1))
-    width, height = gutter + lane_w * d.world + 0.6, 1.6 + row_h * (rows + 2)
     ax.set_xlim(0, width)
     ax.set_ylim(0, height)
     ax.axis("off")
 
     def x(rank: int) -> float:
-        return gutter + lane_w * (rank + 0.5)
+        return gutter + lane_w * (d.column[rank] + 0.5)
 
     def y(row: int) -> float:
-        return height - 1.3 - row_h * (row + 0.5)
+        return height - 1.3 - top - row_h * (row + 0.5)
 
     ax.text(0.15, height - 0.35, d.title, fontsize=11, weight="bold", va="center")
-    for lane in d.lanes:
-        ax.text(x(lane.rank), height - 0.85, f"rank {lane.rank}", ha="center", fontsize=10, weight="bold")
-        ax.plot([x(lane.rank)] * 2, [y(rows) + row_h * 0.3, height - 1.05], color=grey, lw=0.8, ls="--", zorder=0)
-        if lane.stuck_line is not None:
-            ax.text(x(lane.rank), y(rows), _stuck(lane), ha="center", va="top", fontsize=7.5, color=red)
+    for k, line in enumerate(d.caption):
+        ax.text(0.15, height - 0.62 - 0.2 * k, line, fontsize=8, color="#555555", va="center")
+    _image_lanes(ax, d, x, y(rows), height - 0.85 - top, row_h)
     for row, entries in enumerate(d.gutter):
         if entries:
             ax.text(0.15, y(row), entries[0][1][:52], fontsize=7, family="monospace", va="center", color="#555555")
+    for f in d.folds:
+        lo, hi = x(d.lanes[f.lo].rank) - lane_w * 0.42, x(d.lanes[f.hi].rank) + lane_w * 0.42
+        box = FancyBboxPatch(
+            (lo, y(f.row) - row_h * 0.3), hi - lo, row_h * 0.6, boxstyle="round,pad=0.02", fc="white", ec=grey, ls="--"
+        )
+        ax.add_patch(box)
+        ax.text((lo + hi) / 2, y(f.row), f.label, ha="center", va="center", fontsize=7.5, color="#555555")
     for b in d.bands:
         ranks = [ev.rank for ev in b.calls]
         lo, hi = min(ranks), max(ranks)
