@@ -75,13 +75,13 @@ def add_settings_flags(p: argparse.ArgumentParser):
 
 def project_settings(args, err: Console) -> Settings | None:
     """The settings the flags ask for (`settings.py`), or None after printing why they cannot be read."""
-    from commdsl.settings import Settings, find, load
+    from commdsl.settings import defaults, find, load
 
     if args.isolated:
-        return Settings()
+        return defaults()
     path = Path(args.config) if args.config else find(Path.cwd())
     if path is None:
-        return Settings()
+        return defaults()
     try:
         return load(path)[0]
     except FileError as e:
