@@ -589,3 +589,23 @@ def test_the_parser_builds_nodes_their_models_accept():
         assert _validate_tree(module) > 10, path
         parsed += 1
     assert parsed > len(list(ROOT.glob("programs/*.comm")))
+
+
+def test_the_built_parser_is_cached_privately_under_the_grammars_hash(tmp_path, monkeypatch):
+    """Lark's own default cache is a predictable pickle in the shared temp directory; ours is the user's."""
+    import os
+    import stat
+
+    from commdsl.syntax.parser import cache_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first, changed = cache_file("start: NAME"), cache_file("start: INT")
+    assert first != changed  # a changed grammar never loads the old parser
+    assert os.path.dirname(first) == str(tmp_path / "commdsl") == os.path.dirname(changed)
+    assert stat.S_IMODE(os.stat(tmp_path / "commdsl").st_mode) == 0o700
+    (tmp_path / "commdsl").chmod(0o777)  # writable by others: not used
+    assert cache_file("start: NAME") is False
+    (tmp_path / "commdsl").chmod(0o700)
+    (tmp_path / "blocked").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))  # a file where the directory should be
+    assert cache_file("start: NAME") is False
