@@ -408,6 +408,34 @@ def test_rows_are_printed_as_their_sizes_finish_and_averages_after_each_group(tm
     assert printed()[-2:] == ["2048", "# Avg bus ba"] and printed().count("# Avg bus ba") == 2
 
 
+def test_a_row_with_both_forms_is_printed_once_both_are_measured(tmp_path):
+    """Out-of-place and in-place share a row, as in nccl-tests: it streams when the second form is in."""
+    from rich.console import Console
+
+    from commdsl.bench.results import rows, summaries
+    from commdsl.cli.bench import _Stream
+
+    variants = [builtin_variant(builtin("reduce_scatter", "float32", "sum", 0, in_place))
+                for in_place in (False, True)]
+    plan = build(variants, [1024, 2048], 2, "gloo", 1, 0, False, str(tmp_path), [])
+    out = Console(file=io.StringIO(), width=200)
+    stream = _Stream(plan, [[0, 1]], out, Console(file=io.StringIO()))
+
+    def measured(done: int) -> list:
+        results = {n: {r: {"durations_ns": [1000], "wrong": 0, "op_ns": [1000]} for r in (0, 1)} for n in range(done)}
+        return rows(plan, results)
+
+    table = measured(1)  # 1 KiB out-of-place only
+    stream.advance(table, summaries(plan, table), final=False)
+    assert [ln for ln in out.file.getvalue().splitlines() if not ln.startswith("#")] == []
+    table = measured(3)  # and 1 KiB in-place, 2 KiB out-of-place
+    stream.advance(table, summaries(plan, table), final=False)
+    lines = out.file.getvalue().splitlines()
+    assert lines[0].split() == ["#", "out-of-place", "in-place"]
+    assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["1024"]
+    assert len(lines[-1].split()) == 13  # both column groups, no ratio
+
+
 def test_dtype_all_is_every_dtype_the_backend_takes():
     from commdsl.cli.bench import _every_dtype, config_from_args
     from commdsl.cli.main import build_parser
