@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec
 
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages", "build", "dist", "_build"})
 """Directories never searched (besides hidden ones, such as `.git` and `.venv`), as ruff's default excludes."""
@@ -19,13 +21,17 @@ SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"
 def comm_files(paths: Iterable[str], exclude: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(the files to work on, the directories in `paths` that held none), in the order the paths are given,
     a directory standing for its finds, sorted."""
-    excluded = pathspec.GitIgnoreSpec.from_lines(list(exclude))
     files: list[str] = []
     empty: list[str] = []
+    excluded = None
     for path in paths:
         if not os.path.isdir(path):
             files.append(path)
             continue
+        if excluded is None:
+            import pathspec  # only a directory's search needs it: files alone start without it
+
+            excluded = pathspec.GitIgnoreSpec.from_lines(list(exclude))
         found = sorted(_search(Path(path), excluded))
         if not found:
             empty.append(path)
@@ -55,6 +61,8 @@ def _search(top: Path, excluded: pathspec.GitIgnoreSpec) -> Iterable[str]:
 
 
 def _gitignore(directory: Path) -> pathspec.GitIgnoreSpec | None:
+    import pathspec
+
     f = directory / ".gitignore"
     if not f.is_file():
         return None

@@ -51,7 +51,7 @@ COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 class Program(BaseModel):
     """A program whose names and kinds are consistent; still parametric in world size and params."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     name: str
     path: str
@@ -231,7 +231,7 @@ class _Resolver:
         prog = header.get("program")
         world = header.get("world")
         backend = header.get("backend")
-        return Program(
+        return Program.model_construct(  # of parsed nodes, not validated again (see syntax.nodes.Node)
             name=prog.name if prog else "program",
             path=self.module.span.path,
             world=world,

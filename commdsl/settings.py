@@ -27,9 +27,12 @@ Code = Annotated[str, AfterValidator(lambda code: code.strip().upper())]
 
 
 class Settings(BaseModel):
-    """The keys, spelt as the flags (`max-world` for `--max-world`)."""
+    """The keys, spelt as the flags (`max-world` for `--max-world`). The validators are built only to read a
+    file (`defer_build`): without one, `defaults()` costs a lint nothing."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=lambda name: name.replace("_", "-"))
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=lambda name: name.replace("_", "-"), defer_build=True
+    )
 
     select: list[Code] = Field(default_factory=list)
     ignore: list[Code] = Field(default_factory=list)
@@ -40,6 +43,11 @@ class Settings(BaseModel):
     strict: bool = False
     exclude: list[str] = Field(default_factory=list)
     output_format: Literal[FORMATS] | None = None  # type: ignore[valid-type]
+
+
+def defaults() -> Settings:
+    """The settings when no file gives any."""
+    return Settings.model_construct()
 
 
 def find(start: Path) -> Path | None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 class Span(BaseModel):
     """A half-open region of one source file, 1-based lines and columns, end exclusive (as Lark's meta)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str
     start: int
@@ -93,6 +93,6 @@ class SourceFile:
     def span(self, start: int, end: int) -> Span:
         line, column = self.location(start)
         end_line, end_column = self.location(end)
-        return Span(
+        return Span.model_construct(  # made for every node: not validated (see syntax.nodes.Node)
             path=self.path, start=start, end=end, line=line, column=column, end_line=end_line, end_column=end_column
         )

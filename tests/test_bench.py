@@ -156,6 +156,54 @@ def test_every_builtin_passes_the_checks(tmp_path):
     assert len(list(tmp_path.glob("expect-*.npz"))) == 4 * len(COLLECTIVES)
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("tensor x: float32[4] = rank\nall_reduce x", True),
+    ("tensor x: float32[2] = rank\ntensor y: float32[2 * world]\nall_gather x into y", False),
+    ("tensor y: float32[2 * world] = rank\nall_gather y.chunk(rank, world) into y", True),
+    ("tensor x: float32[2 * world] = rank\nreduce_scatter x into x.chunk(rank, world)", True),
+    # the result lands in `x` through `+=`: in place, as recursive doubling is
+    ("tensor x: float32[4] = rank\ntensor t: float32[4]\nsend x to (rank + 1) % world\n"
+     "recv t from (rank + world - 1) % world\nx += t", True),
+    ("tensor x: float32[4] = rank\ntensor t: float32[4]\nsend x to (rank + 1) % world\n"
+     "recv t from (rank + world - 1) % world", False),
+    ("tensor x: float32[4] = rank\non rank == 0:\n    send x to 1\non rank == 1:\n    recv x from 0", None),
+])
+def test_a_program_is_in_place_when_it_sends_from_where_its_result_lands(text, expected):
+    from commdsl.bench.plan import in_place
+    from commdsl.expand import expand
+
+    program = load(SourceFile("t.comm", f"program t\nworld 2..\n{text}\n"))
+    assert in_place(expand(program, 2, {})) is expected
+
+
+def test_builtins_time_both_forms_where_torch_has_both():
+    from commdsl.bench.builtin import has_in_place
+
+    forms = {k: (builtin_variant(builtin(k, "float32", "sum", 0)).in_place, has_in_place(k)) for k in COLLECTIVES}
+    # torch's all_reduce, broadcast and reduce take one tensor: in place only; all_to_all in one buffer gives
+    # wrong blocks on Gloo; the ping has no rank that both sends and receives
+    assert forms == {"all_reduce": (True, False), "broadcast": (True, False), "reduce": (True, False),
+                     "all_gather": (False, True), "reduce_scatter": (False, True), "gather": (False, True),
+                     "scatter": (False, True), "all_to_all": (False, False), "sendrecv": (None, False)}
+    second = [builtin_variant(builtin(k, "float32", "sum", 1, True)) for k in COLLECTIVES if has_in_place(k)]
+    assert all(v.in_place for v in second) and len({v.program.path for v in second}) == 4
+
+
+def test_forms_side_by_side_have_no_ratio_column():
+    rows = [Row(0, "all_gather", "all_gather", 1024, 1024, 256, "float32", None, None, "n", 256, 100.0, 0.01024,
+                0.00512, 0, in_place=False),
+            Row(1, "all_gather in-place", "all_gather", 1024, 1024, 256, "float32", None, None, "n", 256, 50.0,
+                0.02048, 0.01024, 0, in_place=True)]
+    sums = [Summary("all_gather", "<all_gather>", "all_gather", "built-in", 0.5, False, 0.00512, False),
+            Summary("all_gather in-place", "<all_gather in-place>", "all_gather", "built-in", 0.5, False, 0.01024,
+                    True)]
+    lines = table(rows, sums, [0, 1])
+    assert lines[0].split() == ["#", "out-of-place", "in-place"]
+    assert "ratio" not in lines[1] and not any("ratio" in line for line in lines)
+    assert lines[3].split() == ["1024", "256", "float32", "none", "-1", "100.0", "0.010", "0.005", "0",
+                                "50.0", "0.020", "0.010", "0"]
+
+
 def test_wrong_elements_are_counted_outside_undefined_ones():
     from commdsl.bench.worker import _wrong
 
@@ -274,7 +322,8 @@ def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans
     assert code == 1, out + err  # no 1 KiB all_reduce on Gloo reaches 1000 GB/s
     assert "ring_allreduce: average bus bandwidth" in out and "below --min-busbw 1000" in out
     assert "all_reduce (built-in): average" not in out  # the reference is shown, never gated
-    assert "all_reduce of `x` op sum, proved by its expects: busbw = algbw × 1.5" in out
+    assert "all_reduce of `x` op sum, proved by its expects, in-place: busbw = algbw × 1.5" in out
+    assert "all_reduce of `x` op sum, built-in, in-place only: busbw" in out  # torch has no out-of-place all_reduce
     heads = next(line for line in out.splitlines() if "ring_allreduce" in line and "built-in" in line)
     assert heads.startswith("#")
     assert "# Avg busbw ratio      : " in out
@@ -284,6 +333,33 @@ def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans
     assert all(r["wrong"] == 0 for r in data["rows"]) and len(data["rows"]) == 4
     ring = data["rows"][0]
     assert [line["line"] for line in ring["lines"]] == [17, 20, 22]  # where the ring's time goes, per source line
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_out_of_place_and_in_place_columns_as_nccl_tests_prints_them(tmp_path, capfd, no_orphans):
+    report = tmp_path / "forms.json"
+    code, out, err = run_here(["bench", "--collective", "all_gather,all_reduce", "--nproc", "2", "--sizes", "1K:4K:4",
+                               "--iters", "2", "--warmup", "1", "--check", "--backend", "gloo",
+                               "--json", str(report)], capfd)
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert "# all_gather: all_gather of `y`, built-in, out-of-place: busbw = algbw × 0.5" in lines
+    assert "# all_gather in-place: all_gather of `y`, built-in, in-place: busbw = algbw × 0.5" in lines
+    assert "# all_reduce: all_reduce of `x` op sum, built-in, in-place only: busbw = algbw × 1" in lines
+    heads = [line.split() for line in lines if "out-of-place" in line and not line.startswith("# all_")]
+    assert heads == [["#", "out-of-place", "in-place"]]  # all_gather's table only: all_reduce has one form
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    # all_gather: two groups of time, algbw, busbw, #wrong per size; all_reduce: one
+    assert [len(r) for r in rows] == [13, 13, 9, 9] and [r[0] for r in rows] == ["1024", "4096"] * 2
+    assert all(r[8] == "0" and r[-1] == "0" for r in rows)  # every iteration of both forms matched
+    data = json.loads(report.read_text())
+    assert [(v["label"], v["in_place"]) for v in data["variants"]] == [
+        ("all_gather", False), ("all_gather in-place", True), ("all_reduce", True)]
+    # size by size, out-of-place then in-place, as nccl-tests runs them
+    assert [(r["variant"], r["size_bytes"], r["in_place"]) for r in data["rows"]] == [
+        ("all_gather", 1024, False), ("all_gather in-place", 1024, True), ("all_reduce", 1024, True),
+        ("all_gather", 4096, False), ("all_gather in-place", 4096, True), ("all_reduce", 4096, True)]
 
 
 def test_nccl_tests_flags_mean_what_they_mean_there():
@@ -332,6 +408,34 @@ def test_rows_are_printed_as_their_sizes_finish_and_averages_after_each_group(tm
     assert printed()[-2:] == ["2048", "# Avg bus ba"] and printed().count("# Avg bus ba") == 2
 
 
+def test_a_row_with_both_forms_is_printed_once_both_are_measured(tmp_path):
+    """Out-of-place and in-place share a row, as in nccl-tests: it streams when the second form is in."""
+    from rich.console import Console
+
+    from commdsl.bench.results import rows, summaries
+    from commdsl.cli.bench import _Stream
+
+    variants = [builtin_variant(builtin("reduce_scatter", "float32", "sum", 0, in_place))
+                for in_place in (False, True)]
+    plan = build(variants, [1024, 2048], 2, "gloo", 1, 0, False, str(tmp_path), [])
+    out = Console(file=io.StringIO(), width=200)
+    stream = _Stream(plan, [[0, 1]], out, Console(file=io.StringIO()))
+
+    def measured(done: int) -> list:
+        results = {n: {r: {"durations_ns": [1000], "wrong": 0, "op_ns": [1000]} for r in (0, 1)} for n in range(done)}
+        return rows(plan, results)
+
+    table = measured(1)  # 1 KiB out-of-place only
+    stream.advance(table, summaries(plan, table), final=False)
+    assert [ln for ln in out.file.getvalue().splitlines() if not ln.startswith("#")] == []
+    table = measured(3)  # and 1 KiB in-place, 2 KiB out-of-place
+    stream.advance(table, summaries(plan, table), final=False)
+    lines = out.file.getvalue().splitlines()
+    assert lines[0].split() == ["#", "out-of-place", "in-place"]
+    assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["1024"]
+    assert len(lines[-1].split()) == 13  # both column groups, no ratio
+
+
 def test_dtype_all_is_every_dtype_the_backend_takes():
     from commdsl.cli.bench import _every_dtype, config_from_args
     from commdsl.cli.main import build_parser
@@ -340,7 +444,7 @@ def test_dtype_all_is_every_dtype_the_backend_takes():
                                       "--op", "bxor"])
     cfg = config_from_args(args)
     notes: list[str] = []
-    labels = [v.label for v in _every_dtype(cfg, [], "gloo", notes)]
+    labels = [v.label for table in _every_dtype(cfg, [], "gloo", notes) for v in table]
     assert "all_reduce int32" in labels and "all_reduce float32" not in labels  # Gloo's bxor: integers only
     assert "broadcast float32" in labels and "broadcast bool" in labels  # nothing to refuse
     assert any("all_reduce op bxor on float32 left out" in n for n in notes)

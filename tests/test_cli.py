@@ -161,3 +161,37 @@ def test_a_bad_environment_default_only_concerns_its_own_flag(monkeypatch, capsy
     with pytest.raises(SystemExit) as e:
         main(["run", str(ROOT / "programs" / "allreduce.comm"), "--nproc", "2"])
     assert e.value.code == 2 and "got 'abc' (from COMMDSL_TIMEOUT)" in capsys.readouterr().err
+
+
+# ---- start-up: what a lint imports -------------------------------------------------------------------
+
+def _imported(*argv: str) -> set[str]:
+    """The top-level packages `python -m commdsl ARGV` imports, its output piped (no TTY)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "commdsl", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=50)
+    names = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return {name.split(".")[0] for name in names[1:]}  # the first line is the header
+
+
+@pytest.mark.timeout(120)
+def test_lint_starts_without_torch_or_rich_unless_it_colours():
+    """docs/benchmarks.md (lint start-up): torch never, rich only to colour, pathspec only for a directory."""
+    plain = _imported("lint", "programs/p2p.comm")
+    assert {"numpy", "lark", "pydantic"} <= plain  # what the check needs
+    assert not {"torch", "rich", "pathspec"} & plain
+    coloured = _imported("lint", str(BAD / "head_to_head_send.comm"), "--color", "always")
+    assert "rich" in coloured and "torch" not in coloured
+
+
+def test_each_verb_is_registered_by_the_module_verbs_names():
+    """A command builds only its own verb's parser (`build_parser(verb)`): the table must name the right module."""
+    from commdsl.cli.main import VERBS, build_parser
+
+    assert list(build_parser().verbs) == list(VERBS)
+    for verb in VERBS:
+        assert verb in build_parser(verb).verbs

@@ -3,6 +3,8 @@ every syntax mistake is a diagnostic (S001–S007), and no input at all gets a P
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from lark import Lark
 
@@ -12,6 +14,8 @@ from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import lark_parser, parse_tree
 from commdsl.syntax.transform import to_ast
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse(text: str) -> n.Module:
@@ -554,3 +558,54 @@ def test_expected_tokens_read_as_one_list():
     """Multi-token classes (`+=` ... `/=`) are items of the list, not a nested "or" inside it."""
     d = syntax_error("x 1\n")
     assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `.`, `=` or `[`, found `1`"
+
+
+# ---- nodes are built unvalidated: each must be what its model accepts ------------------------------
+
+def _validate_tree(node) -> int:
+    """Validate `node` and every node and span below it by its own model; the number validated."""
+    from pydantic import BaseModel
+
+    if isinstance(node, tuple):
+        return sum(_validate_tree(x) for x in node)
+    if not isinstance(node, BaseModel):
+        return 0
+    fields = {name: getattr(node, name) for name in type(node).model_fields}
+    assert type(node).model_validate(fields) == node, f"{type(node).__name__} at {fields.get('span')}"
+    return 1 + sum(_validate_tree(value) for value in fields.values())
+
+
+def test_the_parser_builds_nodes_their_models_accept():
+    """The transformer builds nodes with `model_construct` (start-up: docs/benchmarks.md); validated here, every
+    node of every example has the types, tuples and collective kinds its model requires."""
+    parsed = 0
+    for path in sorted(ROOT.glob("programs/**/*.comm")):
+        source = SourceFile.read(path)
+        try:
+            module = to_ast(parse_tree(source), source)
+        except CommdslError:
+            assert path.parent.name == "bad", path  # only a bad example may fail to parse
+            continue
+        assert _validate_tree(module) > 10, path
+        parsed += 1
+    assert parsed > len(list(ROOT.glob("programs/*.comm")))
+
+
+def test_the_built_parser_is_cached_privately_under_the_grammars_hash(tmp_path, monkeypatch):
+    """Lark's own default cache is a predictable pickle in the shared temp directory; ours is the user's."""
+    import os
+    import stat
+
+    from commdsl.syntax.parser import cache_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first, changed = cache_file("start: NAME"), cache_file("start: INT")
+    assert first != changed  # a changed grammar never loads the old parser
+    assert os.path.dirname(first) == str(tmp_path / "commdsl") == os.path.dirname(changed)
+    assert stat.S_IMODE(os.stat(tmp_path / "commdsl").st_mode) == 0o700
+    (tmp_path / "commdsl").chmod(0o777)  # writable by others: not used
+    assert cache_file("start: NAME") is False
+    (tmp_path / "commdsl").chmod(0o700)
+    (tmp_path / "blocked").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))  # a file where the directory should be
+    assert cache_file("start: NAME") is False

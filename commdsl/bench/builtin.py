@@ -3,8 +3,10 @@ timing as a user's program: `commdsl bench --collective all_reduce` measures exa
 
 `n` is nccl-tests' *count*: the elements of the buffer its size column describes (the whole gathered
 buffer for all_gather and gather, the whole input for reduce_scatter and scatter). Each collective's
-program is its `Kind.bench`; data are small integers that differ by rank and element, exact in every
-dtype, so `--check` catches misplaced chunks.
+program is its `Kind.bench`; where torch takes the same call with the input inside the output's buffer (or
+one buffer for both), `Kind.bench_in_place` is that form, timed beside it as nccl-tests times out-of-place,
+then in-place. The data are small integers that differ by rank and element, exact in every dtype, so
+`--check` catches misplaced chunks.
 """
 
 from __future__ import annotations
@@ -42,15 +44,26 @@ class Builtin:
     tensor: str
     redop: str | None
     root: int | None
+    second: bool = False  # the in-place form of a collective that has both
 
     @property
     def path(self) -> str:
         """A name for messages and spans: no file exists behind it."""
-        return f"<{self.kind}>"
+        return f"<{self.kind}{' in-place' * self.second}>"
 
 
-def builtin(kind: str, dtype: str, op: str, root: int) -> Builtin:
-    decls, stmt, tensor = collectives.KINDS[kind].bench if kind in collectives.KINDS else _SENDRECV
+def has_in_place(kind: str) -> bool:
+    """Whether the built-in has an in-place form besides its usual one."""
+    return kind in collectives.KINDS and collectives.KINDS[kind].bench_in_place is not None
+
+
+def builtin(kind: str, dtype: str, op: str, root: int, in_place: bool = False) -> Builtin:
+    """The program of `kind`; `in_place`: its in-place form (only where `has_in_place`)."""
+    kinds = collectives.KINDS
+    form = (kinds[kind].bench_in_place if in_place else kinds[kind].bench) if kind in kinds else _SENDRECV
+    if form is None:
+        raise ValueError(f"`{kind}` has no {'in-place ' * in_place}form to bench")
+    decls, stmt, tensor = form
     redop = op if kind in collectives.REDUCING else None
     at = root if kind in collectives.ROOTED else None
     world = "2.." if kind == "sendrecv" else "1.."
@@ -61,4 +74,4 @@ def builtin(kind: str, dtype: str, op: str, root: int) -> Builtin:
         + stmt.format(op=op, root=root)
         + "\n"
     )
-    return Builtin(kind, text, tensor, redop, at)
+    return Builtin(kind, text, tensor, redop, at, in_place)

@@ -17,13 +17,20 @@ _GROUP_UNITS = f"  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}  {'':>6}"
 
 
 def table(rows: list[Row], summaries: list[Summary], variants: list[int]) -> list[str]:
-    """nccl-tests' layout for `variants` side by side (a ratio column when there are two), then the averages."""
+    """nccl-tests' layout for `variants` side by side (a ratio column for a comparison), then the averages."""
     by_size = by_requested(rows, variants)
+    ratio = compared(summaries, variants)
     return (
         header(summaries, variants)
-        + [row_line(by_size[requested], variants) for requested in sorted(by_size)]
+        + [row_line(by_size[requested], variants, ratio) for requested in sorted(by_size)]
         + footer(summaries, variants)
     )
+
+
+def compared(summaries: list[Summary], variants: list[int]) -> bool:
+    """Whether `variants` are a variant and its reference (--compare), which get a busbw ratio column; side by
+    side otherwise, they are one collective's out-of-place and in-place forms."""
+    return len(variants) == 2 and summaries[variants[1]].baseline
 
 
 def by_requested(rows: list[Row], variants: list[int]) -> dict[int, dict[int, Row]]:
@@ -35,20 +42,25 @@ def by_requested(rows: list[Row], variants: list[int]) -> dict[int, dict[int, Ro
     return out
 
 
+def form(in_place: bool | None) -> str:
+    return {True: "in-place", False: "out-of-place", None: ""}[in_place]
+
+
 def header(summaries: list[Summary], variants: list[int]) -> list[str]:
     width = len(_GROUP)
     lines = []
+    ratio = compared(summaries, variants)
     if len(variants) > 1:
-        heads = "".join(f"{summaries[v].label[: width - 2]:>{width}}" for v in variants)
+        names = [summaries[v].label if ratio else form(summaries[v].in_place) for v in variants]
+        heads = "".join(f"{name[: width - 2]:>{width}}" for name in names)
         lines.append(f"#{'':>{len(_LEFT) - 1}}{heads}")
-    ratio = len(variants) == 2
     lines.append(_LEFT + _GROUP * len(variants) + (f"  {'ratio':>6}" if ratio else ""))
     lines.append(_UNITS + _GROUP_UNITS * len(variants) + (f"  {'busbw':>6}" if ratio else ""))
     return lines
 
 
-def row_line(got: dict[int, Row], variants: list[int]) -> str:
-    """One size: its rows of `variants` side by side (and their busbw ratio when there are two)."""
+def row_line(got: dict[int, Row], variants: list[int], ratio: bool) -> str:
+    """One size: its rows of `variants` side by side (and with `ratio`, the first's busbw over the second's)."""
     first = got.get(variants[0]) or next(iter(got.values()))
     text = (
         f" {first.size:>11}  {first.count:>12}  {first.dtype:>8}  {first.redop or 'none':>6}  "
@@ -61,7 +73,7 @@ def row_line(got: dict[int, Row], variants: list[int]) -> str:
             continue
         wrong = "N/A" if r.wrong is None else str(r.wrong)
         text += f"  {_time(r.time_us):>9}  {r.algbw:>7.3f}  {r.busbw:>7.3f}  {wrong:>6}"
-    if len(variants) == 2:
+    if ratio:
         a, b = got.get(variants[0]), got.get(variants[1])
         text += f"  {a.busbw / b.busbw:>6.2f}" if a and b and b.busbw > 0 else f"  {'':>6}"
     return text
@@ -72,7 +84,7 @@ def footer(summaries: list[Summary], variants: list[int]) -> list[str]:
     for v in variants:
         s = summaries[v]
         lines.append(f"# Avg bus bandwidth    : {s.avg_busbw:.3f} GB/s" + (f"  {s.label}" if len(variants) > 1 else ""))
-    if len(variants) == 2 and summaries[variants[1]].avg_busbw > 0:
+    if compared(summaries, variants) and summaries[variants[1]].avg_busbw > 0:
         lines.append(
             f"# Avg busbw ratio      : {summaries[variants[0]].avg_busbw / summaries[variants[1]].avg_busbw:.2f}"
             f"  ({summaries[variants[0]].label} / {summaries[variants[1]].label})"
@@ -97,6 +109,7 @@ def as_dict(meta: dict, rows: list[Row], summaries: list[Summary]) -> dict:
                 "busbw_factor": s.factor,
                 "baseline": s.baseline,
                 "avg_busbw_gbps": s.avg_busbw,
+                "in_place": s.in_place,
             }
             for s in summaries
         ],
@@ -125,6 +138,7 @@ def _row(r: Row) -> dict:
         "stdev_us": r.spread.get("stdev_us"),
         "rank_time_us": r.rank_us,
         "lines": r.lines,
+        "in_place": r.in_place,
     }
 
 
@@ -146,6 +160,7 @@ CSV_FIELDS = (
     "algbw_gbps",
     "busbw_gbps",
     "wrong",
+    "in_place",
 )
 
 

@@ -23,7 +23,7 @@ from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand, resolve_params
 from commdsl.resolve import Program, load
-from commdsl.schedule import ExpectRec, PrintRec, Schedule
+from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, P2PRec, PrintRec, Schedule
 from commdsl.source import SourceFile
 
 
@@ -35,6 +35,7 @@ class Variant:
     param: str  # the integer param the sweep sets
     params: dict  # the other params (--set)
     baseline: bool = False  # a reference (--compare): shown, never gated by --min-busbw
+    in_place: bool | None = None  # `in_place`: whether it communicates in place (None: it moves no data both ways)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ class Refused(Exception):
 
 def builtin_variant(b: Builtin, baseline: bool = False, label: str | None = None) -> Variant:
     program = load(SourceFile(b.path, b.text))
-    return Variant(label or b.kind, program, Measure(b.kind, b.tensor, b.redop, b.root, "built-in"), "n", {}, baseline)
+    measure = Measure(b.kind, b.tensor, b.redop, b.root, "built-in")
+    # every built-in runs at world 2, and its form is the same at every world size
+    return Variant(label or b.kind, program, measure, "n", {}, baseline, in_place(expand(program, 2, {})))
 
 
 def program_variant(
@@ -109,7 +112,33 @@ def program_variant(
             measure = pragma(program) or prove(program, world, params) or measure
     except CommdslError as e:
         raise Refused(Variant(program.name, program, Measure(None, ""), param, params), -1, e.diagnostics) from None
-    return Variant(program.name, program, measure, param, params, baseline)
+    return Variant(program.name, program, measure, param, params, baseline, in_place(expand(program, world, params)))
+
+
+def in_place(schedule: Schedule) -> bool | None:
+    """nccl-tests' in-place, said of a whole program: the result is left in the buffers it was sent from. True
+    when, on every rank that both sends and receives, each tensor it sends from (sends, collective inputs) is
+    one it also writes (receives, collective outputs, assignments): `all_reduce x`, the ring and recursive
+    doubling (`x += tmp`) are in place, `all_gather x into y` is not, `all_gather y.chunk(rank, world) into y`
+    is. None when no rank both sends and receives (a one-way ping)."""
+    world = schedule.world
+    sent: list[set[str]] = [set() for _ in range(world)]
+    received: list[set[str]] = [set() for _ in range(world)]
+    written: list[set[str]] = [set() for _ in range(world)]
+    for rec in schedule.records:
+        if isinstance(rec, P2PRec):
+            moved = [(sent, rec.view.tensor)] if rec.is_send else [(received, rec.view.tensor)]
+        elif isinstance(rec, CollectiveRec):
+            moved = [(sent, v.tensor) for v in rec.inputs] + [(received, v.tensor) for v in rec.outputs]
+        elif isinstance(rec, ComputeRec):
+            moved = [(written, rec.target.tensor)]
+        else:
+            continue
+        for sets, tensor in moved:
+            for r in rec.ranks:
+                sets[int(r)].add(tensor)
+    both = [r for r in range(world) if sent[r] and received[r]]
+    return all(sent[r] <= received[r] | written[r] for r in both) if both else None
 
 
 def check_sweepable(program: Program, world: int, param: str, params: dict, world_flag: str) -> None:

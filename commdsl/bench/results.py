@@ -29,6 +29,7 @@ class Row:
     rank_us: list[float] = field(default_factory=list)  # every rank's mean time per iteration
     lines: list[dict] = field(default_factory=list)  # the slowest rank's time per source line: line, text, us
     spread: dict[str, float] = field(default_factory=dict)  # min, max, stdev over iterations (`iteration_spread`)
+    in_place: bool | None = None  # the variant's form (`plan.in_place`)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Summary:
     factor: float
     baseline: bool
     avg_busbw: float  # mean over the sizes, as nccl-tests' "Avg bus bandwidth"
+    in_place: bool | None = None  # the variant's form (`plan.in_place`)
 
 
 def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
@@ -74,6 +76,7 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 means,
                 _by_line(plan, case, slowest, per_rank[slowest]["op_ns"]),
                 iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
+                v.in_place,
             )
         )
     return out
@@ -103,6 +106,7 @@ def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
                 bw.factor(v.measure.kind or "", plan.world),
                 v.baseline,
                 sum(mine) / len(mine) if mine else 0.0,
+                v.in_place,
             )
         )
     return out

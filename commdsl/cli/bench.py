@@ -301,7 +301,7 @@ def run(args) -> int:
         return EXIT_FAILURE
     with tempfile.TemporaryDirectory(prefix="commdsl-bench-") as out_dir:
         try:
-            plan, notes = _plan(cfg, loaded.programs, backend, out_dir)
+            plan, notes, groups = _plan(cfg, loaded.programs, backend, out_dir)
         except BenchError as e:
             err.print(f"[bold red]error[/]: {escape(str(e))}")
             return EXIT_FAILURE
@@ -315,35 +315,48 @@ def run(args) -> int:
             return EXIT_FINDINGS
         for note in notes:
             err.print(f"note: {escape(note)}")
-        return _measure_and_show(cfg, plan, out, err)
+        return _measure_and_show(cfg, plan, groups, out, err)
 
 
 def _plan(cfg, programs, backend: str, out_dir: str):
-    from commdsl.bench.builtin import builtin
+    """The Plan, the notes on skipped sizes, and the tables: the variants printed side by side (a collective's
+    out-of-place and in-place forms, or a variant and its --compare reference), as indices into the Plan's."""
+    from commdsl.bench.builtin import builtin, has_in_place
     from commdsl.bench.identify import BenchError
     from commdsl.bench.plan import build, builtin_variant, measured_dtype, program_variant
 
     notes: list[str] = []
     if cfg.dtype == "all":
-        variants = _every_dtype(cfg, programs, backend, notes)
+        tables = _every_dtype(cfg, programs, backend, notes)
     elif cfg.path is not None:
-        variants = [program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, cfg.dtype)]
-    else:
-        variants = [builtin_variant(builtin(k, cfg.dtype or "float32", cfg.op, cfg.root)) for k in cfg.collectives]
+        tables = [[program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, cfg.dtype)]]
+    elif cfg.compare is None:
+        tables = [_forms(k, cfg.dtype or "float32", cfg, k) for k in cfg.collectives]
     if cfg.compare == "builtin":
-        m = variants[0].measure
+        mine = tables[0][0]
+        m = mine.measure
         if m.kind is None:
             raise BenchError(
                 f"--compare builtin: {cfg.path} declares no collective (a `# bench: KIND TENSOR` line) "
                 "and the expects it ends with prove none"
             )
-        twin = builtin(m.kind, measured_dtype(variants[0]), m.redop or "sum", m.root or 0)
-        variants.append(builtin_variant(twin, baseline=True, label=f"{m.kind} (built-in)"))
+        # the built-in in the program's form where it has both
+        twin = builtin(
+            m.kind, measured_dtype(mine), m.redop or "sum", m.root or 0, bool(mine.in_place and has_in_place(m.kind))
+        )
+        tables[0].append(builtin_variant(twin, baseline=True, label=f"{m.kind} (built-in)"))
     elif cfg.compare is not None:
         other = program_variant(programs[-1], cfg.nproc, cfg.param, cfg.params, cfg.dtype, baseline=True)
-        if other.label == variants[0].label:
+        if cfg.path is None:  # one built-in, in the other program's form where it has both
+            kind = cfg.collectives[0]
+            twin = builtin(kind, cfg.dtype or "float32", cfg.op, cfg.root, bool(other.in_place and has_in_place(kind)))
+            tables = [[builtin_variant(twin, label=kind)]]
+        if other.label == tables[0][0].label:
             other = dataclasses.replace(other, label=f"{other.label} ({cfg.compare})")
-        variants.append(other)
+        tables[0].append(other)
+    variants = [v for t in tables for v in t]
+    starts = [sum(len(t) for t in tables[:i]) for i in range(len(tables))]
+    groups = [list(range(start, start + len(t))) for start, t in zip(starts, tables)]
     plan = build(
         variants,
         list(cfg.sizes),
@@ -356,7 +369,19 @@ def _plan(cfg, programs, backend: str, out_dir: str):
         notes,
         interleave=cfg.compare is not None,
     )
-    return plan, notes
+    return plan, notes, groups
+
+
+def _forms(kind: str, dtype: str, cfg, label: str) -> list:
+    """A built-in's variants: its usual form, then its in-place form where torch takes both (nccl-tests times
+    out-of-place, then in-place)."""
+    from commdsl.bench.builtin import builtin, has_in_place
+    from commdsl.bench.plan import builtin_variant
+
+    variants = [builtin_variant(builtin(kind, dtype, cfg.op, cfg.root), label=label)]
+    if has_in_place(kind):
+        variants.append(builtin_variant(builtin(kind, dtype, cfg.op, cfg.root, True), label=f"{label} in-place"))
+    return variants
 
 
 def _write_outputs(cfg, plan, table, sums) -> None:
@@ -380,35 +405,33 @@ def _write_outputs(cfg, plan, table, sums) -> None:
         output.plot(cfg.plot, table, sums, f"bus bandwidth, {plan.world} ranks, {plan.backend}", inputs)
 
 
-def _every_dtype(cfg, programs, backend: str, notes: list[str]):
-    """`--dtype all`: a variant per dtype (and per collective), those the backend refuses for the reduce op
-    left out with a note, as nccl-tests' `-d all` runs every type the library has."""
-    from commdsl.bench.builtin import builtin
-    from commdsl.bench.plan import builtin_variant, program_variant
+def _every_dtype(cfg, programs, backend: str, notes: list[str]) -> list[list]:
+    """`--dtype all`: a table per dtype (and per collective, with its forms), those the backend refuses for the
+    reduce op left out with a note, as nccl-tests' `-d all` runs every type the library has."""
+    from commdsl.bench.plan import program_variant
     from commdsl.collectives import REDUCING
     from commdsl.dtypes import DTYPES
     from commdsl.rules.backend import reduction
 
-    variants = []
+    tables = []
     for dtype in DTYPES:
         if cfg.path is not None:
             v = program_variant(programs[0], cfg.nproc, cfg.param, cfg.params, dtype)
-            variants.append(dataclasses.replace(v, label=f"{v.label} {dtype}"))
+            tables.append([dataclasses.replace(v, label=f"{v.label} {dtype}")])
             continue
         for kind in cfg.collectives:
             if kind in REDUCING and reduction(backend, cfg.op, dtype).refused:
                 notes.append(f"--dtype all: {kind} op {cfg.op} on {dtype} left out ({backend} refuses it)")
                 continue
-            variants.append(builtin_variant(builtin(kind, dtype, cfg.op, cfg.root), label=f"{kind} {dtype}"))
-    return variants
+            tables.append(_forms(kind, dtype, cfg, f"{kind} {dtype}"))
+    return tables
 
 
-def _measure_and_show(cfg, plan, out, err) -> int:
+def _measure_and_show(cfg, plan, groups: list[list[int]], out, err) -> int:
     from commdsl.bench.launch import run_plan
     from commdsl.bench.results import rows, summaries
     from commdsl.runtime.launch import LaunchError, fork_is_safe
 
-    groups = [list(range(len(plan.variants)))] if cfg.compare else [[i] for i in range(len(plan.variants))]
     for line in _preamble(cfg, plan, "fork" if fork_is_safe() else "spawn", summaries(plan, [])):
         out.print(line, markup=False)
     stream = _Stream(plan, groups, out, err)
@@ -477,16 +500,27 @@ def _preamble(cfg, plan, start_method: str, sums) -> list[str]:
         m = v.measure
         if m.kind is None:
             what = (
-                f"sized by `{m.tensor}` (its largest tensor); no collective declared (`# bench: KIND TENSOR`) "
-                f"or proved by its expects: busbw = algbw"
+                f"sized by `{m.tensor}` (its largest tensor){_form(v)}; no collective declared "
+                "(`# bench: KIND TENSOR`) or proved by its expects: busbw = algbw"
             )
         else:
             extra = "".join([f" op {m.redop}" if m.redop else "", f" root {m.root}" if m.root is not None else ""])
-            what = f"{m.kind} of `{m.tensor}`{extra}, {m.how}: busbw = algbw × {s.factor:.3g}"
+            what = f"{m.kind} of `{m.tensor}`{extra}, {m.how}{_form(v)}: busbw = algbw × {s.factor:.3g}"
         source = "" if m.how == "built-in" else f" ({v.program.path}, sweeping `{v.param}`)"
         lines.append(f"# {s.label}{source}: {what}")
     lines.append("#")
     return lines
+
+
+def _form(v) -> str:
+    """The variant's form for its header line: a built-in's only form is said to be its only one."""
+    from commdsl.bench.builtin import has_in_place
+    from commdsl.bench.output import form
+
+    if v.in_place is None:
+        return ""
+    only = v.measure.how == "built-in" and not has_in_place(v.measure.kind)
+    return f", {form(v.in_place)}{' only' * only}"
 
 
 def _show_hang(out, rows, timeout: float):
@@ -577,7 +611,7 @@ class _Stream:
                     for line in output.header(sums, group):
                         self.emit(line)
                 if sizes[k] in got:
-                    self.emit(output.row_line(got[sizes[k]], group))
+                    self.emit(output.row_line(got[sizes[k]], group, output.compared(sums, group)))
                 k += 1
             self.printed[number] = k
             if k < len(sizes) or not (final or number < len(self.groups) - 1):

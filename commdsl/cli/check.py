@@ -15,7 +15,6 @@ from commdsl.cli.common import (
     add_output_flags,
     add_program_flags,
     add_settings_flags,
-    consoles,
     discover,
     env_default,
     integer,
@@ -24,6 +23,7 @@ from commdsl.cli.common import (
     print_diagnostics,
     project_settings,
     seconds,
+    text_consoles,
 )
 from commdsl.diagnostics import CommdslError
 from commdsl.limits import TIME_LIMIT
@@ -86,7 +86,7 @@ def run(args) -> int:
     from commdsl.checker import CheckOptions, check_program
     from commdsl.rules.registry import CODES, selected
 
-    out, err = consoles(args)
+    out, err = text_consoles(args)
     settings = project_settings(args, err)
     if settings is None:
         return EXIT_FAILURE

@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.diagnostics.render import FORMATS, emit, use_color
 from commdsl.expand import parse_param_value
@@ -23,9 +20,46 @@ from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from commdsl.settings import Settings
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILURE = 0, 1, 2
+
+
+def escape(text: str) -> str:
+    """rich's `escape`, for text put into a message with markup (imported only when one is written)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+class PlainConsole:
+    """What `lint` and `check` print with where nothing is coloured: rich's Console `print` of text, but rich,
+    about a twentieth of a small lint's start-up, is imported only to strip the markup of a message that
+    has some. Diagnostics are written as they are (`diagnostics.render.emit`)."""
+
+    color_system = None
+    no_color = True
+
+    def __init__(self, file):
+        self.file = file
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.file.isatty()
+
+    def print(self, *objects, markup: bool = True, end: str = "\n", **_) -> None:
+        text = " ".join(str(o) for o in objects)
+        if markup and "[" in text:
+            from rich.markup import render
+
+            text = render(text).plain
+        self.file.write(text + end)
+
+
+if TYPE_CHECKING:
+    Out = Console | PlainConsole
 
 
 class UsageError(Exception):
@@ -40,7 +74,7 @@ class Loaded:
     io_failed: bool = False
 
 
-def load_files(paths: list[str], err: Console) -> Loaded:
+def load_files(paths: list[str], err: Out) -> Loaded:
     out = Loaded()
     for path in paths:
         try:
@@ -73,15 +107,15 @@ def add_settings_flags(p: argparse.ArgumentParser):
     p.add_argument("--isolated", action="store_true", help="ignore every settings file")
 
 
-def project_settings(args, err: Console) -> Settings | None:
+def project_settings(args, err: Out) -> Settings | None:
     """The settings the flags ask for (`settings.py`), or None after printing why they cannot be read."""
-    from commdsl.settings import Settings, find, load
+    from commdsl.settings import defaults, find, load
 
     if args.isolated:
-        return Settings()
+        return defaults()
     path = Path(args.config) if args.config else find(Path.cwd())
     if path is None:
-        return Settings()
+        return defaults()
     try:
         return load(path)[0]
     except FileError as e:
@@ -94,7 +128,7 @@ def project_settings(args, err: Console) -> Settings | None:
     return None
 
 
-def discover(paths: list[str], err: Console, exclude: list[str] | tuple[str, ...] = ()) -> list[str]:
+def discover(paths: list[str], err: Out, exclude: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The files a verb that takes FILE|DIR… works on (`discover.comm_files`); a directory without any
     `.comm` file is a warning, as ruff's, not an error."""
     from commdsl.discover import comm_files
@@ -105,7 +139,7 @@ def discover(paths: list[str], err: Console, exclude: list[str] | tuple[str, ...
     return files
 
 
-def load_one(path: str, fmt: str, out: Console, err: Console, report: bool = True) -> Loaded | int:
+def load_one(path: str, fmt: str, out: Out, err: Out, report: bool = True) -> Loaded | int:
     """The program of a verb that takes one FILE, or the exit code when there is none to work on:
     2 when the file cannot be read, 1 after printing its diagnostics (unless `report` is false)."""
     loaded = load_files([path], err)
@@ -178,7 +212,18 @@ def seconds(flag: str):
     return convert
 
 
+def text_consoles(args) -> tuple[Out, Out]:
+    """`consoles` for a verb that prints only text and diagnostics (`lint`, `check`): where neither stream is
+    coloured, PlainConsoles, so the verb starts without rich."""
+    color = getattr(args, "color", "auto")
+    if use_color(color, sys.stdout) or use_color(color, sys.stderr):
+        return consoles(args)
+    return PlainConsole(sys.stdout), PlainConsole(sys.stderr)
+
+
 def consoles(args) -> tuple[Console, Console]:
+    from rich.console import Console
+
     color = getattr(args, "color", "auto")
     # soft_wrap: output is line-oriented (grepped, parsed): never break a long line, let a terminal wrap it
     out = Console(
@@ -247,7 +292,7 @@ def add_program_flags(p: argparse.ArgumentParser):
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param (repeatable)")
 
 
-def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Console, err: Console, summary: bool = True):
+def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Out, err: Out, summary: bool = True):
     diags = sorted(diags, key=Diagnostic.sort_key)
     emit(diags, sources, fmt, out)
     if summary and fmt in ("text", "concise"):

@@ -12,9 +12,24 @@ import sys
 from commdsl import __version__
 from commdsl.cli.common import EXIT_FAILURE, UsageError
 
-# modules under commdsl.cli, each with `add_parser(subparsers)` registering its verb(s) and a handler.
-# They import torch only inside their handlers, so `check` and `lint` start without it.
-VERB_MODULES = ("check", "sim", "run", "compile", "bench", "predict", "graph", "fmt", "explain", "lsp", "trace")
+# each verb, in `commdsl --help` order, and the module under commdsl.cli whose `add_parser(subparsers)`
+# registers it and its handler. The modules import torch only inside their handlers, so `check` and `lint`
+# start without it; a command imports only its own verb's module (see `build_parser`).
+VERBS = {
+    "check": "check",
+    "lint": "check",
+    "sim": "sim",
+    "run": "run",
+    "compile": "compile",
+    "bench": "bench",
+    "predict": "predict",
+    "graph": "graph",
+    "timeline": "graph",
+    "fmt": "fmt",
+    "explain": "explain",
+    "lsp": "lsp",
+    "trace": "trace",
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,7 +60,10 @@ def _unrecognised(parser: argparse.ArgumentParser, extra: list[str]) -> str:
     return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {h}" for h in hints)
 
 
-def build_parser() -> Parser:
+def build_parser(verb: str | None = None) -> Parser:
+    """The parser of every verb, or with `verb` only of the verbs its module registers: a command then
+    starts without importing the others' modules (`lint` without predict's cost model or bench's plan),
+    which is most of a small program's lint. `--help`, no verb and a misspelt one get every verb."""
     parser = Parser(
         prog="commdsl",
         allow_abbrev=False,
@@ -53,15 +71,15 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"commdsl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
-    for name in VERB_MODULES:
+    for name in [VERBS[verb]] if verb in VERBS else dict.fromkeys(VERBS.values()):
         importlib.import_module(f"commdsl.cli.{name}").add_parser(sub)
     parser.verbs = sub.choices
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     script_args: list[str] = []
     if argv[:1] == ["trace"] and "--" in argv:  # `commdsl trace SCRIPT [options] -- SCRIPT'S OWN ARGS`
         cut = argv.index("--")

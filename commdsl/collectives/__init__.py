@@ -87,6 +87,7 @@ class Kind:
     name: str = ""
     form: str = ""  # how `commdsl fmt` writes it: {ins} {outs} {root} {redop} {splits} are filled in
     bench: tuple[str, str, str] | None = None  # `commdsl bench --collective`: declarations, statement, measured
+    bench_in_place: tuple[str, str, str] | None = None  # the same in one buffer, where torch takes both forms
     python_prelude: str = ""  # what a generated script defines before calling `python_call`'s function
     rooted: bool = False  # has a root rank: `from ROOT` (it sends) or `to ROOT` (it receives)
     reducing: bool = False  # takes `op REDOP`

@@ -15,6 +15,11 @@ class Gather(Kind):
         "gather x into y to {root}",
         "y",
     )
+    bench_in_place = (
+        "tensor y: {t}[n // world * world] = " + DATA,
+        "gather y.chunk(rank, world) into y to {root}",
+        "y",
+    )
     rooted = True
 
     def statement(self, src, dst, root, group):

@@ -13,6 +13,12 @@ class ReduceScatter(Kind):
         "reduce_scatter x into y op {op}",
         "x",
     )
+    # as nccl-tests' in-place: the output is this rank's own block of the input
+    bench_in_place = (
+        "tensor x: {t}[n // world * world] = " + DATA,
+        "reduce_scatter x into x.chunk(rank, world) op {op}",
+        "x",
+    )
     reducing = True
 
     def statement(self, src, dst, redop, group):

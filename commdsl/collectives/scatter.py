@@ -26,6 +26,11 @@ class Scatter(Kind):
         "scatter x into y from {root}",
         "x",
     )
+    bench_in_place = (
+        "tensor x: {t}[n // world * world] = " + DATA,
+        "scatter x into x.chunk(rank, world) from {root}",
+        "x",
+    )
     rooted = True
     root_sends = True
 

@@ -14,7 +14,7 @@ Severity = Literal["error", "warning"]
 class Label(BaseModel):
     """A secondary span with a short text: the other party of a two-party bug, an edge of a cycle."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     span: Span
     message: str
 
@@ -22,13 +22,13 @@ class Label(BaseModel):
 class Note(BaseModel):
     """A fact about the finding (`= note:`), optionally pointing at a line."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     message: str
     span: Span | None = None
 
 
 class Diagnostic(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     code: str
     severity: Severity = "error"

@@ -1,20 +1,38 @@
 """Renders diagnostics: `text` (rustc style, coloured on a TTY), `concise`, `json`, `sarif`, and for CI
 `github` (workflow commands: annotations on the pull request) and `junit` (one test case per finding,
-grouped by file, as ruff writes it)."""
+grouped by file, as ruff writes it). rich is imported only to colour: uncoloured text is written as is,
+so `commdsl lint` starts without it."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterable, Mapping
-
-from rich.console import Console
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from commdsl import __version__
 from commdsl.diagnostics.model import Diagnostic
 from commdsl.rules.registry import CODES
 from commdsl.source import SourceFile, Span, code_of
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+
+class Writer(Protocol):
+    """Where `emit` writes: a rich Console, or the CLI's PlainConsole when nothing is coloured."""
+
+    @property
+    def file(self) -> IO[str]: ...
+
+    @property
+    def color_system(self) -> str | None: ...
+
+    @property
+    def no_color(self) -> bool: ...
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, end: str = "\n") -> None: ...
+
 
 FORMATS = ("text", "concise", "json", "sarif", "github", "junit")
 _STYLE = {"error": "bold red", "warning": "bold yellow"}
@@ -30,11 +48,31 @@ def use_color(choice: str, stream) -> bool:
 
 
 def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: bool = False) -> Text:
-    """rustc-style text; `highlight` colours the quoted source lines by token (only worth it in colour)."""
-    sev = d.severity
+    """rustc-style text, styled; `highlight` colours the quoted source lines by token (only worth it in colour)."""
+    from rich.text import Text
+
     out = Text()
-    out.append(f"{sev}[{d.code}]", style=_STYLE[sev])
-    out.append(f": {d.message}\n", style="bold")
+    for piece, style in _pieces(d, sources, highlight):
+        out.append(piece, style=style)
+    return out
+
+
+def render_plain(d: Diagnostic, sources: Mapping[str, SourceFile]) -> str:
+    """The same text without styles (what `render_text(...).plain` holds), without rich."""
+    return "".join(str(piece) for piece, _ in _pieces(d, sources, False))
+
+
+def _pieces(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: bool) -> list[tuple[object, str | None]]:
+    """The rustc-style text as (piece, style) in order; a piece is a string, or with `highlight` a source
+    line as a styled rich Text."""
+    sev = d.severity
+    out: list[tuple[object, str | None]] = []
+
+    def append(piece, style: str | None = None) -> None:
+        out.append((piece, style))
+
+    append(f"{sev}[{d.code}]", style=_STYLE[sev])
+    append(f": {d.message}\n", style="bold")
     marks: list[tuple[Span, str, bool]] = []
     if d.span is not None:
         marks.append((d.span, d.label, True))
@@ -42,55 +80,55 @@ def render_text(d: Diagnostic, sources: Mapping[str, SourceFile], highlight: boo
     if d.span is not None:
         width = len(str(max(m[0].line for m in marks)))
         pad = " " * width
-        out.append(f"{pad}--> ", style="bold blue")
-        out.append(f"{d.span.path}:{d.span.line}:{d.span.column}\n")
-        out.append(f"{pad} |\n", style="bold blue")
+        append(f"{pad}--> ", style="bold blue")
+        append(f"{d.span.path}:{d.span.line}:{d.span.column}\n")
+        append(f"{pad} |\n", style="bold blue")
         last_line = None
         for span, label, primary in sorted(marks, key=lambda m: (m[0].path != d.span.path, m[0].start)):
             if span.path != d.span.path:
-                out.append(f"{pad}::: ", style="bold blue")
-                out.append(f"{span.path}:{span.line}:{span.column}\n")
+                append(f"{pad}::: ", style="bold blue")
+                append(f"{span.path}:{span.line}:{span.column}\n")
             src_here = sources.get(span.path)
             line_text = src_here.line_text(span.line) if src_here else ""
             if last_line is not None and span.line > last_line + 1:
-                out.append("...\n", style="bold blue")
+                append("...\n", style="bold blue")
             if span.line != last_line:
-                out.append(f"{span.line:>{width}} | ", style="bold blue")
+                append(f"{span.line:>{width}} | ", style="bold blue")
                 if highlight:
                     from commdsl.highlight import highlight_line
 
-                    out.append(highlight_line(line_text))
-                    out.append("\n")
+                    append(highlight_line(line_text))
+                    append("\n")
                 else:
-                    out.append(line_text + "\n")
+                    append(line_text + "\n")
             last_line = span.line
             start = span.column - 1
             # a block's span runs past its first line: mark that line's code, not the comment after it
             end = span.end_column - 1 if span.end_line == span.line else len(code_of(line_text))
             length = max(1, end - start)
-            out.append(f"{pad} | ", style="bold blue")
-            out.append(" " * start)
-            out.append(
+            append(f"{pad} | ", style="bold blue")
+            append(" " * start)
+            append(
                 ("^" if primary else "-") * length + (f" {label}" if label else ""),
                 style=_STYLE[sev] if primary else "bold blue",
             )
-            out.append("\n")
-        out.append(f"{pad} |\n", style="bold blue")
+            append("\n")
+        append(f"{pad} |\n", style="bold blue")
     else:
         pad = " "
     for note in d.notes:
         where = f" ({note.span.path}:{note.span.line}:{note.span.column})" if note.span else ""
-        out.append(f"{pad} = ", style="bold blue")
-        out.append("note", style="bold")
-        out.append(f": {note.message}{where}\n")
+        append(f"{pad} = ", style="bold blue")
+        append("note", style="bold")
+        append(f": {note.message}{where}\n")
     if d.worlds:
-        out.append(f"{pad} = ", style="bold blue")
-        out.append("note", style="bold")
-        out.append(f": at world size{'s' if len(d.worlds) > 1 else ''} {_sizes(d.worlds)}\n")
+        append(f"{pad} = ", style="bold blue")
+        append("note", style="bold")
+        append(f": at world size{'s' if len(d.worlds) > 1 else ''} {_sizes(d.worlds)}\n")
     if d.help:
-        out.append(f"{pad} = ", style="bold blue")
-        out.append("help", style="bold")
-        out.append(f": {d.help}\n")
+        append(f"{pad} = ", style="bold blue")
+        append("help", style="bold")
+        append(f": {d.help}\n")
     return out
 
 
@@ -133,7 +171,7 @@ def to_json(d: Diagnostic, sources: Mapping[str, SourceFile]) -> dict:
         "worlds": list(d.worlds),
         "notes": notes,
         "help": d.help,
-        "rendered": render_text(d, sources).plain,
+        "rendered": render_plain(d, sources),
     }
 
 
@@ -242,12 +280,12 @@ def to_junit(diags: list[Diagnostic], sources: Mapping[str, SourceFile]) -> str:
             case = ET.SubElement(suite, "testcase", name=f"org.commdsl.{d.code}", classname=path or "commdsl")
             case.set("line", str(d.span.line) if d.span else "0")
             failure = ET.SubElement(case, "failure", message=f"{d.code} {d.message}", type=d.severity)
-            failure.text = f"{where}: {render_text(d, sources).plain}"
+            failure.text = f"{where}: {render_plain(d, sources)}"
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, console: Console) -> None:
+def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, console: Writer) -> None:
     """Write diagnostics to the console in one format; the summary line only for human formats."""
     if fmt == "json":
         console.file.write(json.dumps([to_json(d, sources) for d in diags], indent=2) + "\n")
@@ -261,10 +299,15 @@ def emit(diags: list[Diagnostic], sources: Mapping[str, SourceFile], fmt: str, c
     if fmt == "github":
         console.file.write("".join(to_github(d) + "\n" for d in diags))
         return
+    colour = console.color_system is not None and not console.no_color
     for d in diags:
-        if fmt == "concise":
+        if not colour:  # as rich prints it uncoloured: tabs expanded to its 8 columns
+            text = render_concise(d) if fmt == "concise" else render_plain(d, sources)
+            console.file.write(text.expandtabs(8) + "\n")
+        elif fmt == "concise":
+            from rich.text import Text
+
             console.print(Text(render_concise(d)), soft_wrap=True)
         else:
-            colour = console.color_system is not None and not console.no_color
-            console.print(render_text(d, sources, highlight=colour), soft_wrap=True, end="")
+            console.print(render_text(d, sources, highlight=True), soft_wrap=True, end="")
             console.print()

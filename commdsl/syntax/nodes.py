@@ -14,7 +14,11 @@ from commdsl.source import Span
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """The parser builds nodes with `model_construct` (checked by tests/test_parser.py, not at every parse):
+    validating, or even building the validators of, some forty models with their unions costs more than the
+    whole lint of a small program. `defer_build` leaves the validators unbuilt until something validates."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     span: Span
 
 
@@ -346,7 +350,3 @@ def children(e) -> list:
         case Binary():
             return [e.left, e.right]
     return []
-
-
-for _model in (Attr, Call, Slice, Index, Unary, Binary, For, Branch, On, Batch, Module):
-    _model.model_rebuild()

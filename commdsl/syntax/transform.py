@@ -38,7 +38,7 @@ class _ToAst(Transformer):
         return self.source.span(tok.start_pos, tok.end_pos)
 
     def _ident(self, tok: Token) -> n.Ident:
-        return n.Ident(span=self._tok(tok), name=str(tok))
+        return n.Ident.model_construct(span=self._tok(tok), name=str(tok))
 
     def _int(self, tok: Token) -> int:
         """An integer literal; every value commdsl computes with is an int64, so a literal must fit one."""
@@ -57,51 +57,53 @@ class _ToAst(Transformer):
     # top level -----------------------------------------------------------------------------------
     def start(self, meta, *stmts):
         span = self._span(meta) if not meta.empty else self.source.span(0, 0)
-        return n.Module(span=span, body=tuple(stmts))
+        return n.Module.model_construct(span=span, body=tuple(stmts))
 
     def suite(self, meta, *stmts):
         return tuple(stmts)
 
     def program_decl(self, meta, name):
-        return n.ProgramDecl(span=self._span(meta), name=str(name))
+        return n.ProgramDecl.model_construct(span=self._span(meta), name=str(name))
 
     def world_one(self, meta, size):
-        return n.WorldDecl(span=self._span(meta), sizes=(self._int(size),))
+        return n.WorldDecl.model_construct(span=self._span(meta), sizes=(self._int(size),))
 
     def world_range(self, meta, lo, hi):
-        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), hi=self._int(hi))
+        return n.WorldDecl.model_construct(span=self._span(meta), lo=self._int(lo), hi=self._int(hi))
 
     def world_open(self, meta, lo):
-        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), open=True)
+        return n.WorldDecl.model_construct(span=self._span(meta), lo=self._int(lo), open=True)
 
     def world_list(self, meta, *sizes):
-        return n.WorldDecl(span=self._span(meta), sizes=tuple(self._int(s) for s in sizes))
+        return n.WorldDecl.model_construct(span=self._span(meta), sizes=tuple(self._int(s) for s in sizes))
 
     def backend_decl(self, meta, *names):
-        return n.BackendDecl(span=self._span(meta), names=tuple(self._ident(t) for t in names))
+        return n.BackendDecl.model_construct(span=self._span(meta), names=tuple(self._ident(t) for t in names))
 
     def param_decl(self, meta, name, default):
-        return n.ParamDecl(span=self._span(meta), name=str(name), default=default)
+        return n.ParamDecl.model_construct(span=self._span(meta), name=str(name), default=default)
 
     def tensor_decl(self, meta, name, dtype, *rest):
         *shape, init = rest
         shape = tuple(s for s in shape if s is not None)
-        return n.TensorDecl(span=self._span(meta), name=str(name), dtype=self._ident(dtype), shape=shape, init=init)
+        return n.TensorDecl.model_construct(
+            span=self._span(meta), name=str(name), dtype=self._ident(dtype), shape=shape, init=init
+        )
 
     def group_list(self, meta, name, *members):
-        return n.GroupDecl(span=self._span(meta), name=str(name), members=tuple(members))
+        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=tuple(members))
 
     def group_split(self, meta, name, key):
-        return n.GroupDecl(span=self._span(meta), name=str(name), split_key=key)
+        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), split_key=key)
 
     def mesh_decl(self, meta, name, *dims):
-        return n.MeshDecl(span=self._span(meta), name=str(name), dims=tuple(dims))
+        return n.MeshDecl.model_construct(span=self._span(meta), name=str(name), dims=tuple(dims))
 
     def mesh_dim(self, meta, name, size):
-        return n.MeshDim(span=self._span(meta), name=str(name), size=size)
+        return n.MeshDim.model_construct(span=self._span(meta), name=str(name), size=size)
 
     def let_stmt(self, meta, name, value):
-        return n.Let(span=self._span(meta), name=str(name), value=value)
+        return n.Let.model_construct(span=self._span(meta), name=str(name), value=value)
 
     # statements ----------------------------------------------------------------------------------
     def assign_stmt(self, meta, target, op, value):
@@ -126,14 +128,18 @@ class _ToAst(Transformer):
                         help=f"use `i{word}` for a request you `wait` on later",
                     )
                 )
-            return value.model_copy(update={"handle": n.Ident(span=target.span, name=target.id), "span": span})
-        return n.Assign(span=span, target=target, op=str(op), value=value)
+            return value.model_copy(
+                update={"handle": n.Ident.model_construct(span=target.span, name=target.id), "span": span}
+            )
+        return n.Assign.model_construct(span=span, target=target, op=str(op), value=value)
 
     def comm_stmt(self, meta, op):
         return op
 
     def _p2p(self, cls, meta, buffer, peer, tag, group, blocking):
-        return cls(span=self._span(meta), buffer=buffer, peer=peer, tag=tag, group=group, blocking=blocking)
+        return cls.model_construct(
+            span=self._span(meta), buffer=buffer, peer=peer, tag=tag, group=group, blocking=blocking
+        )
 
     def send_op(self, meta, buffer, peer, tag, group):
         return self._p2p(n.Send, meta, buffer, peer, tag, group, True)
@@ -151,10 +157,12 @@ class _ToAst(Transformer):
         return expr
 
     def group_ref(self, meta, name, dim):
-        return n.GroupRef(span=self._span(meta), name=str(name), dim=str(dim) if dim is not None else None)
+        return n.GroupRef.model_construct(
+            span=self._span(meta), name=str(name), dim=str(dim) if dim is not None else None
+        )
 
     def redop(self, meta, name, scale):
-        return n.RedOp(span=self._span(meta), name=self._ident(name), scale=scale)
+        return n.RedOp.model_construct(span=self._span(meta), name=self._ident(name), scale=scale)
 
     def splits(self, meta, in_sizes, out_sizes):
         if len(in_sizes) != len(out_sizes):
@@ -182,75 +190,75 @@ class _ToAst(Transformer):
         kind = KINDS.get(data.removesuffix("_op")) if data.endswith("_op") else None
         if kind is None:
             return super().__default__(data, children, meta)
-        return n.Collective(span=self._span(meta), op=kind.name, **kind.statement(*children))
+        return n.Collective.model_construct(span=self._span(meta), op=kind.name, **kind.statement(*children))
 
     def wait_handles(self, meta, *names):
-        return n.Wait(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
+        return n.Wait.model_construct(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
 
     def wait_all(self, meta):
-        return n.Wait(span=self._span(meta), all=True)
+        return n.Wait.model_construct(span=self._span(meta), all=True)
 
     def expect_stmt(self, meta, cond):
-        return n.Expect(span=self._span(meta), cond=cond)
+        return n.Expect.model_construct(span=self._span(meta), cond=cond)
 
     def print_stmt(self, meta, *views):
-        return n.Print(span=self._span(meta), views=tuple(views))
+        return n.Print.model_construct(span=self._span(meta), views=tuple(views))
 
     def _block(self, meta, body) -> Span:
         """A compound statement ends with its last statement, not with the blank and comment lines after it."""
         return self.source.span(meta.start_pos, body[-1].span.end)
 
     def for_stmt(self, meta, var, lo, hi, body):
-        return n.For(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
+        return n.For.model_construct(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
 
     def on_stmt(self, meta, cond, body, *rest):
         *elifs, orelse = rest
-        first = n.Branch(span=self._block(meta, body), cond=cond, body=body)
+        first = n.Branch.model_construct(span=self._block(meta, body), cond=cond, body=body)
         last = orelse or (elifs[-1].body if elifs else body)
-        return n.On(span=self._block(meta, last), branches=(first, *elifs), orelse=orelse or ())
+        return n.On.model_construct(span=self._block(meta, last), branches=(first, *elifs), orelse=orelse or ())
 
     def else_on(self, meta, cond, body):
-        return n.Branch(span=self._block(meta, body), cond=cond, body=body)
+        return n.Branch.model_construct(span=self._block(meta, body), cond=cond, body=body)
 
     def else_(self, meta, body):
         return body
 
     def batch_stmt(self, meta, body):
-        return n.Batch(span=self._block(meta, body), body=body)
+        return n.Batch.model_construct(span=self._block(meta, body), body=body)
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
-        return n.IntLit(span=self._tok(tok), value=self._int(tok))
+        return n.IntLit.model_construct(span=self._tok(tok), value=self._int(tok))
 
     def float_lit(self, meta, tok):
-        return n.FloatLit(span=self._tok(tok), value=float(tok))
+        return n.FloatLit.model_construct(span=self._tok(tok), value=float(tok))
 
     def true_lit(self, meta):
-        return n.BoolLit(span=self._span(meta), value=True)
+        return n.BoolLit.model_construct(span=self._span(meta), value=True)
 
     def false_lit(self, meta):
-        return n.BoolLit(span=self._span(meta), value=False)
+        return n.BoolLit.model_construct(span=self._span(meta), value=False)
 
     def name(self, meta, tok):
-        return n.Name(span=self._tok(tok), id=str(tok))
+        return n.Name.model_construct(span=self._tok(tok), id=str(tok))
 
     def attr(self, meta, value, name):
-        return n.Attr(span=self._span(meta), value=value, attr=str(name))
+        return n.Attr.model_construct(span=self._span(meta), value=value, attr=str(name))
 
     def call(self, meta, func, *args):
-        return n.Call(span=self._span(meta), func=func, args=tuple(a for a in args if a is not None))
+        return n.Call.model_construct(span=self._span(meta), func=func, args=tuple(a for a in args if a is not None))
 
     def slice(self, meta, value, lo, hi):
-        return n.Slice(span=self._span(meta), value=value, lo=lo, hi=hi)
+        return n.Slice.model_construct(span=self._span(meta), value=value, lo=lo, hi=hi)
 
     def index(self, meta, value, idx):
-        return n.Index(span=self._span(meta), value=value, index=idx)
+        return n.Index.model_construct(span=self._span(meta), value=value, index=idx)
 
     def unary(self, meta, op, operand):
-        return n.Unary(span=self._span(meta), op=str(op), operand=operand)
+        return n.Unary.model_construct(span=self._span(meta), op=str(op), operand=operand)
 
     def not_(self, meta, operand):
-        return n.Unary(span=self._span(meta), op="not", operand=operand)
+        return n.Unary.model_construct(span=self._span(meta), op="not", operand=operand)
 
     def _chain(self, meta, items, op=None):
         """Fold `a op b op c` left-associatively; `op` given for keyword operators (and/or)."""
@@ -268,7 +276,7 @@ class _ToAst(Transformer):
                 text.count("(", meta.start_pos, end) > text.count(")", meta.start_pos, end) and text.find(")", end) >= 0
             ):
                 end = text.find(")", end) + 1
-            left = n.Binary(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
+            left = n.Binary.model_construct(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
         return left
 
     def arith(self, meta, *items):
@@ -287,7 +295,7 @@ class _ToAst(Transformer):
         return self._chain(meta, [x for pair in zip(items, ["and"] * len(items)) for x in pair][:-1])
 
     def power(self, meta, base, exponent):
-        return n.Binary(span=self._span(meta), op="**", left=base, right=exponent)
+        return n.Binary.model_construct(span=self._span(meta), op="**", left=base, right=exponent)
 
 
 MAX_NESTING = 100
