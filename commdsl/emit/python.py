@@ -251,9 +251,7 @@ class _Writer:
         consts += [KINDS[k].python_prelude for k in sorted(self.preludes) if KINDS[k].python_prelude]
         if self.waits_all:
             consts.append("pending = []  # requests not waited for yet: what `wait all` waits for")
-        helpers = [_HELPERS[h] for h in _HELPERS if h in self.helpers]
-        if "expect" in self.helpers or "fmt" in self.helpers:
-            helpers.append(_SAY)
+        helpers = [_HELPERS[h] for h in _HELPERS if h in self.helpers] + [_SAY]
         tail = ["", "", 'if __name__ == "__main__":', "    main()", ""]
         return "\n".join(head + imports + consts + [""] + helpers + [""] + main + tail)
 
@@ -296,21 +294,16 @@ class _Writer:
             self.group(g)
         for t in self.p.tensors:
             self.tensor(t)
-        outputs = self.uses(n.Expect) or self.uses(n.Print)
-        if outputs:
-            emit(1, "printed, failures = [], []")
-        body_start = len(self.lines)
+        emit(1, "printed, failures = [], []")
         self.block(self.p.body, 1, _Scope(parent=self.top))
-        if len(self.lines) == body_start:
-            emit(1, "pass")
         emit(1, "# no closing barrier: a rank ends when its program does, as the program by itself would")
         emit(1, "dist.destroy_process_group()")
-        if outputs:
-            emit(1, "for text in printed + failures:")
-            emit(2, 'say(f"rank {rank}: {text}")')
-            emit(1, 'verdict = "every expect holds" if not failures else f"{len(failures)} expect(s) failed"')
-            emit(1, 'say(f"rank {rank}: {verdict}")')
-            emit(1, "sys.exit(1 if failures else 0)")
+        # each rank says how it ended, with no expects too: a script that ends says so
+        emit(1, "for text in printed + failures:")
+        emit(2, 'say(f"rank {rank}: {text}")')
+        emit(1, 'verdict = "every expect holds" if not failures else f"{len(failures)} expect(s) failed"')
+        emit(1, 'say(f"rank {rank}: {verdict}")')
+        emit(1, "sys.exit(1 if failures else 0)")
         return self.lines
 
     def default_text(self, p: n.ParamDecl) -> str:
@@ -325,10 +318,9 @@ class _Writer:
             return ""
         if w.sizes:
             return f"world not in ({', '.join(map(str, w.sizes))}{',' if len(w.sizes) == 1 else ''})"
-        return f"world < {w.lo}" if w.open else f"not {w.lo} <= world <= {w.hi}"
-
-    def uses(self, kind) -> bool:
-        return any(isinstance(s, kind) for s in _statements(self.p.body))
+        if w.open:
+            return f"world < {w.lo}" if w.lo > 1 else ""  # `world 1..`: every size
+        return f"not {w.lo} <= world <= {w.hi}"
 
     def emit(self, depth: int, code: str, line: int | None = None, mark: bool = False) -> None:
         """One line of code; `line`: the source line it comes from, whose comment it carries (and its number when
