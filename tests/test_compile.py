@@ -197,6 +197,9 @@ expect z == (rank == 0) * 5 + (rank != 0) * (-4 + 0.5 + 1.5)
 let w = k * 10                                     # the outer `k` again
 z = w + min(x, 1) - max(i, 3) + abs(x)
 q += 0.75                                          # computed in float, stored truncated
+q += 2                                             # in place: an integer literal into an integer tensor
+z += half                                          # in place: a number into a float tensor
+x[0:2] -= rank / 4
 x[1:3] = x[0:2]                                    # overlapping views
 y = y * (b + 1)
 batch:
@@ -228,6 +231,9 @@ def test_integer_semantics_scopes_and_views_match_the_simulator(tmp_path, capfd,
     code, text = compile_to(tmp_path, str(prog))
     assert code == 0, capfd.readouterr()
     assert "    k_ = 5  # shadows the outer `k` in this block only" in text
+    assert "    q.copy_(q + 0.75)  # computed in float, stored truncated" in text
+    assert "    q += 2  # in place: an integer literal into an integer tensor" in text
+    assert "    x[0:2].sub_(div(rank, 4))" in text
     proc = torchrun(tmp_path / "out.py", world, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = printed(proc.stdout)

@@ -223,7 +223,7 @@ class _Writer:
             *[_text(c) for c in self.file_comment()],
             *([""] if self.file_comment() else []),
             f"Run it with:  torchrun --nproc-per-node N {_text(shlex.quote(script))}"
-            + "".join(f" [--{_text(p.name)} VALUE]" for p in self.p.params),
+            + "".join(f" [--set {_text(p.name)}=VALUE]" for p in self.p.params),
             f"N is one of the world sizes the program declares ({self.p.describe_world() if w else 'any'})."
             + (" `commdsl compile` checked the program first" if checked else " `commdsl compile --no-check` wrote it")
             + (f", with {_text(_params_text(self.params))}." if self.params else "."),
@@ -240,7 +240,8 @@ class _Writer:
         imports += ["from torch.distributed.device_mesh import init_device_mesh"] * ("mesh" in self.imports)
         consts = ["", f'BACKEND = "{self.backend}"']
         if self.params:
-            consts.append(f"PARAMS = ({''.join(_string(p.name) + ', ' for p in self.p.params).rstrip(' ')})")
+            names = [_string(p.name) for p in self.p.params]
+            consts.append(f"PARAMS = ({', '.join(names)}{',' if len(names) == 1 else ''})")
             defaults = ", ".join(f"{p.name}={self.default_text(p)}" for p in self.p.params)
             consts.append("SET_HELP = " + _string("params, with their defaults: " + defaults))
             consts.append(f"CHECKED = {{{', '.join(f'{_string(k)}: {_number(v)}' for k, v in self.params.items())}}}"
@@ -459,13 +460,18 @@ class _Writer:
             else:
                 self.emit(depth, f"{target}.copy_({self.elem(value, scope, target)})", line)
             return
-        if (
-            s.op in _IN_PLACE
-            and _is_view(value, scope, self.ndim)
-            and _tensor_of(value) != _tensor_of(s.target)
-            and self.dtype[_tensor_of(value)] == self.dtype[_tensor_of(s.target)]
-        ):  # as the runtime: in place, no temporaries
-            self.emit(depth, f"{target}.{_IN_PLACE[s.op]}({self.view(value, scope)})", line)
+        tensor = _tensor_of(s.target)
+        same_kind = (  # where computing in place stores what the runtime's compute-and-copy stores
+            _is_view(value, scope, self.ndim)
+            and _tensor_of(value) != tensor
+            and self.dtype[_tensor_of(value)] == self.dtype[tensor]  # the runtime's own in-place case
+            or not _reads_elements(value, scope, self.ndim)
+            and (self.dtype[tensor] in TOLERANCE or isinstance(value, n.IntLit) and self.dtype[tensor] != "bool")
+        )  # a number into a float tensor, or an integer literal into an integer one: no promotion to undo
+        if s.op in _IN_PLACE and same_kind:
+            rhs = self.elem(value, scope, target)
+            named = isinstance(s.target, n.Name)  # `x += y`; a view as `x.tensor_split(p)[k].add_(y)`
+            self.emit(depth, f"{target} {s.op} {rhs}" if named else f"{target}.{_IN_PLACE[s.op]}({rhs})", line)
             return
         op = s.op[:-1]
         rhs = self.elem(value, scope, target, _PREC[op] + 1)
