@@ -10,7 +10,7 @@ examples in docs/api.md::
     script = commdsl.compile(program, world=4)                 # the torch.distributed script
     outcome = commdsl.run(program, nproc=4)                    # real processes, judged
 
-`Program` has the same verbs as methods: `program.check()`, `.simulate(world)`, `.compile(world)`, `.run(nproc)`.
+`Program` has the same verbs as methods: `program.check()`, `.simulate(world)`, `.compile()`, `.run(nproc)`.
 """
 
 from __future__ import annotations
@@ -50,17 +50,20 @@ def check(program, worlds=None, backends=None, params=None, lints: bool = False)
     return check_program(program, options)
 
 
-def compile(program, world: int, params=None, backend: str | None = None, check: bool = True) -> str:
-    """The standalone torch.distributed script of `program` at `world` ranks (what `commdsl compile` writes);
-    CommdslError when the program does not expand there, or the checks find errors and `check` is set."""
+def compile(program, world: int | None = None, params=None, backend: str | None = None, check: bool = True) -> str:
+    """The standalone torch.distributed script of `program` (what `commdsl compile` writes): one script for every
+    world size it declares, which reads `rank`, `world` and the params at run time. CommdslError when the checks
+    find errors (at `world`, else at every declared size) and `check` is set, or a param is wrong."""
     from commdsl.emit.python import emit_python
-    from commdsl.runtime.prepare import prepare
 
     backend = backend or program.backends[0]
-    prepared = prepare(program, world, dict(params or {}), backend)
-    if prepared.errors and check:
-        raise CommdslError(prepared.errors)
-    return emit_python(prepared.schedule, program.source, backend, "out.py")
+    if check:
+        worlds = (world,) if world else None
+        found = check_program(program, CheckOptions(worlds=worlds, backends=(backend,), params=dict(params or {})))
+        errors = [d for d in found if d.severity == "error"]
+        if errors:
+            raise CommdslError(errors)
+    return emit_python(program, backend, "out.py", check, params)
 
 
 def run(program, nproc: int, params=None, backend: str = "auto", timeout: float = 60.0, check: bool = True):

@@ -74,7 +74,7 @@ class Program(BaseModel):
 
         return commdsl.simulate(commdsl.expand(self, world, params))
 
-    def compile(self, world: int, **options) -> str:
+    def compile(self, world: int | None = None, **options) -> str:
         import commdsl
 
         return commdsl.compile(self, world, **options)

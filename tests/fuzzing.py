@@ -53,7 +53,7 @@ from commdsl.diagnostics import CommdslError  # noqa: E402
 from commdsl.diagnostics.render import emit  # noqa: E402
 from commdsl.emit.fmt import format_source  # noqa: E402
 from commdsl.emit.graph import DiagramTooLarge, build, to_dot, to_mermaid  # noqa: E402
-from commdsl.emit.python import ScriptTooLarge, emit_python  # noqa: E402
+from commdsl.emit.python import emit_python  # noqa: E402
 from commdsl.expand import expand  # noqa: E402
 from commdsl.files import MAX_PROGRAM_BYTES  # noqa: E402
 from commdsl.limits import memory_problem  # noqa: E402
@@ -342,7 +342,7 @@ def exercise(data: bytes | str) -> dict[str, str]:
         try:
             _timed(fn, verb)
             outcome[verb] = "ok"
-        except (CommdslError, DiagramTooLarge, ScriptTooLarge) as e:
+        except (CommdslError, DiagramTooLarge) as e:
             if isinstance(e, CommdslError):
                 _render(e.diagnostics, sources)
             outcome[verb] = "diagnostic"
@@ -380,7 +380,7 @@ def exercise(data: bytes | str) -> dict[str, str]:
         outcome.update({v: outcome["sim"] for v in ("compile", "graph")})
         return outcome
     schedule = schedules[0]
-    step("compile", lambda: _compile(program, schedule))
+    step("compile", lambda: _compile(program))
     step("graph", lambda: (lambda d: (to_mermaid(d), to_dot(d)))(build(program, schedule)))
     return outcome
 
@@ -398,8 +398,8 @@ def _sim(program, world, schedules, sources):
     _render(stall_diagnostics(program, result.engine) + data_diagnostics(result), sources)
 
 
-def _compile(program, schedule):
-    script = emit_python(schedule, program.source, program.backends[0], "out.py")
+def _compile(program):
+    script = emit_python(program, program.backends[0], "out.py")
     try:
         ast.parse(script)
     except SyntaxError as e:

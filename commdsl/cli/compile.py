@@ -1,7 +1,9 @@
-"""`commdsl compile FILE --world N --emit python [-o out.py]`: the torch.distributed script a program stands for.
+"""`commdsl compile FILE [--world N] --emit python [-o out.py]`: the torch.distributed script a program stands for.
 
-The program is checked at that world size first, as `run` does, so the script is not a hang waiting
-to happen (`--no-check` compiles anyway, to read what a bad program would do). No torch is imported.
+One script per program, the same text whatever the world size: it reads `rank`, `world` and the params at
+run time. The program is checked first, as `check` does, at every size it declares (or at `--world`, the
+one size you mean to run), so the script is not a hang waiting to happen (`--no-check` compiles anyway, to
+read what a bad program would do). No torch is imported.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ def add_parser(sub):
     p = sub.add_parser(
         "compile",
         help="write the standalone torch.distributed script a program stands for",
-        description="Expand the program at one world size and write it as a standalone, readable "
-        "torch.distributed script that torchrun runs and that checks the expects itself.",
+        description="Write the program as one standalone, readable torch.distributed script that runs at every "
+        "world size the program declares, reads its params from the command line, and checks the expects itself.",
     )
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--world", type=integer("--world", 1), required=True, help="number of ranks the script is for")
+    p.add_argument(
+        "--world", type=integer("--world", 1), help="check at this world size only (default: every declared size)"
+    )
     p.add_argument("--emit", choices=("python",), default="python", help="what to write (default: python)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument(
@@ -51,12 +55,9 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from commdsl.emit.python import ScriptTooLarge, check_script_size, emit_python
-    from commdsl.expand import expand
-    from commdsl.runtime.prepare import prepare
+    from commdsl.checker import CheckOptions, check_program
+    from commdsl.emit.python import emit_python
 
-    if args.world < 1:
-        raise UsageError(f"--world must be at least 1, got {args.world}")
     out, err = consoles(args)
     if args.output:
         try:
@@ -66,27 +67,23 @@ def run(args) -> int:
     loaded = load_one(args.file, args.format, out, err)
     if isinstance(loaded, int):
         return loaded
-    program, source = loaded.programs[0], loaded.sources[args.file]
+    program = loaded.programs[0]
     backend = args.backend or program.backends[0]
     params = parse_sets(args.set)
+    worlds = (args.world,) if args.world else tuple(program.world_sizes())
+    checked = _sizes(worlds)
+    script = os.path.basename(args.output) if args.output else "out.py"
     try:
-        schedule = expand(program, args.world, params)
-        check_script_size(schedule)  # before the check: a script too large to use is not worth checking
-        prepared = prepare(program, args.world, params, backend, schedule=schedule)
+        if args.check:
+            diags = check_program(program, CheckOptions(worlds=worlds, backends=(backend,), params=params))
+            if any(d.severity == "error" for d in diags):
+                print_diagnostics(diags, loaded.sources, args.format, out, err)
+                err.print(f"not compiled: the checks found errors (world sizes {checked}; --no-check compiles anyway)")
+                return EXIT_FINDINGS
+        text = emit_python(program, backend, script, args.check, params)
     except CommdslError as e:
         print_diagnostics(e.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
-    except ScriptTooLarge as e:
-        err.print(
-            f"[bold red]error[/]: {escape(str(e))}; compile a smaller --world or --set smaller params", highlight=False
-        )
-        return EXIT_FAILURE
-    if prepared.errors and args.check:
-        print_diagnostics(prepared.diagnostics, loaded.sources, args.format, out, err)
-        err.print(f"not compiled: the checks found errors at world size {args.world} (--no-check compiles anyway)")
-        return EXIT_FINDINGS
-    script = os.path.basename(args.output) if args.output else "out.py"
-    text = emit_python(prepared.schedule, source, backend, script)
     if not args.output:
         out.file.write(text)
         return EXIT_OK
@@ -95,7 +92,16 @@ def run(args) -> int:
     except FileError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
+    nproc = next((w for w in worlds if w > 1), worlds[0])
+    note = f"checked at world sizes {checked}" if args.check else "not checked"
     err.print(
-        f"wrote {escape(args.output)}: run it with `torchrun --nproc-per-node {args.world} {escape(args.output)}`"
+        f"wrote {escape(args.output)} ({note}): run it with `torchrun --nproc-per-node {nproc} {escape(args.output)}`"
     )
     return EXIT_OK
+
+
+def _sizes(worlds: tuple[int, ...]) -> str:
+    """`2`, `1..16`, or `2, 4, 8`: the sizes as the program's `world` line would write them."""
+    if len(worlds) > 2 and list(worlds) == list(range(worlds[0], worlds[-1] + 1)):
+        return f"{worlds[0]}..{worlds[-1]}"
+    return ", ".join(map(str, worlds))

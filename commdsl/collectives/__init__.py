@@ -5,7 +5,7 @@ be sized for a group (`fit`, used by the expansion: N131), what every member mus
 kind, root, reduce op and dtype (`contribution`, used by the engine and C306), which of its buffers a
 member reads, writes or leaves undefined (`roles`, used by the checker's access rules and the
 simulator), what each member ends with (`apply`, the simulator), the torch call (`torch_call`, the
-runtime, and `python_call`, `commdsl compile`) and nccl-tests' bus-bandwidth factor (`busbw_factor`,
+runtime, and `script_call`, `commdsl compile`) and nccl-tests' bus-bandwidth factor (`busbw_factor`,
 `commdsl bench`). Everything common to all collectives (rendezvous, matching calls into instances,
 the mismatch rules) lives in the engine and the checker, which look kinds up in `KINDS`.
 
@@ -88,7 +88,7 @@ class Kind:
     form: str = ""  # how `commdsl fmt` writes it: {ins} {outs} {root} {redop} {splits} are filled in
     bench: tuple[str, str, str] | None = None  # `commdsl bench --collective`: declarations, statement, measured
     bench_in_place: tuple[str, str, str] | None = None  # the same in one buffer, where torch takes both forms
-    python_prelude: str = ""  # what a generated script defines before calling `python_call`'s function
+    python_prelude: str = ""  # what a generated script defines before calling `script_call`'s function
     rooted: bool = False  # has a root rank: `from ROOT` (it sends) or `to ROOT` (it receives)
     reducing: bool = False  # takes `op REDOP`
     root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
@@ -150,11 +150,11 @@ class Kind:
         `device_ids`: NCCL's device of this rank, for the calls that take it)."""
         raise NotImplementedError  # pragma: no cover
 
-    def python_call(
-        self, op, ins: list[str], outs: list[str], red: str, is_root: bool, size: int
-    ) -> tuple[str, list[str]]:
-        """(function, arguments) of the call in a generated script (`dist.broadcast`, ...); views and the reduce
-        op come as source text."""
+    def script_call(self, node, ins: list[str], outs: list[str], red: str, root: str, size: str, splits):
+        """(function, arguments) of the call in a generated script (`dist.broadcast`, ...). Everything comes as
+        Python source read at run time: the views, the reduce op, the root (a global rank; `rank == root` is how
+        a member knows it is the root), the group's size; `splits` is (in, out) lists of sizes, or None; `node`
+        is the statement (its list forms)."""
         raise NotImplementedError  # pragma: no cover
 
     # ---- bench ----------------------------------------------------------------------------------

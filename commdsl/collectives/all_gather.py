@@ -35,8 +35,8 @@ class AllGather(Kind):
         out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
         return lambda a: dist.all_gather_into_tensor(out, inp, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        if op.outputs_listed:
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        if node.outputs_listed:
             return "dist.all_gather", [f"[{', '.join(outs)}]", ins[0]]
         return "dist.all_gather_into_tensor", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
 

@@ -27,7 +27,7 @@ class AllReduce(Kind):
 
         return lambda a: dist.all_reduce(ins[0], red, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
+    def script_call(self, node, ins, outs, red, root, size, splits):
         return "dist.all_reduce", [ins[0], red]
 
     def busbw_factor(self, world: int) -> float:

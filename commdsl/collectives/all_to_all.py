@@ -167,9 +167,9 @@ class AllToAll(Kind):
             out, inp, osp, isp = outs[0].reshape(-1), ins[0].reshape(-1), None, None
         return lambda a: dist.all_to_all_single(out, inp, osp, isp, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        if op.in_splits:
-            return "dist.all_to_all_single", [outs[0], ins[0], str(list(op.out_splits)), str(list(op.in_splits))]
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        if splits is not None:
+            return "dist.all_to_all_single", [outs[0], ins[0], f"[{', '.join(splits[1])}]", f"[{', '.join(splits[0])}]"]
         return "dist.all_to_all_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
 
     def busbw_factor(self, world: int) -> float:

@@ -24,7 +24,7 @@ class Barrier(Kind):
         kwargs = {"device_ids": device_ids} if device_ids else {}  # NCCL: the device this rank uses
         return lambda a: dist.barrier(group=group, async_op=a, **kwargs)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
+    def script_call(self, node, ins, outs, red, root, size, splits):
         return "dist.barrier", []
 
 

@@ -55,8 +55,8 @@ class Broadcast(Kind):
 
         return lambda a: dist.broadcast(ins[0], op.root, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        return "dist.broadcast", [ins[0], str(op.root)]
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        return "dist.broadcast", [ins[0], root]
 
 
 KIND = Broadcast()

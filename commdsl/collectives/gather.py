@@ -62,15 +62,9 @@ class Gather(Kind):
         parts = (outs if op.outputs_listed else chunks(outs[0], size, ins[0].shape)) if is_root else None
         return lambda a: dist.gather(ins[0], parts, op.root, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        parts = "None"  # only the root receives
-        if is_root:
-            parts = (
-                f"[{', '.join(outs)}]"
-                if op.outputs_listed
-                else f"[p.view_as({ins[0]}) for p in {outs[0]}.view(-1).chunk({size})]"
-            )
-        return "dist.gather", [ins[0], parts, str(op.root)]
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        parts = f"[{', '.join(outs)}]" if node.outputs_listed else f"list({outs[0]}.view({size}, *{ins[0]}.shape))"
+        return "dist.gather", [ins[0], f"{parts} if rank == {root} else None", root]  # only the root receives
 
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world

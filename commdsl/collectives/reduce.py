@@ -31,8 +31,8 @@ class Reduce(Kind):
 
         return lambda a: dist.reduce(ins[0], op.root, red, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        return "dist.reduce", [ins[0], str(op.root), red]
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        return "dist.reduce", [ins[0], root, red]
 
 
 KIND = Reduce()

@@ -55,8 +55,8 @@ class ReduceScatter(Kind):
         "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor"
     )
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        if op.inputs_listed:
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        if node.inputs_listed:
             return "dist.reduce_scatter", [outs[0], f"[{', '.join(ins)}]", red]
         return "reduce_scatter_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)", red]
 

@@ -72,15 +72,9 @@ class Scatter(Kind):
         parts = (ins if op.inputs_listed else chunks(ins[0], size, outs[0].shape)) if is_root else None
         return lambda a: dist.scatter(outs[0], parts, op.root, group=group, async_op=a)
 
-    def python_call(self, op, ins, outs, red, is_root, size):
-        parts = "None"  # only the root sends
-        if is_root:
-            parts = (
-                f"[{', '.join(ins)}]"
-                if op.inputs_listed
-                else f"[p.view_as({outs[0]}) for p in {ins[0]}.view(-1).chunk({size})]"
-            )
-        return "dist.scatter", [outs[0], parts, str(op.root)]
+    def script_call(self, node, ins, outs, red, root, size, splits):
+        parts = f"[{', '.join(ins)}]" if node.inputs_listed else f"list({ins[0]}.view({size}, *{outs[0]}.shape))"
+        return "dist.scatter", [outs[0], f"{parts} if rank == {root} else None", root]  # only the root sends
 
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
