@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.p2p import form
 from commdsl.rules import Rule
-from commdsl.schedule import Collective, Send
+from commdsl.schedule import Batch, Collective, P2PRec, Send
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -94,6 +94,11 @@ class RequestNeverWaited(Rule):
 
 def _unwaited(backend: str, op) -> str:
     """What becomes of an async op nobody waits for, per backend (docs/backend-support.md#async-ops)."""
+    if type(op) is Batch:
+        return (
+            "`batch_isend_irecv` returns its requests without waiting: until they are waited its sends may "
+            "not be through and its receives may not have landed, and a rank that exits first loses them"
+        )
     if backend == "nccl":
         return (
             "on NCCL the op runs on its stream whether waited or not, but nothing orders the rank's later work "
@@ -328,11 +333,12 @@ class BufferInFlight(Rule):
                 continue
             seen.add(key)
             window = ctx.schedule.op_at(w_rec, w_pos)
+            word = w_rec.word if isinstance(w_rec, P2PRec) else _word(window)  # `send` in a batch, as written
             kind = "writes" if race.writes else "reads"
             flight = "receives into" if race.window_writes else "sends from"
-            batched = getattr(w_rec, "batched", False)
+            batched = race.same_batch
             yield cls.diagnostic(
-                f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
+                f"rank {race.rank} {kind} a buffer while `{word}` {flight} it",
                 span=rec.span,
                 label=f"{kind} `{race.tensor}` here",
                 labels=(
@@ -449,4 +455,6 @@ NON_ROOT_AFTER_REDUCE = {
 def _word(op) -> str:
     if type(op) is Collective:
         return op.kind
+    if type(op) is Batch:
+        return "batch"
     return form(type(op) is Send, op.blocking).word
