@@ -297,7 +297,7 @@ def _completions(ops) -> dict[int, int]:
 
 
 def _done(ops, op, index: int, waits: dict[int, int]) -> float:
-    if op.req is None or type(ops[index]) is Batch:
+    if op.req is None or (type(ops[index]) is Batch and ops[index].blocking):
         return index
     return waits.get(op.req, NEVER)
 

@@ -204,6 +204,7 @@ class _Rank:
 
     def __init__(self, schedule: Schedule, source: SourceFile, rank: int, names: dict[str, str]):
         self.s, self.source, self.rank, self.names = schedule, source, rank, names
+        self.batches: set[int] = set()  # requests of batches bound to a handle: each a list of works
         self.specs: dict[str, TensorSpec] = schedule.tensors[rank]
         self.lines: list[str] = []
 
@@ -351,16 +352,22 @@ class _Rank:
             return [self.p2p(op)]
         if isinstance(op, Batch):
             lines = ["for work in dist.batch_isend_irecv(["]
+            if op.req is not None:  # bound to a handle: its list of works is waited later
+                self.batches.add(op.req)
+                lines = [f"r{int(op.req)} = dist.batch_isend_irecv(["]
             for o in op.ops:
                 fn = form(isinstance(o, Send), o.blocking).batched.torch_name
                 lines.append(
                     f"    dist.P2POp(dist.{fn}, {self.view(o.view)}, {int(o.peer)}, {self.group(o.group)}, "
                     f"{int(o.tag)}),  # line {o.span.line}: {self.text(o.span.line)}"
                 )
-            lines += ["]):", "    work.wait()"]
+            lines += ["])"] if op.req is not None else ["]):", "    work.wait()"]
             return lines
         if isinstance(op, Wait):
-            return [f"r{int(r)}.wait()" for r in op.reqs]
+            lines = []
+            for r in op.reqs:
+                lines += [f"for work in r{int(r)}:", "    work.wait()"] if r in self.batches else [f"r{int(r)}.wait()"]
+            return lines
         if isinstance(op, Collective):
             return [self.collective(op)]
         raise ValueError(f"unknown op {type(op).__name__}")
