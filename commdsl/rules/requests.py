@@ -83,11 +83,13 @@ class RequestNeverWaited(Rule):
                 continue
             seen.add(rid)
             rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
+            posted = ", ".join(f"{k} = {v}" for k, v in op.bindings)  # which slot of an array of handles
             yield cls.diagnostic(
                 f"the request of `{_word(op)}` on rank {rank} is never waited",
                 span=op.span,
                 label="never waited",
-                notes=(Note(message=_unwaited(ctx.backend, op)),),
+                notes=((Note(message=f"the one posted at {posted}"),) if posted else ())
+                + (Note(message=_unwaited(ctx.backend, op)),),
                 help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends",
             )
 
