@@ -22,8 +22,9 @@ class RequestNeverWaited(Rule):
 
     ## What it does
 
-    Reports an async op (`isend`, `irecv`, or a collective bound to a handle) whose request is never
-    waited, neither by `wait h` nor by `wait all`.
+    Reports an async op (`isend`, `irecv`, a collective or a batch bound to a handle) whose request is never
+    waited, neither by `wait h` nor by `wait all`. For a handle bound in a loop (`h[k] = isend ...`), the
+    note names the loop values of the request left in flight.
 
     ## Why is this bad?
 
@@ -129,9 +130,10 @@ class RequestWaitedTwice(Rule):
 
     ## What it does
 
-    Reports a point-to-point request waited a second time on Gloo: `wait h` after `h`, bound to an `isend`
-    or `irecv`, was already waited (by `wait h` or by `wait all`) and not reassigned since. (A second wait
-    on a collective's request, or on any request on NCCL, does nothing: that is `R505`.)
+    Reports a point-to-point request waited a second time on Gloo: `wait h` after `h`, bound to an `isend`,
+    an `irecv` or a batch, was already waited (by `wait h`, `wait all` or `wait all` of its array) and not
+    reassigned since. (A second wait on a collective's request, or on any request on NCCL, does nothing:
+    that is `R505`.)
 
     ## Why is this bad?
 
@@ -276,7 +278,8 @@ class BufferInFlight(Rule):
 
     Reports a buffer read or written while an async op on it is still in flight: writing a buffer an
     `isend` is sending from, reading or writing one an `irecv` (or an async collective) is writing into,
-    before the request is waited.
+    before the request is waited. The ops of a batch bound to a handle (`b = batch:`) are in flight until
+    `wait b`; two ops of one batch on overlapping elements race too.
 
     ## Why is this bad?
 
