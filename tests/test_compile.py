@@ -55,6 +55,34 @@ def test_collectives_script_prints_like_the_runtime(tmp_path, capfd, no_orphans)
     assert lines == ["rank 0: recvbuf = tensor([0, 2])", "rank 1: recvbuf = tensor([1, 3])"]
 
 
+RING_OVERLAP = """\
+world 4
+tensor x: int64[4] = rank
+tensor tmp: int64[3, 4]
+for s in 1 .. 3:                         # three batches in flight, waited afterwards
+    b[s] = batch:
+        send x to (rank + s) % world tag s
+        recv tmp[s - 1] from (rank - s) % world tag s
+wait b[1]
+wait all b
+expect tmp == (rank - 1 - i // 4) % world
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(180)
+def test_batches_bound_to_handles_compile_to_lists_of_works(tmp_path, capfd, no_orphans):
+    prog = tmp_path / "prog.comm"
+    prog.write_text(RING_OVERLAP)
+    code, text = compile_to(tmp_path, str(prog), 4)
+    assert code == 0
+    assert re.search(r"^    r0 = dist\.batch_isend_irecv\(\[  # line 5: b\[s\] = batch:", text, re.M)
+    assert "    for work in r0:  # line 8: wait b[1]\n        work.wait()\n    for work in r4:  # line 9: wait all b" in text
+    proc = torchrun(tmp_path / "out.py", 4, no_orphans)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "every expect holds" in proc.stdout
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(180)
 def test_failing_expect_makes_the_script_exit_1(tmp_path, capfd, no_orphans):
