@@ -214,6 +214,7 @@ class Clocks(Observer):
 
     def part_done(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
         """One op of each of `reqs` ended at `end` (a request may appear more than once): the latest end so far."""
+        assert self.req_left is not None  # only a schedule with a batch bound to a handle counts parts
         np.subtract.at(self.req_left, reqs, 1)
         for j in np.argsort(end[:, self.k], kind="stable").tolist():  # the latest last: it names the node
             q = int(reqs[j])

@@ -412,6 +412,7 @@ def _batch_waited(call: Call, left: list[int]) -> None:
     if left[0]:
         return
     events = _state().trace.events
+    assert call.req is not None  # a batch that returned works has a request
     if events and events[-1] is call:
         call.req = None
     else:
