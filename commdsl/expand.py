@@ -883,9 +883,12 @@ class Expander:
         """[(which of the ranks, the requests per rank of that slot)] for a slot that may differ by rank."""
         if not is_vec(slot):
             return [(slice(None), self.handles.setdefault((name, slot), np.full(self.W, -1, dtype=np.int64)))]
+        values, inverse = np.unique(slot, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")  # the ranks of each slot together: linear, not ranks × slots
+        cuts = np.cumsum(np.bincount(inverse, minlength=values.size))[:-1]
         return [
-            (slot == u, self.handles.setdefault((name, u), np.full(self.W, -1, dtype=np.int64)))
-            for u in np.unique(slot).tolist()
+            (which, self.handles.setdefault((name, u), np.full(self.W, -1, dtype=np.int64)))
+            for u, which in zip(values.tolist(), np.split(order, cuts))
         ]
 
     def track(self, handle: n.HandleRef | None, slot, A, req: np.ndarray) -> None:
