@@ -352,3 +352,19 @@ def test_a_failure_on_the_right_of_and_names_the_rank_it_fails_on():
         expand(program(text), 3)
     [d] = e.value.diagnostics
     assert d.code == "N122" and d.span == span_of(text, "4 // (rank - 1)") and "on rank 1" in str(d.notes)
+
+
+def test_slots_of_an_array_of_handles_differ_by_rank():
+    """`h[(rank + k) % 3]`: each rank fills the slots in its own order; `wait h[j]` takes, on every rank, the
+    request its slot j holds, and `wait all h` what is left of them."""
+    text = ("world 3\ntensor x: float32[3, 2] = rank\ntensor y: float32[3, 2]\nfor k in 0 .. 2:\n"
+            "    h[(rank + k) % 3] = isend x[k] to (rank + 1) % world tag k\n"
+            "    recv y[k] from (rank - 1) % world tag k\nwait h[0]\nwait all h\n")
+    s = expand(program(text), 3)
+    for rank in range(3):
+        ops = s.ops[rank]
+        sends = [op for op in ops if isinstance(op, Send)]
+        first, rest = [op for op in ops if isinstance(op, Wait)]
+        k = (0 - rank) % 3  # the step that bound slot 0 on this rank
+        assert first.reqs == (sends[k].req,)
+        assert sorted(rest.reqs) == sorted(op.req for j, op in enumerate(sends) if j != k)

@@ -245,9 +245,10 @@ class _Events:
 
     def when(self, rank: int, rid: int, via: int, req: int) -> tuple[int, float]:
         """(index at which the rank posts an op, index by which it has completed: itself if blocking or in a
-        `batch`, else its first `wait`)."""
+        `batch`, else its first `wait`; the ops of a batch bound to a handle share its request, so they complete
+        at the `wait` of the batch)."""
         posted = int(np.searchsorted(self.sequences[rank], via))
-        if req < 0 or via != rid:
+        if req < 0:
             return posted, posted
         waited = int(self.outcome.req_waited[req])
         if waited < 0:
@@ -281,7 +282,7 @@ class _Events:
         rank, rec, via, req = rows.rank[keep], rows.rec[keep], rows.via[keep], rows.req[keep]
         posted = _index_in(self.sequences, rank, via)
         done = posted.astype(np.float64)
-        late = np.flatnonzero((req >= 0) & (via == rec))
+        late = np.flatnonzero(req >= 0)  # async ops and the ops of batches bound to a handle
         waited = self.outcome.req_waited[req[late]]
         done[late[waited < 0]] = NEVER
         late, waited = late[waited >= 0], waited[waited >= 0]

@@ -393,7 +393,8 @@ class HandleNotAssigned(Rule):
     ## What it does
 
     Reports a `wait h` on a rank that never assigned `h` before that point, typically because the async
-    op is inside `on rank == 0:` while the `wait` is outside it.
+    op is inside `on rank == 0:` while the `wait` is outside it; likewise `wait h[k]` for a slot of an
+    array of handles the rank never assigned, and `wait b` on a rank that has no op in the batch `b`.
 
     ## Why is this bad?
 
