@@ -391,6 +391,21 @@ def test_collectives_at_once_share_a_shared_bus():
     assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(2 * 10e-6 + 4 * n / 1e9)
 
 
+LOCAL = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n] = 2\nx += y\n"
+
+
+def test_local_ops_on_a_shared_host_share_its_memory():
+    """Every rank of a `shared_node` host adds at once: each gets its share of the memory bandwidth (1 GB/s
+    here); with a node per rank each has it all."""
+    n = 1 << 20
+    shared = parse(SourceFile("t.toml", "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1\n[intra]\n"
+                                        "alpha_us = 1\nbandwidth_gbps = 1\n"))
+    assert seconds(LOCAL, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9)
+    alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
+                                       "bandwidth_gbps = 1\n"))
+    assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)
+
+
 def test_mangled_topology_files_give_diagnostics_never_a_traceback():
     """200 random edits of a preset (bytes dropped, doubled, replaced): each parses or is N136 with a span."""
     rng = np.random.default_rng(17)

@@ -2,7 +2,8 @@
 
 The engine decides what happens (which send meets which receive, which calls make a collective, who
 waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
-world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth; a send or
+world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth (on a
+`shared_node` host, the memory's share of one of its ranks: they compute at once); a send or
 receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
 sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
 its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
@@ -216,6 +217,9 @@ class Clocks(Observer):
         nodes = int(self.node[-1]) + 1 if W else 0
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
+        self.memory_bps = topo.memory_bps
+        if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
+            self.memory_bps /= min(rpn, W)
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
         self.k = track if track is not None else sizes - 1
@@ -305,7 +309,7 @@ class Clocks(Observer):
         if self.track:
             start = self.T[ix, self.k].copy()
         t = _rows(self.T, ix)
-        t += self.whole(b / self.topo.memory_bps, t.shape) if b.ndim == 1 else b / self.topo.memory_bps
+        t += self.whole(b / self.memory_bps, t.shape) if b.ndim == 1 else b / self.memory_bps
         if not isinstance(ix, slice):
             _set_rows(self.T, ix, t)
         if self.track:
