@@ -51,6 +51,7 @@ def run(path: str, world: int, sizes: str, root: Path = ROOT) -> tuple[float, fl
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)
+        os.chdir(root)  # `python -m` puts the working directory first on the path
         os.execvpe(cmd[0], cmd, env)
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
