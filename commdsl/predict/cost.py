@@ -22,7 +22,7 @@ so the world-4096 ring is one engine run, not eight, each step one messages × s
 operation. What does not depend on the size is worked out once per message pattern (`Route`: links,
 ports, and each index into the clocks as a slice or a permuted run where it is one, so most updates are
 in place rather than gathered and scattered), and per-size constants are added as whole arrays (numpy
-broadcasts a row of 8 sizes several times slower). A ring step is then about a dozen array operations.
+broadcasts a row of 8 sizes several times slower). A ring step is then about fifteen array operations.
 
 The critical path is kept for one size, as a chain of nodes (one per op or matched pair, each pointing
 at the node its start waited for), when the schedule has at most `PATH_MAX_OPS` ops.
