@@ -14,6 +14,7 @@ distinct mistake.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -22,7 +23,14 @@ import numpy as np
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.elementwise import category, integer_division, refusal
-from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_RECORDS, Deadline, time_limit
+from commdsl.limits import (
+    MAX_COLLECTIVE_CALLS,
+    MAX_OPS,
+    MAX_RECORDS,
+    MAX_WHILE_ITERATIONS,
+    Deadline,
+    time_limit,
+)
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
@@ -57,7 +65,21 @@ from commdsl.schedule import (
     elem_reads,
 )
 from commdsl.syntax import nodes as n
-from commdsl.values import Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform
+from commdsl.values import (
+    Failure,
+    as_int,
+    binary,
+    call,
+    fail_all,
+    is_vec,
+    item,
+    log2,
+    merge,
+    sub,
+    truthy,
+    unary,
+    uniform,
+)
 
 MAX_TENSOR_ELEMENTS = 1 << 34
 VIEW_CACHE = 64
@@ -125,6 +147,7 @@ class Expander:
         self.live_rank = np.zeros(0, dtype=np.int64)
         self.free: dict[int, tuple] = {}  # node id → (node, its text, the names it reads)
         self.views: dict[tuple, tuple] = {}  # the most recent views, see `view`
+        self.scopes: list[tuple[set[str], set[str]]] = []  # per open block: its `let`s, outer `let`s it reassigned
         self.compacted: dict[int, tuple] = {}  # array id → (array, its int32 copy), see `compact`
 
     # ---- errors ---------------------------------------------------------------------------------
@@ -313,6 +336,8 @@ class Expander:
                 return unary(e, self.value(e.operand, A, env))
             case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
                 return call(fname, [self.value(a, A, env) for a in e.args])
+            case n.Call(func=n.Name(id="log2")):
+                return log2(e, self.value(e.args[0], A, env))
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -686,37 +711,51 @@ class Expander:
                     f"the program expands to over {MAX_OPS:,} loop steps and ops at world {self.W}",
                     span=node.span,
                     label="this loop pushes it over the limit"
-                    if isinstance(node, n.For)
+                    if isinstance(node, (n.For, n.While))
                     else "this op pushes it over the limit",
                     help="check the loop bounds and params; commdsl expands every rank's ops in memory",
                 )
             )
 
-    def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> None:
+    def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> tuple[np.ndarray, Env, set[str]]:
+        """Run a block; gives its surviving ranks, its final names, and the names of enclosing `let`s it
+        reassigned (what a `while` body hands back to the block around the loop)."""
         env = dict(env)  # `let`s are block-scoped
-        seen = self.deaths
-        for s in stmts:
+        self.scopes.append((set(), set()))
+        try:
+            seen = self.deaths
+            for s in stmts:
+                if self.deaths != seen:
+                    A, env = self.survivors(A, env)
+                    seen = self.deaths
+                if not A.size:
+                    break
+                A, env = self.stmt(s, A, env, bindings)
             if self.deaths != seen:
                 A, env = self.survivors(A, env)
-                seen = self.deaths
-            if not A.size:
-                return
-            self.stmt(s, A, env, bindings)
+        finally:
+            _, reassigned = self.scopes.pop()
+        return A, env, reassigned
 
-    def stmt(self, s, A: np.ndarray, env: Env, bindings: tuple) -> None:
-        """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest."""
+    def stmt(self, s, A: np.ndarray, env: Env, bindings: tuple) -> tuple[np.ndarray, Env]:
+        """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest (whose
+        names, a `let` among them, the block goes on with)."""
         while A.size:
             try:
                 self.run_stmt(s, A, env, bindings)
-                return
+                break
             except Failure as f:
                 self.kill(A, f)
                 A, env = self.survivors(A, env)
+        return A, env
 
     def run_stmt(self, s, A, env, b) -> None:
         match s:
             case n.Let():
                 env[s.name] = self.value(s.value, A, env)
+                self.scopes[-1][0].add(s.name)
+            case n.Assign(target=n.Name(id=name)) if name in env:  # a `let` (resolve allows no other name)
+                self.reassign(s, name, A, env)
             case n.Assign():
                 target = self.view(s.target, A, env)
                 value = self.elem(s.value, A, env, target.shape)
@@ -738,6 +777,8 @@ class Expander:
                 self.wait(s, A, b)
             case n.For():
                 self.loop(s, A, env, b)
+            case n.While():
+                self.while_loop(s, A, env, b)
             case n.On():
                 self.on(s, A, env, b)
             case n.Batch():
@@ -767,6 +808,56 @@ class Expander:
             genv = env if mask.all() else _sub_env(env, mask)
             value = uniform(lo_a[mask] + t)
             self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+
+    def reassign(self, s: n.Assign, name: str, A, env: Env) -> None:
+        """`d = EXPR` or `d <<= EXPR` on a `let`: its value from here to the end of the block that declared it."""
+        value = self.value(s.value, A, env)
+        if s.op != "=":
+            node = n.Binary(span=s.span, op=s.op[:-1], left=s.target, right=s.value)
+            value = binary(node, env[name], value)
+        env[name] = value
+        locals_, reassigned = self.scopes[-1]
+        if name not in locals_:
+            reassigned.add(name)
+
+    def while_loop(self, s: n.While, A, env: Env, b) -> None:
+        """Each iteration runs on the ranks whose condition still holds; the `let`s its body reassigns are
+        written back to this block's names rank by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so
+        a loop whose condition never turns false still ends the check."""
+        looping = np.ones(A.size, dtype=bool)
+        reassigned: set[str] = set()
+        for iteration in itertools.count():
+            looping &= self.alive[A]
+            where = np.flatnonzero(looping)
+            if not where.size:
+                break
+            try:
+                cond = truthy(self.value(s.cond, A[where], _sub_env(env, where)))
+            except Failure as f:
+                self.kill(A[where], f)
+                continue
+            looping[where] = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
+            where = np.flatnonzero(looping)
+            if not where.size:
+                break
+            if iteration == MAX_WHILE_ITERATIONS:
+                raise fail_all(
+                    ExpansionTooLarge.diagnostic(
+                        f"this `while` loop runs over {MAX_WHILE_ITERATIONS:,} iterations at world {self.W}",
+                        span=s.cond.span,
+                        label="still true after that many iterations",
+                        help="reassign a name the condition reads in the loop body, so the condition turns false",
+                    )
+                )
+            if self.deadline.passed():
+                raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
+            self.spend(int(where.size), s)
+            G, genv, names = self.block(s.body, A[where], _sub_env(env, where), b)
+            for name in names:
+                env[name] = merge(env[name], np.searchsorted(A, G), genv[name], A.size)
+            reassigned |= names
+        locals_, outer = self.scopes[-1]
+        outer |= reassigned - locals_
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),

@@ -26,7 +26,23 @@ FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCh
 
 PY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
       "%": operator.mod, "**": operator.pow, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
-      "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+      "<=": operator.le, ">": operator.gt, ">=": operator.ge, "<<": operator.lshift, ">>": operator.rshift,
+      "&": operator.and_, "|": operator.or_, "^": operator.xor}
+INTEGER_OPS = ("<<", ">>", "&", "|", "^")
+
+
+def py_integer(op: str, x, y):
+    """The integer operators: Python's on integers; a float with an integral value counts as that integer, as
+    everywhere an integer is needed; a bool, another float or a negative shift count is N121, and so is a
+    left shift past 4096 bits."""
+    if any(isinstance(v, bool) or isinstance(v, float) and not v.is_integer() for v in (x, y)):
+        return Fails("N121")
+    x, y = int(x), int(y)
+    if op in ("<<", ">>") and y < 0:
+        return Fails("N121")
+    if op == "<<" and x and abs(x).bit_length() + y > 4096:
+        return Fails("N121")
+    return PY[op](x, y)
 
 
 def node(op: str) -> n.Binary:
@@ -49,6 +65,8 @@ def py_binary(op: str, x, y):
         return bool(x and y) if op == "and" else bool(x or y)
     if op == "/" and isinstance(x, int) and isinstance(y, int) and y != 0 and x % y == 0:
         return x // y
+    if op in INTEGER_OPS:
+        return py_integer(op, x, y)
     try:
         value = PY[op](x, y)
     except ZeroDivisionError:

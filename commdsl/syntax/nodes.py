@@ -88,7 +88,7 @@ class Unary(Node):
 
 
 class Binary(Node):
-    """Arithmetic, comparison and boolean operators."""
+    """Arithmetic, integer (`^ & | << >>`), comparison and boolean operators."""
 
     kind: Literal["binary"] = "binary"
     op: str
@@ -172,11 +172,11 @@ class Let(Node):
 
 
 class Assign(Node):
-    """Local compute: `x = expr`, `x.chunk(k, p) += tmp`."""
+    """Local compute: `x = expr`, `x.chunk(k, p) += tmp`; or, when `target` names a `let`, its new value."""
 
     kind: Literal["assign"] = "assign"
     target: Expr
-    op: Literal["=", "+=", "-=", "*=", "/="]
+    op: Literal["=", "+=", "-=", "*=", "/=", "<<=", ">>=", "&=", "|=", "^="]
     value: Expr
 
 
@@ -279,6 +279,14 @@ class For(Node):
     body: tuple[Stmt, ...]
 
 
+class While(Node):
+    """`while cond:` — repeats while `cond` holds on a rank; the body advances it by reassigning a `let`."""
+
+    kind: Literal["while"] = "while"
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
 class Branch(Node):
     kind: Literal["branch"] = "branch"
     cond: Expr
@@ -317,6 +325,7 @@ Stmt = Annotated[
     | Expect
     | Print
     | For
+    | While
     | On
     | Batch,
     Field(discriminator="kind"),
@@ -348,5 +357,5 @@ def children(e) -> list:
     return []
 
 
-for _model in (Attr, Call, Slice, Index, Unary, Binary, For, Branch, On, Batch, Module):
+for _model in (Attr, Call, Slice, Index, Unary, Binary, For, While, Branch, On, Batch, Module):
     _model.model_rebuild()

@@ -203,6 +203,9 @@ class _ToAst(Transformer):
     def for_stmt(self, meta, var, lo, hi, body):
         return n.For(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
 
+    def while_stmt(self, meta, cond, body):
+        return n.While(span=self._block(meta, body), cond=cond, body=body)
+
     def on_stmt(self, meta, cond, body, *rest):
         *elifs, orelse = rest
         first = n.Branch(span=self._block(meta, body), cond=cond, body=body)
@@ -280,6 +283,18 @@ class _ToAst(Transformer):
     def comparison(self, meta, *items):
         return self._chain(meta, items)
 
+    def bit_or(self, meta, *items):
+        return self._chain(meta, items)
+
+    def bit_xor(self, meta, *items):
+        return self._chain(meta, items)
+
+    def bit_and(self, meta, *items):
+        return self._chain(meta, items)
+
+    def shift(self, meta, *items):
+        return self._chain(meta, items)
+
     def or_expr(self, meta, *items):
         return self._chain(meta, [x for pair in zip(items, ["or"] * len(items)) for x in pair][:-1])
 
@@ -293,7 +308,8 @@ class _ToAst(Transformer):
 MAX_NESTING = 100
 """Deepest nesting the passes after the parser take (each recurses once per level): a deeper input is S001."""
 
-_CHAINS = {"arith": 2, "term": 2, "and_expr": 1, "or_expr": 1}  # children per operator: `a + b + c` nests 2 deep
+# children per operator: `a + b + c` nests 2 deep
+_CHAINS = {"arith": 2, "term": 2, "shift": 2, "bit_and": 2, "bit_xor": 2, "bit_or": 2, "and_expr": 1, "or_expr": 1}
 
 
 def _too_deep(tree: Tree) -> Tree | Token | None:
