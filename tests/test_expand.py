@@ -12,7 +12,7 @@ import pytest
 
 from commdsl.diagnostics import CommdslError
 from commdsl.expand import expand
-from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS
+from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_WHILE_ITERATIONS
 from commdsl.resolve import load
 from commdsl.schedule import Batch, Collective, Compute, Recv, Send, Wait
 from commdsl.simulate import initial_value, simulate
@@ -352,3 +352,74 @@ def test_a_failure_on_the_right_of_and_names_the_rank_it_fails_on():
         expand(program(text), 3)
     [d] = e.value.diagnostics
     assert d.code == "N122" and d.span == span_of(text, "4 // (rank - 1)") and "on rank 1" in str(d.notes)
+
+
+# ---- integer operators, log2, while (issue 13) --------------------------------------------------------------
+
+BINOMIAL = """\
+world 1..6
+tensor x: float32[2]
+let mask = 1
+while mask < world:
+    on rank < mask and rank + mask < world:
+        send x to rank ^ mask tag log2(mask)
+    else on rank >= mask and rank < 2 * mask:
+        recv x from rank ^ mask tag log2(mask)
+    mask <<= 1
+let rounds = 0
+let d = rank
+while d > 0:                                  # a per-rank number of iterations: the bits of `rank`
+    rounds += d & 1
+    d >>= 1
+x = rounds
+"""
+
+
+def binomial_by_hand(world: int, r: int) -> list[tuple]:
+    ops, mask = [], 1
+    while mask < world:
+        if r < mask and r + mask < world:
+            ops.append(("send", ("x", 0, (2,)), r ^ mask, mask.bit_length() - 1, None))
+        elif mask <= r < 2 * mask:
+            ops.append(("recv", ("x", 0, (2,)), r ^ mask, mask.bit_length() - 1, None))
+        mask <<= 1
+    return ops + [("=", ("x", 0, (2,)), ("c", bin(r).count("1")))]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_while_runs_each_ranks_own_iterations_and_carries_its_lets(world):
+    s = expand(program(BINOMIAL), world)
+    for r in range(world):
+        assert ops_of(s, r) == binomial_by_hand(world, r), f"rank {r}"
+
+
+@pytest.mark.timeout(60)
+def test_a_while_that_never_ends_is_n133_at_its_condition():
+    text = "world 2\ntensor x: float32[1]\nlet n = 0\nwhile n >= 0:\n    n += 1\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 2)
+    [d] = e.value.diagnostics
+    assert d.code == "N133" and d.span == span_of(text, "n >= 0")
+    assert f"{MAX_WHILE_ITERATIONS:,} iterations" in d.message
+
+
+@pytest.mark.parametrize("text, code, snippet, rank", [
+    ("let s = 1 << (rank - 2)\n", "N121", "rank - 2", 0),          # a negative shift count, named
+    ("let s = log2(rank + 1)\n", "N121", "log2(rank + 1)", 2),     # 3 is not a power of two
+    ("let s = log2(rank - 1)\n", "N121", "log2(rank - 1)", 0),     # nor is -1
+    ("let s = (rank / 2) ^ 1\n", "N121", "rank / 2", 1),           # 0.5: not an integer
+])
+def test_integer_operator_errors_name_the_value_and_the_rank(text, code, snippet, rank):
+    full = "world 4\ntensor x: float32[1]\n" + text
+    with pytest.raises(CommdslError) as e:
+        expand(program(full), 4)
+    [d] = e.value.diagnostics
+    assert (d.code, d.span, d.notes[0].message) == (code, span_of(full, snippet), f"on rank {rank}")
+
+
+def test_a_let_that_stops_some_ranks_keeps_its_value_for_the_rest():
+    """Once a spurious N103 (`a` has no value here) on the ranks that went on."""
+    text = "world 4\ntensor x: float32[1]\nlet a = 6 // (rank - 1)\nx = a\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 4)
+    assert [(d.code, d.notes[0].message) for d in e.value.diagnostics] == [("N122", "on rank 1")]

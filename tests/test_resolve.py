@@ -304,3 +304,43 @@ def test_a_statement_union_validates_from_plain_data():
     with pytest.raises(ValidationError) as info:
         TypeAdapter(n.Stmt).validate_python(data)
     assert info.value.errors()[0]["type"] == "union_tag_invalid"
+
+
+# ---- integer operators, log2 and while (issue 13) ---------------------------------------------------------
+
+
+def where(text: str) -> list[tuple[str, int, int]]:
+    return [(d.code, d.span.line, d.span.column) for d in diagnostics(Case(text, 0, 0))]
+
+
+@pytest.mark.parametrize("body, found", [
+    ("x = rank ^ 1\n", []),                                   # per-rank operands fold to a constant
+    ("x = x.size >> 1 | log2(x.rows)\n", []),                 # `.size` and `.rows` are one number per rank
+    ("x = i ^ 1\n", [("N103", 3, 5)]),                        # `i` varies per element
+    ("x = rank & x\n", [("N103", 3, 12)]),                    # so does a tensor
+    ("x = 1 << log2(i + 1)\n", [("N103", 3, 15)]),
+    ("x ^= 1\n", [("N103", 3, 1)]),                           # no element-wise integer operators
+    ("expect x == (rank << 1) * 0\n", []),
+])
+def test_integer_operators_in_element_expressions(body, found):
+    assert where("world 2\ntensor x: int64[4]\n" + body) == found
+
+
+@pytest.mark.parametrize("body, found", [
+    ("let d = 1\nwhile d < world:\n    d <<= 1\n", []),
+    ("let d = 1\nwhile d < world:\n    while d < 4:\n        d += 1\n    d *= 2\n", []),  # nested whiles
+    ("let d = 1\nd = d + 1\n", []),                                                        # its own block
+    ("let d = 1\non rank == 0:\n    d = 2\n", [("N103", 5, 5)]),
+    ("let d = 1\nfor s in 0 .. 1:\n    d += s\n", [("N103", 5, 5)]),
+    ("let d = 1\nwhile d < 4:\n    on rank == 0:\n        d = 4\n    d += 1\n", [("N103", 6, 9)]),
+    ("let d = 1\non rank == 0:\n    let d = 2\n    d += 1\n", []),                          # a shadowing let
+    ("let d = 1\nbatch:\n    while d < 2:\n        send x to 1 - rank\n        d += 1\n", [("N103", 7, 9)]),
+    ("for s in 0 .. 1:\n    s = 2\n", [("N103", 4, 5)]),                                   # not a let
+])
+def test_where_a_let_can_be_reassigned(body, found):
+    assert where("world 2\ntensor x: float32[4]\n" + body) == found
+
+
+def test_a_reassigned_let_names_its_declaration():
+    (d,) = diagnostics(Case("world 2\nlet d = 1\non rank == 0:\n    d = 2\n", 0, 0))
+    assert "declared outside this `on` block" in d.message and d.notes[0].span.line == 2
