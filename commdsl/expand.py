@@ -791,11 +791,14 @@ class Expander:
         self.spend(int(np.sum(count)) if is_vec(count) else int(count) * int(A.size), s)
         if not is_vec(lo) and not is_vec(hi):
             for value in range(lo, hi + 1):
-                self.block(s.body, A, dict(env, **{s.var: value}), b + ((s.var, value),))
-                if not self.alive[A].all():
-                    A, env = self.survivors(A, env)
-                    if not A.size:
+                alive = self.alive[A]
+                if not alive.all():
+                    if not alive.any():
                         return
+                    G, genv = A[alive], _sub_env(env, alive)
+                else:
+                    G, genv = A, env
+                self.carry(env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, value),)))
             return
         # bounds that differ by rank: iteration t runs lo + t on every rank that has that many
         lo_a = np.broadcast_to(np.asarray(lo), A.shape)
@@ -807,7 +810,20 @@ class Expander:
             G = A if mask.all() else A[mask]
             genv = env if mask.all() else _sub_env(env, mask)
             value = uniform(lo_a[mask] + t)
-            self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+            self.carry(
+                env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+            )
+
+    def carry(self, env: Env, A, G, genv: Env, names: set[str]) -> None:
+        """After a block ran on the ranks G of A: the enclosing `let`s it reassigned take their new values on
+        those ranks (the others keep theirs), and count as reassigned by this block in turn."""
+        if not names:
+            return
+        positions = np.searchsorted(A, G)
+        for name in names:
+            env[name] = merge(env[name], positions, genv[name], A.size)
+        locals_, outer = self.scopes[-1]
+        outer |= names - locals_
 
     def reassign(self, s: n.Assign, name: str, A, env: Env) -> None:
         """`d = EXPR` or `d <<= EXPR` on a `let`: its value from here to the end of the block that declared it."""
@@ -825,7 +841,6 @@ class Expander:
         written back to this block's names rank by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so
         a loop whose condition never turns false still ends the check."""
         looping = np.ones(A.size, dtype=bool)
-        reassigned: set[str] = set()
         for iteration in itertools.count():
             looping &= self.alive[A]
             where = np.flatnonzero(looping)
@@ -852,12 +867,7 @@ class Expander:
             if self.deadline.passed():
                 raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
             self.spend(int(where.size), s)
-            G, genv, names = self.block(s.body, A[where], _sub_env(env, where), b)
-            for name in names:
-                env[name] = merge(env[name], np.searchsorted(A, G), genv[name], A.size)
-            reassigned |= names
-        locals_, outer = self.scopes[-1]
-        outer |= reassigned - locals_
+            self.carry(env, A, *self.block(s.body, A[where], _sub_env(env, where), b))
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),
@@ -881,19 +891,15 @@ class Expander:
         taken.append((s.orelse, np.flatnonzero(rest)))
         for body, where in taken:
             if where.size:
-                self.block(
-                    body,
-                    A if where.size == A.size else A[where],
-                    env if where.size == A.size else _sub_env(env, where),
-                    b,
-                )
+                G, genv = (A, env) if where.size == A.size else (A[where], _sub_env(env, where))
+                self.carry(env, A, *self.block(body, G, genv, b))
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that
         post at least one of them."""
         self.batch = []
         try:
-            self.block(s.body, A, env, b)
+            self.carry(env, A, *self.block(s.body, A, env, b))
             ops = tuple(self.batch)
         finally:
             self.batch = None

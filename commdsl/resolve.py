@@ -118,7 +118,6 @@ class Program(BaseModel):
 class _Scope:
     names: dict[str, tuple[str, n.Node | None]] = field(default_factory=dict)
     parent: _Scope | None = None
-    block: str = ""  # the statement whose body this is (`while`, `for`, `on`, `batch`); "" for the program
 
     def lookup(self, name: str):
         scope = self
@@ -340,7 +339,7 @@ class _Resolver:
             and isinstance(s.target, n.Name)
             and (scope.lookup(s.target.id) or ("",))[0] == "let"
         ):
-            self.check_reassign(s, s.target, scope)
+            self.check_expr(s.value, "static", scope)  # a `let`'s new value, on the ranks that run this line
             return
         if in_batch and isinstance(s, (n.Assign, n.Expect, n.Print)):  # also under a `for` or `on` in the batch
             word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[s.kind]
@@ -396,26 +395,6 @@ class _Resolver:
                     self.check_view(v, scope)
             case n.For() | n.While() | n.On() | n.Batch():
                 self.check_compound(s, scope, in_batch)
-
-    def check_reassign(self, s: n.Assign, target: n.Name, scope: _Scope):
-        """`d = EXPR` or `d <<= 1` on a `let`: in the block that declared it, or in the body of a `while` loop
-        there (loops within loops too), which is how a `while` loop advances. An `on`, `for` or `batch` block
-        in between would give the name different values on the ranks and iterations that ran it and those
-        that did not."""
-        self.check_expr(s.value, "static", scope)
-        inner = scope
-        while target.id not in inner.names:
-            if inner.block != "while":
-                self.error(
-                    WrongKindOfName,
-                    f"`{target.id}` is declared outside this `{inner.block}` block, so it cannot be reassigned here",
-                    target,
-                    label=f"reassigned inside `{inner.block}`",
-                    help="reassign it where it is declared or in a `while` body there, or declare a new `let`",
-                    notes=[n_note("declared here", scope.lookup(target.id)[1])],
-                )
-                return
-            inner = inner.parent
 
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
         self.check_view(s.buffer, scope)
@@ -474,21 +453,21 @@ class _Resolver:
             case n.For():
                 self.check_expr(s.lo, "static", scope)
                 self.check_expr(s.hi, "static", scope)
-                inner = _Scope(parent=scope, block="for")
+                inner = _Scope(parent=scope)
                 self.declare(inner, s.var, "loop", s)
                 self.check_block(s.body, inner, in_batch)
             case n.While():
                 self.check_expr(s.cond, "static", scope)
-                self.check_block(s.body, _Scope(parent=scope, block="while"), in_batch)
+                self.check_block(s.body, _Scope(parent=scope), in_batch)
             case n.On():
                 for br in s.branches:
                     self.check_expr(br.cond, "static", scope)
-                    self.check_block(br.body, _Scope(parent=scope, block="on"), in_batch)
-                self.check_block(s.orelse, _Scope(parent=scope, block="on"), in_batch)
+                    self.check_block(br.body, _Scope(parent=scope), in_batch)
+                self.check_block(s.orelse, _Scope(parent=scope), in_batch)
             case n.Batch():
                 if in_batch:
                     self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
-                self.check_block(s.body, _Scope(parent=scope, block="batch"), True)
+                self.check_block(s.body, _Scope(parent=scope), True)
 
     def check_expect(self, s: n.Expect, scope: _Scope):
         c = s.cond

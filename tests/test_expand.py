@@ -423,3 +423,33 @@ def test_a_let_that_stops_some_ranks_keeps_its_value_for_the_rest():
     with pytest.raises(CommdslError) as e:
         expand(program(text), 4)
     assert [(d.code, d.notes[0].message) for d in e.value.diagnostics] == [("N122", "on rank 1")]
+
+
+CARRIED = """\
+world 1..6
+tensor x: int64[1]
+let lo = 0
+let acc = 0
+for s in 0 .. rank:                            # per-rank bounds: rank + 1 iterations
+    acc += s
+on rank % 2 == 1:
+    lo = 10 + rank
+else on rank == 2:
+    let lo = 99                                # a new `let`: the outer `lo` stays 0
+    lo += 1
+batch:
+    acc *= 2
+for s in 0 .. 1:                               # uniform bounds
+    on s == 1:
+        acc += 1
+x = lo * 1000 + acc
+"""
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_reassigned_let_keeps_each_ranks_own_value_out_of_every_block(world):
+    s = expand(program(CARRIED), world)
+    for r in range(world):
+        lo = 10 + r if r % 2 == 1 else 0
+        acc = r * (r + 1) // 2 * 2 + 1
+        assert ops_of(s, r) == [("=", ("x", 0, (1,)), ("c", lo * 1000 + acc))], f"rank {r}"
