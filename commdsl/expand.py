@@ -819,7 +819,7 @@ class Expander:
         those ranks (the others keep theirs), and count as reassigned by this block in turn."""
         if not names:
             return
-        positions = np.searchsorted(A, G)
+        positions = np.arange(A.size) if G.size == A.size else np.searchsorted(A, G)
         for name in names:
             env[name] = merge(env[name], positions, genv[name], A.size)
         locals_, outer = self.scopes[-1]
@@ -879,7 +879,10 @@ class Expander:
             if not where.size:
                 break
             try:
-                cond = truthy(self.value(br.cond, A[where], _sub_env(env, where)))
+                everyone = where.size == A.size
+                cond = truthy(
+                    self.value(br.cond, A if everyone else A[where], env if everyone else _sub_env(env, where))
+                )
             except Failure as f:
                 mask = np.zeros(A.size, dtype=bool)
                 mask[where] = True if f.mask is True else f.mask

@@ -382,6 +382,13 @@ def call(fname: str, args: list):
 def merge(old, positions: np.ndarray, new, size: int):
     """A value over `size` ranks whose entries at `positions` are replaced by `new` (a `let` that a `while`
     loop reassigned on the ranks that ran its body)."""
+    if positions.size == size:
+        return new
+    same = kind(old) == kind(new) != "o"
+    if same and max(_magnitude(old), _magnitude(new)) < SAFE:  # typed arrays hold both exactly
+        out = np.array(old, copy=True) if is_vec(old) else np.full(size, old)
+        out[positions] = new
+        return uniform(out)
     out = _objects(old, size)
     out[positions] = _objects(new, positions.size)
     return uniform(tidy(out))
