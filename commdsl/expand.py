@@ -1027,8 +1027,16 @@ class Expander:
                     f"`{s.op}` takes no reduce op", span=s.redop.span, label="only reducing collectives take `op`"
                 )
             )
-        in_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.in_splits)
-        out_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.out_splits)
+        in_splits, out_splits = self.sizes(s.in_splits, A, env), self.sizes(s.out_splits, A, env)
+        if len(in_splits) != len(out_splits):
+            raise fail_all(
+                InvalidView.diagnostic(
+                    "`splits` needs two lists of the same length (input, output)",
+                    span=s.span,
+                    label=f"{len(in_splits)} input sizes, {len(out_splits)} output sizes at world {self.W}",
+                    help="give one input and one output size per member of the group",
+                )
+            )
         rec = CollectiveRec(
             s,
             A,
@@ -1069,6 +1077,31 @@ class Expander:
         self.add(rec)
         if rec.req is not None:
             self.track(s.handle, A, rec.req)
+
+    def sizes(self, items: tuple, A, env) -> tuple:
+        """A `splits` list: its sizes in order, each an integer per rank; `[EXPR for j in LO .. HI]` gives one
+        per j, as many on every rank of the call."""
+        out = []
+        for x in items:
+            if not isinstance(x, n.ListFor):
+                out.append(uniform(self.int_value(x, A, env, "a split size")))
+                continue
+            lo = uniform(self.int_value(x.lo, A, env, "a bound of the list"))
+            hi = uniform(self.int_value(x.hi, A, env, "a bound of the list"))
+            if is_vec(lo) or is_vec(hi):
+                raise fail_all(
+                    InvalidView.diagnostic(
+                        "the list of split sizes must have the same length on every rank of the call",
+                        span=x.span,
+                        label="its bounds differ between ranks",
+                        help="bound it by the group's size, e.g. `for j in 0 .. g.size - 1`",
+                    )
+                )
+            self.spend(max(0, hi - lo + 1) * int(A.size), x)
+            out.extend(
+                uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), "a split size")) for j in range(lo, hi + 1)
+            )
+        return tuple(out)
 
     def check_fit(self, rec: CollectiveRec, kind, A, gid, me, root) -> None:
         """N131 on the members whose buffers cannot serve their group (non-members and a root outside the

@@ -599,6 +599,12 @@ class _Resolver:
                 )
             case n.Unary():
                 self.check_expr(e.operand, ctx, scope)
+            case n.ListFor():  # split sizes: the variable is bound in the value only
+                self.check_expr(e.lo, ctx, scope)
+                self.check_expr(e.hi, ctx, scope)
+                inner = _Scope(parent=scope)
+                self.declare(inner, e.var, "loop", e)
+                self.check_expr(e.value, ctx, inner)
             case n.Binary():
                 self.check_expr(e.left, ctx, scope)
                 self.check_expr(e.right, ctx, scope)

@@ -453,3 +453,31 @@ def test_a_reassigned_let_keeps_each_ranks_own_value_out_of_every_block(world):
         lo = 10 + r if r % 2 == 1 else 0
         acc = r * (r + 1) // 2 * 2 + 1
         assert ops_of(s, r) == [("=", ("x", 0, (1,)), ("c", lo * 1000 + acc))], f"rank {r}"
+
+
+UNEVEN = """\
+world 1..6
+tensor x: float32[world * (world + 1) / 2]
+tensor y: float32[world * (rank + 1)]
+all_to_all x into y splits [j + 1 for j in 0 .. world - 1], [rank + 1 for j in 0 .. world - 1]
+"""
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_computed_splits_give_one_size_per_value_on_each_rank(world):
+    s = expand(program(UNEVEN), world)
+    for r in range(world):
+        (op,) = s.ops[r]
+        assert op.in_splits == tuple(range(1, world + 1)) and op.out_splits == (r + 1,) * world
+
+
+@pytest.mark.parametrize("splits, snippet, label", [
+    ("[1 for j in 0 .. world - 1], [1 for j in 0 .. world]", "all_to_all", "4 input sizes, 5 output sizes"),
+    ("[1 for j in 0 .. rank], [1, 1, 1, 1]", "[1 for j in 0 .. rank]", "its bounds differ between ranks"),
+])
+def test_computed_splits_of_the_wrong_length_are_n107(splits, snippet, label):
+    text = f"world 4\ntensor x: float32[4]\ntensor y: float32[4]\nall_to_all x into y splits {splits}\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 4)
+    [d] = e.value.diagnostics
+    assert d.code == "N107" and text[d.span.start:].startswith(snippet) and label in d.label

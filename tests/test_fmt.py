@@ -196,6 +196,14 @@ def test_integer_operators_and_while_round_trip():
     assert fmt("while mask<world :\n  mask>>=1\n") == "while mask < world:\n    mask >>= 1\n"
 
 
+def test_computed_splits_round_trip():
+    text = "all_to_all x into y splits [(j + 1) * 2 for j in 0 .. world - 1], [rank ^ 1 for k in 1 .. world]\n"
+    assert fmt(text) == text
+    assert fmt("all_to_all x into y splits [ j for j in 0..3 ], [1,1,1,1]\n") == (
+        "all_to_all x into y splits [j for j in 0 .. 3], [1, 1, 1, 1]\n"
+    )
+
+
 def test_parentheses_an_integer_operator_needs_are_added():
     source = SourceFile("t.comm", "let a = x & y\nlet b = p | q\nlet c = u << v\n")
     conj, disj, shifted = (s.value for s in to_ast(parse_tree(source), source).body)

@@ -259,6 +259,14 @@ def test_all_to_all_even_and_uneven():
     assert c.group.name == "g"
 
 
+def test_all_to_all_with_computed_splits():
+    c = coll("all_to_all x into y splits [j + 1 for j in 0 .. world - 1], [2, 3] in g")
+    (sizes,) = c.in_splits
+    assert isinstance(sizes, n.ListFor) and sizes.var == "j"
+    assert (show(sizes.value), show(sizes.lo), show(sizes.hi)) == ("(+ j 1)", "0", "(- world 1)")
+    assert [show(e) for e in c.out_splits] == ["2", "3"]  # a computed list's length is known at expansion only
+
+
 def test_barrier():
     assert coll("barrier").op == "barrier" and coll("barrier").group is None
     c = coll("barrier in m.tp")

@@ -340,3 +340,16 @@ def test_integer_operators_in_element_expressions(body, found):
 ])
 def test_where_a_let_can_be_reassigned(body, found):
     assert where("world 2\ntensor x: float32[4]\n" + body) == found
+
+
+SPLITS = "world 1..4\ntensor x: float32[world * 2]\ntensor y: float32[world * 2]\n"
+
+
+@pytest.mark.parametrize("line, found", [
+    ("all_to_all x into y splits [2 for j in 0 .. world - 1], [2 for j in 0 .. world - 1]\n", []),
+    ("all_to_all x into y splits [j for j in 0 .. world - 1], [j for k in 0 .. world - 1]\n", [("N101", 4, 58)]),
+    ("all_to_all x into y splits [x for j in 0 .. world - 1], [2 for j in 0 .. world - 1]\n", [("N103", 4, 29)]),
+    ("all_to_all x into y splits [2 for rank in 0 .. 1], [2, 2]\n", [("N102", 4, 28)]),
+])
+def test_computed_splits_bind_their_variable_in_the_value_only(line, found):
+    assert where(SPLITS + line) == found

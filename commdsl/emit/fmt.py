@@ -144,6 +144,8 @@ class _Exprs:
                 simple = all(b is None or _simple(b) for b in (e.lo, e.hi))
                 colon = ":" if simple else (" :" if not hi else ": " if not lo else " : ")
                 return f"{self(e.value, _POSTFIX)}[{lo}{colon}{hi}]", _POSTFIX
+            case n.ListFor():  # the one item of a `splits` list, whose brackets the collective prints
+                return f"{self(e.value)} for {e.var} in {self(e.lo)} .. {self(e.hi)}", _OR
             case n.Unary(op="not"):
                 return f"not {self(e.operand, _NOT)}", _NOT
             case n.Unary():

@@ -81,6 +81,16 @@ class Index(Node):
     index: Expr
 
 
+class ListFor(Node):
+    """`[EXPR for j in LO .. HI]`: one value per j (a list of split sizes computed by an expression)."""
+
+    kind: Literal["list_for"] = "list_for"
+    value: Expr
+    var: str
+    lo: Expr
+    hi: Expr
+
+
 class Unary(Node):
     kind: Literal["unary"] = "unary"
     op: Literal["-", "+", "not"]
@@ -97,7 +107,7 @@ class Binary(Node):
 
 
 Expr = Annotated[
-    IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary,
+    IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary | ListFor,
     Field(discriminator="kind"),
 ]
 
@@ -354,8 +364,10 @@ def children(e) -> list:
             return [e.operand]
         case Binary():
             return [e.left, e.right]
+        case ListFor():
+            return [e.value, e.lo, e.hi]
     return []
 
 
-for _model in (Attr, Call, Slice, Index, Unary, Binary, For, While, Branch, On, Batch, Module):
+for _model in (Attr, Call, Slice, Index, Unary, Binary, ListFor, For, While, Branch, On, Batch, Module):
     _model.model_rebuild()

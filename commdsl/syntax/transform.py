@@ -157,7 +157,8 @@ class _ToAst(Transformer):
         return n.RedOp(span=self._span(meta), name=self._ident(name), scale=scale)
 
     def splits(self, meta, in_sizes, out_sizes):
-        if len(in_sizes) != len(out_sizes):
+        computed = any(isinstance(x, n.ListFor) for x in in_sizes + out_sizes)  # its length: at expansion
+        if len(in_sizes) != len(out_sizes) and not computed:
             raise _Invalid(
                 InvalidView.diagnostic(
                     "`splits` needs two lists of the same length (input, output)",
@@ -170,6 +171,9 @@ class _ToAst(Transformer):
 
     def split_sizes(self, meta, *exprs):
         return tuple(exprs)
+
+    def split_for(self, meta, value, var, lo, hi):
+        return (n.ListFor(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi),)
 
     def one_buffer(self, meta, view):
         return (view,), False
