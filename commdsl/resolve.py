@@ -33,6 +33,7 @@ from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
 from commdsl.syntax.transform import to_ast
+from commdsl.values import INTEGER_OPS
 
 MAX_WORLD = 1 << 16
 """The largest world size a program may declare: every rank is expanded in memory."""
@@ -47,7 +48,6 @@ ELEMENT_FUNCS = {"min": 2, "max": 2, "abs": 1}
 INIT_FUNCS = {"rand": 1, "randn": 1}
 INTEGER_FUNCS = {"log2": 1}
 """Functions of per-rank integers: in an element expression their arguments cannot vary per element."""
-INTEGER_OPS = {"<<", ">>", "&", "|", "^"}
 COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 
 

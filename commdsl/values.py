@@ -214,7 +214,7 @@ def _negative_shift(node: n.Binary, count) -> Diagnostic:
     )
 
 
-def integer_op(node: n.Binary, a, b, size: int):
+def _integer_op(node: n.Binary, a, b, size: int):
     """`a OP b` for an integer operator over the ranks: NumPy where int64 holds it exactly, else rank by rank
     (which also finds each rank whose operands are not integers or whose shift count is negative)."""
     if kind(a) != "i" or kind(b) != "i" or max(_magnitude(a), _magnitude(b)) >= SAFE or np.any(np.asarray(b) < 0):
@@ -279,7 +279,7 @@ def binary(node: n.Binary, a, b):
         return arith(node, a, b)
     size = (a if is_vec(a) else b).size
     if op in INTEGER_OPS:
-        return integer_op(node, a, b, size)
+        return _integer_op(node, a, b, size)
     ka, kb = kind(a), kind(b)
     if "o" in (ka, kb) or op == "**":
         return _by_rank(node, a, b, size)
