@@ -719,7 +719,7 @@ class Expander:
 
     def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> tuple[np.ndarray, Env, set[str]]:
         """Run a block; gives its surviving ranks, its final names, and the names of enclosing `let`s it
-        reassigned (what a `while` body hands back to the block around the loop)."""
+        reassigned (which `carry` writes back to the block around it)."""
         env = dict(env)  # `let`s are block-scoped
         self.scopes.append((set(), set()))
         try:
@@ -837,10 +837,12 @@ class Expander:
             reassigned.add(name)
 
     def while_loop(self, s: n.While, A, env: Env, b) -> None:
-        """Each iteration runs on the ranks whose condition still holds; the `let`s its body reassigns are
-        written back to this block's names rank by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so
-        a loop whose condition never turns false still ends the check."""
+        """Each iteration runs on the ranks whose condition still holds, its ops bound to the values of the
+        `let`s the condition reads; the `let`s its body reassigns are written back to this block's names rank
+        by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so a loop whose condition never turns false
+        still ends the check."""
         looping = np.ones(A.size, dtype=bool)
+        counters = sorted(k for k in _names(s.cond) if k in env and k not in self.params and k not in ("rank", "world"))
         for iteration in itertools.count():
             looping &= self.alive[A]
             where = np.flatnonzero(looping)
@@ -867,7 +869,9 @@ class Expander:
             if self.deadline.passed():
                 raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
             self.spend(int(where.size), s)
-            self.carry(env, A, *self.block(s.body, A[where], _sub_env(env, where), b))
+            G, genv = A[where], _sub_env(env, where)
+            shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
+            self.carry(env, A, *self.block(s.body, G, genv, b + shown))
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),

@@ -481,3 +481,10 @@ def test_computed_splits_of_the_wrong_length_are_n107(splits, snippet, label):
         expand(program(text), 4)
     [d] = e.value.diagnostics
     assert d.code == "N107" and text[d.span.start:].startswith(snippet) and label in d.label
+
+
+def test_ops_in_a_while_loop_are_bound_to_the_lets_its_condition_reads():
+    s = expand(program(BINOMIAL), 6)
+    for r in range(6):
+        sends = [op for op in s.ops[r] if isinstance(op, (Send, Recv))]
+        assert [op.bindings for op in sends] == [(("mask", 1 << op.tag),) for op in sends]  # tag = log2(mask)
