@@ -6,6 +6,13 @@ Calibrates first (`commdsl bench --calibrate --nproc 2 -o DIR/host.toml`), then 
 size measures it (`commdsl bench ... --json DIR/<name>-<N>-bench.json`) and predicts it on the calibrated
 topology (`commdsl predict ... --measured ... --json DIR/<name>-<N>-predict.json`), and prints one markdown
 table: size, measured and predicted time, error. Every command it runs is printed to stderr first.
+
+    python benchmarks/predict_accuracy.py --topology benchmarks/figures/predict-host.toml \
+        --table benchmarks/figures/predict-run1.md
+
+predicts again the measured column of a table this script printed (the two campaigns of docs/predict.md are
+kept in benchmarks/figures/predict-run1.md and -run2.md), measuring nothing: how a change to the model moves
+every row, on the same measurements.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +53,11 @@ def main() -> int:
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--topology", help="use this topology file instead of calibrating")
     ap.add_argument("--reuse", action="store_true", help="keep bench JSONs already in --out (predict again only)")
+    ap.add_argument("--table", help="take the measured times from this script's table (needs --topology)")
     a = ap.parse_args()
+    if a.table and not a.topology:
+        ap.error("--table needs --topology (the calibration the measurements were made with)")
+    table = _measured_table(Path(a.table)) if a.table else None
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     topo = a.topology or str(out / "host.toml")
@@ -59,7 +71,11 @@ def main() -> int:
             bench = out / f"{stem}-{world}-bench.json"
             pred = out / f"{stem}-{world}-predict.json"
             try:
-                if not (a.reuse and bench.exists()):
+                if table is not None:
+                    measured = table.get((name, int(world)), {})
+                    if not measured:
+                        continue
+                elif not (a.reuse and bench.exists()):
                     commdsl(
                         "bench",
                         *prog,
@@ -85,15 +101,15 @@ def main() -> int:
                     topo,
                     "--sizes",
                     a.sizes,
-                    "--measured",
-                    str(bench),
+                    *([] if table is not None else ["--measured", str(bench)]),
                     "--json",
                     str(pred),
                 )
             except subprocess.SubprocessError as e:
                 print(f"| {name} | {world} | failed: {e} | | | |", flush=True)
                 continue
-            measured = {r["size_bytes"]: r for r in json.loads(bench.read_text())["rows"]}
+            if table is None:
+                measured = {r["size_bytes"]: r for r in json.loads(bench.read_text())["rows"]}
             for r in json.loads(pred.read_text())["rows"]:
                 m = measured.get(r["size_bytes"])
                 if m is None:
@@ -105,6 +121,15 @@ def main() -> int:
                     flush=True,
                 )
     return 0
+
+
+def _measured_table(path: Path) -> dict[tuple[str, int], dict[int, dict]]:
+    """(program, N) → size → {"time_us": measured}, from the rows of a table this script printed."""
+    out: dict[tuple[str, int], dict[int, dict]] = {}
+    row = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) \| ([\d.]+) \|", re.M)
+    for name, world, size, us in row.findall(path.read_text()):
+        out.setdefault((name, int(world)), {})[int(size)] = {"time_us": float(us)}
+    return out
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Issue 17: how long `commdsl predict` takes for the hand-written ring at world 4096 (goal: 8 sizes in ≤ 5 s).
 
-    python benchmarks/predict_speed.py [--repeat 3]
+    python benchmarks/predict_speed.py [--repeat 3] [--baseline /path/to/other/checkout]
 
 The ring is programs/ring_allreduce.comm with its `world` line widened to `1..` (as benchmarks/lint_speed.py
 does). Each row is `commdsl predict` as a user runs it: a subprocess, wall time from fork to exit and the
-child's peak RSS, on the dgx-h100 preset.
+child's peak RSS, on the dgx-h100 preset, and its CPU seconds (user + system), which a loaded machine
+inflates less than wall time. `--baseline TREE` runs each row with that checkout's commdsl too, the two
+alternately, so a change is compared with what it replaces under the same load.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ ROWS = [  # (label, world, sizes)
 ]
 
 
-def run(path: str, world: int, sizes: str) -> tuple[float, float]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def run(path: str, world: int, sizes: str, root: Path = ROOT) -> tuple[float, float, float]:
+    env = dict(os.environ, PYTHONPATH=str(root))
     cmd = [
         sys.executable,
         "-m",
@@ -49,37 +51,44 @@ def run(path: str, world: int, sizes: str) -> tuple[float, float]:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(null, 2)
+        os.chdir(root)  # `python -m` puts the working directory first on the path
         os.execvpe(cmd[0], cmd, env)
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
     if status != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({status})")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="another checkout to time alternately with this one")
     a = ap.parse_args()
+    trees = [("this", ROOT)] + ([("baseline", a.baseline.resolve())] if a.baseline else [])
     with tempfile.TemporaryDirectory() as tmp:
         ring = Path(tmp) / "ring.comm"
         ring.write_text((ROOT / "programs" / "ring_allreduce.comm").read_text().replace("world 1..16", "world 1.."))
         print(f"load before: {os.getloadavg()[0]:.2f}")
-        print("| row | wall median [min–max] | peak RSS (max) |")
-        print("|---|---:|---:|")
+        print("| row | tree | wall median [min–max] | CPU median [min–max] | peak RSS (max) |")
+        print("|---|---|---:|---:|---:|")
         for label, world, sizes in ROWS:
-            walls, peaks = [], []
+            got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
             for _ in range(a.repeat):
-                w, m = run(str(ring), world, sizes)
-                walls.append(w)
-                peaks.append(m)
-            print(
-                f"| {label} | {statistics.median(walls):.2f} s [{min(walls):.2f}–{max(walls):.2f}] | "
-                f"{max(peaks):.0f} MB |",
-                flush=True,
-            )
+                for name, root in trees:
+                    got[name].append(run(str(ring), world, sizes, root))
+            for name, _ in trees:
+                walls, peaks, cpus = zip(*got[name])
+                print(
+                    f"| {label} | {name} | {_spread(walls)} | {_spread(cpus)} | {max(peaks):.0f} MB |",
+                    flush=True,
+                )
         print(f"load after: {os.getloadavg()[0]:.2f}")
     return 0
+
+
+def _spread(xs) -> str:
+    return f"{statistics.median(xs):.2f} s [{min(xs):.2f}–{max(xs):.2f}]"
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ distinct mistake.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -22,7 +23,14 @@ import numpy as np
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.elementwise import category, integer_division, refusal
-from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_RECORDS, Deadline, time_limit
+from commdsl.limits import (
+    MAX_COLLECTIVE_CALLS,
+    MAX_OPS,
+    MAX_RECORDS,
+    MAX_WHILE_ITERATIONS,
+    Deadline,
+    time_limit,
+)
 from commdsl.resolve import MAX_WORLD, Program
 from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
@@ -57,7 +65,21 @@ from commdsl.schedule import (
     elem_reads,
 )
 from commdsl.syntax import nodes as n
-from commdsl.values import Failure, as_int, binary, call, fail_all, is_vec, item, sub, truthy, unary, uniform
+from commdsl.values import (
+    Failure,
+    as_int,
+    binary,
+    call,
+    fail_all,
+    is_vec,
+    item,
+    log2,
+    merge,
+    sub,
+    truthy,
+    unary,
+    uniform,
+)
 
 MAX_TENSOR_ELEMENTS = 1 << 34
 VIEW_CACHE = 64
@@ -125,6 +147,7 @@ class Expander:
         self.live_rank = np.zeros(0, dtype=np.int64)
         self.free: dict[int, tuple] = {}  # node id → (node, its text, the names it reads)
         self.views: dict[tuple, tuple] = {}  # the most recent views, see `view`
+        self.scopes: list[tuple[set[str], set[str]]] = []  # per open block: its `let`s, outer `let`s it reassigned
         self.compacted: dict[int, tuple] = {}  # array id → (array, its int32 copy), see `compact`
 
     # ---- errors ---------------------------------------------------------------------------------
@@ -313,6 +336,8 @@ class Expander:
                 return unary(e, self.value(e.operand, A, env))
             case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
                 return call(fname, [self.value(a, A, env) for a in e.args])
+            case n.Call(func=n.Name(id="log2")):
+                return log2(e, self.value(e.args[0], A, env))
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -686,37 +711,51 @@ class Expander:
                     f"the program expands to over {MAX_OPS:,} loop steps and ops at world {self.W}",
                     span=node.span,
                     label="this loop pushes it over the limit"
-                    if isinstance(node, n.For)
+                    if isinstance(node, (n.For, n.While))
                     else "this op pushes it over the limit",
                     help="check the loop bounds and params; commdsl expands every rank's ops in memory",
                 )
             )
 
-    def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> None:
+    def block(self, stmts, A: np.ndarray, env: Env, bindings: tuple) -> tuple[np.ndarray, Env, set[str]]:
+        """Run a block; gives its surviving ranks, its final names, and the names of enclosing `let`s it
+        reassigned (which `carry` writes back to the block around it)."""
         env = dict(env)  # `let`s are block-scoped
-        seen = self.deaths
-        for s in stmts:
+        self.scopes.append((set(), set()))
+        try:
+            seen = self.deaths
+            for s in stmts:
+                if self.deaths != seen:
+                    A, env = self.survivors(A, env)
+                    seen = self.deaths
+                if not A.size:
+                    break
+                A, env = self.stmt(s, A, env, bindings)
             if self.deaths != seen:
                 A, env = self.survivors(A, env)
-                seen = self.deaths
-            if not A.size:
-                return
-            self.stmt(s, A, env, bindings)
+        finally:
+            _, reassigned = self.scopes.pop()
+        return A, env, reassigned
 
-    def stmt(self, s, A: np.ndarray, env: Env, bindings: tuple) -> None:
-        """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest."""
+    def stmt(self, s, A: np.ndarray, env: Env, bindings: tuple) -> tuple[np.ndarray, Env]:
+        """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest (whose
+        names, a `let` among them, the block goes on with)."""
         while A.size:
             try:
                 self.run_stmt(s, A, env, bindings)
-                return
+                break
             except Failure as f:
                 self.kill(A, f)
                 A, env = self.survivors(A, env)
+        return A, env
 
     def run_stmt(self, s, A, env, b) -> None:
         match s:
             case n.Let():
                 env[s.name] = self.value(s.value, A, env)
+                self.scopes[-1][0].add(s.name)
+            case n.Assign(target=n.Name(id=name)) if name in env:  # a `let` (resolve allows no other name)
+                self.reassign(s, name, A, env)
             case n.Assign():
                 target = self.view(s.target, A, env)
                 value = self.elem(s.value, A, env, target.shape)
@@ -738,6 +777,8 @@ class Expander:
                 self.wait(s, A, env, b)
             case n.For():
                 self.loop(s, A, env, b)
+            case n.While():
+                self.while_loop(s, A, env, b)
             case n.On():
                 self.on(s, A, env, b)
             case n.Batch():
@@ -750,11 +791,14 @@ class Expander:
         self.spend(int(np.sum(count)) if is_vec(count) else int(count) * int(A.size), s)
         if not is_vec(lo) and not is_vec(hi):
             for value in range(lo, hi + 1):
-                self.block(s.body, A, dict(env, **{s.var: value}), b + ((s.var, value),))
-                if not self.alive[A].all():
-                    A, env = self.survivors(A, env)
-                    if not A.size:
+                alive = self.alive[A]
+                if not alive.all():
+                    if not alive.any():
                         return
+                    G, genv = A[alive], _sub_env(env, alive)
+                else:
+                    G, genv = A, env
+                self.carry(env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, value),)))
             return
         # bounds that differ by rank: iteration t runs lo + t on every rank that has that many
         lo_a = np.broadcast_to(np.asarray(lo), A.shape)
@@ -766,7 +810,68 @@ class Expander:
             G = A if mask.all() else A[mask]
             genv = env if mask.all() else _sub_env(env, mask)
             value = uniform(lo_a[mask] + t)
-            self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+            self.carry(
+                env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
+            )
+
+    def carry(self, env: Env, A, G, genv: Env, names: set[str]) -> None:
+        """After a block ran on the ranks G of A: the enclosing `let`s it reassigned take their new values on
+        those ranks (the others keep theirs), and count as reassigned by this block in turn."""
+        if not names:
+            return
+        positions = np.arange(A.size) if G.size == A.size else np.searchsorted(A, G)
+        for name in names:
+            env[name] = merge(env[name], positions, genv[name], A.size)
+        locals_, outer = self.scopes[-1]
+        outer |= names - locals_
+
+    def reassign(self, s: n.Assign, name: str, A, env: Env) -> None:
+        """`d = EXPR` or `d <<= EXPR` on a `let`: its value from here to the end of the block that declared it."""
+        value = self.value(s.value, A, env)
+        if s.op != "=":
+            node = n.Binary(span=s.span, op=s.op[:-1], left=s.target, right=s.value)
+            value = binary(node, env[name], value)
+        env[name] = value
+        locals_, reassigned = self.scopes[-1]
+        if name not in locals_:
+            reassigned.add(name)
+
+    def while_loop(self, s: n.While, A, env: Env, b) -> None:
+        """Each iteration runs on the ranks whose condition still holds, its ops bound to the values of the
+        `let`s the condition reads; the `let`s its body reassigns are written back to this block's names rank
+        by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so a loop whose condition never turns false
+        still ends the check."""
+        looping = np.ones(A.size, dtype=bool)
+        counters = sorted(k for k in _names(s.cond) if k in env and k not in self.params and k not in ("rank", "world"))
+        for iteration in itertools.count():
+            looping &= self.alive[A]
+            where = np.flatnonzero(looping)
+            if not where.size:
+                break
+            try:
+                cond = truthy(self.value(s.cond, A[where], _sub_env(env, where)))
+            except Failure as f:
+                self.kill(A[where], f)
+                continue
+            looping[where] = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
+            where = np.flatnonzero(looping)
+            if not where.size:
+                break
+            if iteration == MAX_WHILE_ITERATIONS:
+                raise fail_all(
+                    ExpansionTooLarge.diagnostic(
+                        f"this `while` loop runs over {MAX_WHILE_ITERATIONS:,} iterations at world {self.W}",
+                        span=s.cond.span,
+                        label="still true after that many iterations",
+                        help="reassign a name the condition reads in the loop body, so the condition turns false",
+                    )
+                )
+            if self.deadline.passed():
+                raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
+            self.spend(int(where.size), s)
+            G, genv = A[where], _sub_env(env, where)
+            shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
+            self.carry(env, A, *self.block(s.body, G, genv, b + shown))
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),
@@ -778,7 +883,10 @@ class Expander:
             if not where.size:
                 break
             try:
-                cond = truthy(self.value(br.cond, A[where], _sub_env(env, where)))
+                everyone = where.size == A.size
+                cond = truthy(
+                    self.value(br.cond, A if everyone else A[where], env if everyone else _sub_env(env, where))
+                )
             except Failure as f:
                 mask = np.zeros(A.size, dtype=bool)
                 mask[where] = True if f.mask is True else f.mask
@@ -790,12 +898,8 @@ class Expander:
         taken.append((s.orelse, np.flatnonzero(rest)))
         for body, where in taken:
             if where.size:
-                self.block(
-                    body,
-                    A if where.size == A.size else A[where],
-                    env if where.size == A.size else _sub_env(env, where),
-                    b,
-                )
+                G, genv = (A, env) if where.size == A.size else (A[where], _sub_env(env, where))
+                self.carry(env, A, *self.block(body, G, genv, b))
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that
@@ -804,7 +908,7 @@ class Expander:
         slot = self.slot(s.handle, A, env)
         self.batch = []
         try:
-            self.block(s.body, A, env, b)
+            self.carry(env, A, *self.block(s.body, A, env, b))
             ops = tuple(self.batch)
         finally:
             self.batch = None
@@ -965,8 +1069,16 @@ class Expander:
                     f"`{s.op}` takes no reduce op", span=s.redop.span, label="only reducing collectives take `op`"
                 )
             )
-        in_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.in_splits)
-        out_splits = tuple(uniform(self.int_value(x, A, env, "a split size")) for x in s.out_splits)
+        in_splits, out_splits = self.sizes(s.in_splits, A, env), self.sizes(s.out_splits, A, env)
+        if len(in_splits) != len(out_splits):
+            raise fail_all(
+                InvalidView.diagnostic(
+                    "`splits` needs two lists of the same length (input, output)",
+                    span=s.span,
+                    label=f"{len(in_splits)} input sizes, {len(out_splits)} output sizes at world {self.W}",
+                    help="give one input and one output size per member of the group",
+                )
+            )
         rec = CollectiveRec(
             s,
             A,
@@ -1008,6 +1120,31 @@ class Expander:
         self.add(rec)
         if rec.req is not None:
             self.track(s.handle, slot, A, rec.req)
+
+    def sizes(self, items: tuple, A, env) -> tuple:
+        """A `splits` list: its sizes in order, each an integer per rank; `[EXPR for j in LO .. HI]` gives one
+        per j, as many on every rank of the call."""
+        out = []
+        for x in items:
+            if not isinstance(x, n.ListFor):
+                out.append(uniform(self.int_value(x, A, env, "a split size")))
+                continue
+            lo = uniform(self.int_value(x.lo, A, env, "a bound of the list"))
+            hi = uniform(self.int_value(x.hi, A, env, "a bound of the list"))
+            if is_vec(lo) or is_vec(hi):
+                raise fail_all(
+                    InvalidView.diagnostic(
+                        "the list of split sizes must have the same length on every rank of the call",
+                        span=x.span,
+                        label="its bounds differ between ranks",
+                        help="bound it by the group's size, e.g. `for j in 0 .. g.size - 1`",
+                    )
+                )
+            self.spend(max(0, hi - lo + 1) * int(A.size), x)
+            out.extend(
+                uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), "a split size")) for j in range(lo, hi + 1)
+            )
+        return tuple(out)
 
     def check_fit(self, rec: CollectiveRec, kind, A, gid, me, root) -> None:
         """N131 on the members whose buffers cannot serve their group (non-members and a root outside the

@@ -28,6 +28,7 @@ KEYWORDS = (
     "split",
     "by",
     "for",
+    "while",
     "in",
     "on",
     "else",
@@ -43,7 +44,7 @@ KEYWORDS = (
     "print",
 )
 COMM_OPS = tuple(f.word for f in FORMS.values()) + tuple(KINDS)
-BUILTINS = ("rank", "world", "i", "min", "max", "abs", "rand", "randn")
+BUILTINS = ("rank", "world", "i", "min", "max", "abs", "log2", "rand", "randn")
 
 
 class CommdslLexer(RegexLexer):
@@ -77,7 +78,7 @@ class CommdslLexer(RegexLexer):
             (words(BUILTINS, suffix=r"\b"), Name.Builtin),
             (r"[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+", Number.Float),
             (r"[0-9]+", Number.Integer),
-            (r"\.\.|\*\*|//|==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/%<>=]", Operator),
+            (r"\.\.|\*\*|<<=|>>=|<<|>>|//|==|!=|<=|>=|[-+*/&|^]=|[-+*/%<>=&|^]", Operator),
             (r"[()\[\],:]", Punctuation),
             (r"[A-Za-z_]\w*", Name),
         ],

@@ -2,8 +2,9 @@
 is a diagnostic that names it.
 
 * ops: the expansion stops at `MAX_OPS` loop steps and ops, `MAX_RECORDS` statement instances, or
-  `MAX_COLLECTIVE_CALLS` calls of collectives that move data, over all ranks of one world size (N133, raised
-  by `expand`); they also bound the engine's work, which is linear in them;
+  `MAX_COLLECTIVE_CALLS` calls of collectives that move data, over all ranks of one world size, and at
+  `MAX_WHILE_ITERATIONS` iterations of one `while` loop (N133, raised by `expand`); they also bound the
+  engine's work, which is linear in them;
 * memory: the simulator holds every rank's tensors in one process, with temporaries up to SIM_FACTOR times
   them in all. `commdsl run` does that in its launcher and also starts this node's ranks, each holding its
   own tensors plus temporaries up to RANK_FACTOR times them (the runtime works a chunk at a time: measured
@@ -42,6 +43,10 @@ MAX_COLLECTIVE_CALLS = 1_000_000
 """Calls of collectives that move data, summed over ranks, in one expansion. The simulator computes each
 member's part of a collective on its own (about 20-40 us each, where an op elsewhere costs well under
 1 us): `world 65536` with 65 `all_reduce`s, a 100-byte program, took minutes before this bound."""
+MAX_WHILE_ITERATIONS = 65_536
+"""Iterations of one `while` loop (N133), enough to step through every rank of the largest world one at a time.
+A body of `let`s alone adds no op that MAX_OPS would count, so without this bound a condition that never turns
+false would hang the check (an iteration costs about 40 us: the bound is reached in seconds)."""
 MAX_TIMEOUT_S = 7 * 24 * 3600
 """The longest duration a flag or setting may give (`--timeout`, `--max-time`): a week (a finite value keeps
 every deadline computable)."""

@@ -34,6 +34,7 @@ from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
 from commdsl.syntax.transform import to_ast
+from commdsl.values import INTEGER_OPS
 
 MAX_WORLD = 1 << 16
 """The largest world size a program may declare: every rank is expanded in memory."""
@@ -46,6 +47,8 @@ BACKENDS = ("gloo", "nccl")
 BUILTINS = {"rank": "static", "world": "static", "i": "index"}
 ELEMENT_FUNCS = {"min": 2, "max": 2, "abs": 1}
 INIT_FUNCS = {"rand": 1, "randn": 1}
+INTEGER_FUNCS = {"log2": 1}
+"""Functions of per-rank integers: in an element expression their arguments cannot vary per element."""
 COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 
 
@@ -328,6 +331,13 @@ class _Resolver:
             self.check_stmt(stmt, scope, in_batch)
 
     def check_stmt(self, s, scope: _Scope, in_batch: bool):
+        if (
+            isinstance(s, n.Assign)
+            and isinstance(s.target, n.Name)
+            and (scope.lookup(s.target.id) or ("",))[0] == "let"
+        ):
+            self.check_expr(s.value, "static", scope)  # a `let`'s new value, on the ranks that run this line
+            return
         if in_batch and isinstance(s, (n.Assign, n.Expect, n.Print)):  # also under a `for` or `on` in the batch
             word = {"assign": "an assignment", "expect": "`expect`", "print": "`print`"}[s.kind]
             self.error(
@@ -360,6 +370,14 @@ class _Resolver:
             case n.Assign():
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
+                if s.op[:-1] in INTEGER_OPS:
+                    self.error(
+                        WrongKindOfName,
+                        f"`{s.op}` works on integer `let`s, not on tensor elements",
+                        s,
+                        label="element-wise integer operators are not in the language",
+                        help="element expressions use `+ - * / // % **`, `min`, `max` and `abs`",
+                    )
             case n.Send() | n.Recv():
                 self.check_p2p(s, scope, in_batch)
             case n.Collective():
@@ -373,7 +391,7 @@ class _Resolver:
             case n.Print():
                 for v in s.views:
                     self.check_view(v, scope)
-            case n.For() | n.On() | n.Batch():
+            case n.For() | n.While() | n.On() | n.Batch():
                 self.check_compound(s, scope, in_batch)
 
     def collect_handles(self, stmts) -> dict[str, n.HandleRef]:
@@ -484,7 +502,7 @@ class _Resolver:
         if redop.scale is not None:
             self.check_expr(redop.scale, "static", scope)
 
-    def check_compound(self, s: n.For | n.On | n.Batch, scope: _Scope, in_batch: bool):
+    def check_compound(self, s: n.For | n.While | n.On | n.Batch, scope: _Scope, in_batch: bool):
         """A block statement: its header's expressions, then its body in a scope of its own."""
         match s:
             case n.For():
@@ -493,6 +511,9 @@ class _Resolver:
                 inner = _Scope(parent=scope)
                 self.declare(inner, s.var, "loop", s)
                 self.check_block(s.body, inner, in_batch)
+            case n.While():
+                self.check_expr(s.cond, "static", scope)
+                self.check_block(s.body, _Scope(parent=scope), in_batch)
             case n.On():
                 for br in s.branches:
                     self.check_expr(br.cond, "static", scope)
@@ -604,7 +625,9 @@ class _Resolver:
                 self.check_name(e, ctx, scope)
             case n.Attr():
                 self.check_attr(e, scope)
-            case n.Call(func=n.Name(id=fname)) if fname in ELEMENT_FUNCS or fname in INIT_FUNCS:
+            case n.Call(func=n.Name(id=fname)) if (
+                fname in ELEMENT_FUNCS or fname in INIT_FUNCS or fname in INTEGER_FUNCS
+            ):
                 self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
@@ -617,7 +640,7 @@ class _Resolver:
                     f"unknown function `{fname}`",
                     e.func,
                     label="not a function",
-                    help="functions are min, max, abs (and rand, randn in initialisers)",
+                    help="functions are min, max, abs, log2 (and rand, randn in initialisers)",
                 )
             case n.Call():
                 self.error(InvalidView, "this cannot be called", e, label="not a function")
@@ -632,9 +655,31 @@ class _Resolver:
                 )
             case n.Unary():
                 self.check_expr(e.operand, ctx, scope)
+            case n.ListFor():  # split sizes: the variable is bound in the value only
+                self.check_expr(e.lo, ctx, scope)
+                self.check_expr(e.hi, ctx, scope)
+                inner = _Scope(parent=scope)
+                self.declare(inner, e.var, "loop", e)
+                self.check_expr(e.value, ctx, inner)
             case n.Binary():
                 self.check_expr(e.left, ctx, scope)
                 self.check_expr(e.right, ctx, scope)
+                if e.op in INTEGER_OPS and ctx != "static":
+                    self.check_per_rank(e, (e.left, e.right), f"`{e.op}`", scope)
+
+    def check_per_rank(self, e, operands, what: str, scope: _Scope):
+        """An integer operator or function in an element expression takes values known per rank only: it is
+        folded to a per-rank constant before the element-wise part runs."""
+        varying = next((found for x in operands if (found := _per_element(x, scope)) is not None), None)
+        if varying is not None and not any(d.span == varying.span and d.code == "N103" for d in self.diags):
+            self.error(
+                WrongKindOfName,
+                f"{what} works on integers known per rank, not on tensor elements",
+                varying,
+                label="varies per element",
+                help="compute it in a `let` from `rank`, `world` and params; element expressions use "
+                "`+ - * / // % **`, `min`, `max` and `abs`",
+            )
 
     def check_name(self, e: n.Name, ctx: str, scope: _Scope):
         """A name used as a value: declared, and of a kind the context takes."""
@@ -664,7 +709,7 @@ class _Resolver:
 
     def check_function_call(self, e: n.Call, fname: str, ctx: str, scope: _Scope):
         """min, max, abs anywhere values are; rand, randn only in initialisers; each with its arity."""
-        arity = ELEMENT_FUNCS.get(fname) or INIT_FUNCS[fname]
+        arity = ELEMENT_FUNCS.get(fname) or INTEGER_FUNCS.get(fname) or INIT_FUNCS[fname]
         if fname in INIT_FUNCS and ctx != "init":
             self.error(
                 WrongKindOfName,
@@ -681,6 +726,8 @@ class _Resolver:
             )
         for a in e.args:
             self.check_expr(a, "static" if fname in INIT_FUNCS else ctx, scope)
+        if fname in INTEGER_FUNCS and ctx != "static":
+            self.check_per_rank(e, e.args, f"`{fname}`", scope)
 
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
@@ -727,6 +774,20 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
     return False
 
 
+def _per_element(e, scope: _Scope):
+    """The part of `e` that differs between a tensor's elements (`i`, a tensor, a view, a random value), or
+    None; `x.size` and `x.rows` read a tensor but are one number per rank."""
+    match e:
+        case n.Attr(attr="size" | "rows"):
+            return None
+        case n.Name():
+            found = scope.lookup(e.id)
+            return e if found is not None and found[0] in ("index", "tensor") else None
+        case n.Call(func=n.Name(id=fname)) if fname in INIT_FUNCS:
+            return e
+    return next((found for c in n.children(e) if (found := _per_element(c, scope)) is not None), None)
+
+
 def _walk(e):
     """`e` and every expression inside it."""
     yield e
@@ -765,7 +826,7 @@ def _bindings(stmts):
 
 def _children(s) -> list[tuple]:
     match s:
-        case n.For() | n.Batch():
+        case n.For() | n.While() | n.Batch():
             return [s.body]
         case n.On():
             return [br.body for br in s.branches] + [s.orelse]

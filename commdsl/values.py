@@ -38,6 +38,11 @@ BINARY: dict[str, Callable] = {
     "//": operator.floordiv,
     "%": operator.mod,
     "**": operator.pow,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
     "==": operator.eq,
     "!=": operator.ne,
     "<": operator.lt,
@@ -45,7 +50,16 @@ BINARY: dict[str, Callable] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-"""The arithmetic and comparison operators, shared by element expressions and per-rank integers."""
+"""The operators of per-rank values: arithmetic, integer and comparison."""
+INTEGER_OPS = ("<<", ">>", "&", "|", "^")
+"""Operators on integers only (per-rank values; element expressions fold them to per-rank constants)."""
+NUMPY_INTEGER = {
+    "<<": np.left_shift,
+    ">>": np.right_shift,
+    "&": np.bitwise_and,
+    "|": np.bitwise_or,
+    "^": np.bitwise_xor,
+}
 COMPARE = {
     "==": np.equal,
     "!=": np.not_equal,
@@ -144,6 +158,16 @@ def tidy(values: np.ndarray) -> np.ndarray:
 def arith(node: n.Binary, a, b):
     """`a OP b` on two Python scalars, as Python computes it, with `/` exact when it divides."""
     op = node.op
+    if op in INTEGER_OPS:
+        a, b = _operands(node, a, b)
+        if op in ("<<", ">>") and b < 0:
+            raise fail_all(_negative_shift(node, b))
+        if op == "<<" and a and abs(a).bit_length() + b > MAX_POWER_BITS:
+            raise fail_all(
+                NotAnInteger.diagnostic(
+                    "this value is too large", span=node.span, label=f"`{a} << {b}` has over {MAX_POWER_BITS} bits"
+                )
+            )
     if op == "/" and isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
         return a // b
     if (
@@ -175,6 +199,56 @@ def arith(node: n.Binary, a, b):
     return value
 
 
+def _operands(node: n.Binary, a, b):
+    """Both sides of an integer operator as integers (N121 names the side that is not)."""
+    what = f"an operand of `{node.op}`"
+    return as_int(a, node.left, what), as_int(b, node.right, what)
+
+
+def _negative_shift(node: n.Binary, count) -> Diagnostic:
+    return NotAnInteger.diagnostic(
+        f"a shift count must be 0 or more, but it is {count}",
+        span=node.right.span,
+        label=f"shifts by {count}",
+        help=f"shift the other way: `{'>>' if node.op == '<<' else '<<'}` by {-count}",
+    )
+
+
+def _integer_op(node: n.Binary, a, b, size: int):
+    """`a OP b` for an integer operator over the ranks: NumPy where int64 holds it exactly, else rank by rank
+    (which also finds each rank whose operands are not integers or whose shift count is negative)."""
+    if kind(a) != "i" or kind(b) != "i" or max(_magnitude(a), _magnitude(b)) >= SAFE or np.any(np.asarray(b) < 0):
+        return _by_rank(node, a, b, size)
+    if node.op == "<<" and int(_magnitude(a)).bit_length() + int(_magnitude(b)) >= 62:
+        return _by_rank(node, a, b, size)
+    if node.op == ">>":
+        b = np.minimum(b, 63)  # Python shifts every bit out; NumPy leaves counts of 64 and more undefined
+    return np.broadcast_to(NUMPY_INTEGER[node.op](a, b), (size,)).copy()
+
+
+def log2(node: n.Call, v):
+    """`log2(x)`: the exact exponent of a positive power of two (N121 for any other value)."""
+    v = as_int(v, node.args[0], "the argument of `log2`")
+    if not is_vec(v):
+        if v <= 0 or v & (v - 1):
+            raise fail_all(_not_a_power(node, v))
+        return v.bit_length() - 1
+    bad = np.array([x <= 0 or bool(x & (x - 1)) for x in v.tolist()], dtype=bool)
+    if bad.any():
+        raise Failure(bad, lambda k: _not_a_power(node, item(v, k)))
+    return tidy(np.array([x.bit_length() - 1 for x in v.tolist()], dtype=object))
+
+
+def _not_a_power(node: n.Call, value: int) -> Diagnostic:
+    why = "not positive" if value <= 0 else "not a power of two"
+    return NotAnInteger.diagnostic(
+        f"`log2` needs a positive power of two, but its argument is {value}",
+        span=node.span,
+        label=f"{value} is {why}",
+        help="for any size, count with a loop: `let d = 1`, then `while d < x:` ... `d <<= 1`",
+    )
+
+
 def _by_rank(node: n.Binary, a, b, size: int) -> np.ndarray:
     """Python's arithmetic rank by rank: exact whatever the values, for the cases NumPy cannot do exactly."""
     xs, ys = _objects(a, size), _objects(b, size)
@@ -204,6 +278,8 @@ def binary(node: n.Binary, a, b):
     if not is_vec(a) and not is_vec(b):
         return arith(node, a, b)
     size = (a if is_vec(a) else b).size
+    if op in INTEGER_OPS:
+        return _integer_op(node, a, b, size)
     ka, kb = kind(a), kind(b)
     if "o" in (ka, kb) or op == "**":
         return _by_rank(node, a, b, size)
@@ -301,6 +377,21 @@ def call(fname: str, args: list):
     for a in args[1:]:  # Python keeps the first of equal values (0.0 before -0.0) and skips a later NaN
         out = np.where(a < out, a, out) if fname == "min" else np.where(a > out, a, out)
     return out + np.zeros(size, dtype=out.dtype) if not is_vec(out) else out
+
+
+def merge(old, positions: np.ndarray, new, size: int):
+    """A value over `size` ranks whose entries at `positions` are replaced by `new` (a `let` that a `while`
+    loop reassigned on the ranks that ran its body)."""
+    if positions.size == size:
+        return new
+    same = kind(old) == kind(new) != "o"
+    if same and max(_magnitude(old), _magnitude(new)) < SAFE:  # typed arrays hold both exactly
+        out = np.array(old, copy=True) if is_vec(old) else np.full(size, old)
+        out[positions] = new
+        return uniform(out)
+    out = _objects(old, size)
+    out[positions] = _objects(new, positions.size)
+    return uniform(tidy(out))
 
 
 def truthy(v):

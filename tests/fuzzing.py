@@ -76,10 +76,10 @@ SEEDS = [p.read_bytes() for p in sorted((ROOT / "programs").rglob("*.comm"))
          + sorted((ROOT / "tests" / "fuzz_corpus").glob("*.comm"))]
 """The shipped programs and tests/fuzz_corpus/ (one file per finding of the issue 14 campaign): what gets mutated."""
 VOCAB = ("program world backend param tensor group mesh let send recv isend irecv broadcast all_reduce reduce "
-         "all_gather gather scatter reduce_scatter all_to_all barrier wait all batch for in on else expect print "
+         "all_gather gather scatter reduce_scatter all_to_all barrier wait all batch for while in on else expect print "
          "to from into op tag split by splits rank world i x y h g m n float32 int64 bool bfloat16 sum max band "
-         "chunk size rows rand min max true false and or not 0 1 2 7 -1 1024 99999999999 0.5 1e9 ( ) [ ] , : . .. "
-         "= += -= *= /= == != < <= > >= + - * / // % ** # \n \n\n \n    \n        \t \\\n é 😀 \x00 $").split(" ")
+         "chunk size rows rand min max log2 true false and or not 0 1 2 7 -1 1024 99999999999 0.5 1e9 ( ) [ ] , : . "
+         ".. = += -= *= /= <<= >>= &= |= ^= == != < <= > >= + - * / // % ** << >> & | ^ # \n \n\n \n    \n        \t \\\n é 😀 \x00 $").split(" ")
 INTERESTING = [b"\x00", b"\xff", b"\xef\xbb\xbf", b"\r", b"\r\n", b"\t", b"\\\n", b"#", "é".encode(), "٣".encode(),
                "３".encode(), b"\xed\xa0\x80", b"\xc0\xaf", b'"""', b"'", b"{", b"}", b"1e309", b"9223372036854775808",
                b"99999999999999999999999", b"-0", b"0.0", b"nan", b"inf", b"\x0c", b"\x85", "\u2028".encode(),
@@ -229,7 +229,7 @@ def _literals() -> dict[str, list[str]]:
             out[t.name] = [t.pattern.value]
             continue
         m = re.fullmatch(r"\(\?:(.*)\)", t.pattern.value)
-        words = m.group(1).split("|") if m else []
+        words = re.split(r"(?<!\\)\|", m.group(1)) if m else []  # `\|=` is a word, not a split
         if words and all(re.fullmatch(r"(?:\\.|[^\\()\[\]?*+.])+", w) for w in words):
             out[t.name] = [re.sub(r"\\(.)", r"\1", w) for w in words]
     return out

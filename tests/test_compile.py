@@ -248,6 +248,8 @@ tensor z: float32[n]
 tensor b: bool[n] = i % 2 == 0
 tensor q: int32[n] = 5
 tensor r: int64[n]
+tensor u: float32[world + (world + rank % 2) // 2]    # 1 row per peer, 2 per peer of the other parity
+tensor v: float32[world + (world + rank % 2) // 2]
 group low = [0, 1]
 group odd = split by rank % 2
 let k = 2
@@ -276,7 +278,14 @@ wait all
 on rank < 2:
     all_reduce q op max in low
 all_reduce x in odd
-print x, y, z, b, r, q[0:x.rows // 2], x[x.size - 1]
+let bit = 1                                        # a `while` carrying a reassigned `let`
+while bit < world and rank & bit == 0:
+    bit <<= 1
+k ^= bit
+u = i + 10 * rank                                  # uneven all_to_all, its splits computed by expressions
+all_to_all u into v splits [1 + (rank ^ j) % 2 for j in 0 .. world - 1], [1 + (j ^ rank) % 2 for j in 0 .. world - 1]
+v[0:1] += k
+print x, y, z, b, r, q[0:x.rows // 2], x[x.size - 1], v
 """
 
 
@@ -317,6 +326,8 @@ STATIC = [
     "rank - world - 1", "rank - (world - 1)", "min(rank, 1) + max(world, 2) * abs(rank - 5)",
     "not rank == 0 or world > 2 and rank < 1", "(rank < 1) + (rank < 2)", "true + true", "world / 2 / 2",
     "10 % -3", "-10 % 3", "7.5 // 2", "2 ** 62 * 4 - 1", "(rank == 0) == (world == 3)",
+    "rank ^ 1 << 1", "rank | 4 & 6 ^ 1", "(rank | 4) & 6", "1 << rank + 1", "12 >> rank - 1 + 1", "rank & 1 == 0",
+    "log2(4) + log2(1 << rank)", "-5 >> 1", "rank ^ world | rank & world",
 ]  # fmt: skip
 
 
@@ -326,7 +337,7 @@ def _value_in_script(expr: str, rank: int, world: int):
     text = emit_python(program, "gloo", "out.py")
     line = next(ln.strip() for ln in text.splitlines() if ln.strip().startswith("v = "))
     scope = {"rank": rank, "world": world}
-    for name in ("div",):
+    for name in ("div", "log2"):
         exec(_HELPERS[name], scope)  # noqa: S102 - the test runs the script's own helper
     return eval(line[4:].split("  #")[0], scope)  # noqa: S307
 

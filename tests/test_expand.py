@@ -12,7 +12,7 @@ import pytest
 
 from commdsl.diagnostics import CommdslError
 from commdsl.expand import expand
-from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS
+from commdsl.limits import MAX_COLLECTIVE_CALLS, MAX_OPS, MAX_WHILE_ITERATIONS
 from commdsl.resolve import load
 from commdsl.schedule import Batch, Collective, Compute, Recv, Send, Wait
 from commdsl.simulate import initial_value, simulate
@@ -368,3 +368,139 @@ def test_slots_of_an_array_of_handles_differ_by_rank():
         k = (0 - rank) % 3  # the step that bound slot 0 on this rank
         assert first.reqs == (sends[k].req,)
         assert sorted(rest.reqs) == sorted(op.req for j, op in enumerate(sends) if j != k)
+
+
+# ---- integer operators, log2, while (issue 13) --------------------------------------------------------------
+
+BINOMIAL = """\
+world 1..6
+tensor x: float32[2]
+let mask = 1
+while mask < world:
+    on rank < mask and rank + mask < world:
+        send x to rank ^ mask tag log2(mask)
+    else on rank >= mask and rank < 2 * mask:
+        recv x from rank ^ mask tag log2(mask)
+    mask <<= 1
+let rounds = 0
+let d = rank
+while d > 0:                                  # a per-rank number of iterations: the bits of `rank`
+    rounds += d & 1
+    d >>= 1
+x = rounds
+"""
+
+
+def binomial_by_hand(world: int, r: int) -> list[tuple]:
+    ops, mask = [], 1
+    while mask < world:
+        if r < mask and r + mask < world:
+            ops.append(("send", ("x", 0, (2,)), r ^ mask, mask.bit_length() - 1, None))
+        elif mask <= r < 2 * mask:
+            ops.append(("recv", ("x", 0, (2,)), r ^ mask, mask.bit_length() - 1, None))
+        mask <<= 1
+    return ops + [("=", ("x", 0, (2,)), ("c", bin(r).count("1")))]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_while_runs_each_ranks_own_iterations_and_carries_its_lets(world):
+    s = expand(program(BINOMIAL), world)
+    for r in range(world):
+        assert ops_of(s, r) == binomial_by_hand(world, r), f"rank {r}"
+
+
+@pytest.mark.timeout(60)
+def test_a_while_that_never_ends_is_n133_at_its_condition():
+    text = "world 2\ntensor x: float32[1]\nlet n = 0\nwhile n >= 0:\n    n += 1\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 2)
+    [d] = e.value.diagnostics
+    assert d.code == "N133" and d.span == span_of(text, "n >= 0")
+    assert f"{MAX_WHILE_ITERATIONS:,} iterations" in d.message
+
+
+@pytest.mark.parametrize("text, code, snippet, rank", [
+    ("let s = 1 << (rank - 2)\n", "N121", "rank - 2", 0),          # a negative shift count, named
+    ("let s = log2(rank + 1)\n", "N121", "log2(rank + 1)", 2),     # 3 is not a power of two
+    ("let s = log2(rank - 1)\n", "N121", "log2(rank - 1)", 0),     # nor is -1
+    ("let s = (rank / 2) ^ 1\n", "N121", "rank / 2", 1),           # 0.5: not an integer
+])
+def test_integer_operator_errors_name_the_value_and_the_rank(text, code, snippet, rank):
+    full = "world 4\ntensor x: float32[1]\n" + text
+    with pytest.raises(CommdslError) as e:
+        expand(program(full), 4)
+    [d] = e.value.diagnostics
+    assert (d.code, d.span, d.notes[0].message) == (code, span_of(full, snippet), f"on rank {rank}")
+
+
+def test_a_let_that_stops_some_ranks_keeps_its_value_for_the_rest():
+    """Once a spurious N103 (`a` has no value here) on the ranks that went on."""
+    text = "world 4\ntensor x: float32[1]\nlet a = 6 // (rank - 1)\nx = a\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 4)
+    assert [(d.code, d.notes[0].message) for d in e.value.diagnostics] == [("N122", "on rank 1")]
+
+
+CARRIED = """\
+world 1..6
+tensor x: int64[1]
+let lo = 0
+let acc = 0
+for s in 0 .. rank:                            # per-rank bounds: rank + 1 iterations
+    acc += s
+on rank % 2 == 1:
+    lo = 10 + rank
+else on rank == 2:
+    let lo = 99                                # a new `let`: the outer `lo` stays 0
+    lo += 1
+batch:
+    acc *= 2
+for s in 0 .. 1:                               # uniform bounds
+    on s == 1:
+        acc += 1
+x = lo * 1000 + acc
+"""
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_reassigned_let_keeps_each_ranks_own_value_out_of_every_block(world):
+    s = expand(program(CARRIED), world)
+    for r in range(world):
+        lo = 10 + r if r % 2 == 1 else 0
+        acc = r * (r + 1) // 2 * 2 + 1
+        assert ops_of(s, r) == [("=", ("x", 0, (1,)), ("c", lo * 1000 + acc))], f"rank {r}"
+
+
+UNEVEN = """\
+world 1..6
+tensor x: float32[world * (world + 1) / 2]
+tensor y: float32[world * (rank + 1)]
+all_to_all x into y splits [j + 1 for j in 0 .. world - 1], [rank + 1 for j in 0 .. world - 1]
+"""
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_computed_splits_give_one_size_per_value_on_each_rank(world):
+    s = expand(program(UNEVEN), world)
+    for r in range(world):
+        (op,) = s.ops[r]
+        assert op.in_splits == tuple(range(1, world + 1)) and op.out_splits == (r + 1,) * world
+
+
+@pytest.mark.parametrize("splits, snippet, label", [
+    ("[1 for j in 0 .. world - 1], [1 for j in 0 .. world]", "all_to_all", "4 input sizes, 5 output sizes"),
+    ("[1 for j in 0 .. rank], [1, 1, 1, 1]", "[1 for j in 0 .. rank]", "its bounds differ between ranks"),
+])
+def test_computed_splits_of_the_wrong_length_are_n107(splits, snippet, label):
+    text = f"world 4\ntensor x: float32[4]\ntensor y: float32[4]\nall_to_all x into y splits {splits}\n"
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 4)
+    [d] = e.value.diagnostics
+    assert d.code == "N107" and text[d.span.start:].startswith(snippet) and label in d.label
+
+
+def test_ops_in_a_while_loop_are_bound_to_the_lets_its_condition_reads():
+    s = expand(program(BINOMIAL), 6)
+    for r in range(6):
+        sends = [op for op in s.ops[r] if isinstance(op, (Send, Recv))]
+        assert [op.bindings for op in sends] == [(("mask", 1 << op.tag),) for op in sends]  # tag = log2(mask)

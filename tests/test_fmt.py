@@ -183,6 +183,35 @@ def test_parentheses_the_tree_needs_are_added():
     assert _Exprs(source)(power) == "(-z) ** (p + q)"
 
 
+def test_integer_operators_and_while_round_trip():
+    text = (
+        "let mask = 1\n"
+        "let p = rank ^ 1 << 2 | rank & 3 >> 1\n"
+        "let q = (rank | 1) ^ (mask << 1)\n"
+        "while (rank & mask) == 0 and mask < world:\n"
+        "    mask <<= 1\n"
+        "    mask ^= log2(mask)\n"
+    )
+    assert fmt(text) == text
+    assert fmt("while mask<world :\n  mask>>=1\n") == "while mask < world:\n    mask >>= 1\n"
+
+
+def test_computed_splits_round_trip():
+    text = "all_to_all x into y splits [(j + 1) * 2 for j in 0 .. world - 1], [rank ^ 1 for k in 1 .. world]\n"
+    assert fmt(text) == text
+    assert fmt("all_to_all x into y splits [ j for j in 0..3 ], [1,1,1,1]\n") == (
+        "all_to_all x into y splits [j for j in 0 .. 3], [1, 1, 1, 1]\n"
+    )
+
+
+def test_parentheses_an_integer_operator_needs_are_added():
+    source = SourceFile("t.comm", "let a = x & y\nlet b = p | q\nlet c = u << v\n")
+    conj, disj, shifted = (s.value for s in to_ast(parse_tree(source), source).body)
+    assert _Exprs(source)(conj.model_copy(update={"left": disj})) == "(p | q) & y"
+    assert _Exprs(source)(shifted.model_copy(update={"right": conj})) == "u << (x & y)"
+    assert _Exprs(source)(disj.model_copy(update={"right": shifted})) == "p | u << v"
+
+
 def test_fmt_refuses_a_syntax_error():
     with pytest.raises(CommdslError) as e:
         fmt("program t\nsend x\n")

@@ -145,3 +145,10 @@ def test_textmate_grammar_covers_the_language():
                    for s in scope_of(word)), word
     for dtype in DTYPES:
         assert "support.type.dtype.commdsl" in scope_of(dtype)
+
+
+def test_integer_operators_while_and_log2():
+    text = "while mask < world:\n    mask <<= 1\n    let p = rank ^ 1 << log2(mask) | 2 & 3 >> 1\n"
+    tokens = {v: t for t, v in CommdslLexer().get_tokens(text) if v.strip()}
+    assert tokens["while"] in Keyword and tokens["log2"] == Name.Builtin
+    assert all(tokens[op] in Operator for op in ("<<=", "^", "<<", "|", "&", ">>"))

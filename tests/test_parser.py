@@ -135,6 +135,24 @@ def test_let():
 # ---- local compute ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("op", ["<<=", ">>=", "&=", "|=", "^="])
+def test_integer_augmented_assignments(op):
+    s = stmt(f"mask {op} 1\n")
+    assert isinstance(s, n.Assign) and s.op == op and show(s.target) == "mask" and show(s.value) == "1"
+
+
+def test_while():
+    s = stmt("while mask < world:\n    send x to rank ^ mask\n    mask <<= 1\n")
+    assert isinstance(s, n.While) and show(s.cond) == "(< mask world)"
+    assert [type(b).__name__ for b in s.body] == ["Send", "Assign"]
+    assert (s.span.line, s.span.end_line) == (1, 3)
+
+
+def test_while_without_colon_is_s005():
+    d = syntax_error("while rank < 3\n    barrier\n")
+    assert d.code == "S005" and (d.span.line, d.span.column) == (1, 15)
+
+
 @pytest.mark.parametrize("op", ["=", "+=", "-=", "*=", "/="])
 def test_assignments(op):
     s = stmt(f"x.chunk(k, 4) {op} tmp[0:2]\n")
@@ -280,6 +298,14 @@ def test_all_to_all_even_and_uneven():
     assert c.group.name == "g"
 
 
+def test_all_to_all_with_computed_splits():
+    c = coll("all_to_all x into y splits [j + 1 for j in 0 .. world - 1], [2, 3] in g")
+    (sizes,) = c.in_splits
+    assert isinstance(sizes, n.ListFor) and sizes.var == "j"
+    assert (show(sizes.value), show(sizes.lo), show(sizes.hi)) == ("(+ j 1)", "0", "(- world 1)")
+    assert [show(e) for e in c.out_splits] == ["2", "3"]  # a computed list's length is known at expansion only
+
+
 def test_barrier():
     assert coll("barrier").op == "barrier" and coll("barrier").group is None
     c = coll("barrier in m.tp")
@@ -357,6 +383,17 @@ def test_print():
     ("1.5e3", "1500.0"),
     ("2e-3", "0.002"),
     ("007", "7"),
+    # the integer operators, bound as in Python: | loosest, then ^, &, shifts, all tighter than comparisons
+    ("a | b ^ c & d", "(| a (^ b (& c d)))"),
+    ("a & b | c ^ d", "(| (& a b) (^ c d))"),
+    ("1 << k + 1", "(<< 1 (+ k 1))"),
+    ("a >> 1 << 2", "(<< (>> a 1) 2)"),
+    ("rank ^ 1 << s", "(^ rank (<< 1 s))"),
+    ("rank & mask == 0", "(== (& rank mask) 0)"),
+    ("a < b << 1", "(< a (<< b 1))"),
+    ("a <= b >> 1", "(<= a (>> b 1))"),
+    ("a ^ b ^ c", "(^ (^ a b) c)"),
+    ("log2(world) - 1", "(- log2(world) 1)"),
 ])
 def test_expressions(text, tree):
     assert show(expr(text)) == tree
@@ -592,7 +629,7 @@ def test_error_at_the_end_of_a_1mb_line_has_the_right_column():
 def test_expected_tokens_read_as_one_list():
     """Multi-token classes (`+=` ... `/=`) are items of the list, not a nested "or" inside it."""
     d = syntax_error("x 1\n")
-    assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `.`, `=` or `[`, found `1`"
+    assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`, `.`, `=` or `[`, found `1`"
 
 
 # ---- nodes are built unvalidated: each must be what its model accepts ------------------------------

@@ -218,6 +218,58 @@ on rank == 2:
     assert got == pytest.approx(2 * (10e-6 + n / 1e9), rel=1e-3)  # rank 2's way in carries one after the other
 
 
+# ---- all sizes at once ---------------------------------------------------------------------------------------
+
+SAME = [  # (program, size param, params, world)
+    ("ring_allreduce.comm", "n", {}, 8),
+    ("recursive_doubling_allreduce.comm", "n", {}, 8),
+    ("hierarchical_allreduce.comm", "n", {"local": 2}, 8),
+    ("pipeline_1f1b.comm", "width", {}, 4),
+    ("moe_all_to_all.comm", "hidden", {}, 8),
+]
+NETWORKS = {  # one node with a shared bus; NVLink nodes and NICs (NCCL); 2 ranks a node, a slow NIC, a link override
+    "localhost-gloo": lambda: load("localhost-gloo")[0],
+    "dgx-h100": lambda: load("dgx-h100")[0],
+    "pairs": lambda: topo(3, 5, rpn=2, extra="nics_per_node = 1", inter="[inter]\nalpha_us = 30\nbandwidth_gbps = 1\n"
+                          "[[link]]\nsrc = 0\ndst = 1\nalpha_us = 7\nbandwidth_gbps = 0.5\n"),
+}
+SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 22]
+
+
+@pytest.mark.parametrize("network", list(NETWORKS))
+@pytest.mark.parametrize(("name", "param", "params", "world"), SAME, ids=[c[0] for c in SAME])
+def test_all_sizes_in_one_pass_equal_each_size_alone(name, param, params, world, network):
+    """The clocks of several sizes in one engine pass (one messages × sizes array per step) give exactly what
+    each size gives on its own, every rank's time included."""
+    t = NETWORKS[network]()
+    v = variant_for(load_program(SourceFile(name, (ROOT / "programs" / name).read_text())), world, param, params, None)
+    together = sweep(v, world, SIZES, t)
+    assert len(together.rows) == len(SIZES)
+    for k, size in enumerate(SIZES):
+        alone = sweep(v, world, [size], t)
+        assert together.rows[k].time_us == alone.rows[0].time_us
+        np.testing.assert_array_equal(together.timing.rank_seconds[:, k], alone.timing.rank_seconds[:, 0])
+        assert together.paths[k] == alone.paths[0]
+
+
+@pytest.mark.parametrize("network", list(NETWORKS))
+def test_sizes_scaled_from_one_expansion_equal_each_size_expanded(network, monkeypatch):
+    """Above `EXACT_OPS` only the largest size is expanded and the others' bytes scaled from it: for the ring
+    (chunks linear in `n`, sizes a power of two apart) that is exact."""
+    import commdsl.predict
+
+    t = NETWORKS[network]()
+    v = variant_for(load_program(SourceFile("ring.comm", Path(RING).read_text())), 8, "n", {}, None)
+    monkeypatch.setattr(commdsl.predict, "EXACT_OPS", 0)
+    scaled = sweep(v, 8, SIZES, t)
+    assert any("scaled" in note for note in scaled.notes)
+    monkeypatch.undo()
+    for k, size in enumerate(SIZES):
+        alone = sweep(v, 8, [size], t)
+        assert scaled.rows[k].time_us == alone.rows[0].time_us
+        np.testing.assert_array_equal(scaled.timing.rank_seconds[:, k], alone.timing.rank_seconds[:, 0])
+
+
 # ---- output: critical path, JSON, plot ---------------------------------------------------------------------
 
 
@@ -366,6 +418,21 @@ def test_collectives_at_once_share_a_shared_bus():
     assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1), n) == pytest.approx(alone)
     # one bus for the host: 2 members of each ring on it, and the two rings at once: a quarter each
     assert seconds(PAIRS_ALL_REDUCE, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(2 * 10e-6 + 4 * n / 1e9)
+
+
+LOCAL = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n] = 2\nx += y\n"
+
+
+def test_local_ops_on_a_shared_host_share_its_memory():
+    """Every rank of a `shared_node` host adds at once: each gets its share of the memory bandwidth (1 GB/s
+    here); with a node per rank each has it all."""
+    n = 1 << 20
+    shared = parse(SourceFile("t.toml", "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1\n[intra]\n"
+                                        "alpha_us = 1\nbandwidth_gbps = 1\n"))
+    assert seconds(LOCAL, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9)
+    alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
+                                       "bandwidth_gbps = 1\n"))
+    assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)
 
 
 def test_mangled_topology_files_give_diagnostics_never_a_traceback():

@@ -340,3 +340,52 @@ def test_a_slot_not_assigned_on_a_rank_names_the_slot():
     (d,) = diagnostics(Case(text, 7, 6))
     assert (d.code, d.span.line, d.span.column) == ("N129", 7, 6)
     assert d.message == "handle `h[0]` has no request on rank 0"
+
+
+# ---- integer operators, log2 and while (issue 13) ---------------------------------------------------------
+
+
+def where(text: str) -> list[tuple[str, int, int]]:
+    return [(d.code, d.span.line, d.span.column) for d in diagnostics(Case(text, 0, 0))]
+
+
+@pytest.mark.parametrize("body, found", [
+    ("x = rank ^ 1\n", []),                                   # per-rank operands fold to a constant
+    ("x = x.size >> 1 | log2(x.rows)\n", []),                 # `.size` and `.rows` are one number per rank
+    ("x = i ^ 1\n", [("N103", 3, 5)]),                        # `i` varies per element
+    ("x = rank & x\n", [("N103", 3, 12)]),                    # so does a tensor
+    ("x = 1 << log2(i + 1)\n", [("N103", 3, 15)]),
+    ("x ^= 1\n", [("N103", 3, 1)]),                           # no element-wise integer operators
+    ("expect x == (rank << 1) * 0\n", []),
+])
+def test_integer_operators_in_element_expressions(body, found):
+    assert where("world 2\ntensor x: int64[4]\n" + body) == found
+
+
+@pytest.mark.parametrize("body, found", [
+    ("let d = 1\nwhile d < world:\n    d <<= 1\n", []),
+    ("let d = 1\nwhile d < world:\n    while d < 4:\n        d += 1\n    d *= 2\n", []),  # nested whiles
+    ("let d = 1\nd = d + 1\n", []),                                                        # its own block
+    ("let d = 1\non rank == 0:\n    d = 2\n", []),
+    ("let d = 1\nfor s in 0 .. 1:\n    d += s\n", []),
+    ("let d = 1\nbatch:\n    while d < 2:\n        send x[0:2] to 1 - rank\n        recv x[2:4] from 1 - rank\n"
+     "        d += 1\n", []),
+    ("for s in 0 .. 1:\n    s = 2\n", [("N103", 4, 5)]),                                   # not a let
+    ("let d = 1\nd = x\n", [("N103", 4, 5)]),                                              # a tensor's values
+    ("on rank == 0:\n    let d = 2\nd = 3\n", [("N101", 5, 1)]),                            # out of its scope
+])
+def test_where_a_let_can_be_reassigned(body, found):
+    assert where("world 2\ntensor x: float32[4]\n" + body) == found
+
+
+SPLITS = "world 1..4\ntensor x: float32[world * 2]\ntensor y: float32[world * 2]\n"
+
+
+@pytest.mark.parametrize("line, found", [
+    ("all_to_all x into y splits [2 for j in 0 .. world - 1], [2 for j in 0 .. world - 1]\n", []),
+    ("all_to_all x into y splits [j for j in 0 .. world - 1], [j for k in 0 .. world - 1]\n", [("N101", 4, 58)]),
+    ("all_to_all x into y splits [x for j in 0 .. world - 1], [2 for j in 0 .. world - 1]\n", [("N103", 4, 29)]),
+    ("all_to_all x into y splits [2 for rank in 0 .. 1], [2, 2]\n", [("N102", 4, 28)]),
+])
+def test_computed_splits_bind_their_variable_in_the_value_only(line, found):
+    assert where(SPLITS + line) == found

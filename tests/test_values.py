@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
-from commdsl.values import BINARY, Failure, as_int, binary, call, is_vec, unary
+from commdsl.values import BINARY, Failure, as_int, binary, call, is_vec, log2, unary
 
 SOURCE = SourceFile("v.comm", "let v = a + b\n")
 SPAN = SOURCE.span(8, 13)
@@ -26,7 +26,23 @@ FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCh
 
 PY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
       "%": operator.mod, "**": operator.pow, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
-      "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+      "<=": operator.le, ">": operator.gt, ">=": operator.ge, "<<": operator.lshift, ">>": operator.rshift,
+      "&": operator.and_, "|": operator.or_, "^": operator.xor}
+INTEGER_OPS = ("<<", ">>", "&", "|", "^")
+
+
+def py_integer(op: str, x, y):
+    """The integer operators: Python's on integers; a float with an integral value counts as that integer, as
+    everywhere an integer is needed; a bool, another float or a negative shift count is N121, and so is a
+    left shift past 4096 bits."""
+    if any(isinstance(v, bool) or isinstance(v, float) and not v.is_integer() for v in (x, y)):
+        return Fails("N121")
+    x, y = int(x), int(y)
+    if op in ("<<", ">>") and y < 0:
+        return Fails("N121")
+    if op == "<<" and x and abs(x).bit_length() + y > 4096:
+        return Fails("N121")
+    return PY[op](x, y)
 
 
 def node(op: str) -> n.Binary:
@@ -49,6 +65,8 @@ def py_binary(op: str, x, y):
         return bool(x and y) if op == "and" else bool(x or y)
     if op == "/" and isinstance(x, int) and isinstance(y, int) and y != 0 and x % y == 0:
         return x // y
+    if op in INTEGER_OPS:
+        return py_integer(op, x, y)
     try:
         value = PY[op](x, y)
     except ZeroDivisionError:
@@ -347,3 +365,38 @@ def test_as_int_accepts_integral_floats_as_ints():
     assert as_int(4.0, LIT, "x") == 4 and type(as_int(4.0, LIT, "x")) is int
     got = as_int(vec([1.0, 2.0, 3e20]), LIT, "x")
     check(got, [1, 2, int(3e20)])
+
+
+# ---- log2 ------------------------------------------------------------------------------------------------
+
+LOG2 = n.Call(span=SPAN, func=n.Name(span=SPAN, id="log2"), args=(LIT,))
+
+
+def py_log2(x):
+    """The exact exponent of a positive power of two; anything else (a bool, a fraction, 6, 0, -4) is N121."""
+    if isinstance(x, bool) or isinstance(x, float) and not x.is_integer():
+        return Fails("N121")
+    x = int(x)
+    return x.bit_length() - 1 if x > 0 and not x & (x - 1) else Fails("N121")
+
+
+@FAST
+@given(st.data(), st.integers(1, 6))
+def test_log2_matches_python_rank_by_rank(data, size):
+    powers = st.one_of(st.integers(0, 70).map(lambda k: 1 << k), small_ints, st.sampled_from([4.0, 2.5, True]))
+    v = data.draw(operand(size, powers), label="v")
+    want = [py_log2(x) for x in per_rank(v, size)]
+    got, failure = outcome(log2, LOG2, v)
+    if any(isinstance(w, Fails) for w in want):
+        assert failure is not None
+        assert failure.diagnostic(0).code == "N121"
+    else:
+        assert failure is None, failure and failure.diagnostic(0).message
+        check(got, want)
+
+
+def test_log2_names_the_value():
+    _, failure = outcome(log2, LOG2, vec([4, 6]))
+    assert failure.mask.tolist() == [False, True]
+    d = failure.diagnostic(1)
+    assert "its argument is 6" in d.message and d.label == "6 is not a power of two"

@@ -27,8 +27,23 @@ class FormatError(Exception):
 
 
 # binding strength, loosest first, as in grammar/commdsl.lark
-_OR, _AND, _NOT, _CMP, _ADD, _MUL, _UNARY, _POW, _POSTFIX, _ATOM = range(1, 11)
-_BINARY = {"or": _OR, "and": _AND, "+": _ADD, "-": _ADD, "*": _MUL, "/": _MUL, "//": _MUL, "%": _MUL, "**": _POW}
+_OR, _AND, _NOT, _CMP, _BOR, _BXOR, _BAND, _SHIFT, _ADD, _MUL, _UNARY, _POW, _POSTFIX, _ATOM = range(1, 15)
+_BINARY = {
+    "or": _OR,
+    "and": _AND,
+    "|": _BOR,
+    "^": _BXOR,
+    "&": _BAND,
+    "<<": _SHIFT,
+    ">>": _SHIFT,
+    "+": _ADD,
+    "-": _ADD,
+    "*": _MUL,
+    "/": _MUL,
+    "//": _MUL,
+    "%": _MUL,
+    "**": _POW,
+}
 _COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 
 
@@ -129,12 +144,14 @@ class _Exprs:
                 simple = all(b is None or _simple(b) for b in (e.lo, e.hi))
                 colon = ":" if simple else (" :" if not hi else ": " if not lo else " : ")
                 return f"{self(e.value, _POSTFIX)}[{lo}{colon}{hi}]", _POSTFIX
+            case n.ListFor():  # the one item of a `splits` list, whose brackets the collective prints
+                return f"{self(e.value)} for {e.var} in {self(e.lo)} .. {self(e.hi)}", _OR
             case n.Unary(op="not"):
                 return f"not {self(e.operand, _NOT)}", _NOT
             case n.Unary():
                 return f"{e.op}{self(e.operand, _UNARY)}", _UNARY
             case n.Binary(op=op) if op in _COMPARISONS:
-                return f"{self(e.left, _ADD)} {op} {self(e.right, _ADD)}", _CMP
+                return f"{self(e.left, _BOR)} {op} {self(e.right, _BOR)}", _CMP
             case n.Binary(op="**"):
                 return f"{self(e.left, _POSTFIX)} ** {self(e.right, _UNARY)}", _POW
             case n.Binary(op=op):
@@ -292,6 +309,8 @@ class _Printer:
         match s:
             case n.For():
                 self.suite(s.span.line, s.span.column - 1, f"for {s.var} in {e(s.lo)} .. {e(s.hi)}", s.body, depth)
+            case n.While():
+                self.suite(s.span.line, s.span.column - 1, f"while {e(s.cond)}", s.body, depth)
             case n.On():
                 for k, br in enumerate(s.branches):
                     word = "on" if k == 0 else "else on"

@@ -43,14 +43,17 @@ SCRIPT_NAMES = frozenset(
     {
         "torch", "dist", "np", "os", "re", "sys", "argparse", "init_device_mesh", "BACKEND", "CHECKED",
         "TOLERANCE", "main", "arguments", "number", "div", "power", "index_of", "minimum", "maximum",
-        "random_values", "split", "expect", "fmt", "say", "post", "wait", "pending", "args", "params", "rank",
+        "random_values", "split", "log2", "expect", "fmt", "say", "post", "wait", "pending", "args", "params", "rank",
         "world", "printed", "failures", "text", "verdict", "work", "p2p_ops", "reduce_scatter_single", "line", "_",
     }
 )  # fmt: skip
 
 # precedence of Python's operators, lowest first: an operand binding less tightly than its place gets parentheses
-_PREC = {"or": 1, "and": 2, "not": 3, "cmp": 4, "+": 6, "-": 6, "*": 7, "/": 7, "//": 7, "%": 7, "unary": 8, "**": 9}
-_ATOM = 10
+_PREC = {
+    "or": 1, "and": 2, "not": 3, "cmp": 4, "|": 5, "^": 6, "&": 7, "<<": 8, ">>": 8,
+    "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10, "unary": 11, "**": 12,
+}  # fmt: skip
+_ATOM = 13
 _QUOTES = "\"'\\"  # a comment keeps them as they are
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 _REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg")
@@ -83,6 +86,13 @@ def div(a, b):
 def power(e):
     """An exponent of `tensor ** e`: a negative integer power is a fraction, as in `2 ** -1`."""
     return float(e) if type(e) is int and e < 0 else e
+''',
+    "log2": '''
+def log2(x):
+    """The language's `log2`: exact, of a positive power of two only."""
+    if type(x) is not int or x <= 0 or x & (x - 1):
+        raise ValueError(f"log2({x}): not a positive power of two")
+    return x.bit_length() - 1
 ''',
     "index_of": '''
 def index_of(t):
@@ -439,11 +449,22 @@ class _Writer:
                 self.collective(s, depth, scope)
             case n.Wait():
                 self.wait(s, depth, scope)
+            case n.For() | n.While() | n.On():
+                self.control(s, depth, scope)
+            case n.Batch():
+                self.batch(s, depth, scope)
+
+    def control(self, s: n.For | n.While | n.On, depth: int, scope: _Scope) -> None:
+        """Loops and `on` as Python's `for`, `while` and `if`, each block a scope of its own for `let`s."""
+        match s:
             case n.For():
                 inner = _Scope(parent=scope)
                 var = self.bind(inner, s.var)
-                self.emit(depth, f"for {var} in {self.range(s.lo, s.hi, scope)}:", line)
+                self.emit(depth, f"for {var} in {self.range(s.lo, s.hi, scope)}:", s.span.line)
                 self.block(s.body, depth + 1, inner)
+            case n.While():
+                self.emit(depth, f"while {self.static(s.cond, scope)}:", s.span.line)
+                self.block(s.body, depth + 1, _Scope(parent=scope))
             case n.On():
                 for k, br in enumerate(s.branches):
                     self.emit(depth, f"{'if' if k == 0 else 'elif'} {self.static(br.cond, scope)}:", br.span.line)
@@ -451,8 +472,6 @@ class _Writer:
                 if s.orelse:
                     self.emit(depth, "else:")
                     self.block(s.orelse, depth + 1, _Scope(parent=scope))
-            case n.Batch():
-                self.batch(s, depth, scope)
 
     def range(self, lo, hi, scope: _Scope) -> str:
         """`lo .. hi` (inclusive) as a Python range: `range(world - 1)` for `0 .. world - 2`."""
@@ -469,6 +488,14 @@ class _Writer:
         return f"range({self.static(lo, scope)}, {stop})"
 
     def assign(self, s: n.Assign, depth: int, scope: _Scope) -> None:
+        if isinstance(s.target, n.Name) and not _is_view(s.target, scope, self.ndim):  # a `let` takes a new value
+            name = self.static(s.target, scope)
+            if s.op == "/=":
+                self.helpers.add("div")
+                self.emit(depth, f"{name} = div({name}, {self.static(s.value, scope)})", s.span.line)
+            else:
+                self.emit(depth, f"{name} {s.op} {self.static(s.value, scope)}", s.span.line)
+            return
         target = self.view(s.target, scope)
         value = s.value
         line = s.span.line
@@ -599,7 +626,7 @@ class _Writer:
         root = self.static(s.root, scope, _PREC["cmp"] + 1) if s.root is not None else ""
         splits = None
         if s.in_splits:
-            splits = ([self.static(x, scope) for x in s.in_splits], [self.static(x, scope) for x in s.out_splits])
+            splits = (self.split_sizes(s.in_splits, scope), self.split_sizes(s.out_splits, scope))
         fn, args = kind.script_call(s, ins, outs, red, root, self.group_size(s.group), splits)
         if s.group is not None:
             args.append(f"group={self.group_ref(s.group)}")
@@ -609,6 +636,18 @@ class _Writer:
         if s.handle is not None:
             call = f"{self.handle(s.handle, scope)} = " + (f"post({call})" if self.waits_all else call)
         self.emit(depth, call, s.span.line, mark=True)
+
+    def split_sizes(self, items, scope: _Scope) -> list[str]:
+        """A `splits` list as Python list items: `[EXPR for j in LO .. HI]` becomes a starred comprehension."""
+        out = []
+        for x in items:
+            if not isinstance(x, n.ListFor):
+                out.append(self.static(x, scope))
+                continue
+            inner = _Scope(parent=scope)
+            var = self.bind(inner, x.var)
+            out.append(f"*[{self.static(x.value, inner)} for {var} in {self.range(x.lo, x.hi, scope)}]")
+        return out
 
     def group_ref(self, g: n.GroupRef) -> str:
         name = self.top.names[g.name]
@@ -661,6 +700,9 @@ class _Writer:
                 return self.attr(e, scope), _ATOM
             case n.Call(func=n.Name(id=fname)) if fname in ("min", "max", "abs"):
                 return f"{fname}({', '.join(self.static(a, scope) for a in e.args)})", _ATOM
+            case n.Call(func=n.Name(id="log2")):
+                self.helpers.add("log2")
+                return f"log2({self.static(e.args[0], scope)})", _ATOM
             case n.Unary(op="not"):
                 return f"not {self.static(e.operand, scope, _PREC['not'])}", _PREC["not"]
             case n.Unary():

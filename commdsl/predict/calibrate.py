@@ -3,7 +3,7 @@
 The ping-pong is a `.comm` program (`PINGPONG`: rank 0 sends to rank 1, which sends it back), swept and
 timed by the bench itself (`bench.plan.build`, `bench.launch.run_plan`: the same workers, hang guard and
 hard timeout as every `commdsl bench`), so a calibration measures what a bench measures. One way is half
-the median round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
+the mean round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
 relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
 timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it).
 `topology_text` writes the TOML file `commdsl predict --topology` reads, with the measurements as comments.
@@ -59,16 +59,17 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
 
 
 def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
-    """Seconds one way for each measured case: half the median, over the timed iterations, of the slowest
-    rank's round trip. The median, not the bench's mean: on a shared machine a few iterations that wait
-    for a core would otherwise set α."""
+    """Seconds one way for each measured case: half the mean, over the timed iterations, of the slowest
+    rank's round trip. The mean, as the bench reports and `predict` predicts it: on a shared machine some
+    iterations wait for a core, and what a message costs on average includes those waits (docs/predict.md:
+    calibrating by the median predicted both measured campaigns worse)."""
     out = []
     for number in range(len(plan.cases)):
         per_rank = results.get(number, {})
         if len(per_rank) < plan.world:
             continue
         trips = np.max(np.array([per_rank[r]["durations_ns"] for r in range(plan.world)], dtype=np.float64), axis=0)
-        out.append(float(np.median(trips)) / 2 * 1e-9)
+        out.append(float(np.mean(trips)) / 2 * 1e-9)
     return out
 
 
@@ -93,7 +94,7 @@ def topology_text(f: Fit, memory_bps: float, nproc: int, backend: str, command: 
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
-        "# ranks 0 and 1 (half the median round trip of the slowest rank), fitted to t = alpha + bytes / beta",
+        "# ranks 0 and 1 (half the mean round trip of the slowest rank), fitted to t = alpha + bytes / beta",
         "#        bytes     measured (us)     fitted (us)    error",
     ]
     for size, sec in f.points:

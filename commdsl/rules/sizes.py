@@ -61,8 +61,10 @@ class NotAnInteger(Rule):
     ## What it does
 
     Reports a value that must be an integer (a tensor dimension, a rank, a tag, a loop bound, a slice
-    bound, a split size) but is not at some world size: `n / world` with `n = 10` and 4 ranks is 2.5, or
-    a condition used as a number.
+    bound, a split size, an operand of `^ & | << >>`) but is not at some world size: `n / world` with
+    `n = 10` and 4 ranks is 2.5, or a condition used as a number. It also reports the integer values an
+    integer operation cannot take: a negative shift count (`1 << (rank - 3)` on rank 0), `log2` of a value
+    that is not a positive power of two (`log2(world)` at world 6), and a value too large to compute.
 
     ## Why is this bad?
 
@@ -563,7 +565,8 @@ class ExpansionTooLarge(Rule):
     size, to more than 2,000,000 statement instances, or to more than 1,000,000 calls of collectives that
     move data (every rank's call counts), usually because a loop bound or a param is far larger than meant.
     (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
-    65536 are 4,259,840 collective calls.)
+    65536 are 4,259,840 collective calls.) It also reports a `while` loop that runs more than 65,536
+    iterations, whose condition most likely never turns false.
 
     ## Why is this bad?
 

@@ -51,12 +51,13 @@ class UnexpectedCharacter(Rule):
 
     ## What it does
 
-    Reports a character that is not part of the language at all, such as `&&`, `!`, `;` or `$`.
+    Reports a character that is not part of the language at all, such as `!`, `;`, `~` or `$`.
 
     ## Why is this bad?
 
-    The file cannot be parsed. The usual cause is an operator borrowed from another language: conditions
-    use `and`, `or` and `not`, statements end at the end of the line, and comments start with `#`.
+    The file cannot be parsed. The usual cause is syntax borrowed from another language: conditions use
+    `and`, `or` and `not` (`&&` is two bitwise `&`, a syntax error of its own), statements end at the end
+    of the line, and comments start with `#`.
 
     ## Example
 
@@ -64,10 +65,10 @@ class UnexpectedCharacter(Rule):
     program pairs
     world 2..4
     tensor x: float32[4] = rank
-    on rank == 0 && world > 1:
-        send x to 1
+    on rank == 0:
+        send x to 1;
     else on rank == 1:
-        recv x from 0
+        recv x from 0;
     ```
 
     ## Use instead
@@ -76,7 +77,7 @@ class UnexpectedCharacter(Rule):
     program pairs
     world 2..4
     tensor x: float32[4] = rank
-    on rank == 0 and world > 1:
+    on rank == 0:
         send x to 1
     else on rank == 1:
         recv x from 0

@@ -85,6 +85,16 @@ class Index(Node):
     index: Expr
 
 
+class ListFor(Node):
+    """`[EXPR for j in LO .. HI]`: one value per j (a list of split sizes computed by an expression)."""
+
+    kind: Literal["list_for"] = "list_for"
+    value: Expr
+    var: str
+    lo: Expr
+    hi: Expr
+
+
 class Unary(Node):
     kind: Literal["unary"] = "unary"
     op: Literal["-", "+", "not"]
@@ -92,7 +102,7 @@ class Unary(Node):
 
 
 class Binary(Node):
-    """Arithmetic, comparison and boolean operators."""
+    """Arithmetic, integer (`^ & | << >>`), comparison and boolean operators."""
 
     kind: Literal["binary"] = "binary"
     op: str
@@ -101,7 +111,7 @@ class Binary(Node):
 
 
 Expr = Annotated[
-    IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary,
+    IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary | ListFor,
     Field(discriminator="kind"),
 ]
 
@@ -188,11 +198,11 @@ class Let(Node):
 
 
 class Assign(Node):
-    """Local compute: `x = expr`, `x.chunk(k, p) += tmp`."""
+    """Local compute: `x = expr`, `x.chunk(k, p) += tmp`; or, when `target` names a `let`, its new value."""
 
     kind: Literal["assign"] = "assign"
     target: Expr
-    op: Literal["=", "+=", "-=", "*=", "/="]
+    op: Literal["=", "+=", "-=", "*=", "/=", "<<=", ">>=", "&=", "|=", "^="]
     value: Expr
 
 
@@ -297,6 +307,14 @@ class For(Node):
     body: tuple[Stmt, ...]
 
 
+class While(Node):
+    """`while cond:` — repeats while `cond` holds on a rank; the body advances it by reassigning a `let`."""
+
+    kind: Literal["while"] = "while"
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
 class Branch(Node):
     kind: Literal["branch"] = "branch"
     cond: Expr
@@ -337,6 +355,7 @@ Stmt = Annotated[
     | Expect
     | Print
     | For
+    | While
     | On
     | Batch,
     Field(discriminator="kind"),
@@ -365,4 +384,6 @@ def children(e) -> list:
             return [e.operand]
         case Binary():
             return [e.left, e.right]
+        case ListFor():
+            return [e.value, e.lo, e.hi]
     return []

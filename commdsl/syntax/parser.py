@@ -119,13 +119,30 @@ _WORDS = {
     "COMP_OP": "a comparison",
     "ADD_OP": "`+`, `-`",
     "MUL_OP": "`*`, `/`, `//`, `%`",
-    "AUG_OP": "`+=`, `-=`, `*=`, `/=`",  # no "or": these are items of a longer list
+    "AUG_OP": "`+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`",  # no "or": items of a longer list
+    "SHIFT_OP": "`<<`, `>>`",
 }
 _STATEMENT_STARTERS = {"SEND", "RECV", "ISEND", "IRECV", "BROADCAST", "ALL_REDUCE", "WAIT", "FOR", "ON"}
 
 
 _EXPRESSION_STARTERS = {"NAME", "INT", "FLOAT", "LPAR"}
-_OPERATORS = {"ADD_OP", "MUL_OP", "COMP_OP", "__ANON_0", "AND", "OR", "DOT", "LSQB", "LPAR", "STAR", "SLASH"}
+_OPERATORS = {
+    "ADD_OP",
+    "MUL_OP",
+    "COMP_OP",
+    "SHIFT_OP",
+    "BOR_OP",
+    "XOR_OP",
+    "BAND_OP",
+    "__ANON_0",
+    "AND",
+    "OR",
+    "DOT",
+    "LSQB",
+    "LPAR",
+    "STAR",
+    "SLASH",
+}
 
 
 def _expected(names: set[str]) -> str:
@@ -200,6 +217,7 @@ _EXAMPLES: dict[type[Rule], list[str]] = {
         "for s in 0 .. 3\n    barrier\n",
         "on rank == 0\n    barrier\n",
         "batch\n    send x to 1\n",
+        "while rank < 3\n    barrier\n",
         "on rank == 0:\n    barrier\nelse\n    barrier\n",
         "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n",
     ],

@@ -170,7 +170,8 @@ class _ToAst(Transformer):
         return n.RedOp.model_construct(span=self._span(meta), name=self._ident(name), scale=scale)
 
     def splits(self, meta, in_sizes, out_sizes):
-        if len(in_sizes) != len(out_sizes):
+        computed = any(isinstance(x, n.ListFor) for x in in_sizes + out_sizes)  # its length: at expansion
+        if len(in_sizes) != len(out_sizes) and not computed:
             raise _Invalid(
                 InvalidView.diagnostic(
                     "`splits` needs two lists of the same length (input, output)",
@@ -183,6 +184,9 @@ class _ToAst(Transformer):
 
     def split_sizes(self, meta, *exprs):
         return tuple(exprs)
+
+    def split_for(self, meta, value, var, lo, hi):
+        return (n.ListFor(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi),)
 
     def one_buffer(self, meta, view):
         return (view,), False
@@ -220,6 +224,9 @@ class _ToAst(Transformer):
 
     def for_stmt(self, meta, var, lo, hi, body):
         return n.For.model_construct(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
+
+    def while_stmt(self, meta, cond, body):
+        return n.While(span=self._block(meta, body), cond=cond, body=body)
 
     def on_stmt(self, meta, cond, body, *rest):
         *elifs, orelse = rest
@@ -299,6 +306,18 @@ class _ToAst(Transformer):
     def comparison(self, meta, *items):
         return self._chain(meta, items)
 
+    def bit_or(self, meta, *items):
+        return self._chain(meta, items)
+
+    def bit_xor(self, meta, *items):
+        return self._chain(meta, items)
+
+    def bit_and(self, meta, *items):
+        return self._chain(meta, items)
+
+    def shift(self, meta, *items):
+        return self._chain(meta, items)
+
     def or_expr(self, meta, *items):
         return self._chain(meta, [x for pair in zip(items, ["or"] * len(items)) for x in pair][:-1])
 
@@ -312,7 +331,8 @@ class _ToAst(Transformer):
 MAX_NESTING = 100
 """Deepest nesting the passes after the parser take (each recurses once per level): a deeper input is S001."""
 
-_CHAINS = {"arith": 2, "term": 2, "and_expr": 1, "or_expr": 1}  # children per operator: `a + b + c` nests 2 deep
+# children per operator: `a + b + c` nests 2 deep
+_CHAINS = {"arith": 2, "term": 2, "shift": 2, "bit_and": 2, "bit_xor": 2, "bit_or": 2, "and_expr": 1, "or_expr": 1}
 
 
 def _too_deep(tree: Tree) -> Tree | Token | None:
