@@ -870,8 +870,30 @@ class Expander:
                 raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
             self.spend(int(where.size), s)
             G, genv = A[where], _sub_env(env, where)
+            before = [np.copy(uniform(genv[k])) for k in counters]
             shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
             self.carry(env, A, *self.block(s.body, G, genv, b + shown))
+            self.check_progress(s, G, before, _sub_env(env, where), counters)
+
+    def check_progress(self, s: n.While, G, before: list, after: Env, counters: list[str]) -> None:
+        """N133 at once for a rank whose iteration changed none of the `let`s the condition reads: its next
+        iteration is the same one again (the condition reads nothing else that can change), forever."""
+        same = self.alive[G].copy()
+        for k, old in zip(counters, before, strict=True):
+            same &= np.broadcast_to(uniform(after[k]) == old, G.shape)
+        if not same.any():
+            return
+        rank = int(G[np.flatnonzero(same)[0]])
+        reads = ", ".join(f"`{k}`" for k in counters)
+        raise fail_all(
+            ExpansionTooLarge.diagnostic(
+                f"this `while` loop never ends on rank {rank} at world {self.W}: "
+                + (f"an iteration left {reads} as it was" if counters else "its condition reads no `let`"),
+                span=s.cond.span,
+                label="true again, with nothing changed",
+                help="reassign a name the condition reads in the loop body, so the condition turns false",
+            )
+        )
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),

@@ -671,7 +671,9 @@ class _Resolver:
         """An integer operator or function in an element expression takes values known per rank only: it is
         folded to a per-rank constant before the element-wise part runs."""
         varying = next((found for x in operands if (found := _per_element(x, scope)) is not None), None)
-        if varying is not None and not any(d.span == varying.span and d.code == "N103" for d in self.diags):
+        if varying is not None and not any(
+            d.span == varying.span and d.code == WrongKindOfName.code for d in self.diags
+        ):
             self.error(
                 WrongKindOfName,
                 f"{what} works on integers known per rank, not on tensor elements",

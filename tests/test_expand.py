@@ -419,6 +419,22 @@ def test_a_while_that_never_ends_is_n133_at_its_condition():
     assert f"{MAX_WHILE_ITERATIONS:,} iterations" in d.message
 
 
+@pytest.mark.parametrize("text, named", [
+    ("let k = 0\nwhile k < 10:\n    x = 1\n", "an iteration left `k` as it was"),  # the body never moves `k`
+    ("let k = 0\nwhile k < rank + 1:\n    k = k * 1\n", "an iteration left `k` as it was"),
+    ("while 2:\n    barrier\n", "its condition reads no `let`"),
+])
+def test_a_while_whose_iteration_changes_nothing_stops_at_once(text, named):
+    """The condition reads only its `let`s and constants: an iteration that leaves them as they were repeats
+    forever, which is N133 after that one iteration, not after MAX_WHILE_ITERATIONS of them."""
+    text = "world 2\ntensor x: float32[1]\n" + text
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 2)
+    [d] = e.value.diagnostics
+    assert d.code == "N133" and "never ends on rank 0 at world 2" in d.message and named in d.message
+    assert d.span.line == text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("while"))) + 1
+
+
 @pytest.mark.parametrize("text, code, snippet, rank", [
     ("let s = 1 << (rank - 2)\n", "N121", "rank - 2", 0),          # a negative shift count, named
     ("let s = log2(rank + 1)\n", "N121", "log2(rank + 1)", 2),     # 3 is not a power of two

@@ -566,7 +566,8 @@ class ExpansionTooLarge(Rule):
     move data (every rank's call counts), usually because a loop bound or a param is far larger than meant.
     (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
     65536 are 4,259,840 collective calls.) It also reports a `while` loop that runs more than 65,536
-    iterations, whose condition most likely never turns false.
+    iterations, whose condition most likely never turns false, and, after its first such iteration, one
+    whose iteration left every `let` its condition reads unchanged, which certainly never ends.
 
     ## Why is this bad?
 
