@@ -228,6 +228,8 @@ class _Resolver:
         for name, node in handles.items():
             if name not in BUILTINS:
                 self.declare(self.top, name, "handle", node)
+        for name, node in step_group_names(self.module.body).items():
+            self.declare(self.top, name, "group", node)  # the program's name for the group a rank made last
         self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
         if self.diags:
             raise CommdslError(self.diags)
@@ -370,6 +372,8 @@ class _Resolver:
             case n.Let():
                 self.check_expr(s.value, "static", scope)
                 self.declare(scope, s.name, "let", s)
+            case n.NewGroup():
+                self.check_new_group(s, scope, in_batch)
             case n.Assign():
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
@@ -391,10 +395,25 @@ class _Resolver:
             case n.Expect():
                 self.check_expect(s, scope)
             case n.Print():
-                for v in s.views:
-                    self.check_view(v, scope)
+                self.check_views(s.views, scope)
             case n.For() | n.While() | n.On() | n.Batch():
                 self.check_compound(s, scope, in_batch)
+
+    def check_views(self, views, scope: _Scope):
+        for v in views:
+            self.check_view(v, scope)
+
+    def check_new_group(self, s: n.NewGroup, scope: _Scope, in_batch: bool):
+        for m in s.members:
+            self.check_expr(m, "static", scope)
+        if in_batch:
+            self.error(
+                InvalidBatch,
+                "`new_group` cannot be part of a `batch`",
+                s,
+                label="only send, recv, isend and irecv batch together",
+                help="make the group before the `batch:` block",
+            )
 
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
         self.check_view(s.buffer, scope)
@@ -766,6 +785,18 @@ def _collect_handles(stmts) -> dict[str, n.Node]:
             out.setdefault(s.handle.name, s.handle)
         for child in _children(s):
             out.update({k: v for k, v in _collect_handles(child).items() if k not in out})
+    return out
+
+
+def step_group_names(stmts) -> dict[str, n.Node]:
+    """Each name `g = new_group [...]` binds anywhere in the program (several statements may bind one name,
+    as the branches of an `on` do), with its first binding."""
+    out: dict[str, n.Node] = {}
+    for s in stmts:
+        if isinstance(s, n.NewGroup):
+            out.setdefault(s.name.name, s.name)
+        for child in _children(s):
+            out.update({k: v for k, v in step_group_names(child).items() if k not in out})
     return out
 
 
