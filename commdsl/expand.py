@@ -151,6 +151,8 @@ class Expander:
         self.scopes: list[tuple[set[str], set[str]]] = []  # per open block: its `let`s, outer `let`s it reassigned
         self.compacted: dict[int, tuple] = {}  # array id → (array, its int32 copy), see `compact`
         self.made = frozenset(step_group_names(program.body))  # names `new_group` binds: no rank has them yet
+        self.made_count = np.zeros(world, dtype=np.int64)  # per rank, the `new_group` calls it has made
+        self.made_groups: dict[tuple[int, ...], Group] = {}  # see `step_group`
         for name in self.made:
             self.group_of[(name, None)] = (np.full(world, -1, dtype=np.int64), np.full(world, -1, dtype=np.int64))
 
@@ -950,8 +952,8 @@ class Expander:
         return uniform(gids), idx
 
     def new_group(self, s: n.NewGroup, A, env, b) -> None:
-        """Each rank of A makes the group its list names: one new group per distinct list (torch makes a new
-        process group at every call, even of a list made before), which `s.name` means on it from now on."""
+        """Each rank of A makes the group its list names, which `s.name` means on it from now on (torch makes a
+        new process group at every call, even of a list made before)."""
         members = self.sizes(s.members, A, env, "a group member")
         if not members:
             raise fail_all(
@@ -978,8 +980,12 @@ class Expander:
                     "`new_group` names a rank twice", span=s.span, label=f"ranks {_ranks_text(lists[k].tolist())}"
                 ),
             )
-        distinct, which = np.unique(rows, axis=0, return_inverse=True)
-        made = np.array([self.add_group(s.name.name, tuple(int(r) for r in u), step=True).id for u in distinct])
+        # torch names a group by its place in the sequence of `new_group` calls, which every rank counts: ranks
+        # whose k-th call names the same ranks make one group, whichever statement they make it at
+        keys = np.column_stack([self.made_count[A], rows])
+        self.made_count[A] += 1
+        distinct, which = np.unique(keys, axis=0, return_inverse=True)
+        made = np.array([self.step_group(s.name.name, tuple(int(r) for r in key)).id for key in distinct])
         gids = made[which.reshape(-1)]
         gid_of, idx_in = (x.copy() for x in self.group_of[(s.name.name, None)])
         gid_of[A] = gids
@@ -989,6 +995,13 @@ class Expander:
         ]
         self.group_of[(s.name.name, None)] = (gid_of, idx_in)
         self.add(NewGroupRec(s, A, b, made=uniform(gids)))
+
+    def step_group(self, name: str, key: tuple[int, ...]) -> Group:
+        """The group of `key` (the call's place in its ranks' `new_group` sequence, then the members)."""
+        g = self.made_groups.get(key)
+        if g is None:
+            g = self.made_groups[key] = self.add_group(name, key[1:], step=True)
+        return g
 
     def p2p(self, s: n.Send | n.Recv, A, env, b) -> None:
         view = self.view(s.buffer, A, env)
