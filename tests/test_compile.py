@@ -464,5 +464,5 @@ def test_a_new_group_step_is_dist_new_group_where_the_program_makes_it(tmp_path,
     assert code == 0
     assert "    leaders = dist.new_group([0, half])  # line 11" in text
     assert "    for h in range(2):" in text
-    assert "        g = dist.new_group([*[h * half + j for j in range(half)]])  # line 26" in text
+    assert "        g = dist.new_group([h * half + j for j in range(half)])  # line 26" in text
     assert text.index("leaders = dist.new_group") < text.index("dist.all_reduce(x, dist.ReduceOp.SUM, group=low)")

@@ -431,8 +431,9 @@ class _Writer:
             case n.Wait():
                 self.wait(s, depth)
             case n.NewGroup():
-                members = ", ".join(self.split_sizes(s.members, scope))
-                self.emit(depth, f"{self.top.names[s.name.name]} = dist.new_group([{members}])", line, mark=True)
+                items = self.split_sizes(s.members, scope)
+                members = items[0][1:] if len(items) == 1 and items[0].startswith("*") else f"[{', '.join(items)}]"
+                self.emit(depth, f"{self.top.names[s.name.name]} = dist.new_group({members})", line, mark=True)
             case n.For() | n.While() | n.On():
                 self.control(s, depth, scope)
             case n.Batch():
