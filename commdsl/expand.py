@@ -386,19 +386,19 @@ class Expander:
         ref = e.value
         name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
         gids, idx = self.groups_on(name, dim, A, e.span)
+        if e.attr == "rank" or name in self.made:  # torch gives a non-member of a step's group no rank, no size
+            outside = idx < 0
+            if outside.any():
+                raise Failure(
+                    outside,
+                    lambda k: InvalidGroup.diagnostic(
+                        f"rank {A[k]} is not in group `{self.groups[gids[k]].name}`, so it has no `.{e.attr}` there",
+                        span=e.span,
+                        label=f"members are {_ranks_text(self.groups[gids[k]].ranks)}",
+                    ),
+                )
         if e.attr == "size":
-            sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
-            return uniform(sizes[gids])
-        outside = idx < 0
-        if outside.any():
-            raise Failure(
-                outside,
-                lambda k: InvalidGroup.diagnostic(
-                    f"rank {A[k]} is not in group `{self.groups[gids[k]].name}`, so it has no `.rank` there",
-                    span=e.span,
-                    label=f"members are {_ranks_text(self.groups[gids[k]].ranks)}",
-                ),
-            )
+            return uniform(np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids])
         return idx
 
     def groups_on(self, name: str, dim: str | None, A: np.ndarray, span) -> tuple[np.ndarray, np.ndarray]:

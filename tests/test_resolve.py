@@ -393,3 +393,10 @@ def test_new_group_members_in_the_world_and_distinct():
 def _diagnostics(text: str) -> Diagnostic:
     (d,) = check_program(load(SourceFile("t.comm", "program t\n" + text)), CheckOptions(bound=8))
     return d
+
+
+def test_a_non_member_of_a_step_group_has_no_rank_or_size_there():
+    text = X + "g = new_group [0]\non rank == 0:\n    let s = g.size + g.rank\n"
+    assert _findings(text) == []
+    d = _diagnostics(X + "g = new_group [0]\nlet s = g.size\n")
+    assert (d.code, d.span.line, d.message) == ("N127", 5, "rank 1 is not in group `g`, so it has no `.size` there")
