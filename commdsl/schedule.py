@@ -351,8 +351,9 @@ class CollectiveRec(Record):
 @dataclass(eq=False, slots=True)
 class NewGroupRec(Record):
     """`g = new_group [...]`: rank `ranks[k]` makes group `made` (a group id, per rank). The engine steps over it
-    as a local op: torch's `new_group` waits for no other rank unless `TORCH_DIST_INIT_BARRIER=1`; that every
-    rank makes the same groups in the same order is the checker's rule (C314), read from the records."""
+    as a local op, as a non-member's `new_group` returns at once by default (a member's wait for the other
+    members is not modelled: docs/backend-support.md#groups-made-at-run-time); that every rank makes the same
+    groups in the same order is the checker's rule C313, read from the records."""
 
     made: object = 0
 
