@@ -251,7 +251,9 @@ class Engine:
         self.buffer_ids: dict[tuple, int] = {}
         self.group_size = np.array([len(g.ranks) for g in schedule.groups], dtype=np.int64)
         self.families = {key: i for i, key in enumerate(schedule.group_of)}
-        self.coll_seq = np.zeros((len(self.families) + 1, W), dtype=np.int64)
+        # a name `new_group` binds may mean another group later, so its groups count calls each on its own
+        self.coll_seq = np.zeros((len(self.families) + 1 + len(schedule.groups) * bool(schedule.made), W), np.int64)
+        self.step_rows: dict[int, np.ndarray] = {}  # step group id → each rank's index in it, or -1
         self.calls_seen = 0
         self.early = 0  # members released before their collective completed (Gloo)
         self.queues: dict[tuple, deque] = {}  # NCCL stream → [request, ops not started] entries; the first runs
@@ -458,10 +460,14 @@ class Engine:
         gid = np.zeros(n, dtype=np.int64)
         if rec.gid is not None:
             gid = at(rec.gid, pos, n).astype(np.int64)
-            gid_of, idx_in = self.s.group_of[(rec.node.group.name, rec.node.group.dim)]
             safe = np.where((peer >= 0) & (peer < W), peer, 0)
-            problem[(problem < 0) & (idx_in[G] < 0)] = NOT_MEMBER
-            problem[(problem < 0) & ((idx_in[safe] < 0) | (gid_of[safe] != gid))] = PEER_NOT_IN_GROUP
+            if rec.node.group.name in self.s.made:
+                problem[(problem < 0) & (self.place(gid, G) < 0)] = NOT_MEMBER
+                problem[(problem < 0) & (self.place(gid, safe) < 0)] = PEER_NOT_IN_GROUP
+            else:
+                gid_of, idx_in = self.s.group_of[(rec.node.group.name, rec.node.group.dim)]
+                problem[(problem < 0) & (idx_in[G] < 0)] = NOT_MEMBER
+                problem[(problem < 0) & ((idx_in[safe] < 0) | (gid_of[safe] != gid))] = PEER_NOT_IN_GROUP
         req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
         p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
         void = problem >= 0
@@ -662,6 +668,8 @@ class Engine:
         ref = rec.node.group
         if ref is None:
             fam, me = 0, G
+        elif ref.name in self.s.made:
+            fam, me = len(self.families) + 1 + gid, self.place(gid, G)
         else:
             fam = self.families[(ref.name, ref.dim)] + 1
             me = self.s.group_of[(ref.name, ref.dim)][1][G]
@@ -723,7 +731,9 @@ class Engine:
         out = np.zeros(G.size, dtype=bool) if rec.root is None else (root < 0) | (root >= W)
         outside = np.zeros(G.size, dtype=bool)
         ref = rec.node.group
-        if rec.root is not None and ref is not None:
+        if rec.root is not None and ref is not None and ref.name in self.s.made:
+            outside = self.place(gid, np.where(out, 0, root)) < 0
+        elif rec.root is not None and ref is not None:
             gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
             safe = np.where(out, 0, root)
             outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
@@ -734,6 +744,19 @@ class Engine:
         for k in np.flatnonzero(void).tolist():
             self.bad.append((int(G[k]), rec.id, int(p[k]), int(problem[k])))
         return void
+
+    def place(self, gid: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """Each rank's index in the step group `gid` beside it (aligned arrays), or -1 where it is no member."""
+        out = np.full(ranks.size, -1, dtype=np.int64)
+        gid = np.broadcast_to(gid, ranks.shape)
+        for g in np.unique(gid).tolist():
+            row = self.step_rows.get(g)
+            if row is None:
+                row = self.step_rows[g] = np.full(self.W, -1, dtype=np.int64)
+                row[list(self.s.groups[g].ranks)] = np.arange(len(self.s.groups[g].ranks))
+            sel = gid == g
+            out[sel] = row[ranks[sel]]
+        return out
 
     def complete_calls(self) -> bool:
         """Instances that every member has now called complete, in group order."""
@@ -829,6 +852,8 @@ class Engine:
         ref = rec.node.group
         if ref is None:
             return rec.root is None or 0 <= rec.root < self.W
+        if ref.name in self.s.made:  # its group on each rank is the record's, not the name's last (see `call`)
+            return False
         gid_of, idx_in = self.s.group_of[(ref.name, ref.dim)]
         if not (gid_of[G] == rec.gid).all() or (idx_in[G] < 0).any():
             return False

@@ -31,7 +31,7 @@ from commdsl.limits import (
     Deadline,
     time_limit,
 )
-from commdsl.resolve import MAX_WORLD, Program
+from commdsl.resolve import MAX_WORLD, Program, step_group_names
 from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
     BadParamValue,
@@ -55,6 +55,7 @@ from commdsl.schedule import (
     ComputeRec,
     ExpectRec,
     Group,
+    NewGroupRec,
     P2PRec,
     PrintRec,
     Requests,
@@ -149,6 +150,11 @@ class Expander:
         self.views: dict[tuple, tuple] = {}  # the most recent views, see `view`
         self.scopes: list[tuple[set[str], set[str]]] = []  # per open block: its `let`s, outer `let`s it reassigned
         self.compacted: dict[int, tuple] = {}  # array id → (array, its int32 copy), see `compact`
+        self.made = frozenset(step_group_names(program.body))  # names `new_group` binds: no rank has them yet
+        self.made_count = np.zeros(world, dtype=np.int64)  # per rank, the `new_group` calls it has made
+        self.made_groups: dict[tuple[int, ...], Group] = {}  # see `step_group`
+        for name in self.made:
+            self.group_of[(name, None)] = (np.full(world, -1, dtype=np.int64), np.full(world, -1, dtype=np.int64))
 
     # ---- errors ---------------------------------------------------------------------------------
     def kill(self, A: np.ndarray, failure: Failure) -> None:
@@ -234,8 +240,8 @@ class Expander:
             made = {k: self.add_group(f"{m.name}.{d.name}{list(k)}", tuple(rs)) for k, rs in sorted(by_rest.items())}
             self.name_groups((m.name, d.name), [made[c[:axis] + c[axis + 1 :]] for c in coords])
 
-    def add_group(self, name: str, ranks: tuple[int, ...]) -> Group:
-        g = Group(len(self.groups), name, ranks)
+    def add_group(self, name: str, ranks: tuple[int, ...], step: bool = False) -> Group:
+        g = Group(len(self.groups), name, ranks, step)
         self.groups.append(g)
         return g
 
@@ -379,22 +385,39 @@ class Expander:
             )
         ref = e.value
         name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
-        gid_of, idx_in = self.group_of[(name, dim)]
+        gids, idx = self.groups_on(name, dim, A, e.span)
+        if e.attr == "rank" or name in self.made:  # torch gives a non-member of a step's group no rank, no size
+            outside = idx < 0
+            if outside.any():
+                raise Failure(
+                    outside,
+                    lambda k: InvalidGroup.diagnostic(
+                        f"rank {A[k]} is not in group `{self.groups[gids[k]].name}`, so it has no `.{e.attr}` there",
+                        span=e.span,
+                        label=f"members are {_ranks_text(self.groups[gids[k]].ranks)}",
+                    ),
+                )
         if e.attr == "size":
-            sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
-            return uniform(sizes[gid_of[A]])
-        idx = idx_in[A]
-        outside = idx < 0
-        if outside.any():
+            return uniform(np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids])
+        return idx
+
+    def groups_on(self, name: str, dim: str | None, A: np.ndarray, span) -> tuple[np.ndarray, np.ndarray]:
+        """(group id, index in it) of group `name` on each rank of A; a rank that has not made it yet (a
+        `new_group` it has not run) stops with N127."""
+        gid_of, idx_in = self.group_of[(name, dim)]
+        gids = gid_of[A]
+        unmade = gids < 0
+        if unmade.any():
             raise Failure(
-                outside,
+                unmade,
                 lambda k: InvalidGroup.diagnostic(
-                    f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no `.rank` there",
-                    span=e.span,
-                    label=f"members are {_ranks_text(self.groups[gid_of[A[k]]].ranks)}",
+                    f"rank {A[k]} uses group `{name}` before it makes it",
+                    span=span,
+                    label="no `new_group` has made it on this rank yet",
+                    help=f"run `{name} = new_group [...]` on this rank before the ops that use it",
                 ),
             )
-        return idx
+        return gids, idx_in[A]
 
     def is_view(self, e, env: Env) -> bool:
         match e:
@@ -775,6 +798,8 @@ class Expander:
                 self.collective(s, A, env, b)
             case n.Wait():
                 self.wait(s, A, env, b)
+            case n.NewGroup():
+                self.new_group(s, A, env, b)
             case n.For():
                 self.loop(s, A, env, b)
             case n.While():
@@ -959,8 +984,60 @@ class Expander:
         """(group id per rank, index in it per rank) of `in GROUP`, or of the world."""
         if ref is None:
             return 0, A
-        gid_of, idx_in = self.group_of[(ref.name, ref.dim)]
-        return uniform(gid_of[A]), idx_in[A]
+        gids, idx = self.groups_on(ref.name, ref.dim, A, ref.span)
+        return uniform(gids), idx
+
+    def new_group(self, s: n.NewGroup, A, env, b) -> None:
+        """Each rank of A makes the group its list names, which `s.name` means on it from now on (torch makes a
+        new process group at every call, even of a list made before)."""
+        members = self.sizes(s.members, A, env, "a group member")
+        if not members:
+            raise fail_all(
+                InvalidGroup.diagnostic("`new_group` names no rank", span=s.span, label="the list of members is empty")
+            )
+        lists = np.stack([np.broadcast_to(np.asarray(m, dtype=np.int64), A.shape) for m in members], axis=1)
+        outside = ((lists < 0) | (lists >= self.W)).any(axis=1)
+        if outside.any():
+            raise Failure(
+                outside,
+                lambda k: InvalidGroup.diagnostic(
+                    f"`new_group` names rank {next(int(r) for r in lists[k] if not 0 <= r < self.W)}, "
+                    f"outside world {self.W}",
+                    span=s.span,
+                    label=f"ranks are 0..{self.W - 1}",
+                ),
+            )
+        rows = np.sort(lists, axis=1)  # torch's new_group orders a group by global rank
+        twice = (rows[:, 1:] == rows[:, :-1]).any(axis=1)
+        if twice.any():
+            raise Failure(
+                twice,
+                lambda k: InvalidGroup.diagnostic(
+                    "`new_group` names a rank twice", span=s.span, label=f"ranks {_ranks_text(lists[k].tolist())}"
+                ),
+            )
+        # torch names a group by its place in the sequence of `new_group` calls, which every rank counts: ranks
+        # whose k-th call names the same ranks make one group, whichever statement they make it at
+        keys = np.column_stack([self.made_count[A], rows])
+        self.made_count[A] += 1
+        distinct, which = np.unique(keys, axis=0, return_inverse=True)
+        made = np.array([self.step_group(s.name.name, tuple(int(r) for r in key)).id for key in distinct])
+        gids = made[which.reshape(-1)]
+        gid_of, idx_in = (x.copy() for x in self.group_of[(s.name.name, None)])
+        gid_of[A] = gids
+        idx_in[A] = [
+            self.groups[g].ranks.index(r) if r in self.groups[g].ranks else -1
+            for g, r in zip(gids.tolist(), A.tolist())
+        ]
+        self.group_of[(s.name.name, None)] = (gid_of, idx_in)
+        self.add(NewGroupRec(s, A, b, made=uniform(gids)))
+
+    def step_group(self, name: str, key: tuple[int, ...]) -> Group:
+        """The group of `key` (the call's place in its ranks' `new_group` sequence, then the members)."""
+        g = self.made_groups.get(key)
+        if g is None:
+            g = self.made_groups[key] = self.add_group(name, key[1:], step=True)
+        return g
 
     def p2p(self, s: n.Send | n.Recv, A, env, b) -> None:
         view = self.view(s.buffer, A, env)
@@ -1143,13 +1220,13 @@ class Expander:
         if rec.req is not None:
             self.track(s.handle, slot, A, rec.req)
 
-    def sizes(self, items: tuple, A, env) -> tuple:
-        """A `splits` list: its sizes in order, each an integer per rank; `[EXPR for j in LO .. HI]` gives one
-        per j, as many on every rank of the call."""
+    def sizes(self, items: tuple, A, env, what: str = "a split size") -> tuple:
+        """A `splits` list (or a `new_group`'s members): its sizes in order, each an integer per rank;
+        `[EXPR for j in LO .. HI]` gives one per j, as many on every rank of the call."""
         out = []
         for x in items:
             if not isinstance(x, n.ListFor):
-                out.append(uniform(self.int_value(x, A, env, "a split size")))
+                out.append(uniform(self.int_value(x, A, env, what)))
                 continue
             lo = uniform(self.int_value(x.lo, A, env, "a bound of the list"))
             hi = uniform(self.int_value(x.hi, A, env, "a bound of the list"))
@@ -1163,9 +1240,7 @@ class Expander:
                     )
                 )
             self.spend(max(0, hi - lo + 1) * int(A.size), x)
-            out.extend(
-                uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), "a split size")) for j in range(lo, hi + 1)
-            )
+            out.extend(uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), what)) for j in range(lo, hi + 1))
         return tuple(out)
 
     def check_fit(self, rec: CollectiveRec, kind, A, gid, me, root) -> None:
@@ -1350,6 +1425,7 @@ def expand(
         top=ex.top,
         requests=ex.requests(),
         group_of=ex.group_of,
+        made=ex.made,
     )
 
 

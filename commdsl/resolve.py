@@ -225,6 +225,8 @@ class _Resolver:
             body.append(stmt)
         for name, node in handles.items():
             self.declare(self.top, name, "handle array" if node.is_array else "handle", node)
+        for name, node in step_group_names(self.module.body).items():
+            self.declare(self.top, name, "group", node)  # the program's name for the group a rank made last
         self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
         if self.diags:
             raise CommdslError(self.diags)
@@ -367,6 +369,8 @@ class _Resolver:
             case n.Let():
                 self.check_expr(s.value, "static", scope)
                 self.declare(scope, s.name, "let", s)
+            case n.NewGroup():
+                self.check_new_group(s, scope, in_batch)
             case n.Assign():
                 self.check_view(s.target, scope)
                 self.check_expr(s.value, "elem", scope)
@@ -389,8 +393,7 @@ class _Resolver:
             case n.Expect():
                 self.check_expect(s, scope)
             case n.Print():
-                for v in s.views:
-                    self.check_view(v, scope)
+                self.check_views(s.views, scope)
             case n.For() | n.While() | n.On() | n.Batch():
                 self.check_compound(s, scope, in_batch)
 
@@ -448,6 +451,22 @@ class _Resolver:
     def check_binding(self, h: n.HandleRef | None, scope: _Scope):
         if h is not None and h.index is not None:
             self.check_expr(h.index, "static", scope)
+
+    def check_views(self, views, scope: _Scope):
+        for v in views:
+            self.check_view(v, scope)
+
+    def check_new_group(self, s: n.NewGroup, scope: _Scope, in_batch: bool):
+        for m in s.members:
+            self.check_expr(m, "static", scope)
+        if in_batch:
+            self.error(
+                InvalidBatch,
+                "`new_group` cannot be part of a `batch`",
+                s,
+                label="only send, recv, isend and irecv batch together",
+                help="make the group before the `batch:` block",
+            )
 
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
         self.check_binding(s.handle, scope)
@@ -824,6 +843,18 @@ def _bindings(stmts):
             yield s.handle
         for child in _children(s):
             yield from _bindings(child)
+
+
+def step_group_names(stmts) -> dict[str, n.Node]:
+    """Each name `g = new_group [...]` binds anywhere in the program (several statements may bind one name,
+    as the branches of an `on` do), with its first binding."""
+    out: dict[str, n.Node] = {}
+    for s in stmts:
+        if isinstance(s, n.NewGroup):
+            out.setdefault(s.name.name, s.name)
+        for child in _children(s):
+            out.update({k: v for k, v in step_group_names(child).items() if k not in out})
+    return out
 
 
 def _children(s) -> list[tuple]:

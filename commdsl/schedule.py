@@ -67,11 +67,13 @@ class View:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A process group: global ranks in group-rank order. Group 0 is the world."""
+    """A process group: global ranks in group-rank order. Group 0 is the world. `step`: made by a `new_group`
+    statement when a rank runs it, not before the program."""
 
     id: int
     name: str
     ranks: tuple[int, ...]
+    step: bool = False
 
     def index(self, rank: int) -> int:
         return self.ranks.index(rank)
@@ -353,8 +355,21 @@ class CollectiveRec(Record):
         )
 
 
-AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec
-LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec)
+@dataclass(eq=False, slots=True)
+class NewGroupRec(Record):
+    """`g = new_group [...]`: rank `ranks[k]` makes group `made` (a group id, per rank). The engine steps over it
+    as a local op, as a non-member's `new_group` returns at once by default (a member's wait for the other
+    members is not modelled: docs/backend-support.md#groups-made-at-run-time); that every rank makes the same
+    groups in the same order is the checker's rule C313, read from the records."""
+
+    made: object = 0
+
+    def at(self, k: int, groups: list[Group]) -> NewGroup:
+        return NewGroup(span=self.span, bindings=self.bindings_at(k), group=groups[int(item(self.made, k))])
+
+
+AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec
+LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec)
 
 
 # ---- one rank's ops ----------------------------------------------------------------------------------
@@ -450,7 +465,14 @@ class Collective(Op):
         return self.req is None
 
 
-AnyOp = Compute | Expect | Print | Send | Recv | Batch | Wait | Collective
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewGroup(Op):
+    """`torch.distributed.new_group(group.ranks)`, made when the rank gets here."""
+
+    group: Group
+
+
+AnyOp = Compute | Expect | Print | Send | Recv | Batch | Wait | Collective | NewGroup
 
 
 # ---- tensors ---------------------------------------------------------------------------------------
@@ -513,6 +535,7 @@ class Schedule:
     top: list[int]  # the ids of the records ranks step through (batch members are reached through their batch)
     requests: Requests
     group_of: dict = field(default_factory=dict)  # (name, dim) → (group id per rank, index in it per rank)
+    made: frozenset = frozenset()  # the names `new_group` binds: their groups are made as steps, not up front
 
     @cached_property
     def sequences(self) -> Sequences:
@@ -544,7 +567,7 @@ class Schedule:
 
     def op_at(self, rec: AnyRecord, k: int) -> AnyOp:
         """Rank `rec.ranks[k]`'s concrete op of a record."""
-        if isinstance(rec, (P2PRec, CollectiveRec)):
+        if isinstance(rec, (P2PRec, CollectiveRec, NewGroupRec)):
             return rec.at(k, self.groups)
         if isinstance(rec, BatchRec):
             rank = int(rec.ranks[k])

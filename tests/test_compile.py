@@ -520,3 +520,12 @@ def test_a_script_whose_names_are_its_own_names_runs(tmp_path, capfd, no_orphans
     proc = torchrun(tmp_path / "out.py", 2, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "every expect holds" in proc.stdout and "rank 0: def = tensor([0., 1., 2., 3.])" in proc.stdout
+
+
+def test_a_new_group_step_is_dist_new_group_where_the_program_makes_it(tmp_path, capfd):
+    code, text = compile_to(tmp_path, str(ROOT / "programs" / "new_groups.comm"))
+    assert code == 0
+    assert "    leaders = dist.new_group([0, half])  # line 11" in text
+    assert "    for h in range(2):" in text
+    assert "        g = dist.new_group([h * half + j for j in range(half)])  # line 26" in text
+    assert text.index("leaders = dist.new_group") < text.index("dist.all_reduce(x, dist.ReduceOp.SUM, group=low)")

@@ -537,3 +537,46 @@ def test_the_ops_of_a_batch_bound_to_a_handle_start_together(model):
     s = expand(load(SourceFile("t.comm", text)), 2)
     o = run_engine(s, model)
     assert o.completed and o.req_done.all() and not o.double_waits
+
+
+# ---- groups made as steps: the engine steps over `new_group`, C313 compares every rank's sequence ----------------
+
+
+def _lint(text: str) -> list:
+    return check_program(load(SourceFile("t.comm", text)), CheckOptions(bound=8))
+
+
+def test_ranks_whose_kth_new_group_differs_get_one_c313_naming_both_lines():
+    (d,) = _lint(
+        "program t\nworld 3\ntensor x: float32[2] = rank\n"
+        "on rank < 2:\n    a = new_group [0, 1]\n    b = new_group [1, 2]\n"
+        "else:\n    b = new_group [1, 2]\n    a = new_group [0, 1]\n"
+        "on rank < 2:\n    all_reduce x in a\n"
+    )
+    assert d.code == "C313"
+    assert d.message == "rank 0 makes group `a` [0, 1] as its 1st `new_group`, rank 2 makes `b` [1, 2]"
+    assert d.span.line == 5 and [(lb.span.line, lb.message) for lb in d.labels] == [(8, "rank 2 makes [1, 2]")]
+
+
+def test_a_rank_that_skips_new_group_is_named():
+    (d,) = _lint(
+        "program t\nworld 3\ntensor x: float32[2] = rank\n"
+        "on rank > 0:\n    g = new_group [1, 2]\n    all_reduce x in g\n"
+    )
+    assert d.code == "C313" and d.span.line == 5
+    assert d.message == "rank 1 makes group `g` [1, 2] as its 1st `new_group`, rank 0 makes no 1st group"
+    assert [nt.message for nt in d.notes][0] == "rank 0 makes 0 groups in all"
+
+
+def test_a_name_made_again_in_a_loop_means_the_latest_group_on_each_rank():
+    text = (
+        "program t\nworld 4\ntensor x: float32[1] = rank\n"
+        "for h in 0 .. 1:\n    g = new_group [2 * h, 2 * h + 1]\n    on rank // 2 == h:\n        all_reduce x in g\n"
+        "expect x == 4 * (rank // 2) + 1\n"
+    )
+    assert _lint(text) == []
+    s = expand(load(SourceFile("t.comm", text)), 4)
+    made = [g for g in s.groups if g.step]
+    assert [g.ranks for g in made] == [(0, 1), (2, 3)] and s.made == {"g"}
+    outcome = run_engine(s)
+    assert outcome.completed and not outcome.disagreements

@@ -152,3 +152,8 @@ def test_integer_operators_while_and_log2():
     tokens = {v: t for t, v in CommdslLexer().get_tokens(text) if v.strip()}
     assert tokens["while"] in Keyword and tokens["log2"] == Name.Builtin
     assert all(tokens[op] in Operator for op in ("<<=", "^", "<<", "|", "&", ">>"))
+
+
+def test_new_group_is_a_declaring_keyword():
+    tokens = {v: t for t, v in CommdslLexer().get_tokens("g = new_group [0, 1]\n") if v.strip()}
+    assert tokens["new_group"] == Keyword.Declaration and tokens["g"] == Name

@@ -681,3 +681,19 @@ def test_the_built_parser_is_cached_privately_under_the_grammars_hash(tmp_path, 
     (tmp_path / "blocked").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))  # a file where the directory should be
     assert cache_file("start: NAME") is False
+
+
+def test_new_group_is_a_statement_that_binds_a_name():
+    s = stmt("g = new_group [0, 2]\n")
+    assert isinstance(s, n.NewGroup) and s.name.name == "g" and [m.value for m in s.members] == [0, 2]
+    s = stmt("g = new_group [2 * j for j in 0 .. world // 2 - 1]\n")
+    (member,) = s.members
+    assert isinstance(member, n.ListFor) and member.var == "j"
+    (on,) = parse("on rank < 2:\n    g = new_group [0, 1]\n").body
+    assert isinstance(on.branches[0].body[0], n.NewGroup)
+
+
+def test_new_group_binds_a_plain_name_with_equals():
+    for text in ("g.x = new_group [0, 1]\n", "g += new_group [0, 1]\n"):
+        d = syntax_error(text)
+        assert (d.code, d.span.line, d.span.column) == ("S001", 1, 1) and "new_group" in d.message

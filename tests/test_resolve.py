@@ -389,3 +389,50 @@ SPLITS = "world 1..4\ntensor x: float32[world * 2]\ntensor y: float32[world * 2]
 ])
 def test_computed_splits_bind_their_variable_in_the_value_only(line, found):
     assert where(SPLITS + line) == found
+
+
+# ---- groups made as steps (`new_group`) ---------------------------------------------------------------------------
+
+
+def _findings(text: str) -> list[tuple[str, int]]:
+    try:
+        program = load(SourceFile("t.comm", "program t\n" + text))
+    except CommdslError as e:
+        return [(d.code, d.span.line) for d in e.diagnostics]
+    return [(d.code, d.span.line) for d in check_program(program, CheckOptions(bound=8))]
+
+
+def test_a_new_group_name_is_a_group_for_the_whole_program():
+    text = X + "on rank == 0:\n    g = new_group [0, 1]\nelse:\n    g = new_group [0, 1]\nall_reduce x in g\n"
+    assert _findings(text) == []
+    assert _findings(X + "let g = 1\ng = new_group [0, 1]\n") == [("N102", 4)]  # the group name is program-wide
+    assert _findings(X + "group g = [0, 1]\ng = new_group [0, 1]\n") == [("N102", 5)]
+    assert _findings(X + "g = new_group [0, 1]\nsend x to g\n") == [("N103", 5)]
+
+
+def test_new_group_cannot_be_part_of_a_batch():
+    assert _findings(X + "batch:\n    g = new_group [0, 1]\n") == [("N111", 5)]
+
+
+def test_a_group_used_before_a_rank_makes_it_is_n127_at_the_op():
+    found = _findings(X + "all_reduce x in g\ng = new_group [0, 1]\n")
+    assert found == [("N127", 4)]
+    d = _diagnostics(X + "on rank == 0:\n    g = new_group [0, 1]\nbarrier in g\n")
+    assert d.code == "N127" and d.message == "rank 1 uses group `g` before it makes it" and d.span.line == 6
+
+
+def test_new_group_members_in_the_world_and_distinct():
+    assert _findings(X + "g = new_group [0, 2]\n") == [("N127", 4)]
+    assert _findings(X + "g = new_group [1, 1]\n") == [("N127", 4)]
+
+
+def _diagnostics(text: str) -> Diagnostic:
+    (d,) = check_program(load(SourceFile("t.comm", "program t\n" + text)), CheckOptions(bound=8))
+    return d
+
+
+def test_a_non_member_of_a_step_group_has_no_rank_or_size_there():
+    text = X + "g = new_group [0]\non rank == 0:\n    let s = g.size + g.rank\n"
+    assert _findings(text) == []
+    d = _diagnostics(X + "g = new_group [0]\nlet s = g.size\n")
+    assert (d.code, d.span.line, d.message) == ("N127", 5, "rank 1 is not in group `g`, so it has no `.size` there")

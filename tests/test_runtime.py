@@ -156,6 +156,36 @@ def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
 
 
+NEW_GROUP_IN_BRANCHES = """\
+program branches
+world 4
+tensor x: int64[2] = rank + 1
+on rank < 2:
+    g = new_group [0, 1]
+    h = new_group [2, 3]
+    all_reduce x in g
+else:
+    g = new_group [0, 1]
+    h = new_group [2, 3]
+    all_reduce x in h
+expect x == 3 + 4 * (rank // 2)
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(60)
+def test_a_group_made_at_two_statements_is_one_torch_group(tmp_path, capfd, no_orphans):
+    """Each rank's k-th `new_group` call names the group: the branches make the same two groups, made when the
+    ranks get to them, and the run equals the simulator."""
+    report = tmp_path / "report.json"
+    path = write(tmp_path, "branches.comm", NEW_GROUP_IN_BRANCHES)
+    code, out, err = run_here(["run", path, "--nproc", "4", "--timeout", "30", "--report", str(report)], capfd)
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert data["ok"] and data["compared_with_simulator"] and data["mismatches"] == []
+    assert "expect at line 12: passed on 4 of 4 ranks" in out
+
+
 # ---- refused, failed, hung, killed ------------------------------------------------------------------
 
 @pytest.mark.gloo

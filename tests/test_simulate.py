@@ -236,3 +236,13 @@ def test_pieces_give_what_the_whole_gives(chunk, world, monkeypatch):
             assert np.array_equal(values, pieces.tensors[r][name]), (r, name)
     assert [(e.rank, e.ok, e.detail) for e in whole.expects] == [(e.rank, e.ok, e.detail) for e in pieces.expects]
     assert any(not e.ok for e in whole.expects) and any(e.ok for e in whole.expects)
+
+
+def test_groups_made_as_steps_reduce_among_their_members():
+    sim = run(
+        "world 4\ntensor x: int64[1] = rank\n"
+        "low = new_group [0, 1]\nhigh = new_group [2, 3]\n"
+        "on rank < 2:\n    all_reduce x in low\nelse:\n    all_reduce x in high\n",
+        4,
+    )
+    assert [int(sim.tensors[r]["x"][0]) for r in range(4)] == [1, 1, 5, 5]

@@ -336,6 +336,8 @@ class _Printer:
                 return f"mesh {s.name} = ({', '.join(f'{d.name}={e(d.size)}' for d in s.dims)})"
             case n.Let():
                 return f"let {s.name} = {e(s.value)}"
+            case n.NewGroup():
+                return f"{s.name.name} = new_group [{', '.join(e(m) for m in s.members)}]"
             case n.Assign():
                 return f"{e(s.target, _POSTFIX)} {s.op} {e(s.value)}"
             case n.Send() | n.Recv():

@@ -4,7 +4,8 @@ The script is the program as a user would write it in plain torch: `rank` and `w
 `torch.distributed` at run time and are checked against the program's `world` line, params are
 command-line flags (or environment variables), `for` stays a Python loop, `on` an `if`, groups are
 `dist.new_group` (splits `dist.new_subgroups_by_enumeration`, meshes `init_device_mesh`) made in the
-declared order on every rank, views are torch views (`x[lo:hi]`, `x[k]`, `x.tensor_split(parts)[k]`), and
+declared order on every rank before the body (a `g = new_group [...]` step where the program has it),
+views are torch views (`x[lo:hi]`, `x[k]`, `x.tensor_split(parts)[k]`), and
 every op is the torch call `commdsl run` makes for it (commdsl/runtime/ops.py). So the text is the same
 at every world size: it translates the resolved AST, not an expansion.
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from commdsl.collectives import KINDS
 from commdsl.dtypes import TOLERANCE
 from commdsl.p2p import form
-from commdsl.resolve import Program
+from commdsl.resolve import Program, step_group_names
 from commdsl.syntax import nodes as n
 
 INDENT = "    "
@@ -233,7 +234,8 @@ class _Writer:
         self.top = _Scope()
         taken: set[str] = set()
         handles = sorted({h.name for h, _ in bound} | self.arrays)
-        top_names = [p.name for p in program.params] + [g.name for g in program.groups] + handles
+        made = sorted(step_group_names(program.body))
+        top_names = [p.name for p in program.params] + [g.name for g in program.groups] + handles + made
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
             taken.add(self.top.names[name])
@@ -449,6 +451,10 @@ class _Writer:
                 self.collective(s, depth, scope)
             case n.Wait():
                 self.wait(s, depth, scope)
+            case n.NewGroup():
+                items = self.split_sizes(s.members, scope)
+                members = items[0][1:] if len(items) == 1 and items[0].startswith("*") else f"[{', '.join(items)}]"
+                self.emit(depth, f"{self.top.names[s.name.name]} = dist.new_group({members})", line, mark=True)
             case n.For() | n.While() | n.On():
                 self.control(s, depth, scope)
             case n.Batch():
@@ -656,7 +662,7 @@ class _Writer:
     def group_size(self, g: n.GroupRef | None) -> str:
         if g is None:
             return "world"
-        decl = self.decls[g.name]
+        decl = self.decls.get(g.name)  # None for a group `new_group` makes as a step
         name = self.top.names[g.name]
         if isinstance(decl, n.MeshDecl):
             return f"{name}[{_string(g.dim or '')}].size()"

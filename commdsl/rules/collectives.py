@@ -14,7 +14,8 @@ from commdsl.checker.waits import Waiting
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, ROOT_NOT_IN_GROUP
 from commdsl.rules import Rule, rank_list
-from commdsl.schedule import CollectiveRec
+from commdsl.schedule import CollectiveRec, NewGroupRec
+from commdsl.values import item
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -898,3 +899,132 @@ def _pair(message, primary: _Member, secondary: _Member, label1, label2, help, n
     return lambda rule: rule.diagnostic(
         message, span=primary.op.span, label=label1, labels=labels, notes=notes, help=help
     )
+
+
+class NewGroupMismatch(Rule):
+    """ranks make process groups in a different order, with different ranks, or not at all
+
+    ## What it does
+
+    Compares every rank's `new_group` steps: the k-th `g = new_group [...]` a rank runs must name the same
+    ranks as the k-th of every other rank of the world, members or not. Reports the first step where two
+    ranks differ, with both lines, or where one rank makes a group that another never makes.
+
+    ## Why is this bad?
+
+    `torch.distributed.new_group` is collective over the whole world: every rank must call it, in the same
+    order, with the same ranks, even the ranks that will not be members. Each call takes the next name from
+    a counter every rank keeps, and the members meet under that name in the store. When ranks disagree, the
+    members of a group wait for peers that are making another group (a hang until the store's timeout), or
+    two groups meet under one name and their collectives run with the wrong partners — silently. The classic
+    mistake is calling `new_group` only for the group a rank belongs to (pytorch/pytorch#130102).
+
+    ## Example
+
+    ```comm
+    program subgroups
+    world 4
+    tensor x: float32[2] = rank
+    on rank < 2:
+        g = new_group [0, 1]
+    else:
+        g = new_group [2, 3]
+    all_reduce x in g
+    ```
+
+    ## Use instead
+
+    ```comm
+    program subgroups
+    world 4
+    tensor x: float32[2] = rank
+    low = new_group [0, 1]
+    high = new_group [2, 3]
+    on rank < 2:
+        all_reduce x in low
+    else:
+        all_reduce x in high
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13): ranks 0, 1 making `[0, 1]` then `[1, 2]` against rank 2 making `[1, 2]`
+    first: two groups met under one name, rank 0's `all_reduce` ran with rank 2 and rank 1 hung. The pattern
+    of pytorch/pytorch#130102 at world 4 gave, in three runs, the right sums, two wrong pairs summed together
+    with a third rank hung, and another wrong pair. A member that skips `new_group` leaves the others hanging
+    in it.
+
+    ## References
+
+    - https://github.com/pytorch/pytorch/issues/130102
+    - https://pytorch.org/docs/stable/distributed.html#torch.distributed.new_group
+    """
+
+    code = "C313"
+    name = "new-group-mismatch"
+    backend_doc = "groups-made-at-run-time"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        s = ctx.schedule
+        if not s.made:
+            return
+        made = _groups_made(s)
+
+        def members(rank: int, k: int) -> tuple[int, ...] | None:
+            return s.groups[made[rank][k][1]].ranks if k < len(made[rank]) else None
+
+        for k in range(max(len(m) for m in made)):
+            ref = members(0, k)
+            odd = next((r for r in range(s.world) if members(r, k) != ref), None)
+            if odd is None:
+                continue
+            a, b = (0, odd) if ref is not None else (odd, 0)
+            rid, gid = made[a][k]
+            other = made[b][k] if k < len(made[b]) else None
+            first = s.groups[gid]
+            nth = _ordinal(k + 1)
+            if other is None:
+                yield cls.diagnostic(
+                    f"rank {a} makes group `{first.name}` {rank_list(first.ranks)} as its {nth} `new_group`, "
+                    f"rank {b} makes no {nth} group",
+                    span=s.records[rid].span,
+                    label=f"rank {a}'s {nth} `new_group`",
+                    notes=(Note(message=f"rank {b} makes {len(made[b])} group{'s' * (len(made[b]) != 1)} in all"),),
+                    help="call `new_group` on every rank, members or not, for every group, in one order",
+                )
+            else:
+                orid, ogid = other
+                second = s.groups[ogid]
+                labels = ()
+                label = f"rank {a} makes {rank_list(first.ranks)}"
+                if s.records[orid].span != s.records[rid].span:
+                    labels = (Label(span=s.records[orid].span, message=f"rank {b} makes {rank_list(second.ranks)}"),)
+                else:
+                    label += f"; rank {b} {rank_list(second.ranks)}"
+                yield cls.diagnostic(
+                    f"rank {a} makes group `{first.name}` {rank_list(first.ranks)} as its {nth} `new_group`, "
+                    f"rank {b} makes `{second.name}` {rank_list(second.ranks)}",
+                    span=s.records[rid].span,
+                    label=label,
+                    labels=labels,
+                    help="call `new_group` on every rank, members or not, for every group, in one order",
+                )
+            return
+
+
+def _groups_made(s) -> list[list[tuple[int, int]]]:
+    """Per rank, (record id, group id) of each `new_group` it runs, in order."""
+    out = []
+    for rank in range(s.world):
+        mine = []
+        for rid in s.sequence(rank).tolist():
+            rec = s.records[rid]
+            if type(rec) is NewGroupRec:
+                mine.append((rid, int(item(rec.made, int(np.searchsorted(rec.ranks, rank))))))
+        out.append(mine)
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

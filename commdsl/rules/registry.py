@@ -95,6 +95,7 @@ RULES: tuple[type[Rule], ...] = (
     collectives.GroupNonmember,
     collectives.RootNotInGroup,
     all_to_all.AllToAllSplitsMismatch,
+    collectives.NewGroupMismatch,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
 from commdsl.p2p import form
-from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Send, View, Wait
+from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
 Step = Callable[[], None]
@@ -166,7 +166,11 @@ def _from(e, start: int):
 
 
 def build_steps(ops, ctx: Context) -> list[Step]:
-    """One closure per op, in order."""
+    """One closure per op, in order; an op on a group that `new_group` makes as a step is built when it runs."""
+    return [(_late if _on_step_group(op) else _builder(op))(op, index, ctx) for index, op in enumerate(ops)]
+
+
+def _builder(op):
     builders = {
         Compute: _compute,
         Expect: _expect,
@@ -176,8 +180,26 @@ def build_steps(ops, ctx: Context) -> list[Step]:
         Batch: _batch,
         Wait: _wait,
         Collective: _collective,
+        NewGroup: _new_group,
     }
-    return [builders[type(op)](op, index, ctx) for index, op in enumerate(ops)]
+    return builders[type(op)]
+
+
+def _on_step_group(op) -> bool:
+    ops = op.ops if isinstance(op, Batch) else () if isinstance(op, NewGroup) else (op,)
+    return any(getattr(o, "group", None) is not None and o.group.step for o in ops)
+
+
+def _late(op, index: int, ctx: Context) -> Step:
+    """The op's step, built the first time it runs: its group exists by then (the checker makes sure)."""
+    built: list[Step] = []
+
+    def step():
+        if not built:
+            built.append(_builder(op)(op, index, ctx))
+        built[0]()
+
+    return step
 
 
 def _blocking(call: Step, ctx: Context) -> Step:
@@ -341,6 +363,16 @@ def _wait(op: Wait, index: int, ctx: Context) -> Step:
 
 
 # ---- collectives ----------------------------------------------------------------------------------
+
+
+def _new_group(op: NewGroup, index: int, ctx: Context) -> Step:
+    """`torch.distributed.new_group`, when the rank gets here: members and non-members alike call it."""
+    groups, g = ctx.groups, op.group
+
+    def step():
+        groups[g.id] = dist.new_group(list(g.ranks))
+
+    return step
 
 
 def _redop(op: Collective, ctx: Context):

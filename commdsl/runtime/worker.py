@@ -192,7 +192,8 @@ def execute(
         slot.setup(progress.SETUP_PROCESS_GROUP)
         dist.init_process_group(backend, store=store, rank=rank, world_size=schedule.world, timeout=timeout)
         slot.setup(progress.SETUP_GROUPS)
-        groups = [None] + [dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
+        # declared groups now, in order; a group `new_group` makes as a step is made when the step runs
+        groups = [None] + [None if g.step else dist.new_group(list(g.ranks)) for g in schedule.groups[1:]]
         slot.setup(progress.SETUP_TENSORS)
         specs = schedule.tensors[rank]
         ctx = Context(

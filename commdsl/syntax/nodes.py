@@ -188,6 +188,15 @@ class MeshDecl(Node):
     dims: tuple[MeshDim, ...]
 
 
+class NewGroup(Node):
+    """`g = new_group [0, 2]`: a group made as a step, by the ranks that run it, when they run it
+    (torch's `new_group`, which every rank of the world must call in the same order with the same ranks)."""
+
+    kind: Literal["new_group"] = "new_group"
+    name: Ident
+    members: tuple[Expr, ...]
+
+
 class Let(Node):
     kind: Literal["let"] = "let"
     name: str
@@ -346,6 +355,7 @@ Stmt = Annotated[
     | TensorDecl
     | GroupDecl
     | MeshDecl
+    | NewGroup
     | Let
     | Assign
     | Send

@@ -108,6 +108,19 @@ class _ToAst(Transformer):
     # statements ----------------------------------------------------------------------------------
     def assign_stmt(self, meta, target, op, value):
         span = self._span(meta)
+        if isinstance(value, n.NewGroup):
+            if op != "=" or not isinstance(target, n.Name):
+                raise _Invalid(
+                    UnexpectedToken.diagnostic(
+                        "`new_group` makes a group named with `g = new_group [...]`",
+                        span=target.span,
+                        label="expected a plain group name and `=`",
+                        help="write `g = new_group [0, 1]`, then `all_reduce x in g`",
+                    )
+                )
+            return value.model_copy(
+                update={"name": n.Ident.model_construct(span=target.span, name=target.id), "span": span}
+            )
         if isinstance(value, (n.Send, n.Recv, n.Collective)):
             handle = self._handle(target, op, "isend x to 1")
             if isinstance(value, (n.Send, n.Recv)) and value.blocking:
@@ -140,6 +153,9 @@ class _ToAst(Transformer):
 
     def comm_stmt(self, meta, op):
         return op
+
+    def new_group_op(self, meta, members):
+        return n.NewGroup.model_construct(span=self._span(meta), name=None, members=members)
 
     def _p2p(self, cls, meta, buffer, peer, tag, group, blocking):
         return cls.model_construct(

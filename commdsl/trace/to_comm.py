@@ -165,8 +165,8 @@ class _Names:
 
 
 _KEYWORDS = set(
-    "program world backend param tensor group split by mesh let for in on else batch send recv isend irecv to "
-    "from tag broadcast all_reduce reduce all_gather gather scatter reduce_scatter all_to_all into op splits "
+    "program world backend param tensor group split by mesh new_group let for in on else batch send recv isend irecv "
+    "to from tag broadcast all_reduce reduce all_gather gather scatter reduce_scatter all_to_all into op splits "
     "barrier wait all expect print and or not true false rank i n min max abs rand randn".split()
 )
 _LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*(\[.*)?", re.S)
