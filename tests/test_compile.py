@@ -529,3 +529,12 @@ def test_a_new_group_step_is_dist_new_group_where_the_program_makes_it(tmp_path,
     assert "    for h in range(2):" in text
     assert "        g = dist.new_group([h * half + j for j in range(half)])  # line 26" in text
     assert text.index("leaders = dist.new_group") < text.index("dist.all_reduce(x, dist.ReduceOp.SUM, group=low)")
+
+
+def test_a_wait_in_a_branch_no_rank_takes_compiles():
+    """Found by the fuzzer: `wait x` where no rank binds `x` (its branch runs on no rank) is a valid program;
+    the script names the handle there too, and the branch never runs."""
+    program = load(SourceFile("w.comm", "world 2\non not 4 and not 1:\n    wait x, x\n"))
+    text = emit_python(program, "gloo", "out.py")
+    ast.parse(text)
+    assert "        x.wait()  # line 3" in text

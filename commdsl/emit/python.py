@@ -233,7 +233,7 @@ class _Writer:
             self.helpers.add("post_batches" if self.batches else "post")
         self.top = _Scope()
         taken: set[str] = set()
-        handles = sorted({h.name for h, _ in bound} | self.arrays)
+        handles = sorted({h.name for h, _ in bound} | self.arrays | _waited(program.body))  # also one bound nowhere
         made = sorted(step_group_names(program.body))
         top_names = [p.name for p in program.params] + [g.name for g in program.groups] + handles + made
         for name in sorted(set(top_names) | set(self.ndim)):
@@ -811,6 +811,11 @@ def _bound_handles(stmts) -> list[tuple[n.HandleRef, bool]]:
         for s in _statements(stmts)
         if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch)) and s.handle is not None
     ]
+
+
+def _waited(stmts) -> set[str]:
+    """Every handle a `wait` names, bound or not (one bound on no rank sits in a branch no rank takes)."""
+    return {h.name for s in _statements(stmts) if isinstance(s, n.Wait) for h in s.handles}
 
 
 def _waited_arrays(stmts) -> set[str]:
