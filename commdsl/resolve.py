@@ -398,7 +398,8 @@ class _Resolver:
 
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
         self.check_view(s.buffer, scope)
-        self.check_expr(s.peer, "static", scope)
+        if s.peer is not None:
+            self.check_expr(s.peer, "static", scope)
         if s.tag is not None:
             self.check_expr(s.tag, "static", scope)
         self.check_group_ref(s.group, scope)

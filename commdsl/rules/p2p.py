@@ -650,6 +650,98 @@ class PeerNotInGroup(Rule):
             )
 
 
+class MessageRace(Rule):
+    """a receive from any source that messages from two senders can meet
+
+    ## What it does
+
+    Reports a `recv ... from any` (or `irecv`) for which sends from two different ranks wait on its channel
+    (group, destination, tag) at the same time, naming the receive and both competing sends.
+
+    ## Why is this bad?
+
+    Which of the two messages the receive takes depends on which arrives first, so the data it holds,
+    and the message left for the next receive, change from run to run. A run that passed says nothing
+    about the next. The simulator takes the send of the lowest rank, one of the possible outcomes; an
+    `expect` that holds there may fail on the real backend. Give each sender its own tag (`tag rank`)
+    and receive `from any tag T`, order the senders (a `barrier` between rounds), or name the source.
+
+    ## Example
+
+    ```comm
+    program master
+    world 3
+    tensor x: float32[2] = rank
+    on rank == 0:
+        for j in 1 .. world - 1:
+            recv x from any
+    else:
+        send x to 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program master
+    world 3
+    tensor x: float32[2] = rank
+    on rank == 0:
+        for j in 1 .. world - 1:
+            recv x from any tag j
+    else:
+        send x to 0 tag rank
+    ```
+
+    ## Backend notes
+
+    torch's `recv(tensor)` with no `src` (Gloo's `recvAnysource`) takes the first message to arrive on the
+    tag from any rank of the group and returns its sender. NCCL has no receive from any source (`B603`).
+    """
+
+    code = "P211"
+    name = "message-race"
+    backend_doc = "receive-from-any"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        for recv, took, other in ctx.outcome.races:
+            r_op, a, b = ctx.op(*recv), _Sender(ctx, took), _Sender(ctx, other)
+            if (r_op.span, a.span, b.span) in seen:
+                continue
+            seen.add((r_op.span, a.span, b.span))
+            rank = int(ctx.record(recv[0]).ranks[recv[1]])
+            word = ctx.record(recv[0]).word
+            if a.span == b.span:
+                labels = (Label(span=a.span, message=f"ranks {a.rank} and {b.rank} both send here"),)
+            else:
+                labels = (
+                    Label(span=a.span, message=f"rank {a.rank} sends here"),
+                    Label(span=b.span, message=f"rank {b.rank} sends here too"),
+                )
+            tag = f" tag {r_op.tag}" if r_op.tag else ""
+            yield cls.diagnostic(
+                f"`{word} from any{tag}` on rank {rank} can take the message of rank {a.rank} (line "
+                f"{a.span.line}) or of rank {b.rank} (line {b.span.line})",
+                span=r_op.span,
+                label="takes whichever message arrives first",
+                labels=labels,
+                notes=(
+                    Note(message="the data received depends on arrival order; the simulator takes the lowest rank's"),
+                ),
+                help="give each sender its own tag and receive `from any tag T`, or name the source",
+            )
+
+
+class _Sender:
+    """A send that a receive from any source can meet: its rank and statement."""
+
+    def __init__(self, ctx: Context, where: tuple[int, int]):
+        rec = ctx.record(where[0])
+        self.rank = int(rec.ranks[where[1]])
+        self.span = rec.span
+
+
 # ---- what the P2P rules share ---------------------------------------------------------------------
 
 
