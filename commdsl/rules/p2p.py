@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF
+from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
+from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import Rule
-from commdsl.schedule import P2PRec
+from commdsl.schedule import P2PRec, Schedule
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -704,14 +705,20 @@ class MessageRace(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from cls.from_outcome(ctx.outcome)
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Iterator[Diagnostic]:
+        """The races of one run, once per receive and pair of send statements (`commdsl sim` reports them too)."""
+        s = outcome.schedule
         seen = set()
-        for recv, took, other in ctx.outcome.races:
-            r_op, a, b = ctx.op(*recv), _Sender(ctx, took), _Sender(ctx, other)
+        for recv, took, other in outcome.races:
+            r_op, a, b = s.op_at(s.records[recv[0]], recv[1]), _Sender(s, took), _Sender(s, other)
             if (r_op.span, a.span, b.span) in seen:
                 continue
             seen.add((r_op.span, a.span, b.span))
-            rank = int(ctx.record(recv[0]).ranks[recv[1]])
-            word = ctx.record(recv[0]).word
+            rank = int(s.records[recv[0]].ranks[recv[1]])
+            word = s.records[recv[0]].word
             if a.span == b.span:
                 labels = (Label(span=a.span, message=f"ranks {a.rank} and {b.rank} both send here"),)
             else:
@@ -736,8 +743,8 @@ class MessageRace(Rule):
 class _Sender:
     """A send that a receive from any source can meet: its rank and statement."""
 
-    def __init__(self, ctx: Context, where: tuple[int, int]):
-        rec = ctx.record(where[0])
+    def __init__(self, schedule: Schedule, where: tuple[int, int]):
+        rec = schedule.records[where[0]]
         self.rank = int(rec.ranks[where[1]])
         self.span = rec.span
 
@@ -756,15 +763,20 @@ def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnost
         other = "recv" if sends else "send"
         fate = "finishes without posting one" if reason == "finished" else "never posts one"
         tag = f" with tag {op.tag}" if op.tag else ""
+        if peer == ANY_SOURCE:
+            who, whom = "any rank", "another rank"
+            fate = "every other rank finishes without one" if reason == "finished" else "no other rank posts one"
+        else:
+            who, whom, fate = f"rank {peer}", f"rank {peer}", f"rank {peer} {fate}"
         yield rule.diagnostic(
-            f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} rank {peer} has no matching `{other}`",
+            f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} {who} has no matching `{other}`",
             span=op.span,
-            label=f"rank {peer} {fate}",
+            label=fate,
             notes=(
-                Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),
+                Note(message=f"a matching `{other}` on {whom} would name rank {rank}{tag}"),
                 Note(message=_never_met(ctx.backend, rec, self_=peer == rank)),
             ),
-            help=_peer_hint(ctx, row),
+            help=None if peer == ANY_SOURCE else _peer_hint(ctx, row),
         )
 
 
