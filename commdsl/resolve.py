@@ -403,6 +403,13 @@ class _Resolver:
         if s.tag is not None:
             self.check_expr(s.tag, "static", scope)
         self.check_group_ref(s.group, scope)
+        if in_batch and s.peer is None:
+            self.error(
+                InvalidBatch,
+                "a receive from any source cannot be in `batch`",
+                s,
+                label="`batch_isend_irecv` needs each op's peer",
+            )
         if in_batch and s.handle is not None:
             self.error(
                 InvalidBatch,
