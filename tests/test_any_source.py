@@ -199,6 +199,13 @@ def test_nobody_left_to_send_is_unmatched_and_a_wait_on_each_other_is_a_deadlock
     assert codes(both) == [("D401", 4)]
 
 
+def test_a_send_whose_tag_misses_a_receive_from_any_is_one_tag_mismatch():
+    text = "program p\nworld 2\ntensor x: float32[2]\non rank == 0:\n    recv x from any tag 3\nelse:\n" \
+           "    send x to 0 tag 1\n"
+    (d,) = check_program(program(text))
+    assert (d.code, d.span.line, [lab.span.line for lab in d.labels]) == ("P204", 7, [5])
+
+
 def test_under_nccl_the_engine_still_matches_it():
     schedule = expand(program(TAGGED), 3)
     assert run_engine(schedule, NCCL).completed

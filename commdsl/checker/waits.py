@@ -191,6 +191,8 @@ def analyse(outcome: Outcome) -> Analysis:
     for i, who in senders.items():
         could[i], near[i] = bool(who), None
     unmatched, tags = _never_matched(peers, finished, could, near, senders)
+    nears = {n for _, n, _ in tags}  # a receive from any that a send's tag misses is that send's P204, once
+    unmatched = [(i, why) for i, why in unmatched if i not in senders or _at(posts, i) not in nears]
     edges: dict[int, list[Edge]] = {}
     missing: list[tuple[Waiting, int, int, str]] = []
     instances = _instances(waiting)
@@ -234,6 +236,10 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.append(Edge(r, op, target, thing))
     cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+def _at(posts: Posts, i: int) -> tuple[int, int]:
+    return int(posts.rec[i]), int(posts.pos[i])
 
 
 def _senders(outcome: Outcome, ahead: _Ahead, wild: np.ndarray) -> dict[int, list[int]]:
