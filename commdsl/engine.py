@@ -10,9 +10,11 @@ needs. Ranks at the same record are handled together, as arrays, so a ring all-r
 costs a few thousand rounds of NumPy calls, not five million Python steps.
 
 Semantics (design.md §4). Messages match first-in first-out per channel (group, source, destination,
-tag); the `Model` says whether tags count (NCCL ignores them) and whether a blocking send waits for
-its receive (zero buffering: what Gloo does at every size) or completes when posted (infinite
-buffering, the model under which a remaining deadlock is definite). The k-th collective a member
+tag); a receive from any source takes, after the named receives, a send waiting on its (group,
+destination, tag), and records a race when sends from two ranks wait there at once. The `Model` says
+whether tags count (NCCL ignores them) and whether a blocking send waits for its receive (zero
+buffering: what Gloo does at every size) or completes when posted (infinite buffering, the model under
+which a remaining deadlock is definite). The k-th collective a member
 calls on a group meets the k-th call of every other member; it completes when all have called it.
 A bad parameter (a peer outside the world, a non-member calling a group's collective) is recorded
 and the op counts as done, so the rest of the program is still checked.

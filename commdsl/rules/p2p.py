@@ -696,7 +696,10 @@ class MessageRace(Rule):
     ## Backend notes
 
     torch's `recv(tensor)` with no `src` (Gloo's `recvAnysource`) takes the first message to arrive on the
-    tag from any rank of the group and returns its sender. NCCL has no receive from any source (`B603`).
+    tag from any rank of the group and returns its sender; measured, the order changes from run to run.
+    NCCL has no receive from any source (`B603`). The checker compares the sends that wait together in
+    its rounds: a send that a slower rank posts later, though nothing orders it after the receive, is
+    not compared.
     """
 
     code = "P211"
