@@ -10,9 +10,11 @@ needs. Ranks at the same record are handled together, as arrays, so a ring all-r
 costs a few thousand rounds of NumPy calls, not five million Python steps.
 
 Semantics (design.md §4). Messages match first-in first-out per channel (group, source, destination,
-tag); the `Model` says whether tags count (NCCL ignores them) and whether a blocking send waits for
-its receive (zero buffering: what Gloo does at every size) or completes when posted (infinite
-buffering, the model under which a remaining deadlock is definite). The k-th collective a member
+tag); a receive from any source takes, after the named receives, a send waiting on its (group,
+destination, tag), and records a race when sends from two ranks wait there at once. The `Model` says
+whether tags count (NCCL ignores them) and whether a blocking send waits for its receive (zero
+buffering: what Gloo does at every size) or completes when posted (infinite buffering, the model under
+which a remaining deadlock is definite). The k-th collective a member
 calls on a group meets the k-th call of every other member; it completes when all have called it.
 A bad parameter (a peer outside the world, a non-member calling a group's collective) is recorded
 and the op counts as done, so the rest of the program is still checked.
@@ -29,6 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from commdsl.limits import Deadline, time_limit
+from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, P2PRec, Schedule, WaitRec
 from commdsl.values import at
 
@@ -175,6 +178,9 @@ class Outcome:
     early: int = 0  # members Gloo's rooted collectives released before every member had called
     queued_calls: Calls | None = None  # NCCL: collective calls that never started, behind an op on their stream
     behind: dict = field(default_factory=dict)  # op (record id, position) that never started → request ahead of it
+    # receives from any source that sends from two sources could meet: ((record id, position) of the
+    # receive, of the send it met, of the other waiting send)
+    races: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -241,6 +247,7 @@ class Engine:
         self.double_waits: list[tuple[int, int, int]] = []
         self.bad: list[tuple[int, int, int, int]] = []
         self.bad_msgs: list[tuple[Posts, Posts]] = []
+        self.races: list[tuple[tuple[int, int], ...]] = []
         self.disagreements: list[Instance] = []
         self.record_matches = record_matches
         self.matches: list[tuple[Posts, Posts]] = []
@@ -453,8 +460,9 @@ class Engine:
         """The posts of one P2P record by ranks G, and which of G post nothing (a bad parameter)."""
         W, n = self.W, G.size
         peer = at(rec.peer, pos, n).astype(np.int64)
+        wild = np.full(n, not rec.is_send and rec.node.peer is None)  # `from any`: no peer to check
         problem = np.full(n, -1, dtype=np.int64)
-        problem[(peer < 0) | (peer >= W)] = PEER_OUT_OF_RANGE
+        problem[((peer < 0) | (peer >= W)) & ~wild] = PEER_OUT_OF_RANGE
         if not (self.model.self_in_batch and rec.batched):
             problem[(problem < 0) & (peer == G)] = SELF
         gid = np.zeros(n, dtype=np.int64)
@@ -463,11 +471,12 @@ class Engine:
             safe = np.where((peer >= 0) & (peer < W), peer, 0)
             if rec.node.group.name in self.s.made:
                 problem[(problem < 0) & (self.place(gid, G) < 0)] = NOT_MEMBER
-                problem[(problem < 0) & (self.place(gid, safe) < 0)] = PEER_NOT_IN_GROUP
+                problem[(problem < 0) & (self.place(gid, safe) < 0) & ~wild] = PEER_NOT_IN_GROUP
             else:
                 gid_of, idx_in = self.s.group_of[(rec.node.group.name, rec.node.group.dim)]
                 problem[(problem < 0) & (idx_in[G] < 0)] = NOT_MEMBER
-                problem[(problem < 0) & ((idx_in[safe] < 0) | (gid_of[safe] != gid))] = PEER_NOT_IN_GROUP
+                outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
+                problem[(problem < 0) & outside & ~wild] = PEER_NOT_IN_GROUP
         req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
         p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
         void = problem >= 0
@@ -499,7 +508,8 @@ class Engine:
         return rows, void
 
     def match(self) -> bool:
-        """New posts meet pending ones: on each channel the j-th send meets the j-th receive.
+        """New posts meet pending ones: on each channel the j-th send meets the j-th receive; then each
+        receive from any source takes a send left on its (group, destination, tag), in posting order.
 
         Rows are kept in posting order (pending first), so a stable sort by channel puts each channel's
         receives, then its sends, in the order they were posted."""
@@ -507,6 +517,25 @@ class Engine:
             return False
         rows = Posts.concat([self.pending] + self.fresh if len(self.pending) else self.fresh)
         self.fresh = []
+        wild = (rows.send == 0) & (rows.src == ANY_SOURCE)
+        fixed = np.flatnonzero(~wild)
+        s_idx, r_idx = self.pair(rows.take(fixed) if wild.any() else rows)
+        if wild.any():
+            s_idx, r_idx = fixed[s_idx], fixed[r_idx]
+            s_any, r_any = self.pair_any(rows, np.flatnonzero(wild), s_idx)
+            s_idx, r_idx = np.concatenate([s_idx, s_any]), np.concatenate([r_idx, r_any])
+        if not s_idx.size:
+            self.pending = rows
+            return False
+        keep = np.ones(len(rows), dtype=bool)
+        keep[s_idx] = False
+        keep[r_idx] = False
+        self.pending = rows.take(keep) if not keep.all() else rows
+        self.met(rows.take(s_idx), rows.take(r_idx))
+        return True
+
+    def pair(self, rows: Posts) -> tuple[np.ndarray, np.ndarray]:
+        """(send rows, receive rows) that meet on their channels, FIFO per channel."""
         order, chan = self.channels(rows)
         n = order.size
         send = rows.send[order]
@@ -516,18 +545,30 @@ class Engine:
         chan_start = np.repeat(starts, np.diff(np.append(starts, n)))
         recvs_here = np.repeat(np.add.reduceat(1 - send, starts), np.diff(np.append(starts, n)))
         j = np.arange(n) - chan_start - np.where(send == 1, recvs_here, 0)
-        matched = (send == 1) & (j < recvs_here)
-        if not matched.any():
-            self.pending = rows
-            return False
-        s_sorted = np.flatnonzero(matched)
-        s_idx, r_idx = order[s_sorted], order[chan_start[s_sorted] + j[s_sorted]]
-        keep = np.ones(n, dtype=bool)
-        keep[s_idx] = False
-        keep[r_idx] = False
-        self.pending = rows.take(keep) if not keep.all() else rows
-        self.met(rows.take(s_idx), rows.take(r_idx))
-        return True
+        s_sorted = np.flatnonzero((send == 1) & (j < recvs_here))
+        return order[s_sorted], order[chan_start[s_sorted] + j[s_sorted]]
+
+    def pair_any(self, rows: Posts, wild: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Receives from any source (`wild`, in posting order) meet sends not `taken`: each takes the first
+        send of the lowest source rank with a send waiting on its (group, destination, tag), a deterministic
+        stand-in for whichever arrives first. When sends from two sources wait, the receive races (design.md
+        §4): the race is recorded with the send it took and the one it might have taken."""
+        free = rows.send == 1
+        free[taken] = False
+        s_out, r_out = [], []
+        for r in wild.tolist():
+            cand = np.flatnonzero(
+                free & (rows.gid == rows.gid[r]) & (rows.dst == rows.dst[r]) & (rows.tag == rows.tag[r])
+            )
+            if not cand.size:
+                continue
+            firsts = cand[np.unique(rows.src[cand], return_index=True)[1]]  # each source's first, by rank
+            if firsts.size > 1:
+                self.races.append(tuple((int(rows.rec[k]), int(rows.pos[k])) for k in (r, firsts[0], firsts[1])))
+            free[firsts[0]] = False
+            s_out.append(firsts[0])
+            r_out.append(r)
+        return np.array(s_out, dtype=np.int64), np.array(r_out, dtype=np.int64)
 
     def channels(self, rows: Posts) -> tuple[np.ndarray, np.ndarray]:
         """(a stable order by channel, receives before sends; each row's channel key in that order)."""
@@ -1033,6 +1074,7 @@ class Engine:
             self.early,
             Calls.concat(queued_calls) if queued_calls else Calls.empty(),
             self.stream_heads(),
+            self.races,
         )
 
     def stream_heads(self) -> dict[tuple[int, int], int]:

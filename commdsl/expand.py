@@ -31,6 +31,7 @@ from commdsl.limits import (
     Deadline,
     time_limit,
 )
+from commdsl.p2p import ANY_SOURCE
 from commdsl.resolve import MAX_WORLD, Program, step_group_names
 from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
@@ -1041,7 +1042,7 @@ class Expander:
 
     def p2p(self, s: n.Send | n.Recv, A, env, b) -> None:
         view = self.view(s.buffer, A, env)
-        peer = uniform(self.int_value(s.peer, A, env, "a peer rank"))
+        peer = ANY_SOURCE if s.peer is None else uniform(self.int_value(s.peer, A, env, "a peer rank"))
         tag = uniform(self.int_value(s.tag, A, env, "a tag")) if s.tag is not None else 0
         gid = self.group_ids(s.group, A)[0] if s.group is not None else None
         slot = self.slot(s.handle, A, env)

@@ -65,6 +65,7 @@ class CommdslLexer(RegexLexer):
             (r"#.*$", Comment.Single),
             (r"^(world)\b", Keyword.Declaration),
             (r"(wait)(\s+)(all)\b", bygroups(Keyword, Whitespace, Keyword)),
+            (r"(from)(\s+)(any)\b", bygroups(Keyword, Whitespace, Keyword)),  # `any` is a keyword only there
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
             (

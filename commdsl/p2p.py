@@ -50,6 +50,11 @@ FORMS = {
 }
 
 
+# The peer of `recv x from any` in a Schedule and in the engine's posts: torch's `src=None`, a receive that
+# takes a message from whichever sender on its (group, tag) channel comes first.
+ANY_SOURCE = -1
+
+
 def form(is_send: bool, blocking: bool) -> P2PForm:
     """The form of an op by its direction and blocking-ness."""
     return FORMS[(bool(is_send), bool(blocking))]

@@ -471,10 +471,18 @@ class _Resolver:
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
         self.check_binding(s.handle, scope)
         self.check_view(s.buffer, scope)
-        self.check_expr(s.peer, "static", scope)
+        if s.peer is not None:
+            self.check_expr(s.peer, "static", scope)
         if s.tag is not None:
             self.check_expr(s.tag, "static", scope)
         self.check_group_ref(s.group, scope)
+        if in_batch and s.peer is None:
+            self.error(
+                InvalidBatch,
+                "a receive from any source cannot be in `batch`",
+                s,
+                label="`batch_isend_irecv` needs each op's peer",
+            )
         if in_batch and s.handle is not None:
             self.error(
                 InvalidBatch,

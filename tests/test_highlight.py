@@ -26,6 +26,9 @@ PROGRAMS = sorted((ROOT / "programs").glob("*.comm")) + sorted((ROOT / "programs
 VSCODE = ROOT / "editors" / "vscode"
 
 
+CONTEXT = {"all": "wait all", "any": "from any"}  # keywords only after `wait`, after `from`
+
+
 def grammar_keywords() -> set[str]:
     return {t.pattern.value for t in lark_parser().terminals
             if t.pattern.type == "str" and t.pattern.value.replace("_", "").isalpha()}
@@ -42,13 +45,15 @@ def test_every_program_lexes_without_errors(path):
 def test_every_grammar_keyword_is_a_keyword():
     lexer = CommdslLexer()
     for word in sorted(grammar_keywords()):
-        sample = "wait all" if word == "all" else word  # `all` is a keyword only after `wait`
+        sample = CONTEXT.get(word, word)
         kinds = [t for t, v in lexer.get_tokens(sample) if v == word]
         assert kinds and (kinds[0] in Keyword or kinds[0] in Operator.Word), word
 
 
 def test_context_decides_world_all_and_reduce_ops():
     tokens = [(t, v) for t, v in CommdslLexer().get_tokens("world 2\nrecv all[world] from 0 op sum\n") if v.strip()]
+    anys = [t for t, v in CommdslLexer().get_tokens("let any = 1\nrecv x from any tag any\n") if v == "any"]
+    assert anys == [Name, Keyword, Name]  # `any` is a keyword only right after `from`
     assert tokens[0] == (Keyword.Declaration, "world")
     kinds = dict((v, t) for t, v in tokens[2:])
     assert kinds["all"] == Name and kinds["world"] == Name.Builtin and kinds["sum"] == Name.Constant
@@ -133,7 +138,7 @@ def test_textmate_grammar_covers_the_language():
         re.compile(pattern)  # simple enough for Python's engine too (VS Code uses Oniguruma)
 
     def scope_of(word: str) -> list[str]:
-        line = "wait all" if word == "all" else word
+        line = CONTEXT.get(word, word)
         for pattern, names in rules:
             m = re.match(pattern, line)
             if m and word in m.group(0):

@@ -107,9 +107,12 @@ def test_process_and_bug_in_sibling_module(capsys):
 
 
 def test_objects_and_any_source(capsys):
-    code, diags, err = trace(capsys, "objects_anysource.py", "--world", "3")
-    assert (code, diags) == (0, [])
-    assert "receive from any source is checked as a receive from rank 1" in err
+    """`dist.recv(t)` with no source is `recv ... from any`: ranks 1 and 2 both send, so it races (P211)."""
+    code, diags, _ = trace(capsys, "objects_anysource.py", "--world", "3")
+    assert code == 1
+    assert [(d["code"], at(d)) for d in diags] == [("P211", ("objects_anysource.py", 15))]
+    assert labels(diags[0]) == [("objects_anysource.py", 17)]
+    assert "rank 1 (objects_anysource.py:17) or of rank 2" in diags[0]["message"]
 
 
 def test_script_arguments_after_double_dash(capsys):

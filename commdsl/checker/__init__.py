@@ -218,5 +218,9 @@ def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:
 
 
 def data_diagnostics(sim) -> list[Diagnostic]:
-    """`data_findings` of one simulation (used by `commdsl sim`), at its world size."""
-    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in data_findings(sim)]
+    """`data_findings` of one simulation (used by `commdsl sim`), at its world size, after its message races:
+    where a receive from any source races, the data shown is one of the possible outcomes."""
+    from commdsl.rules.p2p import MessageRace
+
+    found = [_cited(d) for d in MessageRace.from_outcome(sim.engine)] + data_findings(sim)
+    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in found]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commdsl.engine import Calls, Outcome, Posts
+from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import BatchRec, CollectiveRec, P2PRec, WaitRec
 from commdsl.values import at
 
@@ -126,11 +127,13 @@ class _Ahead:
                 if not ask.size:
                     continue
                 q_tag = tag[ask] if tags and with_tag else np.zeros(ask.size, dtype=np.int64)
-                hit = _member((gid[ask], src[ask], dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
+                wild = not op.is_send and op.node.peer is None  # a receive from any source takes any sender's
+                q_src = np.full(ask.size, ANY_SOURCE) if wild else src[ask]
+                hit = _member((gid[ask], q_src, dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
                 for i in ask[hit].tolist():
                     m = np.flatnonzero(
                         (o_gid == gid[i])
-                        & (o_src == src[i])
+                        & (o_src == (ANY_SOURCE if wild else src[i]))
                         & (o_dst == dst[i])
                         & (o_tag == (tag[i] if tags and with_tag else 0))
                     )[0]
@@ -179,10 +182,17 @@ def analyse(outcome: Outcome) -> Analysis:
     posts, waiting = outcome.unmatched, outcome.waiting
     stuck = outcome.stalled
     peers = np.where(posts.send == 1, posts.dst, posts.src) if len(posts) else np.zeros(0, dtype=np.int64)
+    wild = (posts.send == 0) & (peers == ANY_SOURCE)
+    peers = np.where(wild, posts.rank, peers)  # asked about separately, by `_senders`
     missing_members = _missing_members(outcome)
     ahead = _Ahead(outcome)
     could, near = _could_match(posts, peers, finished, ahead, outcome.model.tags)
-    unmatched, tags = _never_matched(peers, finished, could, near)
+    senders = _senders(outcome, ahead, np.flatnonzero(wild))
+    for i, who in senders.items():
+        could[i], near[i] = bool(who), None
+    unmatched, tags = _never_matched(peers, finished, could, near, senders)
+    nears = {n for _, n, _ in tags}  # a receive from any that a send's tag misses is that send's P204, once
+    unmatched = [(i, why) for i, why in unmatched if i not in senders or _at(posts, i) not in nears]
     edges: dict[int, list[Edge]] = {}
     missing: list[tuple[Waiting, int, int, str]] = []
     instances = _instances(waiting)
@@ -204,7 +214,9 @@ def analyse(outcome: Outcome) -> Analysis:
         ):
             only_sends.add(r)
         for target, thing in things:
-            if isinstance(thing, Pending):
+            if isinstance(thing, Pending) and thing.row in senders:  # from any: it waits for each of them
+                out.extend(Edge(r, op, q, thing) for q in senders[thing.row])
+            elif isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
                     out.append(Edge(r, op, target, thing))
             elif target == EVERY_MISSING:  # one node for the collective: its callers × its absentees stay linear
@@ -226,13 +238,43 @@ def analyse(outcome: Outcome) -> Analysis:
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
 
 
-def _never_matched(peers: np.ndarray, finished: np.ndarray, could: np.ndarray, near: list):
+def _at(posts: Posts, i: int) -> tuple[int, int]:
+    return int(posts.rec[i]), int(posts.pos[i])
+
+
+def _senders(outcome: Outcome, ahead: _Ahead, wild: np.ndarray) -> dict[int, list[int]]:
+    """For each pending receive from any source (rows `wild` of `unmatched`), the unfinished ranks that will
+    still send on its channel: the ranks it waits for."""
+    posts, W = outcome.unmatched, outcome.schedule.world
+    out = {}
+    for i in wild.tolist():
+        ranks = np.array([q for q in range(W) if q != posts.rank[i] and not outcome.finished[q]], dtype=np.int64)
+        k = ranks.size
+        found = ahead.messages(
+            ranks,
+            np.ones(k, dtype=np.int64),
+            np.full(k, posts.gid[i]),
+            ranks,
+            np.full(k, posts.rank[i]),
+            np.full(k, posts.tag[i]),
+            outcome.model.tags,
+        )
+        out[i] = [int(q) for q, f in zip(ranks, found) if f is not None]
+    return out
+
+
+def _never_matched(peers: np.ndarray, finished: np.ndarray, could: np.ndarray, near: list, senders: dict):
     """(pending op, "finished" or "never") for each pending op its peer will not answer, and (op, the peer's
-    op that differs only in tag, peer) where a tag alone keeps them apart."""
+    op that differs only in tag, peer) where a tag alone keeps them apart. A receive from any source
+    (`senders`) is answered by no one when no rank will send to it: "finished" when all the others have."""
     unmatched, tags = [], []
     for i in range(len(peers)):
         peer = int(peers[i])
-        if finished[peer]:
+        if i in senders:
+            if not senders[i]:
+                others = np.delete(finished, peer)
+                unmatched.append((i, "finished" if others.all() else "never"))
+        elif finished[peer]:
             unmatched.append((i, "finished"))
         elif could[i]:
             continue

@@ -97,7 +97,6 @@ def run(args) -> int:
             return EXIT_FAILURE
         _say(recording.traces, err, said)
         emitted = emit(recording.traces, stem)
-        _say([*recording.traces, _Notes(emitted.notes)], err, said)
         for t in recording.traces:
             first = next((e for e in t.events if isinstance(e, Read)), None)
             if first is not None:
@@ -156,14 +155,6 @@ def _merge(merged: dict[tuple, Diagnostic], diags: list[Diagnostic]) -> None:
             merged[key] = prev.model_copy(update={"worlds": tuple(sorted(set(prev.worlds) | set(d.worlds)))})
         else:
             merged[key] = d
-
-
-class _Notes:
-    """The bridge's notes, said as the recorder's are."""
-
-    def __init__(self, notes: list[str]):
-        self.warnings: list[str] = []
-        self.notes = notes
 
 
 def _say(traces, err, seen: set[str]) -> None:

@@ -392,7 +392,8 @@ class _Printer:
 
     def p2p(self, s: n.Send | n.Recv) -> str:
         word, prep = form(isinstance(s, n.Send), s.blocking).word, "to" if isinstance(s, n.Send) else "from"
-        return f"{word} {self.e(s.buffer, _POSTFIX)} {prep} {self.e(s.peer)}{self.tail(s)}"
+        peer = "any" if s.peer is None else self.e(s.peer)
+        return f"{word} {self.e(s.buffer, _POSTFIX)} {prep} {peer}{self.tail(s)}"
 
     def collective(self, s: n.Collective) -> str:
         e = self.e

@@ -30,6 +30,7 @@ import numpy as np
 
 from commdsl.dtypes import DTYPES
 from commdsl.engine import run_engine
+from commdsl.p2p import ANY_SOURCE
 from commdsl.resolve import Program
 from commdsl.schedule import Collective, Group, Recv, Schedule, Send, View
 from commdsl.syntax import nodes as n
@@ -645,10 +646,13 @@ def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
         ev = unmatched[row]
         want = "recv" if isinstance(ev.op, Send) else "send"
         ev.status = "unmatched"
+        who = _peer_text(ev.op.peer)
         ev.note = (
-            f"unmatched: rank {ev.op.peer} finishes without a matching `{want}`"
+            f"unmatched: {who} finishes without a matching `{want}`"
+            if reason == "finished" and ev.op.peer != ANY_SOURCE
+            else f"unmatched: every other rank finishes without a matching `{want}`"
             if reason == "finished"
-            else f"unmatched: rank {ev.op.peer} never posts a matching `{want}`"
+            else f"unmatched: {who} never posts a matching `{want}`"
         )
     for row, near, peer in waits.tag_mismatches:
         ev = unmatched[row]
@@ -657,7 +661,7 @@ def _mark_unmatched(schedule: Schedule, waits, unmatched: list[Event]) -> None:
         ev.note = f"unmatched: tag {ev.op.tag} here, tag {other.tag} on rank {peer} (line {other.span.line})"
     for ev in unmatched:
         if ev.status == "ok":
-            ev.status, ev.note = "blocked", f"waits for rank {ev.op.peer}"
+            ev.status, ev.note = "blocked", f"waits for {_peer_text(ev.op.peer)}"
 
 
 def _mark_missing(waits, band_of: dict, unfinished: list[tuple[int, int]]) -> None:
@@ -925,7 +929,11 @@ def _p2p_text(op: Send | Recv, view: str) -> str:
     arrow = "→" if type(op) is Send else "←"
     extra = (f" tag {op.tag}" if op.tag else "") + (f" in {op.group.name}" if op.group and op.group.id else "")
     size = f" ({_bytes(op.view.numel * DTYPES[op.dtype].itemsize)})" if type(op) is Send else ""
-    return f"{arrow} {op.peer}: {view}{size}{extra}"
+    return f"{arrow} {'any' if op.peer == ANY_SOURCE else op.peer}: {view}{size}{extra}"
+
+
+def _peer_text(peer: int) -> str:
+    return "any rank" if peer == ANY_SOURCE else f"rank {peer}"
 
 
 def _variants(calls: list[Event]) -> dict[tuple, list[int]]:
@@ -1008,7 +1016,8 @@ def to_mermaid(d: Diagram) -> str:
     for ev in d.events:
         if type(ev.op) is Collective or ev.status not in ("unmatched", "blocked"):
             continue
-        src, dst = (ev.rank, ev.op.peer) if type(ev.op) is Send else (ev.op.peer, ev.rank)
+        peer = ev.rank if ev.op.peer == ANY_SOURCE else ev.op.peer  # from any: drawn on the receiver's lane
+        src, dst = (ev.rank, peer) if type(ev.op) is Send else (peer, ev.rank)
         kind = "send" if type(ev.op) is Send else "recv"
         text = f"{kind} {ev.view} · line {ev.op.span.line} — {ev.note}"
         items.append(((ev.row, 1, d.column[ev.rank], 0), f"    {who(src)}-x{who(dst)}: {_mm(text)}"))

@@ -534,7 +534,8 @@ class _Writer:
     def p2p(self, s: n.Send | n.Recv, scope: _Scope, batched: bool = False) -> str:
         way = form(isinstance(s, n.Send), s.blocking)
         word = (way.batched if batched else way).torch_name
-        view, peer = self.view(s.buffer, scope), self.static(s.peer, scope)
+        view = self.view(s.buffer, scope)
+        peer = "None" if s.peer is None else self.static(s.peer, scope)  # `from any`: torch's src=None
         if batched:
             args = [f"dist.{word}", view, peer]
             if s.group is not None or s.tag is not None:

@@ -1,4 +1,4 @@
-"""B6xx: reductions the chosen backend refuses, or runs with a meaning of its own.
+"""B6xx: reductions and receives the chosen backend refuses, or runs with a meaning of its own.
 
 What each backend does with each reduce op and dtype is one table, `reduction`, sourced in
 docs/backend-support.md#reduce-ops (Gloo measured with torch 2.13; NCCL from ProcessGroupNCCL's
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from commdsl.diagnostics import Diagnostic, Note
 from commdsl.dtypes import DTYPES
 from commdsl.rules import Rule
-from commdsl.schedule import CollectiveRec
+from commdsl.schedule import BatchRec, CollectiveRec, P2PRec
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -161,6 +161,75 @@ class IntegerAvgTruncates(Rule):
                     notes=(Note(message=r.why),),
                     help=r.help,
                 )
+
+
+class NcclRecvFromAny(Rule):
+    """a receive from any source, which NCCL does not have
+
+    ## What it does
+
+    Checked when the program's backends include `nccl`. Reports each `recv ... from any` and
+    `irecv ... from any`.
+
+    ## Why is this bad?
+
+    torch's NCCL process group has no receive from any source: the call raises on the receiving rank, and
+    its senders then wait for a receive that never comes. Name the source, or, when the order of arrival
+    truly does not matter, receive from each sender in turn.
+
+    ## Example
+
+    ```comm
+    program master
+    world 2
+    backend nccl
+    tensor x: float32[2] = rank
+    on rank == 0:
+        recv x from any
+    else:
+        send x to 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program master
+    world 2
+    backend nccl
+    tensor x: float32[2] = rank
+    on rank == 0:
+        recv x from 1
+    else:
+        send x to 0
+    ```
+
+    ## Backend notes
+
+    `ProcessGroupNCCL::recvAnysource` raises `ProcessGroupNCCL does not support recvAnysource` (PGNCCL);
+    `dist.recv(tensor)` and `dist.irecv(tensor)` with no `src` call it.
+    """
+
+    code = "B603"
+    name = "nccl-recv-from-any"
+    about_backends = True
+    backend_doc = "receive-from-any"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.backend != "nccl":
+            return
+        seen = set()
+        for rec in ctx.schedule.records:
+            for op in rec.ops if isinstance(rec, BatchRec) else (rec,):
+                if isinstance(op, P2PRec) and not op.is_send and op.node.peer is None and op.span not in seen:
+                    seen.add(op.span)
+                    yield cls.diagnostic(
+                        f"`{op.word} from any` is not supported by nccl",
+                        span=op.span,
+                        label="no source rank",
+                        notes=(Note(message="NCCL raises `ProcessGroupNCCL does not support recvAnysource`"),),
+                        help="name the source rank",
+                    )
 
 
 def _reducing(ctx: Context) -> Iterator[CollectiveRec]:

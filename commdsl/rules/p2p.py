@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF
+from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
+from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import Rule
-from commdsl.schedule import P2PRec
+from commdsl.schedule import P2PRec, Schedule
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -650,6 +651,107 @@ class PeerNotInGroup(Rule):
             )
 
 
+class MessageRace(Rule):
+    """a receive from any source that messages from two senders can meet
+
+    ## What it does
+
+    Reports a `recv ... from any` (or `irecv`) for which sends from two different ranks wait on its channel
+    (group, destination, tag) at the same time, naming the receive and both competing sends.
+
+    ## Why is this bad?
+
+    Which of the two messages the receive takes depends on which arrives first, so the data it holds,
+    and the message left for the next receive, change from run to run. A run that passed says nothing
+    about the next. The simulator takes the send of the lowest rank, one of the possible outcomes; an
+    `expect` that holds there may fail on the real backend. Give each sender its own tag (`tag rank`)
+    and receive `from any tag T`, order the senders (a `barrier` between rounds), or name the source.
+
+    ## Example
+
+    ```comm
+    program master
+    world 3
+    tensor x: float32[2] = rank
+    on rank == 0:
+        for j in 1 .. world - 1:
+            recv x from any
+    else:
+        send x to 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program master
+    world 3
+    tensor x: float32[2] = rank
+    on rank == 0:
+        for j in 1 .. world - 1:
+            recv x from any tag j
+    else:
+        send x to 0 tag rank
+    ```
+
+    ## Backend notes
+
+    torch's `recv(tensor)` with no `src` (Gloo's `recvAnysource`) takes the first message to arrive on the
+    tag from any rank of the group and returns its sender; measured, the order changes from run to run.
+    NCCL has no receive from any source (`B603`). The checker compares the sends that wait together in
+    its rounds: a send that a slower rank posts later, though nothing orders it after the receive, is
+    not compared.
+    """
+
+    code = "P211"
+    name = "message-race"
+    backend_doc = "receive-from-any"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        yield from cls.from_outcome(ctx.outcome)
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Iterator[Diagnostic]:
+        """The races of one run, once per receive and pair of send statements (`commdsl sim` reports them too)."""
+        s = outcome.schedule
+        seen = set()
+        for recv, took, other in outcome.races:
+            r_op, a, b = s.op_at(s.records[recv[0]], recv[1]), _Sender(s, took), _Sender(s, other)
+            if (r_op.span, a.span, b.span) in seen:
+                continue
+            seen.add((r_op.span, a.span, b.span))
+            rank = int(s.records[recv[0]].ranks[recv[1]])
+            word = s.records[recv[0]].word
+            if a.span == b.span:
+                labels = (Label(span=a.span, message=f"ranks {a.rank} and {b.rank} both send here"),)
+            else:
+                labels = (
+                    Label(span=a.span, message=f"rank {a.rank} sends here"),
+                    Label(span=b.span, message=f"rank {b.rank} sends here too"),
+                )
+            tag = f" tag {r_op.tag}" if r_op.tag else ""
+            yield cls.diagnostic(
+                f"`{word} from any{tag}` on rank {rank} can take the message of rank {a.rank} (line "
+                f"{a.span.line}) or of rank {b.rank} (line {b.span.line})",
+                span=r_op.span,
+                label="takes whichever message arrives first",
+                labels=labels,
+                notes=(
+                    Note(message="the data received depends on arrival order; the simulator takes the lowest rank's"),
+                ),
+                help="give each sender its own tag and receive `from any tag T`, or name the source",
+            )
+
+
+class _Sender:
+    """A send that a receive from any source can meet: its rank and statement."""
+
+    def __init__(self, schedule: Schedule, where: tuple[int, int]):
+        rec = schedule.records[where[0]]
+        self.rank = int(rec.ranks[where[1]])
+        self.span = rec.span
+
+
 # ---- what the P2P rules share ---------------------------------------------------------------------
 
 
@@ -664,15 +766,20 @@ def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnost
         other = "recv" if sends else "send"
         fate = "finishes without posting one" if reason == "finished" else "never posts one"
         tag = f" with tag {op.tag}" if op.tag else ""
+        if peer == ANY_SOURCE:
+            who, whom = "any rank", "another rank"
+            fate = "every other rank finishes without one" if reason == "finished" else "no other rank posts one"
+        else:
+            who, whom, fate = f"rank {peer}", f"rank {peer}", f"rank {peer} {fate}"
         yield rule.diagnostic(
-            f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} rank {peer} has no matching `{other}`",
+            f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} {who} has no matching `{other}`",
             span=op.span,
-            label=f"rank {peer} {fate}",
+            label=fate,
             notes=(
-                Note(message=f"a matching `{other}` on rank {peer} would name rank {rank}{tag}"),
+                Note(message=f"a matching `{other}` on {whom} would name rank {rank}{tag}"),
                 Note(message=_never_met(ctx.backend, rec, self_=peer == rank)),
             ),
-            help=_peer_hint(ctx, row),
+            help=None if peer == ANY_SOURCE else _peer_hint(ctx, row),
         )
 
 

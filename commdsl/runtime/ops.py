@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
-from commdsl.p2p import form
+from commdsl.p2p import ANY_SOURCE, form
 from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
@@ -308,7 +308,8 @@ def _repr(t: torch.Tensor) -> str:
 
 
 def _p2p(op: Send | Recv, index: int, ctx: Context) -> Step:
-    t, peer, tag, group = ctx.view(op.view), op.peer, op.tag, _group(op.group, ctx)
+    t, tag, group = ctx.view(op.view), op.tag, _group(op.group, ctx)
+    peer = None if op.peer == ANY_SOURCE else op.peer  # torch's src=None: a receive from any source
     fn = form(isinstance(op, Send), op.blocking).function
     if op.blocking:
         return _blocking(lambda: fn(t, peer, group=group, tag=tag), ctx)

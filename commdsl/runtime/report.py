@@ -16,6 +16,7 @@ import numpy as np
 
 from commdsl.dtypes import TOLERANCE
 from commdsl.files import write_atomic
+from commdsl.p2p import ANY_SOURCE
 from commdsl.runtime.config import SUMMARY_ABOVE
 from commdsl.runtime.outcome import Failure, Verdict, where
 from commdsl.runtime.records import RankResult
@@ -271,7 +272,8 @@ def _op_args(schedule: Schedule, rank: int, tags: bool) -> list[tuple[dict, list
         k = messages.get((channel, isinstance(op, Send)), 0)
         messages[(channel, isinstance(op, Send))] = k + 1
         size = op.view.numel * DTYPES[op.dtype].itemsize
-        args = {"bytes": size, "dtype": op.dtype, "peer": op.peer, "group": op.group.name if op.group else "world"}
+        peer = "any" if op.peer == ANY_SOURCE else op.peer
+        args = {"bytes": size, "dtype": op.dtype, "peer": peer, "group": op.group.name if op.group else "world"}
         return {**args, "tag": op.tag, "seq": k}, (channel, k, isinstance(op, Send))
 
     for op in schedule.ops[rank]:

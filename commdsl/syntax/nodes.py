@@ -244,9 +244,11 @@ class Send(Node):
 
 
 class Recv(Node):
+    """`recv`, or `irecv` when `blocking` is false; `peer` None is `from any` (torch's `src=None`)."""
+
     kind: Literal["recv"] = "recv"
     buffer: Expr
-    peer: Expr
+    peer: Expr | None
     tag: Expr | None = None
     group: GroupRef | None = None
     blocking: bool = True

@@ -168,6 +168,12 @@ class _ToAst(Transformer):
     def recv_op(self, meta, buffer, peer, tag, group):
         return self._p2p(n.Recv, meta, buffer, peer, tag, group, True)
 
+    def recv_any(self, meta, buffer, tag, group):
+        return self._p2p(n.Recv, meta, buffer, None, tag, group, True)
+
+    def irecv_any(self, meta, buffer, tag, group):
+        return self._p2p(n.Recv, meta, buffer, None, tag, group, False)
+
     def isend_op(self, meta, buffer, peer, tag, group):
         return self._p2p(n.Send, meta, buffer, peer, tag, group, False)
 

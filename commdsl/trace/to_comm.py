@@ -21,8 +21,8 @@ What is written:
 * a request handle is named by the lowest slot free when it was posted (`h0 = isend ...`, `wait h0`),
   so a post-and-wait loop folds; a batch is a `batch:` block, bound to a handle (`h0 = batch:`) when the
   script waited its works only after other calls;
-* a receive from any source is checked as a receive from one sender: the lowest-ranked rank whose
-  message to it no specific receive takes (other arrival orders are not explored).
+* a receive from any source (`src=None`) is `recv ... from any`, so the checker's message-race rule
+  (P211) sees the senders that compete for it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ class LineInfo:
 class Emitted:
     text: str
     lines: dict[int, LineInfo]  # 1-based line of `text` → its call site
-    notes: list[str]
     world: int
 
 
@@ -226,7 +225,9 @@ class _Rank:
     def view(self, b: Buffer, site: Site, role: str = "") -> str:
         return _Deferred(self, b, site, role)  # type: ignore[return-value]
 
-    def peer(self, p: int, relative: bool) -> str:
+    def peer(self, p: int | None, relative: bool) -> str:
+        if p is None:
+            return "any"
         if not relative:
             return str(p)
         d = (p - self.rank) % self.world
@@ -268,14 +269,13 @@ class _Rank:
                 prep = "to" if word == "send" else "from"
                 t = f" tag {op.tag}" if op.tag else ""
                 gg = names.group(op.group, c.site)
-                peer = self.peer(op.peer if op.peer is not None else 0, relative)
+                peer = self.peer(op.peer, relative)
                 body.append(f"    {word} {self.view(op.inputs[0], c.site)} {prep} {peer}{t}{gg}")
             return (self._handle(c, count_slots) + "batch:", *body)
         handle = self._handle(c, count_slots)
         if c.op in ("send", "recv", "isend", "irecv"):
             prep = "to" if c.op in ("send", "isend") else "from"
             role = "obj" if c.origin == "object" else ""
-            assert c.peer is not None
             return (
                 f"{handle}{c.op} {self.view(c.inputs[0], c.site, role)} {prep} {self.peer(c.peer, relative)}{tag}{g}",
             )
@@ -359,48 +359,6 @@ class _Deferred:
 # before the texts are made; `emit` therefore makes them twice (the first pass only sizes the tensors)
 
 
-def resolve_any_source(traces: list[RankTrace]) -> list[str]:
-    """Give every receive from any source the sender it is checked with; returns a note for each."""
-    notes: list[str] = []
-    world = len(traces)
-    sends: dict[tuple[int, int, int], int] = {}  # (src, dst, tag) → messages
-    taken: dict[tuple[int, int, int], int] = {}
-    anys: list[tuple[int, Call]] = []
-
-    def p2p(t: RankTrace):
-        for e in t.events:
-            if isinstance(e, Call):
-                if e.op == "batch":
-                    yield from e.ops
-                else:
-                    yield e
-
-    for t in traces:
-        for c in p2p(t):
-            if c.op in ("send", "isend") and c.peer is not None:
-                sends[(t.rank, c.peer, c.tag)] = sends.get((t.rank, c.peer, c.tag), 0) + 1
-            elif c.op in ("recv", "irecv"):
-                if c.peer is None:
-                    anys.append((t.rank, c))
-                else:
-                    taken[(c.peer, t.rank, c.tag)] = taken.get((c.peer, t.rank, c.tag), 0) + 1
-    for rank, c in anys:
-        chosen = None
-        for src in range(world):
-            key = (src, rank, c.tag)
-            if src != rank and sends.get(key, 0) > taken.get(key, 0):
-                chosen = src
-                taken[key] = taken.get(key, 0) + 1
-                break
-        if chosen is None:
-            chosen = 0 if rank != 0 else (1 if world > 1 else 0)
-            notes.append(f"{c.site}: rank {rank} receives from any source, and no rank sends it a message left over")
-        else:
-            notes.append(f"{c.site}: rank {rank}'s receive from any source is checked as a receive from rank {chosen}")
-        c.peer = chosen
-    return notes
-
-
 def _cohorts(ranks: list[_Rank]) -> list[tuple[list[int], bool]]:
     """Ranks grouped by identical calls, then groups merged where peers relative to the rank agree:
     (members, written with relative peers)."""
@@ -436,7 +394,6 @@ def _condition(members: list[int]) -> str:
 def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
     """The `.comm` program every rank's calls make, with its line map."""
     world = len(traces)
-    notes = resolve_any_source(traces)
     names = _Names()
     for t in traces:  # first pass: every buffer's longest use, every group
         _Rank(t, names)
@@ -479,7 +436,7 @@ def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
             add(f"on {_condition(members)}:")
             indent = "    "
         _write(fold(seq), indent, add, [0])
-    return Emitted("\n".join(out) + "\n", lines, notes, world)
+    return Emitted("\n".join(out) + "\n", lines, world)
 
 
 def _write(nodes: list, indent: str, add, depth: list[int]) -> None:

@@ -1,4 +1,4 @@
-"""Object collectives and a receive from any source: clean."""
+"""Object collectives, and a receive from any source that the two workers' sends race for (P211)."""
 
 import torch
 import torch.distributed as dist

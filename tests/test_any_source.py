@@ -1,0 +1,258 @@
+"""`recv ... from any` through the pipeline: parser, resolve, expansion, the engine's matching, the message-race
+rule (P211), NCCL's refusal (B603), the simulator, `compile`, `fmt`, and a real Gloo run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commdsl.checker import CheckOptions, check_program, data_diagnostics
+from commdsl.cli.main import main
+from commdsl.diagnostics import CommdslError
+from commdsl.emit.fmt import format_source
+from commdsl.engine import NCCL, run_engine
+from commdsl.expand import expand
+from commdsl.p2p import ANY_SOURCE
+from commdsl.resolve import load
+from commdsl.simulate import simulate
+from commdsl.source import SourceFile
+from commdsl.syntax import nodes as n
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RACE = """\
+program race
+world 3
+tensor x: float32[2] = rank
+tensor a: float32[2] = 0
+tensor b: float32[2] = 0
+on rank == 0:
+    recv a from any
+    recv b from any
+else on rank == 1:
+    send x to 0
+else:
+    x *= 10
+    send x to 0
+"""
+
+TAGGED = """\
+program tagged
+world 3
+tensor x: float32[2] = rank
+tensor a: float32[2] = 0
+tensor b: float32[2] = 0
+on rank == 0:
+    recv b from any tag 2
+    recv a from any tag 1
+    expect a == 1
+    expect b == 2
+else:
+    send x to 0 tag rank
+"""
+
+
+def program(text: str):
+    return load(SourceFile("t.comm", text))
+
+
+def codes(text: str, **options) -> list[tuple[str, int]]:
+    return [(d.code, d.span.line) for d in check_program(program(text), CheckOptions(**options))]
+
+
+# ---- parser, resolve, expansion -----------------------------------------------------------------------
+
+
+def test_parses_to_a_receive_without_a_peer():
+    text = "program p\nworld 2\ntensor x: float32[2]\nrecv x from any tag 3 in g\nh = irecv x from any\n"
+    with pytest.raises(CommdslError):  # `g` is undeclared: only the parse matters here
+        program(text)
+    from commdsl.syntax.parser import parse_tree
+    from commdsl.syntax.transform import to_ast
+
+    source = SourceFile("t.comm", text)
+    body = to_ast(parse_tree(source), source).body
+    recv, irecv = (n.Recv.model_validate(s.model_dump()) for s in body[3:])  # the nodes are valid models
+    assert (recv.peer, recv.blocking, recv.group.name, recv.tag.value) == (None, True, "g", 3)
+    assert (irecv.peer, irecv.blocking, irecv.handle.name) == (None, False, "h")
+
+
+def test_any_is_a_name_everywhere_else():
+    ok = "program p\nworld 2\nlet any = 1\ntensor x: float32[2]\non rank == 0:\n    send x to any\nelse:\n" \
+         "    recv x from 0\n"
+    assert codes(ok) == []
+
+
+def test_a_receive_from_any_cannot_be_batched():
+    text = "program p\nworld 2\ntensor x: float32[2]\nbatch:\n    recv x from any\n"
+    with pytest.raises(CommdslError) as e:
+        program(text)
+    assert [(d.code, d.span.line) for d in e.value.diagnostics] == [("N111", 5)]
+
+
+def test_expansion_marks_the_source_as_any():
+    schedule = expand(program(RACE), 3)
+    recvs = [op for op in schedule.ops[0] if type(op).__name__ == "Recv"]
+    assert [r.peer for r in recvs] == [ANY_SOURCE, ANY_SOURCE]
+
+
+# ---- the engine's matching ----------------------------------------------------------------------------
+
+
+def _pairs(text: str, world: int, model=None):
+    schedule = expand(program(text), world)
+    kwargs = {"model": model} if model else {}
+    outcome = run_engine(schedule, record_matches=True, **kwargs)
+    sends, recvs = outcome.matches
+    lines = lambda rows, k: schedule.records[rows.rec[k]].span.line  # noqa: E731
+    return outcome, sorted((int(sends.rank[k]), lines(sends, k), lines(recvs, k)) for k in range(len(sends)))
+
+
+def test_tags_pick_the_sender_and_nothing_races():
+    outcome, pairs = _pairs(TAGGED, 3)
+    assert outcome.completed and outcome.races == []
+    assert pairs == [(1, 12, 8), (2, 12, 7)]  # rank 2's tag-2 message meets the first receive
+
+
+def test_the_lowest_sender_is_taken_and_the_race_recorded():
+    outcome, pairs = _pairs(RACE, 3)
+    assert outcome.completed
+    assert pairs == [(1, 10, 7), (2, 13, 8)]
+    (recv, took, other), = outcome.races
+    lines = [outcome.schedule.records[rid].span.line for rid, _ in (recv, took, other)]
+    assert lines == [7, 10, 13]
+
+
+def test_named_receives_take_their_messages_first():
+    text = """\
+program named
+world 3
+tensor x: float32[2] = rank
+tensor a: float32[2] = 0
+tensor b: float32[2] = 0
+on rank == 0:
+    h = irecv a from any
+    recv b from 1
+    wait h
+else:
+    send x to 0
+"""
+    outcome, pairs = _pairs(text, 3)
+    assert outcome.completed and outcome.races == []
+    assert pairs == [(1, 11, 8), (2, 11, 7)]
+
+
+def test_rounds_ordered_by_barriers_do_not_race():
+    text = """\
+program rounds
+world 4
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+for j in 1 .. world - 1:
+    on rank == 0:
+        recv got from any
+    else on rank == j:
+        send x to 0
+    barrier
+"""
+    outcome, _ = _pairs(text, 4)
+    assert outcome.completed and outcome.races == []
+
+
+# ---- the rules ----------------------------------------------------------------------------------------
+
+
+def test_message_race_names_the_receive_and_both_sends():
+    (d,) = check_program(program(RACE))
+    assert (d.code, d.severity, d.span.line) == ("P211", "error", 7)
+    assert [lab.span.line for lab in d.labels] == [10, 13]
+    assert "rank 1 (line 10) or of rank 2 (line 13)" in d.message
+
+
+def test_one_send_statement_for_both_senders_is_one_label():
+    text = "program p\nworld 3\ntensor x: float32[2]\non rank == 0:\n    recv x from any\n    recv x from any\n" \
+           "else:\n    send x to 0\n"
+    (d,) = check_program(program(text))
+    assert d.code == "P211" and [(lab.span.line, lab.message) for lab in d.labels] == [(8, "ranks 1 and 2 both send here")]
+
+
+def test_tagged_and_clean_programs_are_clean():
+    assert codes(TAGGED) == []
+    assert codes((ROOT / "programs" / "any_source.comm").read_text()) == []
+
+
+def test_nccl_refuses_a_receive_from_any():
+    one = "program p\nworld 2\ntensor x: float32[2]\non rank == 0:\n    recv x from any\nelse:\n    send x to 0\n"
+    assert codes(one, backends=("nccl",)) == [("B603", 5)]
+    assert codes(one, backends=("gloo",)) == []
+    found = codes(TAGGED, backends=("nccl",))  # NCCL ignores tags: they no longer keep the senders apart
+    assert ("B603", 7) in found and ("B603", 8) in found and ("P211", 7) in found
+
+
+def test_nobody_left_to_send_is_unmatched_and_a_wait_on_each_other_is_a_deadlock():
+    lonely = "program p\nworld 2\ntensor x: float32[2]\non rank == 0:\n    recv x from any tag 3\n"
+    (d,) = check_program(program(lonely))
+    assert (d.code, d.message) == ("P202", "`recv` on rank 0 from any rank has no matching `send`")
+    assert d.label == "every other rank finishes without one"
+    both = "program p\nworld 2\ntensor x: float32[2]\nrecv x from any\nsend x to (rank + 1) % world\n"
+    assert codes(both) == [("D401", 4)]
+
+
+def test_a_send_whose_tag_misses_a_receive_from_any_is_one_tag_mismatch():
+    text = "program p\nworld 2\ntensor x: float32[2]\non rank == 0:\n    recv x from any tag 3\nelse:\n" \
+           "    send x to 0 tag 1\n"
+    (d,) = check_program(program(text))
+    assert (d.code, d.span.line, [lab.span.line for lab in d.labels]) == ("P204", 7, [5])
+
+
+def test_under_nccl_the_engine_still_matches_it():
+    schedule = expand(program(TAGGED), 3)
+    assert run_engine(schedule, NCCL).completed
+
+
+# ---- simulator, compile, fmt ----------------------------------------------------------------------------
+
+
+def test_simulator_is_deterministic_and_says_it_raced():
+    schedule = expand(program(RACE), 3)
+    runs = [simulate(schedule) for _ in range(2)]
+    assert [list(r.tensors[0]["a"]) for r in runs] == [[1.0, 1.0]] * 2  # rank 1's: the lowest rank
+    assert [list(r.tensors[0]["b"]) for r in runs] == [[20.0, 20.0]] * 2
+    assert [d.code for d in data_diagnostics(runs[0])] == ["P211"]
+    tagged = simulate(expand(program(TAGGED), 3))
+    assert tagged.ok and data_diagnostics(tagged) == []
+
+
+def test_sim_cli_exits_1_on_a_race(tmp_path, capsys):
+    path = tmp_path / "race.comm"
+    path.write_text(RACE)
+    assert main(["sim", str(path), "--world", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "error[P211]" in out and "the simulator takes the lowest rank's" in out
+
+
+def test_compile_writes_src_none(tmp_path, capsys):
+    out = tmp_path / "any.py"
+    assert main(["compile", str(ROOT / "programs" / "any_source.comm"), "-o", str(out)]) == 0
+    script = out.read_text()
+    assert "dist.recv(tagged[j], None, tag=j)" in script
+    assert "dist.irecv(ordered[j], None)" in script
+
+
+def test_fmt_round_trips():
+    text = "recv x from any\nrecv x[0:2] from any tag 3 in g\nh = irecv x from any in m.tp\n"
+    assert format_source(SourceFile("t.comm", text)) == text
+    assert format_source(SourceFile("t.comm", "recv x   from  any  tag 3\n")) == "recv x from any tag 3\n"
+
+
+# ---- a real run ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_gloo_run_matches_the_simulator(capfd, no_orphans):
+    code = main(["run", str(ROOT / "programs" / "any_source.comm"), "--nproc", "3", "--timeout", "60"])
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    assert "every rank matches the simulator" in out
