@@ -67,6 +67,7 @@ from commdsl.schedule import (
 from commdsl.syntax import nodes as n
 from commdsl.values import (
     Failure,
+    as_index_array,
     as_int,
     binary,
     call,
@@ -338,6 +339,8 @@ class Expander:
                 return call(fname, [self.value(a, A, env) for a in e.args])
             case n.Call(func=n.Name(id="log2")):
                 return log2(e, self.value(e.args[0], A, env))
+            case n.Call(func=n.Attr(attr="peer") as f):
+                return self.peer(e, f, A, env)
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -371,6 +374,14 @@ class Expander:
         if e.attr in ("size", "rows") and self.is_view(e.value, env):
             v = self.view(e.value, A, env)
             return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
+        gid_of, idx_in = self.group_info(e, A, env)
+        if e.attr == "size":
+            sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
+            return uniform(sizes[gid_of[A]])
+        return self.member_index(e, gid_of, idx_in, A)
+
+    def group_info(self, e: n.Attr, A: np.ndarray, env: Env) -> tuple[np.ndarray, np.ndarray]:
+        """The `(group id, index in it)` of every rank for the group or mesh dimension `e.value` names."""
         if "rank" not in env:
             raise fail_all(
                 WrongKindOfName.diagnostic(
@@ -379,22 +390,49 @@ class Expander:
             )
         ref = e.value
         name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
-        gid_of, idx_in = self.group_of[(name, dim)]
-        if e.attr == "size":
-            sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)
-            return uniform(sizes[gid_of[A]])
+        return self.group_of[(name, dim)]
+
+    def member_index(self, e: n.Node, gid_of: np.ndarray, idx_in: np.ndarray, A: np.ndarray) -> np.ndarray:
+        """Each rank's index in its group (`G.rank`); N127 on a rank outside it, which torch gives no group."""
         idx = idx_in[A]
         outside = idx < 0
         if outside.any():
+            word = "`.rank`" if isinstance(e, n.Attr) else "`.peer`"
             raise Failure(
                 outside,
                 lambda k: InvalidGroup.diagnostic(
-                    f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no `.rank` there",
+                    f"rank {A[k]} is not in group `{self.groups[gid_of[A[k]]].name}`, so it has no {word} there",
                     span=e.span,
                     label=f"members are {_ranks_text(self.groups[gid_of[A[k]]].ranks)}",
                 ),
             )
         return idx
+
+    def peer(self, e: n.Call, f: n.Attr, A: np.ndarray, env: Env):
+        """`G.peer(k)`: the global rank of member k of each rank's group (torch's `dist.get_global_rank`);
+        N127 naming k and the group's size where k is not a member's index."""
+        gid_of, idx_in = self.group_info(f, A, env)
+        self.member_index(e, gid_of, idx_in, A)
+        k = as_int(self.value(e.args[0], A, env), e.args[0], "a member index")
+        gids = gid_of[A]
+        sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids]
+        ks = as_index_array(k, A.size)
+        bad = ((ks < 0) | (ks >= sizes)).astype(bool)
+        if bad.any():
+            raise Failure(bad, lambda j: self.not_a_member(e, int(gids[j]), item(ks, j)))
+        width = max(len(g.ranks) for g in self.groups)
+        members = np.array([g.ranks + (-1,) * (width - len(g.ranks)) for g in self.groups], dtype=np.int64)
+        return uniform(members[gids, ks.astype(np.int64)])
+
+    def not_a_member(self, e: n.Call, gid: int, k: int) -> Diagnostic:
+        group = self.groups[gid]
+        size = len(group.ranks)
+        return InvalidGroup.diagnostic(
+            f"member index {k} is outside group `{group.name}`, which has {size} members",
+            span=e.span,
+            label=f"indices are 0..{size - 1}",
+            notes=[Note(message=f"its members are {_ranks_text(group.ranks)}")] if size <= 16 else [],
+        )
 
     def is_view(self, e, env: Env) -> bool:
         match e:

@@ -573,6 +573,8 @@ class _Resolver:
                 fname in ELEMENT_FUNCS or fname in INIT_FUNCS or fname in INTEGER_FUNCS
             ):
                 self.check_function_call(e, fname, ctx, scope)
+            case n.Call(func=n.Attr(attr="peer") as f):
+                self.check_peer(e, f, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
@@ -673,11 +675,40 @@ class _Resolver:
         if fname in INTEGER_FUNCS and ctx != "static":
             self.check_per_rank(e, e.args, f"`{fname}`", scope)
 
+    def check_peer(self, e: n.Call, f: n.Attr, ctx: str, scope: _Scope):
+        """`G.peer(k)`: the global rank of member k of a group or mesh dimension (its range: at expansion)."""
+        if len(e.args) != 1:
+            self.error(
+                InvalidView,
+                "`peer` takes one argument: `GROUP.peer(k)`",
+                e,
+                label=f"{len(e.args)} given",
+                help="`g.peer(k)` is the global rank of the k-th member of `g`",
+            )
+        self.check_group_attr(f, scope)
+        for a in e.args:
+            self.check_expr(a, ctx, scope)
+        if ctx != "static":
+            self.check_per_rank(e, e.args, "`peer`", scope)
+
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
         if e.attr in ("size", "rows") and _is_view_syntax(e.value, scope):
             self.check_view(e.value, scope)
             return
+        if e.attr == "peer":
+            self.error(
+                InvalidView,
+                "`peer` is called with a member's index",
+                e,
+                label="expected `GROUP.peer(k)`",
+                help=f"write `{_text(e.value, self.source)}.peer(k)` for the global rank of member k",
+            )
+            return
+        self.check_group_attr(e, scope)
+
+    def check_group_attr(self, e: n.Attr, scope: _Scope):
+        """`G.rank`, `G.size`, `G.peer`: `G` a group or a mesh dimension."""
         base, dim = e.value, None
         if isinstance(base, n.Attr) and isinstance(base.value, n.Name):
             base, dim = base.value, base.attr
@@ -689,9 +720,11 @@ class _Resolver:
             self.undefined(base.id, base, scope)
             return
         kind, decl = found
-        if e.attr not in ("rank", "size"):
+        if e.attr not in ("rank", "size", "peer"):
             extra = " (a tensor has `.size`, `.rows` and `.chunk(k, parts)`)" if kind == "tensor" else ""
-            self.error(InvalidView, f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
+            self.error(
+                InvalidView, f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank`, `.size` or `.peer(k)`"
+            )
             return
         if kind == "group" and dim is None:
             return
@@ -703,6 +736,10 @@ class _Resolver:
             e,
             label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`",
         )
+
+
+def _text(node: n.Node, source: SourceFile) -> str:
+    return source.text[node.span.start : node.span.end]
 
 
 def _is_view_syntax(e, scope: _Scope) -> bool:

@@ -661,6 +661,8 @@ class _Writer:
             case n.Call(func=n.Name(id="log2")):
                 self.helpers.add("log2")
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
+            case n.Call(func=n.Attr(attr="peer") as f):
+                return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
             case n.Unary(op="not"):
                 return f"not {self.static(e.operand, scope, _PREC['not'])}", _PREC["not"]
             case n.Unary():
@@ -694,6 +696,12 @@ class _Writer:
             return f"{mesh}.get_local_rank({dim})" if e.attr == "rank" else f"{mesh}[{dim}].size()"
         ref = n.GroupRef(span=e.span, name=e.value.id)
         return f"dist.get_rank({self.group_ref(ref)})" if e.attr == "rank" else self.group_size(ref)
+
+    def group_of(self, e) -> str:
+        """The process group a `GROUP` or `MESH.DIM` expression names (the base of `G.peer(k)`)."""
+        if isinstance(e, n.Attr):
+            return self.group_ref(n.GroupRef(span=e.span, name=e.value.id, dim=e.attr))
+        return self.group_ref(n.GroupRef(span=e.span, name=e.id))
 
     def elem(self, e, scope: _Scope, target: str, need: int = 0) -> str:
         """An element expression: torch arithmetic where it reads tensors or `i`, per-rank numbers elsewhere."""

@@ -317,8 +317,9 @@ class InvalidGroup(Rule):
 
     ## What it does
 
-    Reports a group that names a rank outside the world (at some declared size) or a rank twice, and
-    `GROUP.rank` evaluated on a rank that is not a member of the group.
+    Reports a group that names a rank outside the world (at some declared size) or a rank twice,
+    `GROUP.rank` or `GROUP.peer(k)` evaluated on a rank that is not a member of the group, and
+    `GROUP.peer(k)` with `k` outside `0 .. GROUP.size - 1`.
 
     ## Why is this bad?
 

@@ -1,0 +1,102 @@
+"""Groups as values: `G.peer(k)` (a member's global rank), groups built by `[E for j in LO .. HI]`, and
+`table`s of integers. Each is evaluated by the expansion and compared with a hand computation; each misuse
+is a diagnostic with its code and the place it points at."""
+
+from __future__ import annotations
+
+import pytest
+
+from commdsl.diagnostics import CommdslError
+from commdsl.expand import expand
+from commdsl.resolve import load
+from commdsl.schedule import Compute, Send
+from commdsl.source import SourceFile
+
+
+def program(text: str):
+    return load(SourceFile("t.comm", text))
+
+
+def values(text: str, world: int) -> dict[int, list]:
+    """Each rank's assigned constants, in order: `x = EXPR` with EXPR per rank folds to ("c", value)."""
+    s = expand(program(text), world)
+    return {r: [op.value[1] for op in s.ops[r] if isinstance(op, Compute)] for r in range(world)}
+
+
+def errors(text: str, world: int | None = None) -> list[tuple[str, int, int, str]]:
+    """(code, line, column, message) of what loading and expanding the program reports."""
+    try:
+        p = program(text)
+        for w in [world] if world else p.world_sizes():
+            expand(p, w)
+    except CommdslError as err:
+        return [(d.code, d.span.line, d.span.column, d.message) for d in err.diagnostics]
+    return []
+
+
+# ---- g.peer(k) -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [2, 4, 6, 8])
+def test_peer_is_the_global_rank_of_a_member_of_each_ranks_group(world):
+    tp = world // 2
+    text = (
+        "mesh m = (dp=2, tp=world // 2)\ngroup pairs = split by rank % 2\ngroup ends = [world - 1, 0]\n"
+        "tensor x: int64[1]\n"
+        "x = m.tp.peer((m.tp.rank + 1) % m.tp.size)\n"
+        "x = m.dp.peer(0)\n"
+        "x = pairs.peer(pairs.size - 1)\n"
+        "on rank == 0 or rank == world - 1:\n    x = ends.peer(1 - ends.rank)\n"
+    )
+    got = values(text, world)
+    for r in range(world):
+        dp, t = divmod(r, tp)
+        want = [dp * tp + (t + 1) % tp, t, (world - 2) + r % 2]  # pairs: every other rank, the last one
+        if r in (0, world - 1):
+            want.append(world - 1 - r)  # the other end: members are ordered by rank, as torch orders them
+        assert got[r] == want, f"rank {r}"
+
+
+def test_peer_addresses_a_ring_inside_each_group():
+    text = (
+        "world 6\ngroup g = split by rank // 3\ntensor x: int64[1] = rank\n"
+        "batch:\n    send x to g.peer((g.rank + 1) % g.size) in g\n    recv x from g.peer((g.rank - 1) % g.size) in g\n"
+    )
+    s = expand(program(text), 6)
+    for r in range(6):
+        base = r // 3 * 3
+        (batch,) = s.ops[r]
+        send = next(op for op in batch.ops if isinstance(op, Send))
+        assert send.peer == base + (r - base + 1) % 3
+
+
+def test_a_member_index_out_of_range_names_the_index_and_the_group_size():
+    text = "world 4\nmesh m = (dp=2, tp=2)\nlet a = m.tp.peer(m.tp.rank + 1)\n"
+    ((code, line, col, msg),) = errors(text)
+    assert (code, line, col) == ("N127", 3, 9)
+    assert msg == "member index 2 is outside group `m.tp[0]`, which has 2 members"
+    ((code, _, _, msg),) = errors("world 3\ngroup g = [0, 2]\nlet a = g.peer(0 - 1)\n")
+    assert (code, msg) == ("N127", "member index -1 is outside group `g`, which has 2 members")
+
+
+def test_peer_on_a_rank_outside_the_group_is_an_error_as_in_torch():
+    ((code, line, col, msg),) = errors("world 3\ngroup g = [0, 2]\non rank == 1:\n    let a = g.peer(0)\n")
+    assert (code, line, col) == ("N127", 4, 13)
+    assert msg == "rank 1 is not in group `g`, so it has no `.peer` there"
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "col"),
+    [
+        ("let a = x.peer(1)", "N103", 9),  # a tensor is not a group
+        ("let a = g.peer", "N107", 9),  # not called
+        ("let a = m.peer(0)", "N103", 9),  # a mesh, not one of its dimensions
+        ("let a = m.pp.peer(0)", "N103", 9),
+        ("let a = g.peer(0, 1)", "N107", 9),
+        ("x = g.peer(i)", "N103", 12),  # the index varies per element
+        ("let a = h.peer(0)", "N101", 9),
+    ],
+)
+def test_misused_peer_is_a_diagnostic(line, code, col):
+    text = f"world 4\ngroup g = [0, 2]\nmesh m = (dp=2, tp=2)\ntensor x: int64[1]\n{line}\n"
+    assert [(c, ln, cl) for c, ln, cl, _ in errors(text)] == [(code, 5, col)]
