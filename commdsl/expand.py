@@ -190,7 +190,14 @@ class Expander:
                 raise _Stop(f.diagnostic(first)) from None
 
     def setup_list(self, g: n.GroupDecl, env: Env) -> None:
-        members = [as_int(self.value(m, np.zeros(0, dtype=np.int64), env), m, "a group member") for m in g.members]
+        def too_many(count: int) -> Diagnostic:
+            return InvalidGroup.diagnostic(
+                f"group `{g.name}` names {count} ranks, more than the world's {self.W}",
+                span=g.span,
+                label="more members than ranks",
+            )
+
+        members = list(self.listed(g.members, np.zeros(0, dtype=np.int64), env, "a group member", self.W, too_many))
         bad = [m for m in members if not 0 <= m < self.W]
         if bad:
             raise _Stop(
@@ -200,9 +207,12 @@ class Expander:
                     label=f"ranks are 0..{self.W - 1}",
                 )
             )
-        if len(set(members)) != len(members):
+        twice = next((m for k, m in enumerate(members) if m in members[:k]), None)
+        if twice is not None:
             raise _Stop(
-                InvalidGroup.diagnostic(f"group `{g.name}` names a rank twice", span=g.span, label="duplicate member")
+                InvalidGroup.diagnostic(
+                    f"group `{g.name}` names rank {twice} twice", span=g.span, label="duplicate member"
+                )
             )
         # torch's new_group orders a group by global rank, whatever order the list is written in
         self.name_groups((g.name, None), [self.add_group(g.name, tuple(sorted(members)))] * self.W)
@@ -1121,12 +1131,17 @@ class Expander:
             self.track(s.handle, A, rec.req)
 
     def sizes(self, items: tuple, A, env) -> tuple:
-        """A `splits` list: its sizes in order, each an integer per rank; `[EXPR for j in LO .. HI]` gives one
-        per j, as many on every rank of the call."""
+        """A `splits` list: its sizes in order, each an integer per rank."""
+        return self.listed(items, A, env, "a split size")
+
+    def listed(self, items: tuple, A, env, what: str, limit: int | None = None, too_long=None) -> tuple:
+        """A list `[E, ...]` or `[E for j in LO .. HI]` (one value per j, as many on every rank of A): its
+        integers in order, each per rank (a scalar where the ranks agree). `too_long(count)` is the
+        diagnostic for a computed list of more than `limit` values, found before any is computed."""
         out = []
         for x in items:
             if not isinstance(x, n.ListFor):
-                out.append(uniform(self.int_value(x, A, env, "a split size")))
+                out.append(uniform(self.int_value(x, A, env, what)))
                 continue
             lo = uniform(self.int_value(x.lo, A, env, "a bound of the list"))
             hi = uniform(self.int_value(x.hi, A, env, "a bound of the list"))
@@ -1139,10 +1154,10 @@ class Expander:
                         help="bound it by the group's size, e.g. `for j in 0 .. g.size - 1`",
                     )
                 )
-            self.spend(max(0, hi - lo + 1) * int(A.size), x)
-            out.extend(
-                uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), "a split size")) for j in range(lo, hi + 1)
-            )
+            if limit is not None and hi - lo + 1 > limit:
+                raise fail_all(too_long(hi - lo + 1))
+            self.spend(max(0, hi - lo + 1) * max(1, int(A.size)), x)
+            out.extend(uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), what)) for j in range(lo, hi + 1))
         return tuple(out)
 
     def check_fit(self, rec: CollectiveRec, kind, A, gid, me, root) -> None:

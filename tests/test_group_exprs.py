@@ -7,14 +7,20 @@ from __future__ import annotations
 import pytest
 
 from commdsl.diagnostics import CommdslError
+from commdsl.emit.fmt import format_source
 from commdsl.expand import expand
 from commdsl.resolve import load
 from commdsl.schedule import Compute, Send
 from commdsl.source import SourceFile
+from commdsl.syntax import nodes as n
 
 
 def program(text: str):
     return load(SourceFile("t.comm", text))
+
+
+def fmt(text: str) -> str:
+    return format_source(SourceFile("t.comm", text))
 
 
 def values(text: str, world: int) -> dict[int, list]:
@@ -100,3 +106,47 @@ def test_peer_on_a_rank_outside_the_group_is_an_error_as_in_torch():
 def test_misused_peer_is_a_diagnostic(line, code, col):
     text = f"world 4\ngroup g = [0, 2]\nmesh m = (dp=2, tp=2)\ntensor x: int64[1]\n{line}\n"
     assert [(c, ln, cl) for c, ln, cl, _ in errors(text)] == [(code, 5, col)]
+
+
+# ---- group g = [E for j in LO .. HI] -----------------------------------------------------------------------------
+
+
+def test_a_computed_group_parses_to_one_list_for_member():
+    (g,) = program("group g = [2 * j + 1 for j in 0 .. world // 2 - 1]\n").groups
+    (m,) = g.members
+    assert isinstance(m, n.ListFor) and m.var == "j" and g.split_key is None
+    n.GroupDecl.model_validate(g.model_dump())  # a valid node, as the parser builds it unvalidated
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_a_computed_group_has_the_members_its_expression_gives(world):
+    text = (
+        "group odds = [world - 1 - 2 * j for j in 0 .. world // 2 - 1]\ntensor x: int64[1]\n"
+        "on rank % 2 == 1:\n    x = odds.size\n    x = odds.rank\n    x = odds.peer(0)\n"
+    )
+    s = expand(program(text), world)
+    odds = tuple(range(1, world, 2))  # written from the top down, ordered by rank as torch orders them
+    assert [g.ranks for g in s.groups if g.name == "odds"] == [odds]
+    for r in odds:
+        assert [op.value[1] for op in s.ops[r] if isinstance(op, Compute)] == [len(odds), odds.index(r), 1]
+
+
+@pytest.mark.parametrize(
+    ("members", "code", "col", "message"),
+    [
+        ("[j for j in 0 .. world]", "N127", 1, "group `g` names 5 ranks, more than the world's 4"),
+        ("[j for j in 0 .. 10 ** 12]", "N127", 1, "group `g` names 1000000000001 ranks, more than the world's 4"),
+        ("[j % 2 for j in 0 .. 3]", "N127", 1, "group `g` names rank 0 twice"),
+        ("[j + 1 for j in 0 .. 3]", "N127", 1, "group `g` names rank 4, outside world 4"),
+        ("[rank for j in 0 .. 1]", "N103", 12, "`rank` has no value here"),
+        ("[j / 2 for j in 0 .. 1]", "N121", 12, "a group member must be an integer, but it is 0.5"),
+        ("[x for j in 0 .. 1]", "N103", 12, "tensor `x` used where an integer known per rank is expected"),
+    ],
+)
+def test_a_bad_computed_group_is_a_diagnostic(members, code, col, message):
+    text = f"world 4\ntensor x: int64[1]\ngroup g = {members}\n"
+    assert errors(text) == [(code, 3, col, message)]
+
+
+def test_a_computed_group_round_trips_through_fmt():
+    assert fmt("group g=[ 2*j for j in 0..world//2-1 ]\n") == "group g = [2 * j for j in 0 .. world // 2 - 1]\n"

@@ -355,8 +355,7 @@ class _Writer:
             dims = ", ".join(_string(d.name) for d in g.dims) + ("," if len(g.dims) == 1 else "")
             self.emit(1, f'{name} = init_device_mesh("{device}", ({sizes}), mesh_dim_names=({dims}))', g.span.line)
         elif g.split_key is None:
-            members = ", ".join(self.static(m, self.top) for m in g.members)
-            self.emit(1, f"{name} = dist.new_group([{members}])", g.span.line)
+            self.emit(1, f"{name} = dist.new_group({self.listed(g.members, self.top)})", g.span.line)
         else:
             self.helpers.add("split")
             key = self.static(g.split_key, self.top)
@@ -602,10 +601,19 @@ class _Writer:
             if not isinstance(x, n.ListFor):
                 out.append(self.static(x, scope))
                 continue
-            inner = _Scope(parent=scope)
-            var = self.bind(inner, x.var)
-            out.append(f"*[{self.static(x.value, inner)} for {var} in {self.range(x.lo, x.hi, scope)}]")
+            out.append("*" + self.comprehension(x, scope))
         return out
+
+    def comprehension(self, x: n.ListFor, scope: _Scope) -> str:
+        inner = _Scope(parent=scope)
+        var = self.bind(inner, x.var)
+        return f"[{self.static(x.value, inner)} for {var} in {self.range(x.lo, x.hi, scope)}]"
+
+    def listed(self, items, scope: _Scope) -> str:
+        """A list of integers as a Python list: `[EXPR for j in LO .. HI]` alone as a comprehension."""
+        if len(items) == 1 and isinstance(items[0], n.ListFor):
+            return self.comprehension(items[0], scope)
+        return f"[{', '.join(self.split_sizes(items, scope))}]"
 
     def group_ref(self, g: n.GroupRef) -> str:
         name = self.top.names[g.name]
@@ -618,8 +626,10 @@ class _Writer:
         name = self.top.names[g.name]
         if isinstance(decl, n.MeshDecl):
             return f"{name}[{_string(g.dim or '')}].size()"
-        if isinstance(decl, n.GroupDecl) and decl.split_key is None:
-            return str(len(decl.members))  # a member list: its size whether this rank is in it or not
+        if isinstance(decl, n.GroupDecl) and decl.split_key is None:  # its size whether this rank is in it or not
+            if any(isinstance(m, n.ListFor) for m in decl.members):
+                return f"len({self.listed(decl.members, self.top)})"
+            return str(len(decl.members))
         return f"dist.get_world_size({name})"
 
     # ---- expressions ---------------------------------------------------------------------------------

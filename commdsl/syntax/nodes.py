@@ -86,7 +86,7 @@ class Index(Node):
 
 
 class ListFor(Node):
-    """`[EXPR for j in LO .. HI]`: one value per j (a list of split sizes computed by an expression)."""
+    """`[EXPR for j in LO .. HI]`: one value per j (split sizes, a group's members, a table's entries)."""
 
     kind: Literal["list_for"] = "list_for"
     value: Expr
@@ -154,7 +154,8 @@ class TensorDecl(Node):
 
 
 class GroupDecl(Node):
-    """`group g = [0, 2]` (members) or `group pairs = split by rank // 2` (one group per key)."""
+    """`group g = [0, 2]` or `group g = [2 * j for j in 0 .. 3]` (members: one `ListFor` when computed), or
+    `group pairs = split by rank // 2` (one group per key)."""
 
     kind: Literal["group"] = "group"
     name: str

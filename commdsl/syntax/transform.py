@@ -93,6 +93,9 @@ class _ToAst(Transformer):
     def group_list(self, meta, name, *members):
         return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=tuple(members))
 
+    def group_for(self, meta, name, members):
+        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=(members,))
+
     def group_split(self, meta, name, key):
         return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), split_key=key)
 
@@ -180,8 +183,11 @@ class _ToAst(Transformer):
     def split_sizes(self, meta, *exprs):
         return tuple(exprs)
 
-    def split_for(self, meta, value, var, lo, hi):
-        return (n.ListFor(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi),)
+    def split_for(self, meta, values):
+        return (values,)
+
+    def list_for(self, meta, value, var, lo, hi):
+        return n.ListFor.model_construct(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi)
 
     def one_buffer(self, meta, view):
         return (view,), False
