@@ -27,6 +27,7 @@ from commdsl.limits import (
     MAX_COLLECTIVE_CALLS,
     MAX_OPS,
     MAX_RECORDS,
+    MAX_TABLE,
     MAX_WHILE_ITERATIONS,
     Deadline,
     time_limit,
@@ -77,6 +78,7 @@ from commdsl.values import (
     log2,
     merge,
     sub,
+    tidy,
     truthy,
     unary,
     uniform,
@@ -130,6 +132,7 @@ class Expander:
         self.everyone = np.arange(world, dtype=np.int64)
         self.groups: list[Group] = [Group(0, "world", tuple(range(world)))]
         self.group_of: dict[tuple[str, str | None], tuple[np.ndarray, np.ndarray]] = {}
+        self.tables: dict[str, np.ndarray] = {}  # each table's entries (int64, or Python ints past int64)
         self.tensor_names = {t.name for t in program.tensors}
         self.infos: dict[str, TensorInfo] = {}
         self.records: list = []
@@ -177,6 +180,11 @@ class Expander:
     # ---- set-up: groups and tensors ----------------------------------------------------------------
     def setup(self) -> None:
         env = dict(self.params, world=self.W)
+        for t in self.program.tables:
+            try:
+                self.setup_table(t, env)
+            except Failure as f:
+                raise _Stop(f.diagnostic(0)) from None
         for g in self.program.groups:
             try:
                 if isinstance(g, n.MeshDecl):
@@ -216,6 +224,22 @@ class Expander:
             )
         # torch's new_group orders a group by global rank, whatever order the list is written in
         self.name_groups((g.name, None), [self.add_group(g.name, tuple(sorted(members)))] * self.W)
+
+    def setup_table(self, t: n.TableDecl, env: Env) -> None:
+        """A table's entries, the same on every rank (computed before groups: tables may be used in them)."""
+
+        def too_long(count: int) -> Diagnostic:
+            return ExpansionTooLarge.diagnostic(
+                f"table `{t.name}` has {count} entries, over the limit of {MAX_TABLE:,}",
+                span=t.span,
+                label="too many entries",
+                help="check the bounds of the list",
+            )
+
+        entries = self.listed(t.entries, np.zeros(0, dtype=np.int64), env, "a table entry", MAX_TABLE, too_long)
+        if len(entries) > MAX_TABLE:
+            raise fail_all(too_long(len(entries)))
+        self.tables[t.name] = tidy(np.array(entries, dtype=object))
 
     def setup_split(self, g: n.GroupDecl, env: Env) -> None:
         keys = self.value(g.split_key, self.everyone, dict(env, rank=self.everyone))
@@ -351,6 +375,8 @@ class Expander:
                 return log2(e, self.value(e.args[0], A, env))
             case n.Call(func=n.Attr(attr="peer") as f):
                 return self.peer(e, f, A, env)
+            case n.Index(value=n.Name(id=name)) if name in self.tables:
+                return self.entry(e, name, self.value(e.index, A, env), A)
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -433,6 +459,25 @@ class Expander:
         width = max(len(g.ranks) for g in self.groups)
         members = np.array([g.ranks + (-1,) * (width - len(g.ranks)) for g in self.groups], dtype=np.int64)
         return uniform(members[gids, ks.astype(np.int64)])
+
+    def entry(self, e: n.Index, name: str, k, A: np.ndarray):
+        """`TABLE[k]` on the ranks A; N120 naming k and the table's length where k is not an entry's index."""
+        k = as_int(k, e.index, "a table index")
+        table = self.tables[name]
+        ks = as_index_array(k, 1 if not is_vec(k) else k.size)
+        bad = ((ks < 0) | (ks >= len(table))).astype(bool)
+        if bad.any():
+            size = len(table)
+            raise Failure(
+                bad if is_vec(k) else True,
+                lambda j: ViewOutOfBounds.diagnostic(
+                    f"index {item(ks, j)} is outside table `{name}`, which has {size} entries",
+                    span=e.span,
+                    label=f"indices are 0..{size - 1}" if size else "the table is empty",
+                ),
+            )
+        got = table[ks.astype(np.int64)]
+        return uniform(tidy(got)) if is_vec(k) else item(got, 0)
 
     def not_a_member(self, e: n.Call, gid: int, k: int) -> Diagnostic:
         group = self.groups[gid]
@@ -584,6 +629,8 @@ class Expander:
                 return ("i",)
             case n.Name() if e.id in self.tensor_names and e.id not in env:
                 return self.read(e, A, env, target_shape)
+            case n.Index(value=n.Name(id=name)) if name in self.tables:
+                return ("c", self.value(e, A, env))
             case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 return self.read(e, A, env, target_shape)
             case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):

@@ -24,6 +24,7 @@ KEYWORDS = (
     "tensor",
     "group",
     "mesh",
+    "table",
     "let",
     "split",
     "by",
@@ -67,7 +68,7 @@ class CommdslLexer(RegexLexer):
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
             (
-                words(("program", "backend", "param", "tensor", "group", "mesh", "let"), suffix=r"\b"),
+                words(("program", "backend", "param", "tensor", "group", "mesh", "table", "let"), suffix=r"\b"),
                 Keyword.Declaration,
             ),
             (words(COMM_OPS, suffix=r"\b"), Keyword.Reserved),

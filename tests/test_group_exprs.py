@@ -150,3 +150,62 @@ def test_a_bad_computed_group_is_a_diagnostic(members, code, col, message):
 
 def test_a_computed_group_round_trips_through_fmt():
     assert fmt("group g=[ 2*j for j in 0..world//2-1 ]\n") == "group g = [2 * j for j in 0 .. world // 2 - 1]\n"
+
+
+# ---- table NAME = [...] -----------------------------------------------------------------------------------------
+
+
+def test_a_table_parses_to_its_entries_and_is_a_valid_node():
+    p = program("table t = [3, 1, world]\ntable u = [t[j] * 2 for j in 0 .. 2]\n")
+    t, u = p.tables
+    assert (t.name, len(t.entries), u.name) == ("t", 3, "u") and isinstance(u.entries[0], n.ListFor)
+    for node in (t, u):
+        n.TableDecl.model_validate(node.model_dump())
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_table_entries_are_read_per_rank_in_every_context(world):
+    text = (
+        "table stage_of = [j * 2 // world for j in 0 .. world - 1]\ntable w = [3, 1, 2]\n"
+        "table twice = [2 * w[j] for j in 0 .. 2]\n"
+        "group picked = [w[j] for j in 0 .. 2]\n"  # tables size groups
+        "tensor x: int64[w[rank % 3]] = stage_of[rank]\n"  # and tensor shapes, and element expressions
+        "x = twice[rank % 3]\n"
+        "on stage_of[rank] == 1:\n    x = stage_of[world - 1 - rank]\n"
+    )
+    p = program(text)
+    got = values(text, world)
+    s = expand(p, world)
+    assert [g.ranks for g in s.groups if g.name == "picked"] == [(1, 2, 3)]
+    for r in range(world):
+        stage = r * 2 // world
+        assert s.tensors[r]["x"].shape == ((3, 1, 2)[r % 3],)
+        assert got[r] == [2 * (3, 1, 2)[r % 3]] + ([1 - stage] if stage == 1 else []), f"rank {r}"
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "col", "message"),
+    [
+        ("let a = w[rank]", "N120", 9, "index 3 is outside table `w`, which has 3 entries"),
+        ("let a = w[0 - 1]", "N120", 9, "index -1 is outside table `w`, which has 3 entries"),
+        ("let a = w[true]", "N121", 11, "a table index must be an integer, not a condition"),
+        ("let a = w", "N103", 9, "`w` is a table, not a value"),
+        ("x = w[i]", "N103", 7, "a table index works on integers known per rank, not on tensor elements"),
+        ("table u = [rank]", "N103", 12, "`rank` has no value here"),
+        ("table u = [j / 2 for j in 0 .. 1]", "N121", 12, "a table entry must be an integer, but it is 0.5"),
+        ("table u = [j for j in 0 .. 100000]", "N133", 1, "table `u` has 100001 entries, over the limit of 65,536"),
+        ("table w = [1]", "N102", 1, "`w` is declared twice"),
+        ("on rank == 0:\n    table u = [1]", "N106", 5, "`table` declarations belong at the top level"),
+    ],
+)
+def test_a_misused_table_is_a_diagnostic(line, code, col, message):
+    text = f"world 4\ntable w = [3, 1, 2]\ntensor x: int64[1]\n{line}\n"
+    ((got_code, got_line, got_col, got_message),) = errors(text)
+    assert (got_code, got_col, got_message) == (code, col, message)
+    assert got_line == 4 + line.count("\n")
+
+
+def test_a_table_round_trips_through_fmt():
+    assert fmt("table  t=[3,1 ,2]\ntable u = [ t[j]*2 for j in 0..2 ]\n") == (
+        "table t = [3, 1, 2]\ntable u = [t[j] * 2 for j in 0 .. 2]\n"
+    )

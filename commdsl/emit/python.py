@@ -43,8 +43,9 @@ SCRIPT_NAMES = frozenset(
     {
         "torch", "dist", "np", "os", "re", "sys", "argparse", "init_device_mesh", "BACKEND", "CHECKED",
         "TOLERANCE", "main", "arguments", "number", "div", "power", "index_of", "minimum", "maximum",
-        "random_values", "split", "log2", "expect", "fmt", "say", "post", "wait", "pending", "args", "params", "rank",
-        "world", "printed", "failures", "text", "verdict", "work", "p2p_ops", "reduce_scatter_single", "line", "_",
+        "random_values", "split", "log2", "entry", "expect", "fmt", "say", "post", "wait", "pending", "args", "params",
+        "rank", "world", "printed", "failures", "text", "verdict", "work", "p2p_ops", "reduce_scatter_single",
+        "line", "_",
     }
 )  # fmt: skip
 
@@ -93,6 +94,13 @@ def log2(x):
     if type(x) is not int or x <= 0 or x & (x - 1):
         raise ValueError(f"log2({x}): not a positive power of two")
     return x.bit_length() - 1
+''',
+    "entry": '''
+def entry(table, k):
+    """The language's `TABLE[k]`: inside the table only (Python's `table[-1]` would read the last entry)."""
+    if not 0 <= k < len(table):
+        raise IndexError(f"index {k} is outside a table of {len(table)} entries")
+    return table[k]
 ''',
     "index_of": '''
 def index_of(t):
@@ -214,7 +222,7 @@ class _Writer:
         self.top = _Scope()
         taken: set[str] = set()
         handles = sorted(_handles(program.body))
-        top_names = [p.name for p in program.params] + [g.name for g in program.groups] + handles
+        top_names = [p.name for p in program.params] + [g.name for g in (*program.groups, *program.tables)] + handles
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
             taken.add(self.top.names[name])
@@ -301,6 +309,8 @@ class _Writer:
             values = ", ".join(f"{_string(p.name)}: {self.top.names[p.name]}" for p in self.p.params)
             emit(1, f"if rank == 0 and {{{values}}} != CHECKED:")
             emit(2, 'print(f"note: commdsl checked this program with {CHECKED}, not these values", file=sys.stderr)')
+        for t in self.p.tables:  # before the groups, whose members may read them
+            self.emit(1, f"{self.top.names[t.name]} = {self.listed(t.entries, self.top)}", t.span.line)
         for g in self.p.groups:
             self.group(g)
         for t in self.p.tensors:
@@ -673,6 +683,9 @@ class _Writer:
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
             case n.Call(func=n.Attr(attr="peer") as f):
                 return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
+            case n.Index(value=n.Name(id=name)):  # a table's entry (a view is no number)
+                self.helpers.add("entry")
+                return f"entry({self.top.names[name]}, {self.static(e.index, scope)})", _ATOM
             case n.Unary(op="not"):
                 return f"not {self.static(e.operand, scope, _PREC['not'])}", _PREC["not"]
             case n.Unary():
@@ -815,7 +828,7 @@ def _reads_elements(e, scope: _Scope, tensors) -> bool:
             return True
         case n.Name():
             return _is_view(e, scope, tensors)
-        case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
+        case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")) if _is_view(e, scope, tensors):
             return True
         case n.Attr():
             return False

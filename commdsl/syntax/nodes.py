@@ -177,6 +177,15 @@ class MeshDecl(Node):
     dims: tuple[MeshDim, ...]
 
 
+class TableDecl(Node):
+    """`table stage_of = [0, 0, 1, 1]` or `table t = [E for j in LO .. HI]` (one `ListFor` entry): integers,
+    the same on every rank, read as `stage_of[k]` in integer expressions."""
+
+    kind: Literal["table"] = "table"
+    name: str
+    entries: tuple[Expr, ...]
+
+
 class Let(Node):
     kind: Literal["let"] = "let"
     name: str
@@ -331,6 +340,7 @@ Stmt = Annotated[
     | TensorDecl
     | GroupDecl
     | MeshDecl
+    | TableDecl
     | Let
     | Assign
     | Send

@@ -105,6 +105,12 @@ class _ToAst(Transformer):
     def mesh_dim(self, meta, name, size):
         return n.MeshDim.model_construct(span=self._span(meta), name=str(name), size=size)
 
+    def table_list(self, meta, name, *entries):
+        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=tuple(entries))
+
+    def table_for(self, meta, name, entries):
+        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=(entries,))
+
     def let_stmt(self, meta, name, value):
         return n.Let.model_construct(span=self._span(meta), name=str(name), value=value)
 
