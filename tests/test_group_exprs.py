@@ -209,3 +209,45 @@ def test_a_table_round_trips_through_fmt():
     assert fmt("table  t=[3,1 ,2]\ntable u = [ t[j]*2 for j in 0..2 ]\n") == (
         "table t = [3, 1, 2]\ntable u = [t[j] * 2 for j in 0 .. 2]\n"
     )
+
+
+# ---- compile: the script means what the simulator computed ------------------------------------------------------
+
+RING_IN_PAIRS = """program ring_in_pairs
+world 4
+group pairs = split by rank // 2
+group evens = [2 * j for j in 0 .. world // 2 - 1]
+table bonus = [j * j for j in 0 .. world - 1]
+tensor x: int64[1] = rank + bonus[rank]
+tensor y: int64[1]
+batch:
+    send x to pairs.peer(1 - pairs.rank) in pairs
+    recv y from pairs.peer(1 - pairs.rank) in pairs
+expect y == (rank ^ 1) + bonus[rank ^ 1]
+on rank % 2 == 0:
+    all_reduce y in evens
+    expect y == (1 + 1) + (3 + 9)                # what ranks 0 and 2 received
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(300)
+def test_compiled_peer_groups_and_tables_run_under_torchrun(tmp_path, capfd, no_orphans):
+    from test_compile import compile_to, torchrun
+
+    prog = tmp_path / "ring_in_pairs.comm"
+    prog.write_text(RING_IN_PAIRS)
+    code, text = compile_to(tmp_path, str(prog))
+    assert code == 0
+    assert "dist.get_global_rank(pairs, 1 - dist.get_rank(pairs))" in text
+    assert "dist.new_group([2 * j for j in range(world // 2)])" in text
+    assert "bonus = [j * j for j in range(world)]" in text
+    proc = torchrun(tmp_path / "out.py", 4, no_orphans)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("every expect holds") == 4
+    # an index the checker would refuse fails in the script too, where Python alone would read t[-1]
+    prog.write_text("program past_the_end\nworld 2\ntable t = [5]\nlet a = t[rank - 1]\n")
+    code, text = compile_to(tmp_path, str(prog), "--no-check")
+    assert code == 0 and "a = entry(t, rank - 1)" in text
+    proc = torchrun(tmp_path / "out.py", 2, no_orphans)
+    assert proc.returncode != 0 and "index -1 is outside a table of 1 entries" in proc.stderr
