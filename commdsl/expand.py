@@ -377,6 +377,12 @@ class Expander:
                 return self.peer(e, f, A, env)
             case n.Index(value=n.Name(id=name)) if name in self.tables:
                 return self.entry(e, name, self.value(e.index, A, env), A)
+            case n.Index() if "world" not in env:  # `resolve_params`: no table exists yet
+                raise fail_all(
+                    WrongKindOfName.diagnostic(
+                        "a param's default cannot use a table", span=e.span, label="tables are computed from the params"
+                    )
+                )
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -418,10 +424,12 @@ class Expander:
 
     def group_info(self, e: n.Attr, A: np.ndarray, env: Env) -> tuple[np.ndarray, np.ndarray]:
         """The `(group id, index in it)` of every rank for the group or mesh dimension `e.value` names."""
-        if "rank" not in env:
+        if "rank" not in env:  # a param's default, a table, a group's members: the same on every rank
             raise fail_all(
                 WrongKindOfName.diagnostic(
-                    "a param's default cannot use groups or tensors", span=e.span, label="not known when params are set"
+                    "params, tables and group members cannot use a group's attributes",
+                    span=e.span,
+                    label="computed before any group, the same on every rank",
                 )
             )
         ref = e.value

@@ -195,14 +195,16 @@ def test_table_entries_are_read_per_rank_in_every_context(world):
         ("table u = [j / 2 for j in 0 .. 1]", "N121", 12, "a table entry must be an integer, but it is 0.5"),
         ("table u = [j for j in 0 .. 100000]", "N133", 1, "table `u` has 100001 entries, over the limit of 65,536"),
         ("table w = [1]", "N102", 1, "`w` is declared twice"),
+        ("param n = w[0]", "N103", 11, "a param's default cannot use a table"),
+        ("table u = [m.tp.peer(0)]", "N103", 12, "params, tables and group members cannot use a group's attributes"),
         ("on rank == 0:\n    table u = [1]", "N106", 5, "`table` declarations belong at the top level"),
     ],
 )
 def test_a_misused_table_is_a_diagnostic(line, code, col, message):
-    text = f"world 4\ntable w = [3, 1, 2]\ntensor x: int64[1]\n{line}\n"
+    text = f"world 4\nmesh m = (dp=2, tp=2)\ntable w = [3, 1, 2]\ntensor x: int64[1]\n{line}\n"
     ((got_code, got_line, got_col, got_message),) = errors(text)
     assert (got_code, got_col, got_message) == (code, col, message)
-    assert got_line == 4 + line.count("\n")
+    assert got_line == 5 + line.count("\n")
 
 
 def test_a_table_round_trips_through_fmt():
