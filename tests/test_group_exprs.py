@@ -253,3 +253,12 @@ def test_compiled_peer_groups_and_tables_run_under_torchrun(tmp_path, capfd, no_
     assert code == 0 and "a = entry(t, rank - 1)" in text
     proc = torchrun(tmp_path / "out.py", 2, no_orphans)
     assert proc.returncode != 0 and "index -1 is outside a table of 1 entries" in proc.stderr
+
+
+def test_table_is_a_declaration_keyword_and_peer_an_attribute_when_highlighted():
+    from pygments.token import Keyword, Name
+
+    from commdsl.highlight import CommdslLexer
+
+    tokens = {v: t for t, v in CommdslLexer().get_tokens("table t = [1]\nlet a = m.tp.peer(t[0])\n") if v.strip()}
+    assert tokens["table"] is Keyword.Declaration and tokens["peer"] is Name.Attribute
