@@ -234,6 +234,8 @@ class Engine:
         self.fresh_calls: list[Calls] = []
         R = schedule.requests.count
         self.req_done = np.zeros(R, dtype=bool)
+        parts = schedule.requests.parts
+        self.req_left = parts.copy() if R and int(parts.max()) > 1 else None  # ops still to complete, per request
         self.req_waited = np.full(R, -1, dtype=np.int64)
         self.req_in_wait = np.zeros(R, dtype=bool)
         self.double_waits: list[tuple[int, int, int]] = []
@@ -321,7 +323,10 @@ class Engine:
                     parts.append((op, mine, None if inside.all() else np.flatnonzero(inside)))
                     count[np.searchsorted(G, mine)] += 1
             done = self.post(parts, rec.id, G)
-            self.block(G, count - done)
+            if rec.blocking:
+                self.block(G, count - done)
+            else:  # `b = batch:` its request is done when all the rank's ops in it are
+                self.pc[G] += 1
         elif t is CollectiveRec:
             void = self.call(rec, G, pos)
             if rec.blocking:
@@ -382,8 +387,11 @@ class Engine:
             posted += [srows, rrows]
             sends.append(srows)
             recvs.append(rrows.take(q))
-        self.obs.posted(Posts.concat(posted))
+        rows = Posts.concat(posted)
+        self.obs.posted(rows)
         self.note_matches(Posts.concat(sends), Posts.concat(recvs))
+        if rec.req is not None:
+            self.finish_requests(rows.req)
 
     def block(self, G: np.ndarray, outstanding) -> None:
         """Ranks G wait for `outstanding` things (one count for all, or one per rank); ranks with none go on at once."""
@@ -579,7 +587,9 @@ class Engine:
             if queue is not None:
                 start[k] = False
                 last = queue[-1]
-                if last in waiting and q < 0 and last[0] < 0 and via[k] >= 0 and last[2] == via[k]:
+                if queue[0][0] == q >= 0 and queue[0][1] is None:
+                    start[k] = True  # another op of the batch (one request) that is running: it runs too
+                elif last in waiting and last[0] == q and via[k] >= 0 and last[2] == via[k]:
                     last[1].append(k)  # the ops of one batch start together
                 else:
                     entry = [q, [k], via[k]]
@@ -609,8 +619,12 @@ class Engine:
 
     # ---- requests ----------------------------------------------------------------------------------
     def finish_requests(self, reqs: np.ndarray) -> None:
+        """One op of each of `reqs` completed (a request appears once per op); those with no op left are done."""
         if not reqs.size:
             return
+        if self.req_left is not None:
+            np.subtract.at(self.req_left, reqs, 1)
+            reqs = np.unique(reqs[self.req_left[reqs] == 0])
         self.req_done[reqs] = True
         if self.stream_of:
             for q in reqs.tolist():

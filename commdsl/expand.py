@@ -144,8 +144,8 @@ class Expander:
         self.alive = np.ones(world, dtype=bool)
         self.deaths = 0
         self.batch: list[P2PRec] | None = None
-        self.handles: dict[str, np.ndarray] = {}
-        self.req_chunks: list[tuple[np.ndarray, int, np.ndarray]] = []
+        self.handles: dict[tuple[str, int | None], np.ndarray] = {}  # (name, slot or None) → request per rank
+        self.req_chunks: list[tuple[np.ndarray, int, np.ndarray, np.ndarray | int]] = []
         self.req_count = 0
         self.live = np.zeros(0, dtype=np.int64)  # outstanding requests (what `wait all` waits for), in order
         self.live_rank = np.zeros(0, dtype=np.int64)
@@ -877,7 +877,7 @@ class Expander:
             case n.Collective():
                 self.collective(s, A, env, b)
             case n.Wait():
-                self.wait(s, A, b)
+                self.wait(s, A, env, b)
             case n.For():
                 self.loop(s, A, env, b)
             case n.While():
@@ -973,8 +973,30 @@ class Expander:
                 raise time_limit(self.deadline, s.span, f"expanding the program at world {self.W}")
             self.spend(int(where.size), s)
             G, genv = A[where], _sub_env(env, where)
+            before = [np.copy(uniform(genv[k])) for k in counters]
             shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
             self.carry(env, A, *self.block(s.body, G, genv, b + shown))
+            self.check_progress(s, G, before, _sub_env(env, where), counters)
+
+    def check_progress(self, s: n.While, G, before: list, after: Env, counters: list[str]) -> None:
+        """N133 at once for a rank whose iteration changed none of the `let`s the condition reads: its next
+        iteration is the same one again (the condition reads nothing else that can change), forever."""
+        same = self.alive[G].copy()
+        for k, old in zip(counters, before, strict=True):
+            same &= np.broadcast_to(uniform(after[k]) == old, G.shape)
+        if not same.any():
+            return
+        rank = int(G[np.flatnonzero(same)[0]])
+        reads = ", ".join(f"`{k}`" for k in counters)
+        raise fail_all(
+            ExpansionTooLarge.diagnostic(
+                f"this `while` loop never ends on rank {rank} at world {self.W}: "
+                + (f"an iteration left {reads} as it was" if counters else "its condition reads no `let`"),
+                span=s.cond.span,
+                label="true again, with nothing changed",
+                help="reassign a name the condition reads in the loop body, so the condition turns false",
+            )
+        )
 
     def on(self, s: n.On, A, env, b) -> None:
         """Every branch's condition first (a rank evaluates only the conditions before the branch it takes),
@@ -1006,7 +1028,9 @@ class Expander:
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that
-        post at least one of them."""
+        post at least one of them. Bound to a handle, the batch gives each of its ranks one request, shared
+        by the rank's ops in it (torch's list of works, waited together)."""
+        slot = self.slot(s.handle, A, env)
         self.batch = []
         try:
             self.carry(env, A, *self.block(s.body, A, env, b))
@@ -1019,7 +1043,19 @@ class Expander:
         if any(op.ranks is not ranks for op in ops[1:]):
             ranks = np.unique(np.concatenate([op.ranks for op in ops]))
             ranks = A if ranks.size == A.size else ranks
-        self.add(BatchRec(s, ranks, b, ops=ops))
+        rec = BatchRec(s, ranks, b, ops=ops)
+        if s.handle is not None:
+            parts = np.zeros(ranks.size, dtype=np.int64)
+            for op in ops:
+                parts[np.searchsorted(ranks, op.ranks)] += 1
+            rec.req = self.new_requests(ranks, len(self.records), parts)
+            for op in ops:
+                op.req = rec.req[np.searchsorted(ranks, op.ranks)]
+        self.add(rec)
+        if rec.req is not None:
+            if slot is not None and is_vec(slot) and ranks.size != A.size:
+                slot = slot[np.searchsorted(A, ranks)]
+            self.track(s.handle, slot, ranks, rec.req)
 
     # ---- communication ----------------------------------------------------------------------------
     def group_ids(self, ref: n.GroupRef | None, A):
@@ -1034,6 +1070,7 @@ class Expander:
         peer = uniform(self.int_value(s.peer, A, env, "a peer rank"))
         tag = uniform(self.int_value(s.tag, A, env, "a tag")) if s.tag is not None else 0
         gid = self.group_ids(s.group, A)[0] if s.group is not None else None
+        slot = self.slot(s.handle, A, env)
         batched = self.batch is not None
         req = None
         if not s.blocking and not batched:
@@ -1057,42 +1094,65 @@ class Expander:
             return
         self.add(rec)
         if req is not None:
-            self.track(s.handle, A, req)
+            self.track(s.handle, slot, A, req)
 
-    def new_requests(self, A, record_id: int) -> np.ndarray:
+    def new_requests(self, A, record_id: int, parts: np.ndarray | int = 1) -> np.ndarray:
         ids = np.arange(self.req_count, self.req_count + A.size, dtype=np.int64)
-        self.req_chunks.append((A, record_id, ids))
+        self.req_chunks.append((A, record_id, ids, parts))
         self.req_count += int(A.size)
         return ids
 
-    def track(self, handle: n.Ident | None, A, req: np.ndarray) -> None:
+    def slot(self, h: n.HandleRef | None, A, env):
+        """The slot of `h[i]` on the ranks A (a number, or one per rank); None for a plain handle."""
+        if h is None or h.index is None:
+            return None
+        return uniform(self.int_value(h.index, A, env, "a handle index"))
+
+    def slots(self, name: str, slot) -> list[tuple[np.ndarray | slice, np.ndarray]]:
+        """[(which of the ranks, the requests per rank of that slot)] for a slot that may differ by rank."""
+        if not is_vec(slot):
+            return [(slice(None), self.handles.setdefault((name, slot), np.full(self.W, -1, dtype=np.int64)))]
+        values, inverse = np.unique(slot, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")  # the ranks of each slot together: linear, not ranks × slots
+        cuts = np.cumsum(np.bincount(inverse, minlength=values.size))[:-1]
+        return [
+            (which, self.handles.setdefault((name, u), np.full(self.W, -1, dtype=np.int64)))
+            for u, which in zip(values.tolist(), np.split(order, cuts))
+        ]
+
+    def track(self, handle: n.HandleRef | None, slot, A, req: np.ndarray) -> None:
         if handle is not None:
-            slots = self.handles.setdefault(handle.name, np.full(self.W, -1, dtype=np.int64))
-            slots[A] = req
+            for which, held in self.slots(handle.name, slot):
+                held[A[which]] = req[which]
         self.live = np.concatenate([self.live, req])
         self.live_rank = np.concatenate([self.live_rank, A])
 
-    def wait(self, s: n.Wait, A, b) -> None:
+    def wait(self, s: n.Wait, A, env, b) -> None:
         if s.all:
             mine = np.isin(self.live_rank, A)
+            if s.array is not None:  # `wait all h`: the requests this rank's slots of `h` hold, not yet waited
+                held = [slots[A] for (name, _), slots in self.handles.items() if name == s.array.name]
+                mine &= np.isin(self.live, np.concatenate(held) if held else self.live[:0])
             reqs, owners = self.live[mine], self.live_rank[mine]
             self.live, self.live_rank = self.live[~mine], self.live_rank[~mine]
             order = np.lexsort((reqs, owners))
             reqs, owners = reqs[order], owners[order]
             starts = np.searchsorted(owners, np.append(A, self.W)).astype(np.int64)
             starts[-1] = reqs.size
-            self.add(WaitRec(s, A, b, starts=starts, reqs=reqs, all=True))
+            self.add(WaitRec(s, A, b, starts=starts, reqs=reqs, all=s.array is None))
             return
         columns = []
         for h in s.handles:
-            slots = self.handles.get(h.name)
-            got = slots[A] if slots is not None else np.full(A.size, -1, dtype=np.int64)
+            slot = self.slot(h, A, env)
+            got = np.full(A.size, -1, dtype=np.int64)
+            for which, held in self.slots(h.name, slot):
+                got[which] = held[A[which]]
             missing = got < 0
             if missing.any():
                 raise Failure(
                     missing,
-                    lambda k, h=h: HandleNotAssigned.diagnostic(
-                        f"handle `{h.name}` has no request on rank {A[k]}",
+                    lambda k, h=h, slot=slot: HandleNotAssigned.diagnostic(
+                        f"handle `{h.name}{_slot_text(slot, k)}` has no request on rank {A[k]}",
                         span=h.span,
                         label="not assigned on this rank before this point",
                         help="assign it with `h = isend ...` (or another async op) on every rank that waits",
@@ -1179,11 +1239,12 @@ class Expander:
                         help="check the loop bounds and params, or check a smaller world size with `--world`",
                     )
                 )
+        slot = self.slot(s.handle, A, env)
         if s.handle is not None:
             rec.req = self.new_requests(A, len(self.records))
         self.add(rec)
         if rec.req is not None:
-            self.track(s.handle, A, rec.req)
+            self.track(s.handle, slot, A, rec.req)
 
     def sizes(self, items: tuple, A, env) -> tuple:
         """A `splits` list: its sizes in order, each an integer per rank."""
@@ -1256,11 +1317,17 @@ class Expander:
     def requests(self) -> Requests:
         if not self.req_chunks:
             empty = np.zeros(0, dtype=np.int64)
-            return Requests(empty, empty, empty)
+            return Requests(empty, empty, empty, empty)
         rank = np.concatenate([c[0] for c in self.req_chunks])
         record = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in self.req_chunks])
         pos = np.concatenate([np.arange(c[0].size, dtype=np.int64) for c in self.req_chunks])
-        return Requests(rank, record, pos)
+        parts = np.concatenate([np.broadcast_to(np.asarray(c[3], dtype=np.int64), c[0].shape) for c in self.req_chunks])
+        return Requests(rank, record, pos, parts)
+
+
+def _slot_text(slot, k: int) -> str:
+    """`[3]` for rank k's slot of an array of handles, nothing for a plain handle."""
+    return "" if slot is None else f"[{item(slot, k)}]"
 
 
 def _names(e) -> set[str]:

@@ -23,6 +23,7 @@ from commdsl.rules.names import (
     InvalidView,
     InvalidWorld,
     MisplacedDeclaration,
+    MisusedHandle,
     UndefinedName,
     UnknownBackend,
     UnknownDtype,
@@ -202,10 +203,7 @@ class _Resolver:
     def run(self) -> Program:
         header: dict[str, n.Node] = {}
         params, tensors, groups, tables, body = [], [], [], [], []
-        handles = _collect_handles(self.module.body)
-        for name, node in handles.items():
-            if name in BUILTINS:
-                self.error(DuplicateDeclaration, f"`{name}` is a built-in name", node, label="cannot name a handle")
+        handles = self.collect_handles(self.module.body)
         seen_statement = False
         for stmt in self.module.body:
             if isinstance(stmt, (n.ProgramDecl, n.WorldDecl, n.BackendDecl)):
@@ -231,8 +229,7 @@ class _Resolver:
             seen_statement = True
             body.append(stmt)
         for name, node in handles.items():
-            if name not in BUILTINS:
-                self.declare(self.top, name, "handle", node)
+            self.declare(self.top, name, "handle array" if node.is_array else "handle", node)
         self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
         if self.diags:
             raise CommdslError(self.diags)
@@ -402,6 +399,7 @@ class _Resolver:
             case n.Wait():
                 if in_batch:
                     self.error(InvalidBatch, "`wait` inside `batch`", s, label="the batch waits at its end by itself")
+                self.check_wait(s, scope)
             case n.Expect():
                 self.check_expect(s, scope)
             case n.Print():
@@ -410,7 +408,63 @@ class _Resolver:
             case n.For() | n.While() | n.On() | n.Batch():
                 self.check_compound(s, scope, in_batch)
 
+    def collect_handles(self, stmts) -> dict[str, n.HandleRef]:
+        """Every handle name bound anywhere, by its first binding: one name is a handle or an array of
+        handles (`h[i] = ...`), never both (N108)."""
+        first: dict[str, n.HandleRef] = {}
+        for h in _bindings(stmts):
+            if h.name in BUILTINS:
+                self.error(DuplicateDeclaration, f"`{h.name}` is a built-in name", h, label="cannot name a handle")
+                continue
+            seen = first.setdefault(h.name, h)
+            if seen.is_array != h.is_array:
+                self.error(
+                    MisusedHandle,
+                    f"`{h.name}` is bound both as a handle and as an array of handles",
+                    h,
+                    label="an array slot" if h.is_array else "a single handle",
+                    notes=[n_note("first bound here", seen)],
+                    help=f"give the array of handles its own name, or write `{h.name}[k]` everywhere",
+                )
+        return first
+
+    def check_wait(self, s: n.Wait, scope: _Scope):
+        """Each waited handle used as it was bound: `h` for a handle, `h[j]` or `wait all h` for an array."""
+        for h in s.handles:
+            found = scope.lookup(h.name)
+            if h.index is not None:
+                self.check_expr(h.index, "static", scope)
+            if found is None or found[0] not in ("handle", "handle array"):
+                continue  # never bound: N129 on the ranks that wait (expand), as for a handle bound elsewhere
+            if found[0] == "handle array" and h.index is None:
+                self.error(
+                    MisusedHandle,
+                    f"`{h.name}` is an array of handles",
+                    h,
+                    label="wait one slot, or all of them",
+                    help=f"write `wait {h.name}[k]` or `wait all {h.name}`",
+                )
+            elif found[0] == "handle" and h.index is not None:
+                self.error(MisusedHandle, f"`{h.name}` is a single handle, not an array", h, label="no slots")
+        if s.array is not None:
+            found = scope.lookup(s.array.name)
+            if found is None:
+                self.undefined(s.array.name, s.array, scope, "array of handles")
+            elif found[0] != "handle array":
+                self.error(
+                    MisusedHandle,
+                    f"`wait all {s.array.name}` needs an array of handles",
+                    s.array,
+                    label=f"`{s.array.name}` is a {found[0]}",
+                    help=f"write `wait {s.array.name}`" if found[0] == "handle" else None,
+                )
+
+    def check_binding(self, h: n.HandleRef | None, scope: _Scope):
+        if h is not None and h.index is not None:
+            self.check_expr(h.index, "static", scope)
+
     def check_p2p(self, s: n.Send | n.Recv, scope: _Scope, in_batch: bool):
+        self.check_binding(s.handle, scope)
         self.check_view(s.buffer, scope)
         self.check_expr(s.peer, "static", scope)
         if s.tag is not None:
@@ -433,6 +487,7 @@ class _Resolver:
                 label="only send, recv, isend and irecv batch together",
                 help="move the collective out of the `batch:` block",
             )
+        self.check_binding(s.handle, scope)
         for v in s.inputs + s.outputs:
             self.check_view(v, scope)
         if s.root is not None:
@@ -481,6 +536,7 @@ class _Resolver:
             case n.Batch():
                 if in_batch:
                     self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
+                self.check_binding(s.handle, scope)
                 self.check_block(s.body, _Scope(parent=scope), True)
 
     def check_expect(self, s: n.Expect, scope: _Scope):
@@ -623,7 +679,9 @@ class _Resolver:
         """An integer operator or function in an element expression takes values known per rank only: it is
         folded to a per-rank constant before the element-wise part runs."""
         varying = next((found for x in operands if (found := _per_element(x, scope)) is not None), None)
-        if varying is not None and not any(d.span == varying.span and d.code == "N103" for d in self.diags):
+        if varying is not None and not any(
+            d.span == varying.span and d.code == WrongKindOfName.code for d in self.diags
+        ):
             self.error(
                 WrongKindOfName,
                 f"{what} works on integers known per rank, not on tensor elements",
@@ -664,7 +722,7 @@ class _Resolver:
                 label="a table",
                 help=f"read one entry: `{e.id}[k]`",
             )
-        elif kind in ("group", "mesh", "handle"):
+        elif kind in ("group", "mesh", "handle", "handle array"):
             self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
 
     def check_function_call(self, e: n.Call, fname: str, ctx: str, scope: _Scope):
@@ -838,14 +896,13 @@ def _suggest(name: str, choices, fallback: str) -> str:
     return f"the closest is `{close[0]}`" if close else fallback
 
 
-def _collect_handles(stmts) -> dict[str, n.Node]:
-    out: dict[str, n.Node] = {}
+def _bindings(stmts):
+    """Every handle an op or a batch is bound to, in program order."""
     for s in stmts:
-        if isinstance(s, (n.Send, n.Recv, n.Collective)) and s.handle is not None:
-            out.setdefault(s.handle.name, s.handle)
+        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch)) and s.handle is not None:
+            yield s.handle
         for child in _children(s):
-            out.update({k: v for k, v in _collect_handles(child).items() if k not in out})
-    return out
+            yield from _bindings(child)
 
 
 def _children(s) -> list[tuple]:

@@ -269,9 +269,16 @@ class P2PRec(Record):
 
 @dataclass(eq=False, slots=True)
 class BatchRec(Record):
-    """`batch:` — P2P ops posted together (batch_isend_irecv); each rank waits for its own at the end."""
+    """`batch:` — P2P ops posted together (batch_isend_irecv); each rank waits for its own at the end, or,
+    bound to a handle, later: then `req` holds each rank's one request, which its ops in the batch share
+    and which is done when all of them are."""
 
     ops: tuple[P2PRec, ...] = ()
+    req: object = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.req is None
 
     def members(self, rank: int) -> Iterator[tuple[P2PRec, int]]:
         """(op, position) of each of `rank`'s ops in the batch, in order."""
@@ -405,9 +412,15 @@ class Recv(Op):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Batch(Op):
-    """P2P ops posted together (batch_isend_irecv); the rank waits for all of them at the end."""
+    """P2P ops posted together (batch_isend_irecv); the rank waits for all of them at the end, or, with a
+    request, at a later `wait`."""
 
     ops: tuple[Send | Recv, ...]
+    req: int | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.req is None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -475,6 +488,7 @@ class Requests:
     rank: np.ndarray  # the rank that posts request q
     record: np.ndarray  # the record (its id) that posts it
     pos: np.ndarray  # the rank's position in that record
+    parts: np.ndarray  # how many ops must complete for it to be done: 1, or the rank's ops in a batch
 
     @property
     def count(self) -> int:
@@ -538,6 +552,7 @@ class Schedule:
                 span=rec.span,
                 bindings=rec.bindings_at(k),
                 ops=tuple(op.at(j, self.groups) for op, j in rec.members(rank)),
+                req=None if rec.req is None else int(rec.req[k]),
             )
         return rec.at(k)
 

@@ -90,6 +90,24 @@ def test_async_collectives_hold_their_buffers_until_the_wait():
                                 (1, 6, 5, False, True, "x"), (1, 10, 9, True, True, "z"), (1, 11, 9, False, True, "z")]
 
 
+def test_a_batch_bound_to_a_handle_holds_its_buffers_until_the_wait():
+    # 5-7: the batch sends x, receives y; 8: reading x is fine, 9: writing it races with the send, 10: reading y
+    # races with the receive; after `wait b` (11) nothing does
+    text = HEADER + ("b = batch:\n    send x to 1 - rank\n    recv y from 1 - rank\nz = x\nx = 1\nz = y\nwait b\n"
+                     "y = 2\n")
+    s, access = track(text)
+    assert races(s, access) == [(r, line, op, writes, window, t) for r in (0, 1)
+                                for line, op, writes, window, t in ((9, 6, True, False, "x"), (10, 7, False, True, "y"))]
+    assert not any(r.same_batch for r in access.races)
+
+
+def test_ops_of_one_unwaited_batch_race_as_in_a_waited_one():
+    text = HEADER + "b = batch:\n    send x[0:2] to 1 - rank\n    recv x[1:3] from 1 - rank\nwait b\n"
+    s, access = track(text)
+    assert races(s, access) == [(r, 7, 6, True, False, "x") for r in (0, 1)]
+    assert all(r.same_batch for r in access.races)
+
+
 def test_no_window_without_async_ops():
     s, access = track(HEADER + "batch:\n    send x to 1 - rank\n    recv y from 1 - rank\nx = y\n")
     assert races(s, access) == [] and access.writing == {}

@@ -326,8 +326,10 @@ else:
 expect y == (rank - 1) % world
 """
 
+NOWAIT = PAIRWISE.replace("    batch:", "    b[s] = batch:").replace("y.chunk(rank", "wait all b\ny.chunk(rank")
+
 CASES = {"ring": (ROOT / "programs" / "ring_allreduce.comm").read_text(), "pairwise": PAIRWISE,
-         "shared_channel": SHARED_CHANNEL, "partial": PARTIAL, "outside": OUTSIDE}
+         "shared_channel": SHARED_CHANNEL, "partial": PARTIAL, "outside": OUTSIDE, "nowait": NOWAIT}
 FAST_CASES = [(case, world) for case in sorted(CASES) for world in (1, 2, 3, 4, 7, 8)
               if load(SourceFile("c.comm", CASES[case])).accepts(world)]
 
@@ -493,3 +495,45 @@ def test_a_long_run_of_collectives_minds_the_deadline():
     with pytest.raises(TimeLimitReached):  # 50,000 barriers, completed as called
         run_engine(s, deadline=Deadline(0.01))
     assert run_engine(s).completed
+
+
+# ---- batches bound to a handle -------------------------------------------------------------------------------
+
+def test_a_batch_request_is_done_only_when_all_its_ops_are():
+    text = ("world 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\n"
+            "on rank == 0:\n    b = batch:\n        send x to 1 tag 1\n        recv y from 1 tag 2\n    wait b\n"
+            "else:\n    send x to 0 tag 2\n")  # rank 1 never receives tag 1: the batch's send never completes
+    s = expand(load(SourceFile("t.comm", text)), 2)
+    assert s.requests.parts.tolist() == [2]
+    o = run_engine(s, GLOO)
+    assert o.finished.tolist() == [False, True] and o.req_done.tolist() == [False]
+    assert s.records[o.head(0)[0]].span.line == 8  # `wait b`, its receive done, its send not
+    assert o.unmatched.send.tolist() == [1]
+
+
+def test_a_batch_bound_to_a_handle_lets_the_rank_go_on():
+    """Rank 0 posts a receive, then sends what rank 1 waits for before it answers: waited at the batch's end
+    this is a deadlock; waited later it completes."""
+    text = ("world 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\n"
+            "on rank == 0:\n    b = batch:\n        recv y from 1\n    send x to 1 tag 5\n    wait b\n"
+            "else:\n    recv y from 0 tag 5\n    send x to 0\nexpect y == 1 - rank\n")
+    result = simulate(expand(load(SourceFile("t.comm", text)), 2))
+    assert result.ok and result.engine.completed and result.engine.req_done.tolist() == [True]
+    blocking = text.replace("b = batch:", "batch:").replace("    wait b\n", "")
+    o = run_engine(expand(load(SourceFile("t.comm", blocking)), 2), GLOO)
+    assert o.finished.tolist() == [False, False]
+
+
+@pytest.mark.parametrize("model", [GLOO, NCCL], ids=["gloo", "nccl"])
+def test_the_ops_of_a_batch_bound_to_a_handle_start_together(model):
+    """Both ranks send first: on NCCL only a batch lets the receives run beside the sends, as one group, also
+    when the batch does not wait at its end. (Two messages on one channel keep the batch off the self-matched
+    fast path, which bypasses the streams.)"""
+    batch = "    send x[0:2] to 1 - rank\n    send x[2:4] to 1 - rank\n    recv y[0:2] from 1 - rank\n" \
+            "    recv y[2:4] from 1 - rank\n"
+    text = ("world 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\n"
+            f"b = batch:\n{batch}wait b\nc = batch:\n{batch}all_reduce z\nwait c\n").replace(
+                "tensor y", "tensor z: float32[1]\ntensor y")
+    s = expand(load(SourceFile("t.comm", text)), 2)
+    o = run_engine(s, model)
+    assert o.completed and o.req_done.all() and not o.double_waits

@@ -354,6 +354,22 @@ def test_a_failure_on_the_right_of_and_names_the_rank_it_fails_on():
     assert d.code == "N122" and d.span == span_of(text, "4 // (rank - 1)") and "on rank 1" in str(d.notes)
 
 
+def test_slots_of_an_array_of_handles_differ_by_rank():
+    """`h[(rank + k) % 3]`: each rank fills the slots in its own order; `wait h[j]` takes, on every rank, the
+    request its slot j holds, and `wait all h` what is left of them."""
+    text = ("world 3\ntensor x: float32[3, 2] = rank\ntensor y: float32[3, 2]\nfor k in 0 .. 2:\n"
+            "    h[(rank + k) % 3] = isend x[k] to (rank + 1) % world tag k\n"
+            "    recv y[k] from (rank - 1) % world tag k\nwait h[0]\nwait all h\n")
+    s = expand(program(text), 3)
+    for rank in range(3):
+        ops = s.ops[rank]
+        sends = [op for op in ops if isinstance(op, Send)]
+        first, rest = [op for op in ops if isinstance(op, Wait)]
+        k = (0 - rank) % 3  # the step that bound slot 0 on this rank
+        assert first.reqs == (sends[k].req,)
+        assert sorted(rest.reqs) == sorted(op.req for j, op in enumerate(sends) if j != k)
+
+
 # ---- integer operators, log2, while (issue 13) --------------------------------------------------------------
 
 BINOMIAL = """\
@@ -401,6 +417,22 @@ def test_a_while_that_never_ends_is_n133_at_its_condition():
     [d] = e.value.diagnostics
     assert d.code == "N133" and d.span == span_of(text, "n >= 0")
     assert f"{MAX_WHILE_ITERATIONS:,} iterations" in d.message
+
+
+@pytest.mark.parametrize("text, named", [
+    ("let k = 0\nwhile k < 10:\n    x = 1\n", "an iteration left `k` as it was"),  # the body never moves `k`
+    ("let k = 0\nwhile k < rank + 1:\n    k = k * 1\n", "an iteration left `k` as it was"),
+    ("while 2:\n    barrier\n", "its condition reads no `let`"),
+])
+def test_a_while_whose_iteration_changes_nothing_stops_at_once(text, named):
+    """The condition reads only its `let`s and constants: an iteration that leaves them as they were repeats
+    forever, which is N133 after that one iteration, not after MAX_WHILE_ITERATIONS of them."""
+    text = "world 2\ntensor x: float32[1]\n" + text
+    with pytest.raises(CommdslError) as e:
+        expand(program(text), 2)
+    [d] = e.value.diagnostics
+    assert d.code == "N133" and "never ends on rank 0 at world 2" in d.message and named in d.message
+    assert d.span.line == text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("while"))) + 1
 
 
 @pytest.mark.parametrize("text, code, snippet, rank", [

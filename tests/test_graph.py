@@ -110,6 +110,47 @@ def test_deadlock_model_has_the_cycle():
     assert [f.code for f in d.findings] == ["D402"]
 
 
+BOUND = """\
+program bound
+world 2
+tensor x: float32[4] = rank
+tensor y: float32[2, 4]
+tensor z: float32[4]
+tensor w: float32[4]
+b = batch:
+    send x to 1 - rank
+    recv z from 1 - rank
+for k in 0 .. 1:
+    on rank == 0:
+        h[k] = isend x to 1 tag k
+    else:
+        recv y[k] from 0 tag k
+w = 1
+on rank == 0:
+    wait h[1]
+wait b
+wait all h
+batch:
+    send x to 1 - rank tag 5
+    recv z from 1 - rank tag 5
+"""
+
+
+def test_bound_batches_and_arrays_of_handles_complete_where_they_are_waited():
+    """The engine's record of each request's wait times the events: a batch bound to a handle completes at
+    `wait b` (both its ops), each slot of an array of handles at the wait that covers it, a plain batch at once."""
+    d = diagram(BOUND, 2)
+    assert d.findings == [] and d.cycles == []
+    done = {(ev.rank, ev.op.span.line, ev.op.bindings): (ev.posted, ev.done) for ev in d.events}
+    # rank 0: 0 `b = batch`, 1-2 isend h[0], h[1], 3 `w = 1`, 4 `wait h[1]`, 5 `wait b`, 6 `wait all h`, 7 batch
+    assert done[(0, 8, ())] == done[(0, 9, ())] == (0, 5)
+    assert done[(0, 12, (("k", 0),))] == (1, 6) and done[(0, 12, (("k", 1),))] == (2, 4)
+    assert done[(0, 21, ())] == done[(0, 22, ())] == (7, 7)
+    # rank 1: 0 `b = batch`, 1-2 blocking recvs, 3 `w = 1`, 4 `wait b`
+    assert done[(1, 8, ())] == done[(1, 9, ())] == (0, 4)
+    assert done[(1, 14, (("k", 0),))] == (1, 1)
+
+
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.parent.name + "/" + p.name)
 def test_every_program_draws_consistently(path):
     """Rows respect causality; nothing overlaps on a row; both text forms come out for every fixture."""

@@ -54,6 +54,13 @@ def test_context_decides_world_all_and_reduce_ops():
     assert kinds["all"] == Name and kinds["world"] == Name.Builtin and kinds["sum"] == Name.Constant
 
 
+def test_handles_slots_and_bound_batches():
+    text = "wait all h\nb[k] = batch:\n    send x to 1\nwait h[j], b[k]\n"
+    tokens = [(t, v) for t, v in CommdslLexer().get_tokens(text) if v.strip()]
+    assert tokens[:3] == [(Keyword, "wait"), (Keyword, "all"), (Name, "h")]  # the array after `wait all` is a name
+    assert (Keyword, "batch") in tokens and [v for t, v in tokens if t == Name] == ["h", "b", "k", "x", "h", "j", "b", "k"]
+
+
 def test_registered_with_pygments():
     """Through the `pygments.lexers` entry point in pyproject.toml (the package must be installed)."""
     assert type(get_lexer_by_name("commdsl")).__name__ == "CommdslLexer"

@@ -190,8 +190,43 @@ def test_wait():
 
 def test_batch():
     b = stmt("batch:\n    send x to right\n    recv y from left\n")
-    assert isinstance(b, n.Batch)
+    assert isinstance(b, n.Batch) and b.handle is None
     assert [type(s) for s in b.body] == [n.Send, n.Recv]
+
+
+def test_arrays_of_handles():
+    s = stmt("h[k + 1] = isend x to 1\n")
+    assert isinstance(s, n.Send) and not s.blocking
+    assert (s.handle.name, show(s.handle.index), s.handle.is_array) == ("h", "(+ k 1)", True)
+    assert (s.handle.span.column, s.handle.span.end - s.handle.span.start) == (1, 8)  # `h[k + 1]`
+    c = stmt("r[0] = all_reduce x\n")
+    assert c.handle.name == "r" and show(c.handle.index) == "0" and not c.blocking
+    w = stmt("wait h[j], g, h[j - 1]\n")
+    assert [(h.name, h.index and show(h.index)) for h in w.handles] == [("h", "j"), ("g", None), ("h", "(- j 1)")]
+    a = stmt("wait all h\n")
+    assert a.all and a.array.name == "h" and a.handles == ()
+
+
+def test_a_batch_bound_to_a_handle_does_not_wait():
+    b = stmt("b = batch:\n    send x to right\n    recv y from left\n")
+    assert isinstance(b, n.Batch) and b.handle.name == "b" and b.handle.index is None
+    assert (b.span.line, b.span.column) == (1, 1)
+    b = stmt("p[s] = batch:\n    send x to right\n")
+    assert b.handle.name == "p" and show(b.handle.index) == "s"
+
+
+@pytest.mark.parametrize("text, column", [
+    ("h += isend x to 1\n", 1),  # augmented: no handle
+    ("x[0:2] = isend x to 1\n", 1),  # a slice is no handle slot
+    ("h.a = isend x to 1\n", 1),
+    ("b[0][1] = batch:\n    send x to 1\n", 1),
+])
+def test_only_a_name_or_one_slot_binds_a_handle(text, column):
+    source = SourceFile("t.comm", text)
+    with pytest.raises(CommdslError) as info:
+        to_ast(parse_tree(source), source)
+    (d,) = info.value.diagnostics
+    assert (d.code, d.span.line, d.span.column) == ("N108", 1, column)
 
 
 # ---- collectives ------------------------------------------------------------------------------------

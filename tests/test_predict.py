@@ -163,6 +163,35 @@ def test_two_messages_on_one_link_each_get_half():
     assert seconds(TWO_PAIRS, 4, topo(10, 1), n) == pytest.approx(10e-6 + n / 1e9)  # two links, full speed each
 
 
+BATCH_WAITED_LATER = """program b
+world 3
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n]
+tensor z: float32[n]
+on rank == 0:
+    b = batch:
+        recv y from 1
+        recv z[0:1] from 2
+    wait b
+    send x to 1 tag 9
+on rank == 1:
+    send x to 0
+    recv y from 2 tag 5
+    recv y from 0 tag 9
+on rank == 2:
+    send x to 1 tag 5
+    send x[0:1] to 0
+"""
+
+
+def test_a_batch_bound_to_a_handle_is_waited_until_its_slowest_op():
+    """Rank 0's batch: the large message from rank 1 ends at α + n/β, the 4-byte one from rank 2 only after rank 2
+    has sent to rank 1 (2α + 2n/β, then α + 4/β); rank 0 sends on after its wait, to rank 1, which finishes last."""
+    n = 1 << 20
+    assert seconds(BATCH_WAITED_LATER, 3, topo(10, 1), n) == pytest.approx(4 * 10e-6 + (3 * n + 4) / 1e9)
+
+
 def test_a_shared_node_bus_halves_a_pairwise_exchange():
     n = 1 << 20
     assert seconds(TWO_PAIRS, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(10e-6 + 2 * n / 1e9)

@@ -306,6 +306,42 @@ def test_a_statement_union_validates_from_plain_data():
     assert info.value.errors()[0]["type"] == "union_tag_invalid"
 
 
+# ---- arrays of handles and batches bound to a handle ------------------------------------------------------
+
+@pytest.mark.parametrize("body, code, line, column", [
+    ("h[0] = isend x to 1\nh = isend x to 1\n", "N108", 4, 1),  # one name, both kinds of binding
+    ("h = isend x to 1\nb[0] = batch:\n    send x to 1\nh[0] = all_reduce x\n", "N108", 6, 1),
+    ("h[0] = isend x to 1\nwait h\n", "N108", 4, 6),  # an array waited without a slot
+    ("h = isend x to 1\nwait h[0]\n", "N108", 4, 6),  # a single handle waited with one
+    ("h = isend x to 1\nwait all h\n", "N108", 4, 10),  # `wait all h` takes an array
+    ("wait all x\n", "N108", 3, 10),
+    ("wait all hh\n", "N101", 3, 10),
+    ("h[k] = isend x to 1\n", "N101", 3, 3),  # the slot is an integer expression in scope
+    ("h[x] = isend x to 1\n", "N103", 3, 3),
+    ("h[0] = isend x to 1\nwait h[i]\n", "N103", 4, 8),
+    ("b[k] = batch:\n    send x to 1\n", "N101", 3, 3),
+    ("batch:\n    h[0] = isend x to 1\n", "N111", 4, 5),  # an op in a batch has no handle of its own
+    ("rank[0] = isend x to 1\n", "N102", 3, 1),
+])
+def test_handle_misuse(body, code, line, column):
+    found = diagnostics(Case(X + body, line, column))
+    assert [(d.code, d.span.line, d.span.column) for d in found] == [(code, line, column)], [d.message for d in found]
+
+
+def test_slots_and_batch_handles_resolve_in_their_loops():
+    text = X + ("tensor y: float32[2, 4]\nfor k in 0 .. 1:\n    h[k] = isend x to 1 - rank tag k\n    b[k] = batch:\n"
+                "        recv y[k] from 1 - rank tag k\nfor j in 0 .. 1:\n    wait h[1 - j], b[j]\nwait all h\n")
+    program = load(SourceFile("t.comm", text))
+    assert check_program(program, CheckOptions()) == []
+
+
+def test_a_slot_not_assigned_on_a_rank_names_the_slot():
+    text = X + "on rank == 0:\n    h[1] = isend x to 1\nelse:\n    recv x from 0\nwait h[rank]\n"
+    (d,) = diagnostics(Case(text, 7, 6))
+    assert (d.code, d.span.line, d.span.column) == ("N129", 7, 6)
+    assert d.message == "handle `h[0]` has no request on rank 0"
+
+
 # ---- integer operators, log2 and while (issue 13) ---------------------------------------------------------
 
 

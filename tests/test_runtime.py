@@ -102,6 +102,42 @@ def test_program_matches_simulator(path, nproc, tmp_path, capfd, no_orphans):
     assert "every rank matches the simulator" in out
 
 
+OVERLAP = """\
+program overlap
+world 4
+tensor x: int64[4, 3] = rank * 10 + i
+tensor got: int64[4, 3]
+tensor local: int64[3]
+tensor extra: int64[3]
+for s in 1 .. world - 1:                      # every step's exchange posted at once, none waited yet
+    b[s] = batch:
+        send x[(rank + s) % world] to (rank + s) % world tag s
+        recv got[(rank - s) % world] from (rank - s) % world tag s
+    local += s                                # overlapped local work on another buffer
+wait b[1]
+h = isend got[(rank - 1) % world] to (rank + 1) % world tag 9
+recv extra from (rank - 1) % world tag 9          # not into x: the batches may still be sending from it
+wait all b
+wait h
+got[rank] = x[rank]
+expect got == (i // 3) * 10 + rank * 3 + i % 3
+expect local == 6
+expect extra == ((rank - 2) % world) * 10 + ((rank - 1) % world) * 3 + i
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_batches_and_arrays_of_handles_waited_later_match_the_simulator(tmp_path, capfd, no_orphans):
+    report = tmp_path / "report.json"
+    code, out, err = run_here(["run", write(tmp_path, "overlap.comm", OVERLAP), "--nproc", "4", "--backend", "gloo",
+                               "--report", str(report), "--timeout", "60"], capfd)
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert data["ok"] and data["compared_with_simulator"] and data["mismatches"] == [] and data["failures"] == []
+    assert len(data["expects"]) == 12 and all(e["ok"] for e in data["expects"])
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(60)
 def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):

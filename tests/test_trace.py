@@ -424,3 +424,15 @@ def test_a_failure_of_the_recorder_is_never_the_scripts():
     finally:
         rec._STATE = saved
     assert dist.is_available()
+
+
+def test_a_batch_waited_after_other_calls_is_bound_to_a_handle(capsys, tmp_path):
+    out = tmp_path / "b.comm"
+    assert main(["trace", str(SCRIPTS / "batch_overlap.py"), "--world", "3", "--emit", "comm", "-o", str(out)]) == 0
+    text = out.read_text()
+    # the works are waited after the all_reduce: a batch bound to a handle, waited where the last work is
+    assert re.search(r"^h0 = batch:  # batch_overlap.py:14$", text, re.M)
+    assert re.search(r"^wait h0  # batch_overlap.py:20$", text, re.M)
+    assert trace(capsys, "batch_overlap.py", "--world", "3")[:2] == (0, [])
+    code, diags, _ = trace(capsys, "batch_overlap.py", "--world", "3", "--", "--forget")
+    assert [(d["code"], at(d)) for d in diags] == [("R501", ("batch_overlap.py", 14))]

@@ -190,3 +190,15 @@ def test_nccl_ignores_tags_so_there_is_no_near_miss():
     assert outcome.completed
     s, outcome, a = run(text, 2, GLOO)
     assert len(a.tag_mismatches) == 1
+
+
+def test_a_wait_on_a_batch_waits_for_every_peer_of_its_ops():
+    """Rank 0 waits for a batch that receives from ranks 1 and 2, which wait for what rank 0 sends after the wait:
+    two cycles through the one `wait b`."""
+    text = ("world 3\ntensor x: float32[1]\ntensor y: float32[2]\non rank == 0:\n    b = batch:\n"
+            "        recv y[0] from 1\n        recv y[1] from 2\n    wait b\n    send x to 1\n    send x to 2\n"
+            "else:\n    recv x from 0\n    send x to 0\n")
+    s, outcome, a = run(text, 3)
+    assert sorted((e.rank, line_of(s, e.op), e.target) for e in a.edges[0]) == [(0, 8, 1), (0, 8, 2)]
+    assert sorted(cycle_path(s, c) for c in a.cycles) == [[(0, 8, 1), (1, 12, 0)]]  # one per component
+    assert a.definite(a.cycles[0]) and a.unmatched == []

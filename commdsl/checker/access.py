@@ -33,6 +33,7 @@ class Race:
     writes: bool  # the access writes
     window_writes: bool  # the in-flight op writes the elements
     tensor: str
+    same_batch: bool = False  # both ops are in one batch
 
 
 @dataclass(frozen=True, order=True)
@@ -208,6 +209,7 @@ class Access(Observer):
         """Each op in posting order: its access, then (async) its window. The ops of a batch are in flight
         together until the batch ends, so each is also checked against the batch's earlier ops."""
         earlier: list[tuple] = []
+        windows = []
         recs = rows.rec
         cuts = np.flatnonzero(np.r_[True, recs[1:] != recs[:-1]]) if len(rows) else []
         bounds = list(cuts) + [len(rows)]
@@ -221,8 +223,10 @@ class Access(Observer):
                 for other in earlier:
                     self.batch_overlap(other, (rec, G, pos, writes, ops))
                 earlier.append((rec, G, pos, writes, ops))
-            elif not rec.blocking:
-                self.open_window(rec.view, G, pos, writes, ops, rows.req[a:b])
+            if rec.req is not None:  # async, or in a batch bound to a handle: in flight until waited
+                windows.append((rec.view, G, pos, writes, ops, rows.req[a:b]))
+        for window in windows:  # after the batch's own accesses, which `batch_overlap` judges
+            self.open_window(*window)
 
     def batch_overlap(self, first, second) -> None:
         """Two ops of one batch on overlapping elements, one of them a receive: a race, as with a window."""
@@ -240,7 +244,7 @@ class Access(Observer):
         sb, nb = (np.asarray(at(x, pb[ib], ib.size), dtype=np.int64) for x in (vb.offset, vb.numel))
         hit = (sa < sb + nb) & (sb < sa + na) & (na > 0) & (nb > 0)
         for k in np.flatnonzero(hit).tolist():
-            self.races.append(Race(int(common[k]), int(ob[ib[k]]), int(oa[ia[k]]), wb, wa, va.tensor))
+            self.races.append(Race(int(common[k]), int(ob[ib[k]]), int(oa[ia[k]]), wb, wa, va.tensor, True))
 
     def called(self, rec: CollectiveRec, G, pos, me):
         ops = rec.base + pos

@@ -383,11 +383,13 @@ def _through_stream(outcome: Outcome, row: int, instances, rank: int):
 
 
 def _request(outcome: Outcome, q: int, instances, rank: int):
-    """What an unfinished request waits for: its message's peer, or its collective's missing members."""
+    """What an unfinished request waits for: its messages' peers (a batch's request has one message per op),
+    or its collective's missing members."""
     posts = outcome.unmatched
     rows = np.flatnonzero(posts.req == q)
     if rows.size:
-        yield from _through_stream(outcome, int(rows[0]), instances, rank)
+        for row in rows.tolist():
+            yield from _through_stream(outcome, row, instances, rank)
         return
     calls = np.flatnonzero(outcome.waiting.req == q)
     if calls.size:

@@ -319,7 +319,7 @@ class _Printer:
                     head = self.header_before(s.orelse[0].span.line)
                     self.suite(head, self._column_of(head), "else", s.orelse, depth)
             case n.Batch():
-                self.suite(s.span.line, s.span.column - 1, "batch", s.body, depth)
+                self.suite(s.span.line, s.span.column - 1, self.handle(s) + "batch", s.body, depth)
             case _:
                 self.line(s.span.line, s.span.column - 1, self.simple(s), depth)
 
@@ -345,7 +345,9 @@ class _Printer:
             case n.Collective():
                 return self.handle(s) + self.collective(s)
             case n.Wait():
-                return "wait all" if s.all else "wait " + ", ".join(h.name for h in s.handles)
+                if s.all:
+                    return "wait all" + (f" {s.array.name}" if s.array is not None else "")
+                return "wait " + ", ".join(self.handle_ref(h) for h in s.handles)
             case n.Expect():
                 return f"expect {e(s.cond)}"
             case n.Print():
@@ -377,9 +379,11 @@ class _Printer:
                 return f"group {s.name} = [{', '.join(e(m) for m in s.members)}]"
         raise TypeError(f"not a declaration: {type(s).__name__}")  # pragma: no cover - `simple` sends only these
 
-    @staticmethod
-    def handle(s) -> str:
-        return f"{s.handle.name} = " if s.handle is not None else ""
+    def handle(self, s) -> str:
+        return f"{self.handle_ref(s.handle)} = " if s.handle is not None else ""
+
+    def handle_ref(self, h: n.HandleRef) -> str:
+        return h.name if h.index is None else f"{h.name}[{self.e(h.index)}]"
 
     def tail(self, s) -> str:
         """The optional `tag T` and `in GROUP[.DIM]` that end P2P ops and collectives."""

@@ -245,9 +245,10 @@ class _Events:
 
     def when(self, rank: int, rid: int, via: int, req: int) -> tuple[int, float]:
         """(index at which the rank posts an op, index by which it has completed: itself if blocking or in a
-        `batch`, else its first `wait`)."""
+        `batch`, else its first `wait`; the ops of a batch bound to a handle share its request, so they complete
+        at the `wait` of the batch)."""
         posted = int(np.searchsorted(self.sequences[rank], via))
-        if req < 0 or via != rid:
+        if req < 0:
             return posted, posted
         waited = int(self.outcome.req_waited[req])
         if waited < 0:
@@ -281,7 +282,7 @@ class _Events:
         rank, rec, via, req = rows.rank[keep], rows.rec[keep], rows.via[keep], rows.req[keep]
         posted = _index_in(self.sequences, rank, via)
         done = posted.astype(np.float64)
-        late = np.flatnonzero((req >= 0) & (via == rec))
+        late = np.flatnonzero(req >= 0)  # async ops and the ops of batches bound to a handle
         waited = self.outcome.req_waited[req[late]]
         done[late[waited < 0]] = NEVER
         late, waited = late[waited >= 0], waited[waited >= 0]
@@ -517,7 +518,9 @@ def _fold_iterations(
 class _Iterations:
     """The state of `_fold_iterations`: who each event talks to, and the folds found so far."""
 
-    def __init__(self, loops: list[n.For], messages: list[Message], bands: list[Band], lanes: list[Lane], column):
+    def __init__(
+        self, loops: list[n.For | n.While], messages: list[Message], bands: list[Band], lanes: list[Lane], column
+    ):
         self.loops, self.column = loops, column
         self.folded = [lane.folded for lane in lanes]
         self.partner = {id(m.send): m.recv for m in messages} | {id(m.recv): m.send for m in messages}
@@ -526,8 +529,20 @@ class _Iterations:
 
     def enclosing(self, ev: Event, depth: int) -> n.For:
         """The loop that binds `ev.op.bindings[depth]`."""
+        loop = self.around(ev)[depth]
+        assert isinstance(loop, n.For)  # `visit` takes only events whose loops to `depth` are `for` loops
+        return loop
+
+    def around(self, ev: Event) -> list[n.For | n.While]:
+        """The loops around `ev`'s op, outermost first."""
         span = ev.op.span
-        return [f for f in self.loops if f.span.start <= span.start and span.end <= f.span.end][depth]
+        return [f for f in self.loops if f.span.start <= span.start and span.end <= f.span.end]
+
+    def foldable(self, ev: Event, depth: int) -> bool:
+        """Whether `ev` has an iteration of a `for` loop at `depth` under `for` loops only: a `while` binds as
+        many values as its condition reads `let`s, so below one the bindings no longer line up with loops."""
+        loops = self.around(ev)
+        return len(ev.op.bindings) > depth < len(loops) and all(isinstance(f, n.For) for f in loops[: depth + 1])
 
     def signature(self, evs: list[Event], depth: int) -> tuple[tuple | None, list[Event]]:
         """What one iteration's events look like on the lanes (None if it is like no other), and the events
@@ -559,7 +574,7 @@ class _Iterations:
         """Fold the loops at nesting `depth` among `evs`, then look inside the iterations kept."""
         frames: dict[tuple, dict[int, list[Event]]] = {}
         for ev in evs:
-            if len(ev.op.bindings) > depth:
+            if self.foldable(ev, depth):
                 key = (id(self.enclosing(ev, depth)), ev.op.bindings[:depth])
                 frames.setdefault(key, {}).setdefault(ev.op.bindings[depth][1], []).append(ev)
         for its in frames.values():
@@ -588,13 +603,13 @@ class _Iterations:
         return run[:KEEP_ITERATIONS]
 
 
-def _loops(body) -> list[n.For]:
-    """Every `for` statement in a body, outer before inner."""
-    out = []
+def _loops(body) -> list[n.For | n.While]:
+    """Every `for` and `while` statement in a body, outer before inner."""
+    out: list[n.For | n.While] = []
     for s in body:
-        if isinstance(s, n.For):
+        if isinstance(s, (n.For, n.While)):
             out.append(s)
-        for inner in (s.body,) if isinstance(s, (n.For, n.Batch)) else ():
+        for inner in (s.body,) if isinstance(s, (n.For, n.While, n.Batch)) else ():
             out += _loops(inner)
         if isinstance(s, n.On):
             for branch in s.branches:

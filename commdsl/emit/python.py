@@ -142,6 +142,20 @@ def wait(*works):
             pending.remove(work)
             work.wait()
 ''',
+    "post_batches": '''
+def post(work):
+    """An async op's request, or a batch's list of works, kept for `wait all`."""
+    pending.append(work)
+    return work
+
+
+def wait(*works):
+    for work in works:
+        if work in pending:  # a second wait on a send or recv can time out on Gloo: wait each request once
+            pending.remove(work)
+            for one in work if isinstance(work, list) else [work]:  # a batch bound to a handle: its works
+                one.wait()
+''',
     "expect": '''
 def expect(failures, line, actual, cmp, expected):
     """An `expect` at `line`: floats compare with torch.testing.assert_close's tolerances, the rest exactly."""
@@ -216,12 +230,17 @@ class _Writer:
         self.decls: dict[str, n.Node] = {}  # top-level name → its declaration (tensor, group, mesh)
         self.ndim: dict[str, int] = {t.name: len(t.shape) for t in program.tensors}
         self.dtype: dict[str, str] = {t.name: t.dtype.name for t in program.tensors}
-        self.waits_all = _uses_wait_all(program.body)
-        if self.waits_all:
-            self.helpers.add("post")
+        bound = _bound_handles(program.body)
+        self.arrays = {h.name for h, _ in bound if h.index is not None} | _waited_arrays(program.body)
+        self.batches = {h.name for h, batch in bound if batch}  # handles bound to batches: lists of works
+        # a name bound both to a batch and to an op: its `wait` cannot be written for one kind, so `wait()` does it
+        mixed = self.batches & {h.name for h, batch in bound if not batch}
+        self.waits_all = _uses_wait_all(program.body) or bool(mixed)
+        if self.waits_all:  # `post` and `wait`; for lists of works too where batches are bound to handles
+            self.helpers.add("post_batches" if self.batches else "post")
         self.top = _Scope()
         taken: set[str] = set()
-        handles = sorted(_handles(program.body))
+        handles = sorted({h.name for h, _ in bound} | self.arrays)
         top_names = [p.name for p in program.params] + [g.name for g in (*program.groups, *program.tables)] + handles
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
@@ -315,6 +334,8 @@ class _Writer:
             self.group(g)
         for t in self.p.tensors:
             self.tensor(t)
+        for name in sorted(self.arrays):
+            emit(1, f"{self.top.names[name]} = {{}}  # an array of handles: slot → request")
         emit(1, "printed, failures = [], []")
         self.block(self.p.body, 1, _Scope(parent=self.top))
         emit(1, "# no closing barrier: a rank ends when its program does, as the program by itself would")
@@ -431,12 +452,12 @@ class _Writer:
                     self.emit(depth, call, line, mark=True)
                     return
                 call = f"post({call})" if self.waits_all else call
-                handle = f"{self.top.names[s.handle.name]} = " if s.handle else ""
+                handle = f"{self.handle(s.handle, scope)} = " if s.handle else ""
                 self.emit(depth, handle + call, line, mark=True)
             case n.Collective():
                 self.collective(s, depth, scope)
             case n.Wait():
-                self.wait(s, depth)
+                self.wait(s, depth, scope)
             case n.For() | n.While() | n.On():
                 self.control(s, depth, scope)
             case n.Batch():
@@ -530,18 +551,29 @@ class _Writer:
         return f"dist.{word}({view}, {peer}{extra})"
 
     def batch(self, s: n.Batch, depth: int, scope: _Scope) -> None:
+        """`batch:` waits for its works at once; `b = batch:` keeps their list in `b` for a later `wait b`."""
         inner = _Scope(parent=scope)
+        bound = f"{self.handle(s.handle, scope)} = " if s.handle is not None else ""
+        post = "post(" if bound and self.waits_all else ""
         if all(isinstance(x, (n.Send, n.Recv)) for x in s.body):
-            self.emit(depth, "for work in dist.batch_isend_irecv([", s.span.line, mark=True)
+            head = f"{bound}{post}dist.batch_isend_irecv([" if bound else "for work in dist.batch_isend_irecv(["
+            self.emit(depth, head, s.span.line, mark=True)
             for x in s.body:
                 self.emit(depth + 1, self.p2p(x, inner, batched=True) + ",", x.span.line, mark=True)
+            if bound:
+                self.emit(depth, "])" + (")" if post else ""))
+                return
             self.emit(depth, "]):")
             self.emit(depth + 1, "work.wait()")
             return
         # ops under `for` or `on` inside the batch: gathered in a list first; a rank with none posts nothing
         self.emit(depth, "p2p_ops = []", s.span.line, mark=True)
         self.batch_body(s.body, depth, inner)
-        self.emit(depth, "for work in dist.batch_isend_irecv(p2p_ops) if p2p_ops else []:")
+        works = "dist.batch_isend_irecv(p2p_ops) if p2p_ops else []"
+        if bound:
+            self.emit(depth, f"{bound}post({works})" if post else f"{bound}{works}")
+            return
+        self.emit(depth, f"for work in {works}:")
         self.emit(depth + 1, "work.wait()")
 
     def batch_body(self, stmts, depth: int, scope: _Scope) -> None:
@@ -564,17 +596,27 @@ class _Writer:
                 case _:
                     self.stmt(x, depth, scope)  # a `let`
 
-    def wait(self, s: n.Wait, depth: int) -> None:
+    def handle(self, h: n.HandleRef, scope: _Scope) -> str:
+        """A handle as Python: its name, or for `h[k]` the entry of its dict of requests."""
+        name = self.top.names[h.name]
+        return f"{name}[{self.static(h.index, scope)}]" if h.index is not None else name
+
+    def wait(self, s: n.Wait, depth: int, scope: _Scope) -> None:
         line = s.span.line
-        if s.all:
-            self.emit(depth, "wait(*pending)", line, mark=True)
+        if s.all:  # `wait all h`: those of h's requests not waited yet, as `wait all` those of the rank
+            works = f"*{self.top.names[s.array.name]}.values()" if s.array is not None else "*pending"
+            self.emit(depth, f"wait({works})", line, mark=True)
             return
-        names = [self.top.names[h.name] for h in s.handles]
+        names = [self.handle(h, scope) for h in s.handles]
         if self.waits_all:
             self.emit(depth, f"wait({', '.join(names)})", line, mark=True)
             return
-        for k, h in enumerate(names):
-            self.emit(depth, f"{h}.wait()", line if k == 0 else None, mark=True)
+        for k, (h, name) in enumerate(zip(s.handles, names)):
+            if h.name in self.batches:  # a batch's list of works
+                self.emit(depth, f"for work in {name}:", line if k == 0 else None, mark=True)
+                self.emit(depth + 1, "work.wait()")
+            else:
+                self.emit(depth, f"{name}.wait()", line if k == 0 else None, mark=True)
 
     def collective(self, s: n.Collective, depth: int, scope: _Scope) -> None:
         kind = KINDS[s.op]
@@ -601,7 +643,7 @@ class _Writer:
             args.append("async_op=True")
         call = f"{fn}({', '.join(args)})"
         if s.handle is not None:
-            call = f"{self.top.names[s.handle.name]} = " + (f"post({call})" if self.waits_all else call)
+            call = f"{self.handle(s.handle, scope)} = " + (f"post({call})" if self.waits_all else call)
         self.emit(depth, call, s.span.line, mark=True)
 
     def split_sizes(self, items, scope: _Scope) -> list[str]:
@@ -787,8 +829,23 @@ def _uses_wait_all(stmts) -> bool:
     return any(isinstance(s, n.Wait) and s.all for s in _statements(stmts))
 
 
-def _handles(stmts) -> set[str]:
-    return {s.handle.name for s in _statements(stmts) if isinstance(s, (n.Send, n.Recv, n.Collective)) and s.handle}
+def _bound_handles(stmts) -> list[tuple[n.HandleRef, bool]]:
+    """(handle, whether a batch: a list of works) of every op and batch bound to a handle."""
+    return [
+        (s.handle, isinstance(s, n.Batch))
+        for s in _statements(stmts)
+        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch)) and s.handle is not None
+    ]
+
+
+def _waited_arrays(stmts) -> set[str]:
+    """Arrays of handles that a `wait` names (`wait h[j]`, `wait all h`)."""
+    out = set()
+    for s in _statements(stmts):
+        if isinstance(s, n.Wait):
+            out |= {h.name for h in s.handles if h.index is not None}
+            out |= {s.array.name} if s.array is not None else set()
+    return out
 
 
 def _tensor_of(e) -> str | None:

@@ -210,6 +210,8 @@ class Clocks(Observer):
         self.req_post = np.zeros((R, sizes))
         self.req_end = np.zeros((R, sizes))
         self.req_done = np.zeros(R, dtype=bool)
+        parts = schedule.requests.parts
+        self.req_left = parts.copy() if R and int(parts.max()) > 1 else None  # ops still to end, per request
         self.req_waiting = np.zeros(R, dtype=bool)
         self.early: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         rpn, nics = topo.ranks_per_node, topo.nics_per_node
@@ -291,13 +293,28 @@ class Clocks(Observer):
             self.Dnode[ranks[later]] = nodes[later]
 
     def finish_requests(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
-        self.req_end[reqs] = end
+        if self.req_left is not None:  # a batch bound to a handle: its request ends with the last of its ops
+            self.part_done(reqs, end, nodes)
+            reqs = np.unique(reqs[self.req_left[reqs] == 0])
+            end, nodes = self.req_end[reqs], self.req_end_node[reqs]
+        else:
+            self.req_end[reqs] = end
+            self.req_end_node[reqs] = nodes
         self.req_done[reqs] = True
-        self.req_end_node[reqs] = nodes
         w = self.req_waiting[reqs]
         if w.any():
             self.req_waiting[reqs[w]] = False
             self.wait_for(self.s.requests.rank[reqs[w]], end[w], nodes[w])
+
+    def part_done(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
+        """One op of each of `reqs` ended at `end` (a request may appear more than once): the latest end so far."""
+        assert self.req_left is not None  # only a schedule with a batch bound to a handle counts parts
+        np.subtract.at(self.req_left, reqs, 1)
+        for j in np.argsort(end[:, self.k], kind="stable").tolist():  # the latest last: it names the node
+            q = int(reqs[j])
+            if end[j, self.k] >= self.req_end[q, self.k]:
+                self.req_end[q] = np.maximum(self.req_end[q], end[j])
+                self.req_end_node[q] = nodes[j]
 
     # ---- observer hooks ------------------------------------------------------------------------------
     def local(self, rec, G, pos) -> None:

@@ -307,18 +307,21 @@ class InvalidView(Rule):
 
 
 class MisusedHandle(Rule):
-    """a handle bound to a blocking op or with an augmented assignment
+    """a handle bound to a blocking op, or used as the other kind of handle
 
     ## What it does
 
     Reports a handle bound to an op that returns none, such as `h = send x to 1` (a blocking `send`
     completes before the next statement), or a handle bound with an augmented assignment (`h += isend ...`).
+    Also one name used both as a handle (`h = ...`, `wait h`) and as an array of handles (`h[k] = ...`,
+    `wait h[k]`, `wait all h`).
 
     ## Why is this bad?
 
-    Only async ops (`isend`, `irecv`, and collectives bound to a handle) leave a request to wait for. In
-    torch the same mistake is `h = dist.send(x, 1)` followed by `h.wait()`: `send` returns `None`, and the
-    rank dies with an `AttributeError` while its peers wait for it.
+    Only async ops (`isend`, `irecv`, collectives and batches bound to a handle) leave a request to wait
+    for. In torch the same mistake is `h = dist.send(x, 1)` followed by `h.wait()`: `send` returns `None`,
+    and the rank dies with an `AttributeError` while its peers wait for it. Waiting a list of requests as
+    one (`reqs.wait()`) is the same `AttributeError`.
 
     ## Example
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.p2p import form
 from commdsl.rules import Rule
-from commdsl.schedule import Collective, Send
+from commdsl.schedule import Batch, Collective, P2PRec, Send
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -22,8 +22,9 @@ class RequestNeverWaited(Rule):
 
     ## What it does
 
-    Reports an async op (`isend`, `irecv`, or a collective bound to a handle) whose request is never
-    waited, neither by `wait h` nor by `wait all`.
+    Reports an async op (`isend`, `irecv`, a collective or a batch bound to a handle) whose request is never
+    waited, neither by `wait h` nor by `wait all`. For a handle bound in a loop (`h[k] = isend ...`), the
+    note names the loop values of the request left in flight.
 
     ## Why is this bad?
 
@@ -83,17 +84,24 @@ class RequestNeverWaited(Rule):
                 continue
             seen.add(rid)
             rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
+            posted = ", ".join(f"{k} = {v}" for k, v in op.bindings)  # which slot of an array of handles
             yield cls.diagnostic(
                 f"the request of `{_word(op)}` on rank {rank} is never waited",
                 span=op.span,
                 label="never waited",
-                notes=(Note(message=_unwaited(ctx.backend, op)),),
+                notes=((Note(message=f"the one posted at {posted}"),) if posted else ())
+                + (Note(message=_unwaited(ctx.backend, op)),),
                 help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends",
             )
 
 
 def _unwaited(backend: str, op) -> str:
     """What becomes of an async op nobody waits for, per backend (docs/backend-support.md#async-ops)."""
+    if type(op) is Batch:
+        return (
+            "`batch_isend_irecv` returns its requests without waiting: until they are waited its sends may "
+            "not be through and its receives may not have landed, and a rank that exits first loses them"
+        )
     if backend == "nccl":
         return (
             "on NCCL the op runs on its stream whether waited or not, but nothing orders the rank's later work "
@@ -122,9 +130,10 @@ class RequestWaitedTwice(Rule):
 
     ## What it does
 
-    Reports a point-to-point request waited a second time on Gloo: `wait h` after `h`, bound to an `isend`
-    or `irecv`, was already waited (by `wait h` or by `wait all`) and not reassigned since. (A second wait
-    on a collective's request, or on any request on NCCL, does nothing: that is `R505`.)
+    Reports a point-to-point request waited a second time on Gloo: `wait h` after `h`, bound to an `isend`,
+    an `irecv` or a batch, was already waited (by `wait h`, `wait all` or `wait all` of its array) and not
+    reassigned since. (A second wait on a collective's request, or on any request on NCCL, does nothing:
+    that is `R505`.)
 
     ## Why is this bad?
 
@@ -269,7 +278,8 @@ class BufferInFlight(Rule):
 
     Reports a buffer read or written while an async op on it is still in flight: writing a buffer an
     `isend` is sending from, reading or writing one an `irecv` (or an async collective) is writing into,
-    before the request is waited.
+    before the request is waited. The ops of a batch bound to a handle (`b = batch:`) are in flight until
+    `wait b`; two ops of one batch on overlapping elements race too.
 
     ## Why is this bad?
 
@@ -328,11 +338,12 @@ class BufferInFlight(Rule):
                 continue
             seen.add(key)
             window = ctx.schedule.op_at(w_rec, w_pos)
+            word = w_rec.word if isinstance(w_rec, P2PRec) else _word(window)  # `send` in a batch, as written
             kind = "writes" if race.writes else "reads"
             flight = "receives into" if race.window_writes else "sends from"
-            batched = getattr(w_rec, "batched", False)
+            batched = race.same_batch
             yield cls.diagnostic(
-                f"rank {race.rank} {kind} a buffer while `{_word(window)}` {flight} it",
+                f"rank {race.rank} {kind} a buffer while `{word}` {flight} it",
                 span=rec.span,
                 label=f"{kind} `{race.tensor}` here",
                 labels=(
@@ -449,4 +460,6 @@ NON_ROOT_AFTER_REDUCE = {
 def _word(op) -> str:
     if type(op) is Collective:
         return op.kind
+    if type(op) is Batch:
+        return "batch"
     return form(type(op) is Send, op.blocking).word

@@ -397,7 +397,8 @@ class HandleNotAssigned(Rule):
     ## What it does
 
     Reports a `wait h` on a rank that never assigned `h` before that point, typically because the async
-    op is inside `on rank == 0:` while the `wait` is outside it.
+    op is inside `on rank == 0:` while the `wait` is outside it; likewise `wait h[k]` for a slot of an
+    array of handles the rank never assigned, and `wait b` on a rank that has no op in the batch `b`.
 
     ## Why is this bad?
 
@@ -567,7 +568,9 @@ class ExpansionTooLarge(Rule):
     move data (every rank's call counts), usually because a loop bound or a param is far larger than meant.
     (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
     65536 are 4,259,840 collective calls.) It also reports a `while` loop that runs more than 65,536
-    iterations, whose condition most likely never turns false, and a `table` of more than 65,536 entries.
+    iterations, whose condition most likely never turns false, and, after its first such iteration, one
+    whose iteration left every `let` its condition reads unchanged, which certainly never ends; and a
+    `table` of more than 65,536 entries.
 
     ## Why is this bad?
 

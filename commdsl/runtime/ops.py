@@ -310,6 +310,14 @@ def _batch(op: Batch, index: int, ctx: Context) -> Step:
         for o in op.ops
     ]
 
+    if op.req is not None:  # `b = batch:` its list of works is waited by a later `wait b`
+        reqs, req = ctx.reqs, op.req
+
+        def post():
+            reqs[req] = dist.batch_isend_irecv(p2p)
+
+        return post
+
     def step():
         for work in dist.batch_isend_irecv(p2p):
             work.wait()
@@ -325,7 +333,9 @@ def _wait(op: Wait, index: int, ctx: Context) -> Step:
             work = reqs.get(r)
             if work is None:
                 raise RuntimeError(f"request {r} was never posted")
-            work.wait()  # a second wait is torch's too: a no-op, or on Gloo's send and recv a timeout (R502)
+            # a second wait is torch's too: a no-op, or on Gloo's send and recv a timeout (R502)
+            for w in work if isinstance(work, list) else (work,):  # a batch's request is its list of works
+                w.wait()
 
     return _blocking(step, ctx)
 

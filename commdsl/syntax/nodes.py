@@ -116,6 +116,18 @@ Expr = Annotated[
 ]
 
 
+class HandleRef(Node):
+    """A request handle: `h`, or slot `h[i]` of an array of handles (any integer index, per rank)."""
+
+    kind: Literal["handle"] = "handle"
+    name: str
+    index: Expr | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.index is not None
+
+
 # ---- header and declarations ---------------------------------------------------------------------
 
 
@@ -229,7 +241,7 @@ class Send(Node):
     tag: Expr | None = None
     group: GroupRef | None = None
     blocking: bool = True
-    handle: Ident | None = None
+    handle: HandleRef | None = None
 
 
 class Recv(Node):
@@ -239,7 +251,7 @@ class Recv(Node):
     tag: Expr | None = None
     group: GroupRef | None = None
     blocking: bool = True
-    handle: Ident | None = None
+    handle: HandleRef | None = None
 
 
 def _collective_kind(name: str) -> str:
@@ -268,7 +280,7 @@ class Collective(Node):
     in_splits: tuple[Expr, ...] = ()
     out_splits: tuple[Expr, ...] = ()
     group: GroupRef | None = None
-    handle: Ident | None = None
+    handle: HandleRef | None = None
 
     @property
     def blocking(self) -> bool:
@@ -276,11 +288,13 @@ class Collective(Node):
 
 
 class Wait(Node):
-    """`wait h1, h2`, or `wait all` (every request this rank has not waited for)."""
+    """`wait h1, h[j]`, `wait all` (every request this rank has not waited for), or `wait all h` (those of
+    the array of handles `h`)."""
 
     kind: Literal["wait"] = "wait"
-    handles: tuple[Ident, ...] = ()
+    handles: tuple[HandleRef, ...] = ()
     all: bool = False
+    array: Ident | None = None
 
 
 class Expect(Node):
@@ -326,10 +340,12 @@ class On(Node):
 
 
 class Batch(Node):
-    """`batch:` — the P2P ops inside are posted together (batch_isend_irecv) and waited at the end."""
+    """`batch:` — the P2P ops inside are posted together (batch_isend_irecv) and waited at the end; bound to
+    a handle (`b = batch:`) it does not wait, and `wait b` waits for all its ops later."""
 
     kind: Literal["batch"] = "batch"
     body: tuple[Stmt, ...]
+    handle: HandleRef | None = None
 
 
 Stmt = Annotated[

@@ -118,15 +118,7 @@ class _ToAst(Transformer):
     def assign_stmt(self, meta, target, op, value):
         span = self._span(meta)
         if isinstance(value, (n.Send, n.Recv, n.Collective)):
-            if op != "=" or not isinstance(target, n.Name):
-                raise _Invalid(
-                    MisusedHandle.diagnostic(
-                        "a communication op can only be bound to a handle with `h = OP`",
-                        span=target.span,
-                        label="expected a plain handle name and `=`",
-                        help="write `h = isend x to 1`, then `wait h`",
-                    )
-                )
+            handle = self._handle(target, op, "isend x to 1")
             if isinstance(value, (n.Send, n.Recv)) and value.blocking:
                 word = "send" if isinstance(value, n.Send) else "recv"
                 raise _Invalid(
@@ -137,10 +129,23 @@ class _ToAst(Transformer):
                         help=f"use `i{word}` for a request you `wait` on later",
                     )
                 )
-            return value.model_copy(
-                update={"handle": n.Ident.model_construct(span=target.span, name=target.id), "span": span}
-            )
+            return value.model_copy(update={"handle": handle, "span": span})
         return n.Assign.model_construct(span=span, target=target, op=str(op), value=value)
+
+    def _handle(self, target, op, example: str) -> n.HandleRef:
+        """The handle an op is bound to: `h` or `h[i]`, with `=`."""
+        if op == "=" and isinstance(target, n.Name):
+            return n.HandleRef.model_construct(span=target.span, name=target.id)
+        if op == "=" and isinstance(target, n.Index) and isinstance(target.value, n.Name):
+            return n.HandleRef.model_construct(span=target.span, name=target.value.id, index=target.index)
+        raise _Invalid(
+            MisusedHandle.diagnostic(
+                "a communication op can only be bound to a handle with `h = OP` or `h[i] = OP`",
+                span=target.span,
+                label="expected a handle name (or `h[i]`) and `=`",
+                help=f"write `h = {example}`, then `wait h`",
+            )
+        )
 
     def comm_stmt(self, meta, op):
         return op
@@ -208,11 +213,16 @@ class _ToAst(Transformer):
             return super().__default__(data, children, meta)
         return n.Collective.model_construct(span=self._span(meta), op=kind.name, **kind.statement(*children))
 
-    def wait_handles(self, meta, *names):
-        return n.Wait.model_construct(span=self._span(meta), handles=tuple(self._ident(t) for t in names))
+    def handle_ref(self, meta, name, index):
+        return n.HandleRef.model_construct(span=self._span(meta), name=str(name), index=index)
 
-    def wait_all(self, meta):
-        return n.Wait.model_construct(span=self._span(meta), all=True)
+    def wait_handles(self, meta, *handles):
+        return n.Wait.model_construct(span=self._span(meta), handles=tuple(handles))
+
+    def wait_all(self, meta, array):
+        return n.Wait.model_construct(
+            span=self._span(meta), all=True, array=self._ident(array) if array is not None else None
+        )
 
     def expect_stmt(self, meta, cond):
         return n.Expect.model_construct(span=self._span(meta), cond=cond)
@@ -242,8 +252,9 @@ class _ToAst(Transformer):
     def else_(self, meta, body):
         return body
 
-    def batch_stmt(self, meta, body):
-        return n.Batch.model_construct(span=self._block(meta, body), body=body)
+    def batch_stmt(self, meta, target, op, body):
+        handle = None if target is None else self._handle(target, op, "batch:")
+        return n.Batch.model_construct(span=self._block(meta, body), body=body, handle=handle)
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):

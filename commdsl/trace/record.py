@@ -284,15 +284,18 @@ def _record(call: Call) -> None:
 class _Handle:
     """The Work a recorded async call returns: `wait()` is recorded; everything else is the real Work's."""
 
-    def __init__(self, work, req: int, batch: bool = False, keep: tuple = ()):
+    def __init__(self, work, req: int | None, batch: tuple | None = None, keep: tuple = ()):
         self._work, self._req, self._batch, self._waited = work, req, batch, False
         # the call's tensors stay alive until the wait, as a real Work keeps them: a buffer in flight
         # keeps its name even if the script drops it (`reqs.append(dist.irecv(torch.empty(n), src))`)
         self._keep = keep
 
     def wait(self, *args, **kwargs):
-        if not self._batch and not self._waited and _STATE is not None:
-            _record(Call("wait", user_site(), reqs=(self._req,)))
+        if not self._waited and _STATE is not None:
+            if self._batch is None:
+                _record(Call("wait", user_site(), reqs=(self._req,)))
+            else:
+                _batch_waited(*self._batch)
         self._keep = ()
         self._waited = True
         return True
@@ -391,13 +394,29 @@ def _batch(original, a, site):
         )
         if not is_send:
             _taint(p.tensor)
-    works = original(**a)
-    _record(Call("batch", site, ops=tuple(ops)))
-    st = _state()
-    out = []
-    for w in works or []:
-        out.append(_Handle(w, st.next_req, batch=True))
-    return out
+    works = list(original(**a) or [])
+    call = Call("batch", site, ops=tuple(ops))
+    if works:  # its request: waited when the script has waited every work of the list
+        st = _state()
+        call.req = st.next_req
+        st.next_req += 1
+    _record(call)
+    left = [len(works)]
+    return [_Handle(w, call.req, batch=(call, left)) for w in works]
+
+
+def _batch_waited(call: Call, left: list[int]) -> None:
+    """One work of a batch waited. With the last one, the batch's request is: a `batch:` that waits at its end
+    when nothing came between, else a `wait` of the batch bound to a handle (its buffers in flight until here)."""
+    left[0] -= 1
+    if left[0]:
+        return
+    events = _state().trace.events
+    assert call.req is not None  # a batch that returned works has a request
+    if events and events[-1] is call:
+        call.req = None
+    else:
+        _record(Call("wait", user_site(), reqs=(call.req,)))
 
 
 def _root(a, group, name: str) -> int | None:

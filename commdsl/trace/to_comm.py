@@ -19,7 +19,8 @@ What is written:
 * every element count is written times `param n = 1`, so `commdsl bench` can sweep message sizes;
 * repeated runs of calls (same statements, same call sites) fold into `for` loops;
 * a request handle is named by the lowest slot free when it was posted (`h0 = isend ...`, `wait h0`),
-  so a post-and-wait loop folds; a batch is a `batch:` block (the `.comm` batch waits at its end);
+  so a post-and-wait loop folds; a batch is a `batch:` block, bound to a handle (`h0 = batch:`) when the
+  script waited its works only after other calls;
 * a receive from any source is checked as a receive from one sender: the lowest-ranked rank whose
   message to it no specific receive takes (other arrival orders are not explored).
 """
@@ -241,6 +242,12 @@ class _Rank:
         self.slots[req] = slot
         return f"h{slot} = "
 
+    def _handle(self, c: Call, count_slots: bool) -> str:
+        """`hN = ` for an async call (a batch whose works the script waits later included), else nothing."""
+        if c.req is None:
+            return ""
+        return self._slot(c.req) if count_slots else f"h{self.slots.get(c.req, 0)} = "
+
     def _lines(self, c: Call, relative: bool, count_slots: bool = True) -> tuple[str, ...] | None:
         names = self.names
         g = names.group(c.group, c.site)
@@ -263,10 +270,8 @@ class _Rank:
                 gg = names.group(op.group, c.site)
                 peer = self.peer(op.peer if op.peer is not None else 0, relative)
                 body.append(f"    {word} {self.view(op.inputs[0], c.site)} {prep} {peer}{t}{gg}")
-            return ("batch:", *body)
-        handle = ""
-        if c.req is not None:
-            handle = self._slot(c.req) if count_slots else f"h{self.slots.get(c.req, 0)} = "
+            return (self._handle(c, count_slots) + "batch:", *body)
+        handle = self._handle(c, count_slots)
         if c.op in ("send", "recv", "isend", "irecv"):
             prep = "to" if c.op in ("send", "isend") else "from"
             role = "obj" if c.origin == "object" else ""
