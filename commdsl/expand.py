@@ -27,6 +27,7 @@ from commdsl.limits import (
     MAX_COLLECTIVE_CALLS,
     MAX_OPS,
     MAX_RECORDS,
+    MAX_TABLE,
     MAX_WHILE_ITERATIONS,
     Deadline,
     time_limit,
@@ -69,6 +70,7 @@ from commdsl.schedule import (
 from commdsl.syntax import nodes as n
 from commdsl.values import (
     Failure,
+    as_index_array,
     as_int,
     binary,
     call,
@@ -78,6 +80,7 @@ from commdsl.values import (
     log2,
     merge,
     sub,
+    tidy,
     truthy,
     unary,
     uniform,
@@ -131,6 +134,7 @@ class Expander:
         self.everyone = np.arange(world, dtype=np.int64)
         self.groups: list[Group] = [Group(0, "world", tuple(range(world)))]
         self.group_of: dict[tuple[str, str | None], tuple[np.ndarray, np.ndarray]] = {}
+        self.tables: dict[str, np.ndarray] = {}  # each table's entries (int64, or Python ints past int64)
         self.tensor_names = {t.name for t in program.tensors}
         self.infos: dict[str, TensorInfo] = {}
         self.records: list = []
@@ -183,6 +187,11 @@ class Expander:
     # ---- set-up: groups and tensors ----------------------------------------------------------------
     def setup(self) -> None:
         env = dict(self.params, world=self.W)
+        for t in self.program.tables:
+            try:
+                self.setup_table(t, env)
+            except Failure as f:
+                raise _Stop(f.diagnostic(0)) from None
         for g in self.program.groups:
             try:
                 if isinstance(g, n.MeshDecl):
@@ -196,7 +205,14 @@ class Expander:
                 raise _Stop(f.diagnostic(first)) from None
 
     def setup_list(self, g: n.GroupDecl, env: Env) -> None:
-        members = [as_int(self.value(m, np.zeros(0, dtype=np.int64), env), m, "a group member") for m in g.members]
+        def too_many(count: int) -> Diagnostic:
+            return InvalidGroup.diagnostic(
+                f"group `{g.name}` names {count} ranks, more than the world's {self.W}",
+                span=g.span,
+                label="more members than ranks",
+            )
+
+        members = list(self.listed(g.members, np.zeros(0, dtype=np.int64), env, "a group member", self.W, too_many))
         bad = [m for m in members if not 0 <= m < self.W]
         if bad:
             raise _Stop(
@@ -206,12 +222,31 @@ class Expander:
                     label=f"ranks are 0..{self.W - 1}",
                 )
             )
-        if len(set(members)) != len(members):
+        twice = next((m for k, m in enumerate(members) if m in members[:k]), None)
+        if twice is not None:
             raise _Stop(
-                InvalidGroup.diagnostic(f"group `{g.name}` names a rank twice", span=g.span, label="duplicate member")
+                InvalidGroup.diagnostic(
+                    f"group `{g.name}` names rank {twice} twice", span=g.span, label="duplicate member"
+                )
             )
         # torch's new_group orders a group by global rank, whatever order the list is written in
         self.name_groups((g.name, None), [self.add_group(g.name, tuple(sorted(members)))] * self.W)
+
+    def setup_table(self, t: n.TableDecl, env: Env) -> None:
+        """A table's entries, the same on every rank (computed before groups: tables may be used in them)."""
+
+        def too_long(count: int) -> Diagnostic:
+            return ExpansionTooLarge.diagnostic(
+                f"table `{t.name}` has {count} entries, over the limit of {MAX_TABLE:,}",
+                span=t.span,
+                label="too many entries",
+                help="check the bounds of the list",
+            )
+
+        entries = self.listed(t.entries, np.zeros(0, dtype=np.int64), env, "a table entry", MAX_TABLE, too_long)
+        if len(entries) > MAX_TABLE:
+            raise fail_all(too_long(len(entries)))
+        self.tables[t.name] = tidy(np.array(entries, dtype=object))
 
     def setup_split(self, g: n.GroupDecl, env: Env) -> None:
         keys = self.value(g.split_key, self.everyone, dict(env, rank=self.everyone))
@@ -345,6 +380,16 @@ class Expander:
                 return call(fname, [self.value(a, A, env) for a in e.args])
             case n.Call(func=n.Name(id="log2")):
                 return log2(e, self.value(e.args[0], A, env))
+            case n.Call(func=n.Attr(attr="peer") as f):
+                return self.peer(e, f, A, env)
+            case n.Index(value=n.Name(id=name)) if name in self.tables:
+                return self.entry(e, name, self.value(e.index, A, env), A)
+            case n.Index() if "world" not in env:  # `resolve_params`: no table exists yet
+                raise fail_all(
+                    WrongKindOfName.diagnostic(
+                        "a param's default cannot use a table", span=e.span, label="tables are computed from the params"
+                    )
+                )
             case n.Binary(op="and" | "or"):
                 return self.logical(e, A, env)
             case n.Binary():
@@ -378,28 +423,41 @@ class Expander:
         if e.attr in ("size", "rows") and self.is_view(e.value, env):
             v = self.view(e.value, A, env)
             return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
-        if "rank" not in env:
+        gids, idx = self.group_info(e, A, env)
+        ref = e.value
+        if e.attr == "rank" or (ref.value.id if isinstance(ref, n.Attr) else ref.id) in self.made:
+            self.member_index(e, gids, idx, A)  # torch gives a non-member of a step's group no rank, no size
+        if e.attr == "size":
+            return uniform(np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids])
+        return idx
+
+    def group_info(self, e: n.Attr, A: np.ndarray, env: Env) -> tuple[np.ndarray, np.ndarray]:
+        """The `(group id, index in it)` on each rank of A of the group or mesh dimension `e.value` names."""
+        if "rank" not in env:  # a param's default, a table, a group's members: the same on every rank
             raise fail_all(
                 WrongKindOfName.diagnostic(
-                    "a param's default cannot use groups or tensors", span=e.span, label="not known when params are set"
+                    "params, tables and group members cannot use a group's attributes",
+                    span=e.span,
+                    label="computed before any group, the same on every rank",
                 )
             )
         ref = e.value
         name, dim = (ref.value.id, ref.attr) if isinstance(ref, n.Attr) else (ref.id, None)
-        gids, idx = self.groups_on(name, dim, A, e.span)
-        if e.attr == "rank" or name in self.made:  # torch gives a non-member of a step's group no rank, no size
-            outside = idx < 0
-            if outside.any():
-                raise Failure(
-                    outside,
-                    lambda k: InvalidGroup.diagnostic(
-                        f"rank {A[k]} is not in group `{self.groups[gids[k]].name}`, so it has no `.{e.attr}` there",
-                        span=e.span,
-                        label=f"members are {_ranks_text(self.groups[gids[k]].ranks)}",
-                    ),
-                )
-        if e.attr == "size":
-            return uniform(np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids])
+        return self.groups_on(name, dim, A, e.span)
+
+    def member_index(self, e: n.Node, gids: np.ndarray, idx: np.ndarray, A: np.ndarray) -> np.ndarray:
+        """Each rank's index in its group (`G.rank`); N127 on a rank outside it, which torch gives no group."""
+        outside = idx < 0
+        if outside.any():
+            word = f"`.{e.attr}`" if isinstance(e, n.Attr) else "`.peer`"
+            raise Failure(
+                outside,
+                lambda k: InvalidGroup.diagnostic(
+                    f"rank {A[k]} is not in group `{self.groups[gids[k]].name}`, so it has no {word} there",
+                    span=e.span,
+                    label=f"members are {_ranks_text(self.groups[gids[k]].ranks)}",
+                ),
+            )
         return idx
 
     def groups_on(self, name: str, dim: str | None, A: np.ndarray, span) -> tuple[np.ndarray, np.ndarray]:
@@ -419,6 +477,50 @@ class Expander:
                 ),
             )
         return gids, idx_in[A]
+
+    def peer(self, e: n.Call, f: n.Attr, A: np.ndarray, env: Env):
+        """`G.peer(k)`: the global rank of member k of each rank's group (torch's `dist.get_global_rank`);
+        N127 naming k and the group's size where k is not a member's index."""
+        gids, idx = self.group_info(f, A, env)
+        self.member_index(e, gids, idx, A)
+        k = as_int(self.value(e.args[0], A, env), e.args[0], "a member index")
+        sizes = np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids]
+        ks = as_index_array(k, A.size)
+        bad = ((ks < 0) | (ks >= sizes)).astype(bool)
+        if bad.any():
+            raise Failure(bad, lambda j: self.not_a_member(e, int(gids[j]), item(ks, j)))
+        width = max(len(g.ranks) for g in self.groups)
+        members = np.array([g.ranks + (-1,) * (width - len(g.ranks)) for g in self.groups], dtype=np.int64)
+        return uniform(members[gids, ks.astype(np.int64)])
+
+    def entry(self, e: n.Index, name: str, k, A: np.ndarray):
+        """`TABLE[k]` on the ranks A; N120 naming k and the table's length where k is not an entry's index."""
+        k = as_int(k, e.index, "a table index")
+        table = self.tables[name]
+        ks = as_index_array(k, 1 if not is_vec(k) else k.size)
+        bad = ((ks < 0) | (ks >= len(table))).astype(bool)
+        if bad.any():
+            size = len(table)
+            raise Failure(
+                bad if is_vec(k) else True,
+                lambda j: ViewOutOfBounds.diagnostic(
+                    f"index {item(ks, j)} is outside table `{name}`, which has {size} entries",
+                    span=e.span,
+                    label=f"indices are 0..{size - 1}" if size else "the table is empty",
+                ),
+            )
+        got = table[ks.astype(np.int64)]
+        return uniform(tidy(got)) if is_vec(k) else item(got, 0)
+
+    def not_a_member(self, e: n.Call, gid: int, k: int) -> Diagnostic:
+        group = self.groups[gid]
+        size = len(group.ranks)
+        return InvalidGroup.diagnostic(
+            f"member index {k} is outside group `{group.name}`, which has {size} members",
+            span=e.span,
+            label=f"indices are 0..{size - 1}",
+            notes=[Note(message=f"its members are {_ranks_text(group.ranks)}")] if size <= 16 else [],
+        )
 
     def is_view(self, e, env: Env) -> bool:
         match e:
@@ -560,6 +662,8 @@ class Expander:
                 return ("i",)
             case n.Name() if e.id in self.tensor_names and e.id not in env:
                 return self.read(e, A, env, target_shape)
+            case n.Index(value=n.Name(id=name)) if name in self.tables:
+                return ("c", self.value(e, A, env))
             case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 return self.read(e, A, env, target_shape)
             case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
@@ -991,7 +1095,7 @@ class Expander:
     def new_group(self, s: n.NewGroup, A, env, b) -> None:
         """Each rank of A makes the group its list names, which `s.name` means on it from now on (torch makes a
         new process group at every call, even of a list made before)."""
-        members = self.sizes(s.members, A, env, "a group member")
+        members = self.listed(s.members, A, env, "a group member")
         if not members:
             raise fail_all(
                 InvalidGroup.diagnostic("`new_group` names no rank", span=s.span, label="the list of members is empty")
@@ -1221,9 +1325,14 @@ class Expander:
         if rec.req is not None:
             self.track(s.handle, slot, A, rec.req)
 
-    def sizes(self, items: tuple, A, env, what: str = "a split size") -> tuple:
-        """A `splits` list (or a `new_group`'s members): its sizes in order, each an integer per rank;
-        `[EXPR for j in LO .. HI]` gives one per j, as many on every rank of the call."""
+    def sizes(self, items: tuple, A, env) -> tuple:
+        """A `splits` list: its sizes in order, each an integer per rank."""
+        return self.listed(items, A, env, "a split size")
+
+    def listed(self, items: tuple, A, env, what: str, limit: int | None = None, too_long=None) -> tuple:
+        """A list `[E, ...]` or `[E for j in LO .. HI]` (one value per j, as many on every rank of A): its
+        integers in order, each per rank (a scalar where the ranks agree). `too_long(count)` is the
+        diagnostic for a computed list of more than `limit` values, found before any is computed."""
         out = []
         for x in items:
             if not isinstance(x, n.ListFor):
@@ -1240,7 +1349,9 @@ class Expander:
                         help="bound it by the group's size, e.g. `for j in 0 .. g.size - 1`",
                     )
                 )
-            self.spend(max(0, hi - lo + 1) * int(A.size), x)
+            if limit is not None and hi - lo + 1 > limit:
+                raise fail_all(too_long(hi - lo + 1))
+            self.spend(max(0, hi - lo + 1) * max(1, int(A.size)), x)
             out.extend(uniform(self.int_value(x.value, A, dict(env, **{x.var: j}), what)) for j in range(lo, hi + 1))
         return tuple(out)
 

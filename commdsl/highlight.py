@@ -25,6 +25,7 @@ KEYWORDS = (
     "group",
     "mesh",
     "new_group",
+    "table",
     "let",
     "split",
     "by",
@@ -69,7 +70,7 @@ class CommdslLexer(RegexLexer):
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
             (
-                words(("program", "backend", "param", "tensor", "group", "mesh", "new_group", "let"), suffix=r"\b"),
+                words(("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"), suffix=r"\b"),
                 Keyword.Declaration,
             ),
             (words(COMM_OPS, suffix=r"\b"), Keyword.Reserved),

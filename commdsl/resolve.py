@@ -64,6 +64,7 @@ class Program(BaseModel):
     params: tuple[n.ParamDecl, ...]
     tensors: tuple[n.TensorDecl, ...]
     groups: tuple[n.GroupDecl | n.MeshDecl, ...]
+    tables: tuple[n.TableDecl, ...]
     body: tuple[n.Stmt, ...]
     source: SourceFile
 
@@ -201,7 +202,7 @@ class _Resolver:
 
     def run(self) -> Program:
         header: dict[str, n.Node] = {}
-        params, tensors, groups, body = [], [], [], []
+        params, tensors, groups, tables, body = [], [], [], [], []
         handles = self.collect_handles(self.module.body)
         seen_statement = False
         for stmt in self.module.body:
@@ -220,6 +221,10 @@ class _Resolver:
             if isinstance(stmt, (n.GroupDecl, n.MeshDecl)):
                 self.check_group(stmt)
                 groups.append(stmt)
+                continue
+            if isinstance(stmt, n.TableDecl):
+                self.check_table(stmt)
+                tables.append(stmt)
                 continue
             seen_statement = True
             body.append(stmt)
@@ -241,6 +246,7 @@ class _Resolver:
             params=tuple(params),
             tensors=tuple(tensors),
             groups=tuple(groups),
+            tables=tuple(tables),
             body=tuple(body),
             source=self.source,
         )
@@ -314,6 +320,13 @@ class _Resolver:
         self.check_no_tensor_sizes(g.members + ((g.split_key,) if g.split_key is not None else ()), "a group")
         self.declare(self.top, g.name, "group", g)
 
+    def check_table(self, t: n.TableDecl):
+        """A table's entries: integer expressions the same on every rank (`rank` is refused at expansion)."""
+        for x in t.entries:
+            self.check_expr(x, "static", self.top)
+        self.check_no_tensor_sizes(t.entries, "a table")
+        self.declare(self.top, t.name, "table", t)
+
     def check_no_tensor_sizes(self, exprs, what: str):
         """Groups, meshes and shapes are settled before any tensor exists: no `VIEW.size`/`.rows` in them."""
         for e in exprs:
@@ -358,13 +371,14 @@ class _Resolver:
                 | n.TensorDecl()
                 | n.GroupDecl()
                 | n.MeshDecl()
+                | n.TableDecl()
             ):
                 self.error(
                     MisplacedDeclaration,
                     f"`{s.kind}` declarations belong at the top level",
                     s,
                     label="declared inside a block",
-                    help="declare tensors, groups, params and the header at the top of the file",
+                    help="declare tensors, groups, tables, params and the header at the top of the file",
                 )
             case n.Let():
                 self.check_expr(s.value, "static", scope)
@@ -656,21 +670,15 @@ class _Resolver:
                 fname in ELEMENT_FUNCS or fname in INIT_FUNCS or fname in INTEGER_FUNCS
             ):
                 self.check_function_call(e, fname, ctx, scope)
+            case n.Call(func=n.Attr(attr="peer")) | n.Index(value=n.Name()) if _is_lookup(e, scope):
+                self.check_lookup(e, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
                     return
                 self.check_view(e, scope)
-            case n.Call(func=n.Name(id=fname)):
-                self.error(
-                    UndefinedName,
-                    f"unknown function `{fname}`",
-                    e.func,
-                    label="not a function",
-                    help="functions are min, max, abs, log2 (and rand, randn in initialisers)",
-                )
             case n.Call():
-                self.error(InvalidView, "this cannot be called", e, label="not a function")
+                self.check_unknown_call(e)
             case n.Unary(op="not") | n.Binary(op="and" | "or") if ctx != "static":
                 word = e.op
                 self.error(
@@ -733,6 +741,14 @@ class _Resolver:
                 e,
                 label="a tensor, not a number",
             )
+        elif kind == "table":
+            self.error(
+                WrongKindOfName,
+                f"`{e.id}` is a table, not a value",
+                e,
+                label="a table",
+                help=f"read one entry: `{e.id}[k]`",
+            )
         elif kind in ("group", "mesh", "handle", "handle array"):
             self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
 
@@ -758,11 +774,61 @@ class _Resolver:
         if fname in INTEGER_FUNCS and ctx != "static":
             self.check_per_rank(e, e.args, f"`{fname}`", scope)
 
+    def check_unknown_call(self, e: n.Call):
+        if isinstance(e.func, n.Name):
+            self.error(
+                UndefinedName,
+                f"unknown function `{e.func.id}`",
+                e.func,
+                label="not a function",
+                help="functions are min, max, abs, log2 (and rand, randn in initialisers)",
+            )
+        else:
+            self.error(InvalidView, "this cannot be called", e, label="not a function")
+
+    def check_lookup(self, e: n.Call | n.Index, ctx: str, scope: _Scope):
+        """`TABLE[k]` or `G.peer(k)`: an integer per rank looked up by an index (its range: at expansion)."""
+        if isinstance(e, n.Call):
+            self.check_peer(e, e.func, ctx, scope)
+            return
+        self.check_expr(e.index, ctx, scope)
+        if ctx != "static":
+            self.check_per_rank(e, (e.index,), "a table index", scope)
+
+    def check_peer(self, e: n.Call, f: n.Attr, ctx: str, scope: _Scope):
+        """`G.peer(k)`: the global rank of member k of a group or mesh dimension."""
+        if len(e.args) != 1:
+            self.error(
+                InvalidView,
+                "`peer` takes one argument: `GROUP.peer(k)`",
+                e,
+                label=f"{len(e.args)} given",
+                help="`g.peer(k)` is the global rank of the k-th member of `g`",
+            )
+        self.check_group_attr(f, scope)
+        for a in e.args:
+            self.check_expr(a, ctx, scope)
+        if ctx != "static":
+            self.check_per_rank(e, e.args, "`peer`", scope)
+
     def check_attr(self, e: n.Attr, scope: _Scope):
         """`g.rank`, `g.size`, `m.dp.rank`, `m.dp.size`, and `VIEW.size` / `VIEW.rows` of a tensor view."""
         if e.attr in ("size", "rows") and _is_view_syntax(e.value, scope):
             self.check_view(e.value, scope)
             return
+        if e.attr == "peer":
+            self.error(
+                InvalidView,
+                "`peer` is called with a member's index",
+                e,
+                label="expected `GROUP.peer(k)`",
+                help=f"write `{_text(e.value, self.source)}.peer(k)` for the global rank of member k",
+            )
+            return
+        self.check_group_attr(e, scope)
+
+    def check_group_attr(self, e: n.Attr, scope: _Scope):
+        """`G.rank`, `G.size`, `G.peer`: `G` a group or a mesh dimension."""
         base, dim = e.value, None
         if isinstance(base, n.Attr) and isinstance(base.value, n.Name):
             base, dim = base.value, base.attr
@@ -774,9 +840,11 @@ class _Resolver:
             self.undefined(base.id, base, scope)
             return
         kind, decl = found
-        if e.attr not in ("rank", "size"):
+        if e.attr not in ("rank", "size", "peer"):
             extra = " (a tensor has `.size`, `.rows` and `.chunk(k, parts)`)" if kind == "tensor" else ""
-            self.error(InvalidView, f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank` or `.size`")
+            self.error(
+                InvalidView, f"unknown attribute `{e.attr}`{extra}", e, label="expected `.rank`, `.size` or `.peer(k)`"
+            )
             return
         if kind == "group" and dim is None:
             return
@@ -788,6 +856,17 @@ class _Resolver:
             e,
             label=f"`{base.id}` is a {kind}" if dim is None or kind != "mesh" else f"no dimension `{dim}`",
         )
+
+
+def _text(node: n.Node, source: SourceFile) -> str:
+    return source.text[node.span.start : node.span.end]
+
+
+def _is_lookup(e, scope: _Scope) -> bool:
+    """`G.peer(k)`, or `T[k]` with `T` a table."""
+    if isinstance(e, n.Call):
+        return True
+    return (scope.lookup(e.value.id) or ("",))[0] == "table"
 
 
 def _is_view_syntax(e, scope: _Scope) -> bool:

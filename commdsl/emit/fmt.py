@@ -332,6 +332,8 @@ class _Printer:
         match s:
             case n.ProgramDecl() | n.WorldDecl() | n.BackendDecl() | n.ParamDecl() | n.TensorDecl() | n.GroupDecl():
                 return self.declaration(s)
+            case n.TableDecl():
+                return f"table {s.name} = [{', '.join(e(x) for x in s.entries)}]"
             case n.MeshDecl():
                 return f"mesh {s.name} = ({', '.join(f'{d.name}={e(d.size)}' for d in s.dims)})"
             case n.Let():

@@ -44,8 +44,9 @@ SCRIPT_NAMES = frozenset(
     {
         "torch", "dist", "np", "os", "re", "sys", "argparse", "init_device_mesh", "BACKEND", "CHECKED",
         "TOLERANCE", "main", "arguments", "number", "div", "power", "index_of", "minimum", "maximum",
-        "random_values", "split", "log2", "expect", "fmt", "say", "post", "wait", "pending", "args", "params", "rank",
-        "world", "printed", "failures", "text", "verdict", "work", "p2p_ops", "reduce_scatter_single", "line", "_",
+        "random_values", "split", "log2", "entry", "expect", "fmt", "say", "post", "wait", "pending", "args", "params",
+        "rank", "world", "printed", "failures", "text", "verdict", "work", "p2p_ops", "reduce_scatter_single",
+        "line", "_",
     }
 )  # fmt: skip
 
@@ -94,6 +95,13 @@ def log2(x):
     if type(x) is not int or x <= 0 or x & (x - 1):
         raise ValueError(f"log2({x}): not a positive power of two")
     return x.bit_length() - 1
+''',
+    "entry": '''
+def entry(table, k):
+    """The language's `TABLE[k]`: inside the table only (Python's `table[-1]` would read the last entry)."""
+    if not 0 <= k < len(table):
+        raise IndexError(f"index {k} is outside a table of {len(table)} entries")
+    return table[k]
 ''',
     "index_of": '''
 def index_of(t):
@@ -235,7 +243,7 @@ class _Writer:
         taken: set[str] = set()
         handles = sorted({h.name for h, _ in bound} | self.arrays | _waited(program.body))  # also one bound nowhere
         made = sorted(step_group_names(program.body))
-        top_names = [p.name for p in program.params] + [g.name for g in program.groups] + handles + made
+        top_names = [p.name for p in program.params] + [g.name for g in (*program.groups, *program.tables)] + handles + made
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
             taken.add(self.top.names[name])
@@ -322,6 +330,8 @@ class _Writer:
             values = ", ".join(f"{_string(p.name)}: {self.top.names[p.name]}" for p in self.p.params)
             emit(1, f"if rank == 0 and {{{values}}} != CHECKED:")
             emit(2, 'print(f"note: commdsl checked this program with {CHECKED}, not these values", file=sys.stderr)')
+        for t in self.p.tables:  # before the groups, whose members may read them
+            self.emit(1, f"{self.top.names[t.name]} = {self.listed(t.entries, self.top)}", t.span.line)
         for g in self.p.groups:
             self.group(g)
         for t in self.p.tensors:
@@ -378,8 +388,7 @@ class _Writer:
             dims = ", ".join(_string(d.name) for d in g.dims) + ("," if len(g.dims) == 1 else "")
             self.emit(1, f'{name} = init_device_mesh("{device}", ({sizes}), mesh_dim_names=({dims}))', g.span.line)
         elif g.split_key is None:
-            members = ", ".join(self.static(m, self.top) for m in g.members)
-            self.emit(1, f"{name} = dist.new_group([{members}])", g.span.line)
+            self.emit(1, f"{name} = dist.new_group({self.listed(g.members, self.top)})", g.span.line)
         else:
             self.helpers.add("split")
             key = self.static(g.split_key, self.top)
@@ -651,10 +660,19 @@ class _Writer:
             if not isinstance(x, n.ListFor):
                 out.append(self.static(x, scope))
                 continue
-            inner = _Scope(parent=scope)
-            var = self.bind(inner, x.var)
-            out.append(f"*[{self.static(x.value, inner)} for {var} in {self.range(x.lo, x.hi, scope)}]")
+            out.append("*" + self.comprehension(x, scope))
         return out
+
+    def comprehension(self, x: n.ListFor, scope: _Scope) -> str:
+        inner = _Scope(parent=scope)
+        var = self.bind(inner, x.var)
+        return f"[{self.static(x.value, inner)} for {var} in {self.range(x.lo, x.hi, scope)}]"
+
+    def listed(self, items, scope: _Scope) -> str:
+        """A list of integers as a Python list: `[EXPR for j in LO .. HI]` alone as a comprehension."""
+        if len(items) == 1 and isinstance(items[0], n.ListFor):
+            return self.comprehension(items[0], scope)
+        return f"[{', '.join(self.split_sizes(items, scope))}]"
 
     def group_ref(self, g: n.GroupRef) -> str:
         name = self.top.names[g.name]
@@ -667,8 +685,10 @@ class _Writer:
         name = self.top.names[g.name]
         if isinstance(decl, n.MeshDecl):
             return f"{name}[{_string(g.dim or '')}].size()"
-        if isinstance(decl, n.GroupDecl) and decl.split_key is None:
-            return str(len(decl.members))  # a member list: its size whether this rank is in it or not
+        if isinstance(decl, n.GroupDecl) and decl.split_key is None:  # its size whether this rank is in it or not
+            if any(isinstance(m, n.ListFor) for m in decl.members):
+                return f"len({self.listed(decl.members, self.top)})"
+            return str(len(decl.members))
         return f"dist.get_world_size({name})"
 
     # ---- expressions ---------------------------------------------------------------------------------
@@ -710,6 +730,11 @@ class _Writer:
             case n.Call(func=n.Name(id="log2")):
                 self.helpers.add("log2")
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
+            case n.Call(func=n.Attr(attr="peer") as f):
+                return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
+            case n.Index(value=n.Name(id=name)):  # a table's entry (a view is no number)
+                self.helpers.add("entry")
+                return f"entry({self.top.names[name]}, {self.static(e.index, scope)})", _ATOM
             case n.Unary(op="not"):
                 return f"not {self.static(e.operand, scope, _PREC['not'])}", _PREC["not"]
             case n.Unary():
@@ -743,6 +768,12 @@ class _Writer:
             return f"{mesh}.get_local_rank({dim})" if e.attr == "rank" else f"{mesh}[{dim}].size()"
         ref = n.GroupRef(span=e.span, name=e.value.id)
         return f"dist.get_rank({self.group_ref(ref)})" if e.attr == "rank" else self.group_size(ref)
+
+    def group_of(self, e) -> str:
+        """The process group a `GROUP` or `MESH.DIM` expression names (the base of `G.peer(k)`)."""
+        if isinstance(e, n.Attr):
+            return self.group_ref(n.GroupRef(span=e.span, name=e.value.id, dim=e.attr))
+        return self.group_ref(n.GroupRef(span=e.span, name=e.id))
 
     def elem(self, e, scope: _Scope, target: str, need: int = 0) -> str:
         """An element expression: torch arithmetic where it reads tensors or `i`, per-rank numbers elsewhere."""
@@ -866,7 +897,7 @@ def _reads_elements(e, scope: _Scope, tensors) -> bool:
             return True
         case n.Name():
             return _is_view(e, scope, tensors)
-        case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
+        case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")) if _is_view(e, scope, tensors):
             return True
         case n.Attr():
             return False

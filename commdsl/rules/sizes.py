@@ -17,7 +17,8 @@ class ViewOutOfBounds(Rule):
     ## What it does
 
     Reports a slice, index or chunk outside its tensor at some world size and rank: `x[0:8]` of a
-    4-element tensor, `x[k]` with `k` past the last row, a chunk index not below the number of parts.
+    4-element tensor, `x[k]` with `k` past the last row, a chunk index not below the number of parts; also
+    `t[k]` of a `table` with `k` outside `0 .. len - 1` (Python's `t[-1]` would quietly read the last entry).
 
     ## Why is this bad?
 
@@ -317,8 +318,9 @@ class InvalidGroup(Rule):
 
     ## What it does
 
-    Reports a group that names a rank outside the world (at some declared size) or a rank twice, and
-    `GROUP.rank` evaluated on a rank that is not a member of the group.
+    Reports a group that names a rank outside the world (at some declared size) or a rank twice,
+    `GROUP.rank` or `GROUP.peer(k)` evaluated on a rank that is not a member of the group, and
+    `GROUP.peer(k)` with `k` outside `0 .. GROUP.size - 1`.
 
     ## Why is this bad?
 
@@ -567,7 +569,8 @@ class ExpansionTooLarge(Rule):
     (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
     65536 are 4,259,840 collective calls.) It also reports a `while` loop that runs more than 65,536
     iterations, whose condition most likely never turns false, and, after its first such iteration, one
-    whose iteration left every `let` its condition reads unchanged, which certainly never ends.
+    whose iteration left every `let` its condition reads unchanged, which certainly never ends; and a
+    `table` of more than 65,536 entries.
 
     ## Why is this bad?
 

@@ -86,7 +86,7 @@ class Index(Node):
 
 
 class ListFor(Node):
-    """`[EXPR for j in LO .. HI]`: one value per j (a list of split sizes computed by an expression)."""
+    """`[EXPR for j in LO .. HI]`: one value per j (split sizes, a group's members, a table's entries)."""
 
     kind: Literal["list_for"] = "list_for"
     value: Expr
@@ -166,7 +166,8 @@ class TensorDecl(Node):
 
 
 class GroupDecl(Node):
-    """`group g = [0, 2]` (members) or `group pairs = split by rank // 2` (one group per key)."""
+    """`group g = [0, 2]` or `group g = [2 * j for j in 0 .. 3]` (members: one `ListFor` when computed), or
+    `group pairs = split by rank // 2` (one group per key)."""
 
     kind: Literal["group"] = "group"
     name: str
@@ -195,6 +196,15 @@ class NewGroup(Node):
     kind: Literal["new_group"] = "new_group"
     name: Ident
     members: tuple[Expr, ...]
+
+
+class TableDecl(Node):
+    """`table stage_of = [0, 0, 1, 1]` or `table t = [E for j in LO .. HI]` (one `ListFor` entry): integers,
+    the same on every rank, read as `stage_of[k]` in integer expressions."""
+
+    kind: Literal["table"] = "table"
+    name: str
+    entries: tuple[Expr, ...]
 
 
 class Let(Node):
@@ -358,6 +368,7 @@ Stmt = Annotated[
     | GroupDecl
     | MeshDecl
     | NewGroup
+    | TableDecl
     | Let
     | Assign
     | Send

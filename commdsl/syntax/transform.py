@@ -93,6 +93,9 @@ class _ToAst(Transformer):
     def group_list(self, meta, name, *members):
         return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=tuple(members))
 
+    def group_for(self, meta, name, members):
+        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=(members,))
+
     def group_split(self, meta, name, key):
         return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), split_key=key)
 
@@ -101,6 +104,12 @@ class _ToAst(Transformer):
 
     def mesh_dim(self, meta, name, size):
         return n.MeshDim.model_construct(span=self._span(meta), name=str(name), size=size)
+
+    def table_list(self, meta, name, *entries):
+        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=tuple(entries))
+
+    def table_for(self, meta, name, entries):
+        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=(entries,))
 
     def let_stmt(self, meta, name, value):
         return n.Let.model_construct(span=self._span(meta), name=str(name), value=value)
@@ -207,8 +216,11 @@ class _ToAst(Transformer):
     def split_sizes(self, meta, *exprs):
         return tuple(exprs)
 
-    def split_for(self, meta, value, var, lo, hi):
-        return (n.ListFor(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi),)
+    def split_for(self, meta, values):
+        return (values,)
+
+    def list_for(self, meta, value, var, lo, hi):
+        return n.ListFor.model_construct(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi)
 
     def one_buffer(self, meta, view):
         return (view,), False
