@@ -70,7 +70,9 @@ class CommdslLexer(RegexLexer):
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
             (
-                words(("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"), suffix=r"\b"),
+                words(
+                    ("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"), suffix=r"\b"
+                ),
                 Keyword.Declaration,
             ),
             (words(COMM_OPS, suffix=r"\b"), Keyword.Reserved),

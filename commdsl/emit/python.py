@@ -243,7 +243,8 @@ class _Writer:
         taken: set[str] = set()
         handles = sorted({h.name for h, _ in bound} | self.arrays | _waited(program.body))  # also one bound nowhere
         made = sorted(step_group_names(program.body))
-        top_names = [p.name for p in program.params] + [g.name for g in (*program.groups, *program.tables)] + handles + made
+        declared = [g.name for g in (*program.groups, *program.tables)]
+        top_names = [p.name for p in program.params] + declared + handles + made
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
             taken.add(self.top.names[name])
