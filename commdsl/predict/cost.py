@@ -317,6 +317,8 @@ class Clocks(Observer):
 
     def posted(self, rows: Posts) -> None:
         self.settle(*self.members(rows.rank))
+        if rows.const("req") == -1:  # none async
+            return
         q = rows.req
         a = q >= 0
         if a.any():
@@ -328,6 +330,8 @@ class Clocks(Observer):
         none is async) and the node it came after."""
         t = _rows(self.T, ix)
         node = self.last[rows.rank] if self.track else self.last[:0]
+        if rows.const("req") == -1:  # none async
+            return t, node
         a = rows.req >= 0
         if a.any():
             t, node = t.copy(), node.copy()
@@ -342,8 +346,10 @@ class Clocks(Observer):
         tr, nr = self.post_time(recvs, way.receiver.ix)
         start = np.maximum(ts, tr)
         pred = np.where(ts[:, k] >= tr[:, k], ns, nr) if self.track else ns
-        r0 = int(sends.rec[0])
-        if (sends.rec == r0).all():
+        r0 = sends.const("rec")
+        if r0 is None and (sends.rec == sends.rec[0]).all():
+            r0 = int(sends.rec[0])
+        if r0 is not None:
             b = self.nbytes.rows(r0, sends.pos)
         else:
             b = np.empty_like(start)
@@ -378,10 +384,10 @@ class Clocks(Observer):
         load = b[..., k]  # the link figures: summed per pattern, put on its ports at the end (`flush`)
         way.load = way.load + load
         way.busy = way.busy + load / way.beta_flat
-        nodes = self.add_nodes(sends.rec, sends.src, sends.dst, pred, start_k, end[:, k])
+        nodes = self.add_nodes(sends.rec if r0 is None else r0, sends.src, sends.dst, pred, start_k, end[:, k])
         for rows, who in ((sends, way.sender), (recvs, way.receiver)):
-            a = rows.req >= 0
-            if not a.any():
+            a = rows.req >= 0 if rows.const("req") != -1 else None  # None: none async
+            if a is None or not a.any():
                 self.wait_for(rows.rank, end, nodes, who, lined)
                 continue
             self.finish_requests(rows.req[a], end[a], nodes[a])
