@@ -271,6 +271,8 @@ class Engine:
         seq = schedule.sequences
         self.flat, self.first, self.length = seq.flat, seq.starts[seq.cohort], seq.length
         self.pc = np.zeros(W, dtype=np.int64)
+        self.everyone = _frozen(np.arange(W, dtype=np.int64))  # R when every rank runs: one array, see `frozen`
+        self.widened: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see `wide`
         self.blocked = np.zeros(W, dtype=bool)
         self.remaining = np.zeros(W, dtype=np.int64)
         self.pending = Posts.empty()
@@ -326,6 +328,8 @@ class Engine:
         moved = False
         while True:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
+            if R.size == self.W:
+                R = self.everyone
             if not R.size:
                 return moved
             if moved:
@@ -505,7 +509,8 @@ class Engine:
         """The posts of one P2P record by ranks G, and which of G post nothing (a bad parameter: the first
         check a rank fails names its problem)."""
         W, n = self.W, G.size
-        peer = at(rec.peer, pos, n).astype(np.int64)
+        peer = self.wide(rec.peer) if pos is None and isinstance(rec.peer, np.ndarray) else at(rec.peer, pos, n)
+        peer = peer.astype(np.int64, copy=False)
         checks = [((peer < 0) | (peer >= W), PEER_OUT_OF_RANGE)]
         if not (self.model.self_in_batch and rec.batched):
             checks.append((peer == G, SELF))
@@ -550,6 +555,17 @@ class Engine:
             numel=_per_row(rec.view.numel, p),
             dtype=self.dtype_ids[rec.dtype],
         ), void
+
+    def wide(self, a: np.ndarray) -> np.ndarray:
+        """A record's compacted array (`expand.compact`) as int64, read-only, kept per array: the records of a
+        loop share their peers, and an observer that keeps what it worked out per message pattern (the
+        clocks' routes) knows a read-only array it has seen by its identity."""
+        got = self.widened.get(id(a))
+        if got is None or got[0] is not a:
+            if len(self.widened) >= PLANS:
+                self.widened.clear()
+            got = self.widened[id(a)] = (a, _frozen(a.astype(np.int64)))
+        return got[1]
 
     def match(self) -> bool:
         """New posts meet pending ones: on each channel the j-th send meets the j-th receive.
@@ -1110,6 +1126,12 @@ def _differ(a: Rows, b: Rows, col: str):
     if x is not None and x == y:
         return False
     return a.column(col) != b.column(col)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """`a`, read-only: an array that is never written may be known again by its identity."""
+    a.flags.writeable = False
+    return a
 
 
 def _ident(v):
