@@ -106,9 +106,10 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         cols: dict[str, object] = {}
+        first, rest = parts[0].consts, [p.consts for p in parts[1:]]
         for c in cls.COLUMNS:
-            v = parts[0].const(c)
-            if v is not None and all(p.const(c) == v for p in parts[1:]):
+            v = first.get(c)
+            if v is not None and all(r.get(c) == v for r in rest):
                 cols[c] = v
             else:
                 cols[c] = np.concatenate([p.column(c) for p in parts])
@@ -328,36 +329,45 @@ class Engine:
         moved = False
         while True:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
-            if R.size == self.W:
-                R = self.everyone
             if not R.size:
                 return moved
             if moved:
                 self.mind_deadline()
             moved = True
-            heads = self.flat[self.first[R] + self.pc[R]]
+            if R.size == self.W:
+                R = self.everyone
+                heads = self.flat[self.first + self.pc]
+            else:
+                heads = self.flat[self.first[R] + self.pc[R]]
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
                 if not (type(rec) is CollectiveRec and self.collective_run(G)):
                     self.step(rec, G, rec.positions(G))
 
+    def advance(self, G: np.ndarray) -> None:
+        """Ranks G go on to their next record (every rank at once without an index: a common case)."""
+        if G is self.everyone:
+            self.pc += 1
+        else:
+            self.pc[G] += 1
+
     def step(self, rec, G: np.ndarray, pos) -> None:
         t = type(rec)
         if t in LOCAL_RECORDS:
             self.obs.local(rec, G, pos)
-            self.pc[G] += 1
+            self.advance(G)
         elif t is P2PRec:
             done = self.post([(rec, G, pos)], rec.id, G)
             if rec.blocking:
                 self.block(G, 1 - done)
             else:
-                self.pc[G] += 1
+                self.advance(G)
         elif t is BatchRec:
             if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.queues:
                 plan = self.exchange_plan(rec)
                 if plan is not None:
                     self.exchange(rec, G, plan)
-                    self.pc[G] += 1
+                    self.advance(G)
                     return
             parts, count = [], np.zeros(G.size, dtype=np.int64)
             for op in rec.ops:
@@ -378,7 +388,7 @@ class Engine:
                 self.block(G, 1 if void is None else 1 - void)
                 self.settle(G)
             else:
-                self.pc[G] += 1
+                self.advance(G)
         elif t is WaitRec:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records
@@ -458,7 +468,7 @@ class Engine:
                 self.blocked[G] = True
                 self.remaining[G] = outstanding
             else:
-                self.pc[G] += 1
+                self.advance(G)
             return
         waiting = outstanding > 0
         if waiting.all():
