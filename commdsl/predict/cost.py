@@ -345,8 +345,8 @@ class Clocks(Observer):
         way = self.route(sends.src, sends.dst)
         ts, ns = self.post_time(sends, way.sender.ix)
         tr, nr = self.post_time(recvs, way.receiver.ix)
-        start = np.maximum(ts, tr, out=None if isinstance(way.receiver.ix, slice) else tr)  # tr: a copy then
         pred = np.where(ts[:, k] >= tr[:, k], ns, nr) if self.track else ns
+        start = np.maximum(ts, tr, out=None if isinstance(way.receiver.ix, slice) else tr)  # tr: a copy then
         r0 = sends.const("rec")
         if r0 is None and (sends.rec == sends.rec[0]).all():
             r0 = int(sends.rec[0])
