@@ -57,7 +57,13 @@ PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = rang
 
 class Rows:
     """A table of equal-length int64 columns (posted messages, collective calls). A subclass declares its
-    columns as annotations; `COLUMNS` lists them in that order."""
+    columns as annotations; `COLUMNS` lists them in that order.
+
+    A column that is one value on every row may be given as that value (`size` then gives the length when
+    no column is an array): a ring step's messages share their record, batch, dtype, tag and size, and
+    copying twelve columns of 4,096 rows per step was most of the engine's time. `concat` and `take` keep
+    such a column one value while they can, `const` reads it without an array, and reading the attribute
+    makes it an array for good (so a reader may write into it)."""
 
     COLUMNS: ClassVar[tuple[str, ...]] = ()
 
@@ -65,8 +71,34 @@ class Rows:
         super().__init_subclass__(**kwargs)
         cls.COLUMNS = tuple(name for name in inspect.get_annotations(cls) if name != "COLUMNS")
 
-    def __init__(self, **cols):
-        self.__dict__.update(cols)
+    def __init__(self, size: int | None = None, **cols):
+        consts = {}
+        for name, v in cols.items():
+            if isinstance(v, np.ndarray):
+                self.__dict__[name] = v
+                size = v.size
+            else:
+                consts[name] = int(v)
+        if size is None:
+            raise ValueError("a table of constant columns needs its size")  # pragma: no cover - a bug in commdsl
+        self.size = size
+        self.consts = consts
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        consts = self.__dict__.get("consts")
+        if consts is None or name not in consts:
+            raise AttributeError(name)
+        col = self.__dict__[name] = np.full(self.size, consts.pop(name), dtype=np.int64)
+        return col
+
+    def const(self, name: str) -> int | None:
+        """The column's one value when it was given as one (and not made an array since), else None."""
+        return self.consts.get(name)
+
+    def column(self, name: str) -> np.ndarray:
+        """The column as an array, without keeping one made for a constant column."""
+        got = self.__dict__.get(name)
+        return got if got is not None else np.full(self.size, self.consts[name], dtype=np.int64)
 
     @classmethod
     def empty(cls):
@@ -76,13 +108,27 @@ class Rows:
     def concat(cls, parts: list):
         if len(parts) == 1:
             return parts[0]
-        return cls(**{c: np.concatenate([getattr(p, c) for p in parts]) for c in cls.COLUMNS})
+        cols: dict[str, object] = {}
+        first, rest = parts[0].consts, [p.consts for p in parts[1:]]
+        for c in cls.COLUMNS:
+            v = first.get(c)
+            if v is not None and all(r.get(c) == v for r in rest):
+                cols[c] = v
+            else:
+                cols[c] = np.concatenate([p.column(c) for p in parts])
+        return cls(size=sum(p.size for p in parts), **cols)
 
     def take(self, idx):
-        return type(self)(**{c: getattr(self, c)[idx] for c in self.COLUMNS})
+        if isinstance(idx, slice):
+            size = len(range(*idx.indices(self.size)))
+        else:
+            idx = np.asarray(idx)
+            size = int(np.count_nonzero(idx)) if idx.dtype == bool else idx.size
+        cols = {c: self.consts[c] if c in self.consts else getattr(self, c)[idx] for c in self.COLUMNS}
+        return type(self)(size=size, **cols)
 
     def __len__(self) -> int:
-        return int(getattr(self, self.COLUMNS[0]).size)
+        return self.size
 
 
 class Posts(Rows):
@@ -232,6 +278,8 @@ class Engine:
         seq = schedule.sequences
         self.flat, self.first, self.length = seq.flat, seq.starts[seq.cohort], seq.length
         self.pc = np.zeros(W, dtype=np.int64)
+        self.everyone = _frozen(np.arange(W, dtype=np.int64))  # R when every rank runs: one array, see `frozen`
+        self.widened: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see `wide`
         self.blocked = np.zeros(W, dtype=bool)
         self.remaining = np.zeros(W, dtype=np.int64)
         self.pending = Posts.empty()
@@ -265,6 +313,7 @@ class Engine:
         self.early = 0  # members released before their collective completed (Gloo)
         self.queues: dict[tuple, deque] = {}  # NCCL stream → [request, ops not started] entries; the first runs
         self.stream_of: dict[int, tuple] = {}  # request of a running async op → its stream
+        self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
         self.uneven = np.array([bool(getattr(r, "in_splits", ())) for r in schedule.records], dtype=bool)
 
     # ---- the rounds ------------------------------------------------------------------------------
@@ -296,29 +345,40 @@ class Engine:
             if moved:
                 self.mind_deadline()
             moved = True
-            heads = self.flat[self.first[R] + self.pc[R]]
+            if R.size == self.W:
+                R = self.everyone
+                heads = self.flat[self.first + self.pc]
+            else:
+                heads = self.flat[self.first[R] + self.pc[R]]
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
                 if not (type(rec) is CollectiveRec and self.collective_run(G)):
                     self.step(rec, G, rec.positions(G))
 
+    def advance(self, G: np.ndarray) -> None:
+        """Ranks G go on to their next record (every rank at once without an index: a common case)."""
+        if G is self.everyone:
+            self.pc += 1
+        else:
+            self.pc[G] += 1
+
     def step(self, rec, G: np.ndarray, pos) -> None:
         t = type(rec)
         if t in LOCAL_RECORDS:
             self.obs.local(rec, G, pos)
-            self.pc[G] += 1
+            self.advance(G)
         elif t is P2PRec:
             done = self.post([(rec, G, pos)], rec.id, G)
             if rec.blocking:
                 self.block(G, 1 - done)
             else:
-                self.pc[G] += 1
+                self.advance(G)
         elif t is BatchRec:
             if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.queues:
                 plan = self.exchange_plan(rec)
                 if plan is not None:
                     self.exchange(rec, G, plan)
-                    self.pc[G] += 1
+                    self.advance(G)
                     return
             parts, count = [], np.zeros(G.size, dtype=np.int64)
             for op in rec.ops:
@@ -342,7 +402,7 @@ class Engine:
                 self.block(G, 1 if void is None else 1 - void)
                 self.settle(G)
             else:
-                self.pc[G] += 1
+                self.advance(G)
         elif t is WaitRec:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records
@@ -353,18 +413,33 @@ class Engine:
         meets its partner inside the batch itself (a ring step, a pairwise swap), or None.
 
         Posted by all its ranks at once with nothing else pending, such a batch completes at once: each
-        channel carries one message of it (no two of its sends share a channel)."""
+        channel carries one message of it (no two of its sends share a channel). The answer depends only on
+        the ops' rank sets, peers, tags and groups, which a loop's batches share (the expansion gives equal
+        values one array): it is kept per those arrays (by identity, holding them) and found again."""
+        key = (_ident(rec.ranks),) + tuple(
+            (op.is_send, _ident(op.ranks), _ident(op.peer), _ident(op.tag), op.gid is None) for op in rec.ops
+        )
+        got = self.plans.get(key)
+        if got is None:
+            if len(self.plans) >= PLANS:
+                self.plans.clear()
+            got = self.plans[key] = (self.plan_of(rec), (rec.ranks, [(op.ranks, op.peer, op.tag) for op in rec.ops]))
+        return None if got[0] is None else [(rec.ops[i], rec.ops[j], q) for i, j, q in got[0]]
+
+    def plan_of(self, rec: BatchRec) -> list[tuple[int, int, np.ndarray]] | None:
+        """`exchange_plan` worked out, by op index."""
         ranks, n, W = rec.ranks, rec.ranks.size, self.W
         if any(op.ranks is not ranks and not np.array_equal(op.ranks, ranks) for op in rec.ops):
             return None
-        sends = [op for op in rec.ops if op.is_send]
-        recvs = [op for op in rec.ops if not op.is_send]
+        sends = [i for i, op in enumerate(rec.ops) if op.is_send]
+        recvs = [i for i, op in enumerate(rec.ops) if not op.is_send]
         if len(sends) != len(recvs) or self.model.eager_sends:
             return None
         full = n == W
         plan = []
         seen: list[tuple] = []
-        for s in sends:
+        for i in sends:
+            s = rec.ops[i]
             if s.gid is not None:
                 return None
             peer = at(s.peer, None, n).astype(np.int64)
@@ -377,11 +452,12 @@ class Engine:
             if any(((p == peer) & (t_ == tag)).any() for p, t_ in seen):
                 return None  # two sends on one channel somewhere: leave their order to the general matching
             seen.append((peer, tag))
-            for r in recvs:
+            for j in recvs:
+                r = rec.ops[j]
                 r_tag = at(r.tag, None, n)[q] if self.model.tags else 0
                 if r.gid is None and np.array_equal(at(r.peer, None, n)[q], ranks) and np.all(r_tag == tag):
-                    plan.append((s, r, q))
-                    recvs.remove(r)
+                    plan.append((i, j, q))
+                    recvs.remove(j)
                     break
             else:
                 return None
@@ -409,7 +485,7 @@ class Engine:
                 self.blocked[G] = True
                 self.remaining[G] = outstanding
             else:
-                self.pc[G] += 1
+                self.advance(G)
             return
         waiting = outstanding > 0
         if waiting.all():
@@ -457,55 +533,73 @@ class Engine:
         return done
 
     def rows(self, rec: P2PRec, G: np.ndarray, pos, via: int) -> tuple[Posts | None, np.ndarray]:
-        """The posts of one P2P record by ranks G, and which of G post nothing (a bad parameter)."""
+        """The posts of one P2P record by ranks G, and which of G post nothing (a bad parameter: the first
+        check a rank fails names its problem)."""
         W, n = self.W, G.size
-        peer = at(rec.peer, pos, n).astype(np.int64)
-        wild = np.full(n, not rec.is_send and rec.node.peer is None)  # `from any`: no peer to check
-        problem = np.full(n, -1, dtype=np.int64)
-        problem[((peer < 0) | (peer >= W)) & ~wild] = PEER_OUT_OF_RANGE
+        peer = self.wide(rec.peer) if pos is None and isinstance(rec.peer, np.ndarray) else at(rec.peer, pos, n)
+        peer = peer.astype(np.int64, copy=False)
+        wild = not rec.is_send and rec.node.peer is None  # `from any`: no peer to check
+        checks = [] if wild else [((peer < 0) | (peer >= W), PEER_OUT_OF_RANGE)]
         if not (self.model.self_in_batch and rec.batched):
-            problem[(problem < 0) & (peer == G)] = SELF
-        gid = np.zeros(n, dtype=np.int64)
+            checks.append((peer == G, SELF))
+        gid: np.ndarray | int = 0
         if rec.gid is not None:
             gid = at(rec.gid, pos, n).astype(np.int64)
             safe = np.where((peer >= 0) & (peer < W), peer, 0)
             if rec.node.group.name in self.s.made:
-                problem[(problem < 0) & (self.place(gid, G) < 0)] = NOT_MEMBER
-                problem[(problem < 0) & (self.place(gid, safe) < 0) & ~wild] = PEER_NOT_IN_GROUP
+                checks.append((self.place(gid, G) < 0, NOT_MEMBER))
+                outside = self.place(gid, safe) < 0
             else:
                 gid_of, idx_in = self.s.group_of[(rec.node.group.name, rec.node.group.dim)]
-                problem[(problem < 0) & (idx_in[G] < 0)] = NOT_MEMBER
+                checks.append((idx_in[G] < 0, NOT_MEMBER))
                 outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
-                problem[(problem < 0) & outside & ~wild] = PEER_NOT_IN_GROUP
-        req = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else np.full(n, -1, dtype=np.int64)
+            if not wild:
+                checks.append((outside, PEER_NOT_IN_GROUP))
+        void = np.zeros(n, dtype=bool)
+        for mask, _ in checks:
+            void = void | mask
+        req: np.ndarray | int = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else -1
         p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
-        void = problem >= 0
         if void.any():
+            problem = np.full(n, -1, dtype=np.int64)
+            for mask, code in checks:
+                problem[(problem < 0) & mask] = code
             for k in np.flatnonzero(void):
                 self.bad.append((int(G[k]), rec.id, int(p[k]), int(problem[k])))
-            self.finish_requests(req[void & (req >= 0)])
+            if isinstance(req, np.ndarray):
+                self.finish_requests(req[void & (req >= 0)])
             good = ~void
             if not good.any():
                 return None, void
-            G, peer, gid, req, p = G[good], peer[good], gid[good], req[good], p[good]
+            G, peer, gid, req, p = (_keep(x, good) for x in (G, peer, gid, req, p))
             n = G.size
         src, dst = (G, peer) if rec.is_send else (peer, G)
-        tag = at(rec.tag, p, n).astype(np.int64) if self.model.tags else np.zeros(n, dtype=np.int64)
-        rows = Posts(
-            send=np.full(n, int(rec.is_send), dtype=np.int64),
+        return Posts(
+            size=n,
+            send=int(rec.is_send),
             gid=gid,
             src=src,
             dst=dst,
-            tag=tag,
+            tag=_per_row(rec.tag, p) if self.model.tags else 0,
             rank=G,
-            rec=np.full(n, rec.id, dtype=np.int64),
+            rec=rec.id,
             pos=p,
             req=req,
-            via=np.full(n, via, dtype=np.int64),
-            numel=at(rec.view.numel, p, n).astype(np.int64),
-            dtype=np.full(n, self.dtype_ids[rec.dtype], dtype=np.int64),
-        )
-        return rows, void
+            via=via,
+            numel=_per_row(rec.view.numel, p),
+            dtype=self.dtype_ids[rec.dtype],
+        ), void
+
+    def wide(self, a: np.ndarray) -> np.ndarray:
+        """A record's compacted array (`expand.compact`) as int64, read-only, kept per array: the records of a
+        loop share their peers, and an observer that keeps what it worked out per message pattern (the
+        clocks' routes) knows a read-only array it has seen by its identity."""
+        got = self.widened.get(id(a))
+        if got is None or got[0] is not a:
+            if len(self.widened) >= PLANS:
+                self.widened.clear()
+            got = self.widened[id(a)] = (a, _frozen(a.astype(np.int64)))
+        return got[1]
 
     def match(self) -> bool:
         """New posts meet pending ones: on each channel the j-th send meets the j-th receive; then each
@@ -592,8 +686,8 @@ class Engine:
 
     def note_matches(self, sends: Posts, recvs: Posts) -> None:
         """What every matched pair is shown to: the mismatch record, the observers."""
-        bad = (sends.numel != recvs.numel) | (sends.dtype != recvs.dtype)
-        if bad.any():
+        bad = _differ(sends, recvs, "numel") | _differ(sends, recvs, "dtype")
+        if np.any(bad):
             self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
         if self.record_matches:
             self.matches.append((sends, recvs))
@@ -603,9 +697,12 @@ class Engine:
         """Matched pairs: noted, and the ops (or their requests) done."""
         self.note_matches(sends, recvs)
         for side in (recvs, sends) if self.model.eager_sends else (sends, recvs):  # eager sends finished at posting
-            req = side.req
-            self.finish_requests(req[req >= 0])
-            np.subtract.at(self.remaining, side.rank[req < 0], 1)
+            if side.const("req") == -1:  # none async
+                np.subtract.at(self.remaining, side.rank, 1)
+            else:
+                req = side.req
+                self.finish_requests(req[req >= 0])
+                np.subtract.at(self.remaining, side.rank[req < 0], 1)
             if self.model.eager_sends:
                 break
 
@@ -1091,6 +1188,8 @@ class Engine:
         return out
 
 
+PLANS = 64
+"""The most batch shapes `Engine.exchange_plan` keeps at once."""
 RUN_CALLS = 1 << 18
 """The most calls one pass of `Engine.collective_run` builds at once (its memory: 15 int64 columns each)."""
 _PER_RANK = ("root", "scale", "contribution")
@@ -1111,6 +1210,35 @@ def _by_head(heads: np.ndarray, ranks: np.ndarray):
     cuts = np.flatnonzero(hs[1:] != hs[:-1]) + 1
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, hs.size]):
         yield int(hs[a]), rs[a:b]
+
+
+def _differ(a: Rows, b: Rows, col: str):
+    """Where column `col` of a and b differ row by row: False for all when both are one and the same value."""
+    x, y = a.const(col), b.const(col)
+    if x is not None and x == y:
+        return False
+    return a.column(col) != b.column(col)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """`a`, read-only: an array that is never written may be known again by its identity."""
+    a.flags.writeable = False
+    return a
+
+
+def _ident(v):
+    """An array by identity, any other value by itself: a key for values a cache holds on to."""
+    return ("array", id(v)) if isinstance(v, np.ndarray) else v
+
+
+def _keep(v, good: np.ndarray):
+    """The rows `good` of a column given as an array or as one value."""
+    return v[good] if isinstance(v, np.ndarray) else v
+
+
+def _per_row(v, p: np.ndarray):
+    """A record's per-rank field at positions p as a column: an int64 array, or its one value."""
+    return v[p].astype(np.int64) if isinstance(v, np.ndarray) else int(v)
 
 
 def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

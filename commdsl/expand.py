@@ -87,6 +87,8 @@ from commdsl.values import (
 )
 
 MAX_TENSOR_ELEMENTS = 1 << 34
+_SMALL_INTS = tuple((t, int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32))
+"""The types `Expander.small` stores per-rank integers in, with their ranges, smallest first."""
 VIEW_CACHE = 64
 """Views remembered by `Expander.view` (a loop iteration's worth)."""
 
@@ -821,9 +823,8 @@ class Expander:
             return hit[1]
         lo, hi = int(a.min()), int(a.max())
         out = a
-        for dtype in (np.int8, np.int16, np.int32):
-            info = np.iinfo(dtype)
-            if info.min <= lo and hi <= info.max:
+        for dtype, least, most in _SMALL_INTS:
+            if least <= lo and hi <= most:
                 out = a.astype(dtype)
                 break
         self.compacted[id(a)] = (a, out)  # holding `a` keeps its id from being reused
@@ -1421,12 +1422,16 @@ def _names(e) -> set[str]:
 
 def _below(v, bound) -> bool:
     """Is v below `bound` on some rank (scalars or arrays on either side)?"""
+    if not is_vec(v) and not is_vec(bound):
+        return bool(v < bound)
     if is_vec(v) and not is_vec(bound):
         return bool(v.size) and v.min() < bound
     return bool(np.any(np.asarray(v) < bound))
 
 
 def _at_least(v, bound) -> bool:
+    if not is_vec(v) and not is_vec(bound):
+        return bool(v >= bound)
     if is_vec(v) and not is_vec(bound):
         return bool(v.size) and v.max() >= bound
     return bool(np.any(np.asarray(v) >= bound))

@@ -71,7 +71,8 @@ class CommdslLexer(RegexLexer):
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
             (
                 words(
-                    ("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"), suffix=r"\b"
+                    ("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"),
+                    suffix=r"\b",
                 ),
                 Keyword.Declaration,
             ),
