@@ -8,8 +8,10 @@ import builtins
 import keyword
 import os
 import re
+import signal
 import subprocess
 import sys
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -37,10 +39,24 @@ def compile_to(tmp_path: Path, program: str, *extra: str, name: str = "out.py") 
 
 
 def torchrun(script: Path, nproc: int, token: str, *args: str, env=None) -> subprocess.CompletedProcess:
+    """The script under torchrun. A run that has not ended after 90 s (these programs end in seconds) is
+    stopped, its whole process group, and run once more with a warning: Gloo's connectFullMesh on a loaded
+    machine now and then stalls every rank of a run in `init_process_group` (seen in CI, and by others:
+    sehoffmann/dmlcloud#47), which says nothing about the script; a script that hangs hangs twice."""
     env = dict(os.environ, **{TOKEN_VAR: token}, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), str(script), *args], capture_output=True, text=True, env=env, timeout=240,
-                          cwd=script.parent, start_new_session=True)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            str(script), *args]
+    for limit in (90, 150):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=script.parent, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=limit)
+            return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: the session it leads
+            proc.communicate()
+            warnings.warn(f"torchrun of {script.name} at {nproc} ranks did not end in {limit} s: ran again", stacklevel=2)
+    raise AssertionError(f"torchrun of {script.name} at {nproc} ranks did not end, twice")
 
 
 def printed(stdout: str) -> dict[tuple[int, str], str]:
@@ -208,7 +224,7 @@ def test_bound_batches_without_wait_all_are_lists_of_works_waited_in_place():
 
 
 @pytest.mark.gloo
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_batches_bound_to_handles_compile_to_lists_of_works(tmp_path, capfd, no_orphans):
     prog = tmp_path / "prog.comm"
     prog.write_text(RING_OVERLAP)
@@ -223,7 +239,7 @@ def test_batches_bound_to_handles_compile_to_lists_of_works(tmp_path, capfd, no_
 
 
 @pytest.mark.gloo
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_failing_expect_makes_the_script_exit_1_naming_its_line(tmp_path, capfd, no_orphans):
     prog = tmp_path / "bad.comm"
     prog.write_text("program bad\nworld 2\ntensor x: int32[2] = rank\nall_reduce x\nexpect x == rank\n")
@@ -504,7 +520,7 @@ def test_numbers_that_python_cannot_write_literally():
 
 
 @pytest.mark.gloo
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_script_whose_names_are_its_own_names_runs(tmp_path, capfd, no_orphans):
     prog = tmp_path / "names.comm"
     prog.write_text("program torch\nworld 2\nparam args = 2\ntensor torch: float32[2] = rank + 1\n"
