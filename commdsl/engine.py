@@ -166,6 +166,7 @@ class Calls(Rows):
     dtype: np.ndarray
     contribution: np.ndarray
     buffers: np.ndarray
+    block: np.ndarray  # the call's place in a `coalesced:` block ((index, count) by id), -1 outside one
     released: np.ndarray
 
 
@@ -304,6 +305,7 @@ class Engine:
         self.kind_ids: dict[str, int] = {}
         self.redop_ids: dict[str | None, int] = {None: -1}
         self.buffer_ids: dict[tuple, int] = {}
+        self.block_ids: dict[tuple[int, int], int] = {}
         self.group_size = np.array([len(g.ranks) for g in schedule.groups], dtype=np.int64)
         self.families = {key: i for i, key in enumerate(schedule.group_of)}
         # a name `new_group` binds may mean another group later, so its groups count calls each on its own
@@ -850,6 +852,7 @@ class Engine:
                 dtype=np.full(m, dtype, dtype=np.int64),
                 contribution=at(rec.contribution, p, m).astype(np.int64),
                 buffers=np.full(m, buffers, dtype=np.int64),
+                block=np.full(m, self.block_id(rec), dtype=np.int64),
                 released=np.zeros(m, dtype=np.int64),
             )
         )
@@ -860,6 +863,13 @@ class Engine:
             if len(calls):
                 self.fresh_calls.append(calls)
         return None if void is None else void.astype(np.int64)
+
+    def block_id(self, rec: CollectiveRec) -> int:
+        """The call's place in its `coalesced:` block as an id (-1 outside one): members that disagree on it
+        do not issue the same backend call (rules C316)."""
+        if rec.block is None:
+            return -1
+        return self.block_ids.setdefault((rec.block.index, rec.block.count), len(self.block_ids))
 
     def void_calls(self, rec: CollectiveRec, G, p, me, root, gid) -> np.ndarray | None:
         """Which calls are void (a caller outside the group, a root outside the world or the group), each
@@ -1028,6 +1038,7 @@ class Engine:
             dtype=each([self.dtype_ids.get(r.dtype, -1) for r in run]),
             contribution=each([r.contribution for r in run]),
             buffers=each([self.buffer_ids.setdefault(r.buffer_names, len(self.buffer_ids)) for r in run]),
+            block=each([self.block_id(r) for r in run]),
             released=np.zeros(K * m, dtype=np.int64),
         )
         if not in_group_order:  # by member index within each record's calls
@@ -1195,7 +1206,7 @@ RUN_CALLS = 1 << 18
 _PER_RANK = ("root", "scale", "contribution")
 """Columns (and the CollectiveRec attributes they come from) members may disagree on while they run one
 statement: where the statement's value is per rank (an array, not one number)."""
-_PER_STATEMENT = ("kind", "redop", "dtype", "buffers")
+_PER_STATEMENT = ("kind", "redop", "dtype", "buffers", "block")
 """The columns a statement fixes (as it fixes whether the call is blocking): members at one statement agree."""
 
 

@@ -53,6 +53,7 @@ from commdsl.rules.sizes import (
 )
 from commdsl.schedule import (
     BatchRec,
+    Coalesced,
     CollectiveRec,
     ComputeRec,
     ExpectRec,
@@ -914,6 +915,8 @@ class Expander:
                 self.on(s, A, env, b)
             case n.Batch():
                 self.batch_block(s, A, env, b)
+            case n.Coalesced():
+                self.coalesced_block(s, A, env, b)
 
     def loop(self, s: n.For, A, env, b) -> None:
         lo = self.int_value(s.lo, A, env, "a loop bound")
@@ -1053,6 +1056,17 @@ class Expander:
             if where.size:
                 G, genv = (A, env) if where.size == A.size else (A[where], _sub_env(env, where))
                 self.carry(env, A, *self.block(body, G, genv, b))
+
+    def coalesced_block(self, s: n.Coalesced, A, env, b) -> None:
+        """The block's collectives are records of their own, stepped in order like any collective: nothing
+        else stands between them (resolve sees to it), so issuing them one by one or as one call at the end
+        waits for the same ranks. Each learns its place in the block, which members must agree on (the engine
+        compares it) and which the runtime turns into one coalesced call."""
+        start = len(self.records)
+        self.carry(env, A, *self.block(s.body, A, env, b))
+        members = [r for r in self.records[start:] if isinstance(r, CollectiveRec)]
+        for i, rec in enumerate(members):
+            rec.block = Coalesced(s, i, len(members), members[0].redop)
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that

@@ -14,11 +14,13 @@ from pydantic import BaseModel, ConfigDict
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES, REDUCE_OPS
+from commdsl.p2p import form
 from commdsl.rules import Rule
 from commdsl.rules.names import (
     BadReduceOp,
     DuplicateDeclaration,
     InvalidBatch,
+    InvalidCoalesced,
     InvalidExpect,
     InvalidView,
     InvalidWorld,
@@ -408,7 +410,7 @@ class _Resolver:
                 self.check_expect(s, scope)
             case n.Print():
                 self.check_views(s.views, scope)
-            case n.For() | n.While() | n.On() | n.Batch():
+            case n.For() | n.While() | n.On() | n.Batch() | n.Coalesced():
                 self.check_compound(s, scope, in_batch)
 
     def collect_handles(self, stmts) -> dict[str, n.HandleRef]:
@@ -543,7 +545,7 @@ class _Resolver:
         if redop.scale is not None:
             self.check_expr(redop.scale, "static", scope)
 
-    def check_compound(self, s: n.For | n.While | n.On | n.Batch, scope: _Scope, in_batch: bool):
+    def check_compound(self, s: n.For | n.While | n.On | n.Batch | n.Coalesced, scope: _Scope, in_batch: bool):
         """A block statement: its header's expressions, then its body in a scope of its own."""
         match s:
             case n.For():
@@ -565,6 +567,52 @@ class _Resolver:
                     self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
                 self.check_binding(s.handle, scope)
                 self.check_block(s.body, _Scope(parent=scope), True)
+            case n.Coalesced():
+                self.check_coalesced(s, scope, in_batch)
+
+    def check_coalesced(self, s: n.Coalesced, scope: _Scope, in_batch: bool):
+        """Only what torch's `_coalescing_manager` records stands in the block: blocking `all_reduce`,
+        `all_gather` into one tensor and `reduce_scatter` from one tensor, all on the first one's group."""
+        first = None
+        for stmt in s.body:
+            if not isinstance(stmt, n.Collective):
+                self.error(
+                    InvalidCoalesced,
+                    f"{_stmt_words(stmt)} cannot be part of a `coalesced` block",
+                    stmt,
+                    label="only collectives coalesce",
+                    help="move it before or after the `coalesced:` block",
+                )
+                self.check_stmt(stmt, _Scope(parent=scope), in_batch)
+                continue
+            self.check_collective(stmt, scope, in_batch)
+            why = coalescing_refused(stmt)
+            if why is not None:
+                self.error(
+                    InvalidCoalesced,
+                    f"`{stmt.op}` {why}",
+                    stmt,
+                    label="torch would run it on its own, not in the coalesced call",
+                    help="coalesce `all_reduce x`, `all_gather x into y` and `reduce_scatter x into y` only",
+                )
+            elif stmt.handle is not None:
+                self.error(
+                    InvalidCoalesced,
+                    "a collective inside `coalesced` has no handle of its own",
+                    stmt.handle,
+                    label="torch returns a request whose `wait()` raises `ValueError`",
+                    help="drop the handle: the block waits for all its collectives at its end",
+                )
+            elif first is None:
+                first = stmt
+            elif _group_text(stmt.group) != _group_text(first.group):
+                self.error(
+                    InvalidCoalesced,
+                    f"`{stmt.op}` on `{_group_text(stmt.group)}` in a block coalescing `{_group_text(first.group)}`",
+                    stmt.group or stmt,
+                    label="another group: torch runs it on its own",
+                    help="coalesce the collectives of one group per block",
+                )
 
     def check_expect(self, s: n.Expect, scope: _Scope):
         c = s.cond
@@ -923,6 +971,34 @@ def _suggest(name: str, choices, fallback: str) -> str:
     return f"the closest is `{close[0]}`" if close else fallback
 
 
+COALESCABLE = ("all_reduce", "all_gather", "reduce_scatter")
+"""The collectives `_coalescing_manager` records instead of running (torch 2.13: all_reduce,
+all_gather_into_tensor, reduce_scatter_tensor)."""
+
+
+def coalescing_refused(s: n.Collective) -> str | None:
+    """Why torch's coalescing manager would not record this collective, or None when it does."""
+    if s.op not in COALESCABLE:
+        return "cannot be coalesced"
+    if s.outputs_listed or s.inputs_listed:
+        return "into a list of tensors cannot be coalesced"
+    return None
+
+
+def _group_text(ref: n.GroupRef | None) -> str:
+    return "world" if ref is None else ref.text
+
+
+def _stmt_words(s) -> str:
+    """A statement as a message names it: `send`, an assignment, a `for` loop."""
+    match s:
+        case n.Send() | n.Recv():
+            return f"`{form(isinstance(s, n.Send), s.blocking).word}`"
+        case n.Assign():
+            return "an assignment"
+    return f"`{s.kind}`"
+
+
 def _bindings(stmts):
     """Every handle an op or a batch is bound to, in program order."""
     for s in stmts:
@@ -946,7 +1022,7 @@ def step_group_names(stmts) -> dict[str, n.Node]:
 
 def _children(s) -> list[tuple]:
     match s:
-        case n.For() | n.While() | n.Batch():
+        case n.For() | n.While() | n.Batch() | n.Coalesced():
             return [s.body]
         case n.On():
             return [br.body for br in s.branches] + [s.orelse]

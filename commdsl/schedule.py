@@ -307,6 +307,26 @@ class WaitRec(Record):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Coalesced:
+    """A collective's place in a `coalesced:` block. Torch records the block's collectives and issues them as
+    one backend call at its end (`_coalescing_manager`): that call carries the first collective's reduce op
+    for all of them (measured on Gloo: `sum` then `max` gives two sums)."""
+
+    node: object  # the `coalesced:` statement
+    index: int  # this collective's place in the block
+    count: int  # the block's collectives
+    redop: str | None  # the reduce op the call applies: the first collective's
+
+    @property
+    def span(self) -> Span:
+        return self.node.span
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.count - 1
+
+
 @dataclass(eq=False, slots=True)
 class CollectiveRec(Record):
     kind: Kind = None
@@ -323,10 +343,16 @@ class CollectiveRec(Record):
     out_splits: tuple = ()
     req: object = None
     contribution: object = 0  # elements each rank contributes per peer (`Kind.contribution`)
+    block: Coalesced | None = None
 
     @property
     def blocking(self) -> bool:
         return self.req is None
+
+    @property
+    def applied_redop(self) -> str | None:
+        """The reduce op the backend applies: in a `coalesced:` block, the block's first collective's."""
+        return self.redop if self.block is None else self.block.redop
 
     @property
     def buffer_names(self) -> tuple[str, ...]:
@@ -352,6 +378,7 @@ class CollectiveRec(Record):
             in_splits=tuple(int(item(s, k)) for s in self.in_splits),
             out_splits=tuple(int(item(s, k)) for s in self.out_splits),
             req=None if self.req is None else int(item(self.req, k)),
+            block=self.block,
         )
 
 
@@ -459,6 +486,7 @@ class Collective(Op):
     in_splits: tuple[int, ...] = ()
     out_splits: tuple[int, ...] = ()
     req: int | None = None
+    block: Coalesced | None = None
 
     @property
     def blocking(self) -> bool:

@@ -722,7 +722,7 @@ class Data(Observer):
         return InstanceData(
             size=len(member),
             root=root,
-            redop=first.redop,
+            redop=first.applied_redop,
             scale=scale,
             inputs=each(self.contributed, None),
             input_shapes=each(lambda rec, p, r: [v.at(p).shape for v in rec.inputs], None),

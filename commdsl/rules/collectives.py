@@ -14,6 +14,7 @@ from commdsl.checker.waits import Waiting
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, ROOT_NOT_IN_GROUP
 from commdsl.rules import Rule, rank_list
+from commdsl.rules.coalesced import place
 from commdsl.schedule import CollectiveRec, NewGroupRec
 from commdsl.values import item
 
@@ -683,11 +684,33 @@ class _Member:
 
 def _classify(ctx: Context) -> list:
     """(code, make(rule) -> Diagnostic) for each disagreeing instance, in the order the checker reports."""
-    out, swapped = [], set()
+    out, swapped, unaligned = [], set(), set()
     swaps = _buffer_index(ctx.outcome.disagreements)
     for inst in sorted(ctx.outcome.disagreements, key=lambda i: (i.gid, i.seq)):
         c = inst.calls
         group = ctx.schedule.groups[inst.gid]
+        if inst.gid in unaligned:  # the group's calls no longer line up: what follows is its consequence
+            continue
+        odd = _first_differing(c.block)
+        if odd is not None:
+            unaligned.add(inst.gid)
+            first, other = _Member(ctx, c, 0), _Member(ctx, c, odd)
+            out.append(
+                (
+                    "C316",
+                    _pair(
+                        f"ranks {first.rank} and {other.rank} coalesce different collectives on `{group.name}`",
+                        first,
+                        other,
+                        f"rank {first.rank}: `{first.op.kind}` {place(first.op.block)}",
+                        f"rank {other.rank}: `{other.op.kind}` {place(other.op.block)}",
+                        "coalesce the same collectives, in the same order, on every member",
+                        note="a coalesced block is one backend call over all its tensors: calls that group "
+                        "collectives differently hang, abort, or add data into the wrong tensors silently",
+                    ),
+                )
+            )
+            continue
         odd = _first_differing(c.kind)
         if odd is not None:
             if inst.gid in swapped:

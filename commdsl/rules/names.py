@@ -512,3 +512,51 @@ class InvalidWorld(Rule):
 
     code = "N112"
     name = "invalid-world"
+
+
+class InvalidCoalesced(Rule):
+    """a statement that cannot be part of a `coalesced:` block
+
+    ## What it does
+
+    Reports a statement inside a `coalesced:` block that torch cannot coalesce: anything but `all_reduce`,
+    `all_gather x into y` (one output tensor) and `reduce_scatter x into y` (one input tensor); a
+    collective bound to a handle; a collective on another group than the block's first; a loop, an `on`,
+    a nested block, an assignment or any other statement.
+
+    ## Why is this bad?
+
+    A `coalesced:` block is `torch.distributed._coalescing_manager`: inside it, `all_reduce`,
+    `all_gather_into_tensor` and `reduce_scatter_tensor` on the manager's group are only recorded, and
+    issued together as one backend call at the block's end. Any other collective runs at once, in the
+    middle of the block, out of the order the block reads in; a collective of another group is not
+    coalesced either; an async collective inside returns a request whose `wait()` raises `ValueError`
+    (measured, torch 2.13).
+
+    ## Example
+
+    ```comm
+    program buckets
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = rank
+    coalesced:
+        all_reduce x
+        broadcast y from 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program buckets
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = rank
+    coalesced:
+        all_reduce x
+    broadcast y from 0
+    ```
+    """
+
+    code = "N113"
+    name = "invalid-coalesced"

@@ -58,6 +58,7 @@ class Context:
     groups: list  # process group handle by Group.id; None for the world (the default group)
     emit: Callable[[str, dict], None]  # records a print or an expect result for the launcher
     reqs: dict[int, object] = field(default_factory=dict)
+    coalescing: object = None  # the open `_coalescing_manager` of a `coalesced:` block, between its steps
     sync: Step | None = None  # NCCL: wait for the GPU, so "returned" means "done" as in the simulator
 
     def view(self, v: View) -> torch.Tensor:
@@ -400,6 +401,8 @@ def _collective(op: Collective, index: int, ctx: Context) -> Step:
         len(op.group.ranks),
         device_ids,
     )
+    if op.block is not None:
+        return _coalesced(op, call, _group(op.group, ctx), ctx)
     if op.req is None:
         return _blocking(lambda: call(False), ctx)
     reqs, req = ctx.reqs, op.req
@@ -408,3 +411,21 @@ def _collective(op: Collective, index: int, ctx: Context) -> Step:
         reqs[req] = call(True)
 
     return post
+
+
+def _coalesced(op: Collective, call, group, ctx: Context) -> Step:
+    """A collective of a `coalesced:` block, one step per collective as for any other: the block's first opens
+    torch's `_coalescing_manager` on the group, each records its collective in it, and the last closes it,
+    which issues them all as one backend call and waits for it."""
+    first, last = op.block.index == 0, op.block.last
+
+    def step():
+        if first:
+            ctx.coalescing = dist._coalescing_manager(group)
+            ctx.coalescing.__enter__()
+        call(False)
+        if last:
+            manager, ctx.coalescing = ctx.coalescing, None
+            manager.__exit__(None, None, None)
+
+    return _blocking(step, ctx)

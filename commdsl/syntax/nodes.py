@@ -359,6 +359,14 @@ class Batch(Node):
     handle: HandleRef | None = None
 
 
+class Coalesced(Node):
+    """`coalesced:` — the collectives inside, all of one group, issued as one backend call at the block's end
+    (torch's `_coalescing_manager`, as DDP and FSDP bucket gradients)."""
+
+    kind: Literal["coalesced"] = "coalesced"
+    body: tuple[Stmt, ...]
+
+
 Stmt = Annotated[
     ProgramDecl
     | WorldDecl
@@ -380,7 +388,8 @@ Stmt = Annotated[
     | For
     | While
     | On
-    | Batch,
+    | Batch
+    | Coalesced,
     Field(discriminator="kind"),
 ]
 
