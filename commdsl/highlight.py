@@ -35,6 +35,7 @@ KEYWORDS = (
     "on",
     "else",
     "batch",
+    "coalesced",
     "to",
     "from",
     "tag",

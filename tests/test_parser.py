@@ -194,6 +194,15 @@ def test_batch():
     assert [type(s) for s in b.body] == [n.Send, n.Recv]
 
 
+def test_coalesced():
+    c = stmt("coalesced:\n    all_reduce x\n    all_reduce y op max in g\n")
+    assert isinstance(c, n.Coalesced) and (c.span.line, c.span.column, c.span.end_line) == (1, 1, 3)
+    assert [(s.op, s.redop and s.redop.name.name, s.group and s.group.name) for s in c.body] == [
+        ("all_reduce", None, None),
+        ("all_reduce", "max", "g"),
+    ]
+
+
 def test_arrays_of_handles():
     s = stmt("h[k + 1] = isend x to 1\n")
     assert isinstance(s, n.Send) and not s.blocking
@@ -492,6 +501,7 @@ def test_s004_unexpected_end_of_file():
     ("for s in 0 .. 3\n    barrier\n", 1, 16),
     ("on rank == 0\n    barrier\n", 1, 13),
     ("batch\n    send x to 1\n", 1, 6),
+    ("coalesced\n    all_reduce x\n", 1, 10),
     ("on rank == 0:\n    barrier\nelse\n    barrier\n", 3, 5),
     ("on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n", 3, 18),
     ("world 2\nfor s in 0 .. 1:\n    for t in 0 .. 1\n        barrier\n", 3, 20),

@@ -320,6 +320,8 @@ class _Printer:
                     self.suite(head, self._column_of(head), "else", s.orelse, depth)
             case n.Batch():
                 self.suite(s.span.line, s.span.column - 1, self.handle(s) + "batch", s.body, depth)
+            case n.Coalesced():
+                self.suite(s.span.line, s.span.column - 1, "coalesced", s.body, depth)
             case _:
                 self.line(s.span.line, s.span.column - 1, self.simple(s), depth)
 

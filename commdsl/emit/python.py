@@ -469,6 +469,8 @@ class _Writer:
                 self.control(s, depth, scope)
             case n.Batch():
                 self.batch(s, depth, scope)
+            case n.Coalesced():
+                self.coalesced(s, depth, scope)
 
     def control(self, s: n.For | n.While | n.On, depth: int, scope: _Scope) -> None:
         """Loops and `on` as Python's `for`, `while` and `if`, each block a scope of its own for `let`s."""
@@ -583,6 +585,14 @@ class _Writer:
             return
         self.emit(depth, f"for work in {works}:")
         self.emit(depth + 1, "work.wait()")
+
+    def coalesced(self, s: n.Coalesced, depth: int, scope: _Scope) -> None:
+        """`coalesced:` is torch's `_coalescing_manager`: the collectives inside are recorded, and leaving the
+        `with` issues them as one call on the group and waits for it."""
+        ref = s.body[0].group
+        group = self.group_ref(ref) if ref is not None else ""
+        self.emit(depth, f"with dist._coalescing_manager({group}):", s.span.line, mark=True)
+        self.block(s.body, depth + 1, _Scope(parent=scope))
 
     def batch_body(self, stmts, depth: int, scope: _Scope) -> None:
         for x in stmts:
@@ -825,7 +835,7 @@ def _statements(stmts):
     for s in stmts:
         yield s
         match s:
-            case n.For() | n.Batch():
+            case n.For() | n.Batch() | n.Coalesced():
                 yield from _statements(s.body)
             case n.On():
                 for br in s.branches:

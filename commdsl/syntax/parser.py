@@ -217,6 +217,7 @@ _EXAMPLES: dict[type[Rule], list[str]] = {
         "for s in 0 .. 3\n    barrier\n",
         "on rank == 0\n    barrier\n",
         "batch\n    send x to 1\n",
+        "coalesced\n    all_reduce x\n",
         "while rank < 3\n    barrier\n",
         "on rank == 0:\n    barrier\nelse\n    barrier\n",
         "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n",
