@@ -57,6 +57,7 @@ CASES: dict[str, Case] = {
     "N110": Case("world 2\nbackend mpi\n", 2, 9),
     "N111": Case(X + "batch:\n    all_reduce x\n", 4, 5),
     "N112": Case("world 4..2\n", 1, 1),
+    "N113": Case(X + "coalesced:\n    broadcast x from 0\n", 4, 5),
     # sizes and values: decided per world size, at expansion
     "N120": Case(X + "send x[5] to 1 - rank\n", 3, 6),
     "N121": Case(X + "send x to (rank + 1) / 2\n", 3, 11),
@@ -412,6 +413,30 @@ def test_a_new_group_name_is_a_group_for_the_whole_program():
 
 def test_new_group_cannot_be_part_of_a_batch():
     assert _findings(X + "batch:\n    g = new_group [0, 1]\n") == [("N111", 5)]
+
+
+@pytest.mark.parametrize("body, column", [
+    ("all_reduce x\n    broadcast x from 0\n", 5),  # torch runs it at once, not in the coalesced call
+    ("all_reduce x\n    all_gather x into [y, y]\n", 5),  # the list form is not recorded either
+    ("reduce_scatter [x, x] into y\n", 5),
+    ("all_reduce x\n    all_reduce y in g\n", 18),  # another group than the first's
+    ("h = all_reduce x\n", 5),  # its request's wait() raises
+    ("all_reduce x\n    x = 1\n", 5),
+    ("send x to 1\n", 5),
+    ("for s in 0 .. 1:\n        all_reduce x\n", 5),
+    ("batch:\n        send x to 1\n", 5),
+])
+def test_what_cannot_be_coalesced_is_n113(body, column):
+    text = "program t\n" + X + "tensor y: float32[2]\ngroup g = [0, 1]\ncoalesced:\n    " + body
+    with pytest.raises(CommdslError) as e:
+        load(SourceFile("t.comm", text))
+    found = [(d.code, d.span.column) for d in e.value.diagnostics if d.code == "N113"]
+    assert found == [("N113", column)], [d.message for d in e.value.diagnostics]
+
+
+def test_a_coalesced_block_of_one_kind_on_one_group_resolves():
+    body = "coalesced:\n    all_reduce x in g\n    all_reduce y in g\n"
+    assert _findings(X + "tensor y: float32[2]\ngroup g = [0, 1]\n" + body) == []
 
 
 def test_a_group_used_before_a_rank_makes_it_is_n127_at_the_op():
