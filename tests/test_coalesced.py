@@ -116,9 +116,9 @@ def test_blocks_of_different_lengths_are_c316():
 
 
 def test_mixed_kinds_and_mixed_all_reduce_dtypes_are_c314_once_per_block():
-    text = HEAD + "tensor f: float32[8]\ncoalesced:\n    all_reduce a\n    all_gather b into f.chunk(0, 4 // world)\n" \
+    text = HEAD + "tensor f: float32[8]\ncoalesced:\n    all_reduce a\n    all_gather b into f[0 : 2 * world]\n" \
                   "    all_reduce b\ncoalesced:\n    all_reduce a\n    all_reduce c\n"
-    found = codes(text.replace("f.chunk(0, 4 // world)", "f[0 : 2 * world]"))
+    found = codes(text)
     assert found == [("C314", 9, [8]), ("C314", 13, [12])]
 
 
