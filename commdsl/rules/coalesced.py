@@ -68,7 +68,9 @@ class CoalescedMixedCollectives(Rule):
     raises `RuntimeError` on every rank at the block's end, before anything is sent; float32 and int64
     `all_reduce`s raise `ProcessGroupGloo::allreduce_coalesced: tensors must all have the same type`.
     `all_gather_into_tensor`s of different dtypes coalesce fine. The kind check is torch's own
-    (`_coalescing_manager` in c10d.py), so NCCL raises the same way.
+    (`_coalescing_manager` in c10d.py of torch 2.13). Torch 2.11 has none: on NCCL it runs the mixed block without an
+    error, all-reducing the `all_gather`'s input and never writing its output (measured at world 1); NCCL
+    refuses mixed `all_reduce` dtypes with `TypeError: Tensors must have identical type`.
     """
 
     code = "C314"
@@ -89,7 +91,8 @@ class CoalescedMixedCollectives(Rule):
                     first,
                     f"`{rec.kind.name}` here",
                     f"the block's first collective is `{first.kind.name}`",
-                    "torch raises `RuntimeError` at the block's end: it coalesces one kind of collective per call",
+                    "torch 2.13 raises `RuntimeError` at the block's end; torch 2.11 runs every tensor of the block "
+                    "through the first one's kind, silently",
                     "give each kind of collective a `coalesced:` block of its own",
                 )
             else:
