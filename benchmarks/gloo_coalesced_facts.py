@@ -8,7 +8,7 @@ The facts docs/backend-support.md#coalesced states were measured with this scrip
 Scenarios (each rank's tensors start at arange(n) + rank + 1, or + 10 * (rank + 1) for the second one):
 ar_sum, ar_ops, ar_mixed_ops, ar_mixed_dtype, agi, agi_mixed_dtype, rsi, rsi_mixed_ops, rsi_ops, mixed_types,
 len_mismatch, size_same_total, size_diff_total, ranks_mixed_ops, async, async_op_inside, broadcast_inside,
-agi_vs_ar, coalesced_vs_plain, subgroup, empty, order_swap, int_sum.
+agi_vs_ar, coalesced_vs_plain, subgroup, empty, order_swap, int_sum, same_tensor_twice.
 """
 
 import datetime
@@ -210,6 +210,12 @@ def scen(name, rank, world):  # noqa: C901 - one flat branch per scenario, read 
             dist.all_reduce(a)
             dist.all_reduce(b)
         return a, b
+    if name == "same_tensor_twice":  # sequentially: 2 * sum; coalesced?
+        a = t(rank, 2)
+        with cm():
+            dist.all_reduce(a)
+            dist.all_reduce(a)
+        return a
     raise SystemExit("unknown scenario " + name)
 
 

@@ -354,7 +354,9 @@ class Data(Observer):
         self.order_found: list[tuple] = []  # (collective record, position, rank, flags, rank-order values, exact)
         self.order_read: list[ExpectRec] = []  # expects that read order-dependent elements
         self.expect_recs: list[tuple[ExpectRec, np.ndarray, np.ndarray, list[str]]] = []
-        self.sent: dict[int, list[np.ndarray]] = {}  # op id → inputs of a member that left a collective early
+        # op id → inputs as they were when read: a member that left a collective early, a later collective of a
+        # `coalesced:` block
+        self.sent: dict[int, list[np.ndarray]] = {}
         self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
         self.faults: list[tuple[Span, np.ndarray, np.ndarray]] = []  # (`//` or `%`, ranks, element) torch refuses
 
@@ -583,6 +585,20 @@ class Data(Observer):
     def start(self, v, ranks: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The flat index where view `v` starts on each of `ranks` (at their positions in its record)."""
         return self.base[v.tensor][ranks] + (at(v.offset, pos, ranks.size) if is_vec(v.offset) else v.offset)
+
+    def called(self, rec, G: np.ndarray, pos, me):
+        """The first call of a `coalesced:` block: torch reads the inputs of all the block's collectives when it
+        issues its one call at the end, before writing any output, so each later collective of the block
+        contributes its inputs as they are now, not what an earlier one in the block writes into them."""
+        block = rec.block
+        if block is None or block.index != 0 or block.count == 1:
+            return
+        for j in range(1, block.count):
+            member = self.s.records[rec.id + j]
+            for r in G.tolist():
+                k = int(np.searchsorted(member.ranks, r))
+                if k < member.ranks.size and member.ranks[k] == r:
+                    self.sent[member.base + k] = [self.read_at(v.at(k), r).reshape(-1).copy() for v in member.inputs]
 
     def completed(self, calls: Calls, starts, counts):
         for s, c in zip(starts.tolist(), counts.tolist()):

@@ -23,7 +23,8 @@ from commdsl.source import SourceFile
 ROOT = Path(__file__).resolve().parent.parent
 
 # What torch gives, measured on Gloo: the block's call reduces with its first op (`sum`), so `peak` gets the sum;
-# all_gather_into_tensor and reduce_scatter_tensor blocks, on the world and on a subgroup.
+# all_gather_into_tensor and reduce_scatter_tensor blocks, on the world and on a subgroup; a tensor all-reduced
+# twice in one block is summed once, as every input is read before any output is written.
 MIXED = """\
 program mixed
 world [2, 4]
@@ -38,6 +39,7 @@ tensor grad2: float32[world] = 1
 tensor mine1: float32[2]
 tensor mine2: float32[1]
 tensor pair: float32[2] = rank
+tensor twice: int64[2] = rank + 1
 group halves = split by rank // 2
 coalesced:
     all_reduce total op sum
@@ -59,6 +61,10 @@ coalesced:
     all_reduce mine2 in halves
 expect pair == 4 * (rank // 2) + 1
 expect mine2 == 2
+coalesced:
+    all_reduce twice
+    all_reduce twice
+expect twice == world * (world + 1) / 2
 """
 
 
@@ -86,7 +92,7 @@ def test_each_collective_knows_its_place_and_the_block_s_reduce_op():
         ("all_reduce", 1, 2, "sum"),
     ]
     assert ops[1].redop == "max"  # what the line says stays on the op: the rules compare it
-    assert [op.group.name for op in ops[-2:]] == ["halves[0]", "halves[0]"]  # rank 1 is in the first half
+    assert [op.group.name for op in ops[6:8]] == ["halves[0]", "halves[0]"]  # rank 1 is in the first half
     plain = expand(program(HEAD + "all_reduce a\n"), 2)
     assert [op.block for op in plain.ops[0] if isinstance(op, Collective)] == [None]
 
@@ -129,10 +135,17 @@ def test_all_gathers_of_different_dtypes_coalesce():
 
 
 def test_mixed_reduce_ops_are_c315_at_the_later_line():
-    text = HEAD + "coalesced:\n    all_reduce a op max\n    all_reduce b op max\n    all_reduce b op min\n"
+    text = HEAD + "tensor e: float32[2]\ncoalesced:\n    all_reduce a op max\n    all_reduce b op max\n" \
+                  "    all_reduce e op min\n"
     (d,) = check_program(program(text))
-    assert (d.code, d.span.line, d.labels[0].span.line) == ("C315", 9, 7)
+    assert (d.code, d.span.line, d.labels[0].span.line) == ("C315", 10, 8)
     assert d.message == "`all_reduce` asks for `min` but its `coalesced` block reduces with `max`"
+
+
+def test_a_later_collective_reading_an_earlier_one_s_output_is_c317():
+    text = HEAD + "coalesced:\n    all_reduce a\n    all_reduce b\n    all_reduce a[2 : 4]\n"
+    assert codes(text) == [("C317", 9, [7])]
+    assert codes(HEAD + "coalesced:\n    all_reduce a[0 : 2]\n    all_reduce a[2 : 4]\n") == []
 
 
 # ---- simulator, compile, fmt --------------------------------------------------------------------------------------

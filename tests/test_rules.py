@@ -34,7 +34,7 @@ MODULE_CODES = {
     "deadlock": r"D4\d\d", "requests": r"R5\d\d", "backend": r"B6\d\d", "idioms": r"L7\d\d", "verify": r"V8\d\d",
     "suppression": r"L7\d\d", "settings": r"N137",
     "all_to_all": r"C3\d\d",  # a collective's own rule lives in its kind module
-    "coalesced": r"C31[4-6]",  # the `coalesced:` block rules
+    "coalesced": r"C31[4-7]",  # the `coalesced:` block rules
 }
 
 

@@ -102,6 +102,7 @@ RULES: tuple[type[Rule], ...] = (
     coalesced.CoalescedMixedCollectives,
     coalesced.CoalescedMixedReduceOps,
     coalesced.CoalescedMismatch,
+    coalesced.CoalescedReadsEarlierOutput,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,
