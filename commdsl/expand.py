@@ -1062,11 +1062,27 @@ class Expander:
         else stands between them (resolve sees to it), so issuing them one by one or as one call at the end
         waits for the same ranks. Each learns its place in the block, which members must agree on (the engine
         compares it) and which the runtime turns into one coalesced call."""
+        slot = self.slot(s.handle, A, env)
         start = len(self.records)
         self.carry(env, A, *self.block(s.body, A, env, b))
         members = [r for r in self.records[start:] if isinstance(r, CollectiveRec)]
         for i, rec in enumerate(members):
             rec.block = Coalesced(s, i, len(members), members[0].redop)
+        if s.handle is None or not members:
+            return
+        # bound: one request per rank for the one call, done when all the rank's collectives in it are
+        ranks = members[-1].ranks
+        if any(m.ranks is not ranks for m in members):
+            ranks = np.unique(np.concatenate([m.ranks for m in members]))
+        parts = np.zeros(ranks.size, dtype=np.int64)
+        for m in members:
+            parts[np.searchsorted(ranks, m.ranks)] += 1
+        req = self.new_requests(ranks, members[-1].id, parts)
+        for m in members:
+            m.req = req[np.searchsorted(ranks, m.ranks)]
+        if slot is not None and is_vec(slot) and ranks.size != A.size:
+            slot = slot[np.searchsorted(A, ranks)]
+        self.track(s.handle, slot, ranks, req)
 
     def batch_block(self, s: n.Batch, A, env, b) -> None:
         """The batch's ops are records of their own; the batch holds them, and its ranks are the ranks that

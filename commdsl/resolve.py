@@ -573,6 +573,7 @@ class _Resolver:
     def check_coalesced(self, s: n.Coalesced, scope: _Scope, in_batch: bool):
         """Only what torch's `_coalescing_manager` records stands in the block: blocking `all_reduce`,
         `all_gather` into one tensor and `reduce_scatter` from one tensor, all on the first one's group."""
+        self.check_binding(s.handle, scope)
         first = None
         for stmt in s.body:
             if not isinstance(stmt, n.Collective):
@@ -1002,7 +1003,7 @@ def _stmt_words(s) -> str:
 def _bindings(stmts):
     """Every handle an op or a batch is bound to, in program order."""
     for s in stmts:
-        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch)) and s.handle is not None:
+        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None:
             yield s.handle
         for child in _children(s):
             yield from _bindings(child)

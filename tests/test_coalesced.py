@@ -40,6 +40,7 @@ tensor mine1: float32[2]
 tensor mine2: float32[1]
 tensor pair: float32[2] = rank
 tensor twice: int64[2] = rank + 1
+tensor late: float32[2] = rank
 group halves = split by rank // 2
 coalesced:
     all_reduce total op sum
@@ -65,6 +66,12 @@ coalesced:
     all_reduce twice
     all_reduce twice
 expect twice == world * (world + 1) / 2
+h = coalesced:
+    all_reduce late
+    all_reduce pair
+total *= 1                                     # overlapped work on a buffer the block does not use
+wait h
+expect late == world * (world - 1) / 2
 """
 
 
@@ -148,6 +155,18 @@ def test_a_later_collective_reading_an_earlier_one_s_output_is_c317():
     assert codes(HEAD + "coalesced:\n    all_reduce a[0 : 2]\n    all_reduce a[2 : 4]\n") == []
 
 
+def test_a_bound_block_is_one_request_in_flight_until_its_wait():
+    bound = HEAD + "h = coalesced:\n    all_reduce a\n    all_reduce b\n"
+    assert codes(bound + "wait h\n") == []
+    assert codes(bound + "b += 1\nwait h\n") == [("R503", 9, [8])]
+    (d,) = check_program(program(bound))
+    assert (d.code, d.span.line, d.span.end_line) == ("R501", 6, 8)  # the block, not one of its lines
+    assert d.message == "the request of `coalesced` on rank 0 is never waited"
+    s = expand(program(bound + "wait h\n"), 2)
+    first, second = (op for op in s.ops[0] if isinstance(op, Collective))
+    assert first.req == second.req is not None and s.requests.parts.tolist() == [2, 2]
+
+
 # ---- simulator, compile, fmt --------------------------------------------------------------------------------------
 
 
@@ -166,12 +185,14 @@ def test_compile_writes_the_coalescing_manager_on_the_block_s_group():
     assert last.startswith("with dist._coalescing_manager(") and "()" not in last
     assert lines[managers[0] + 1].strip().startswith("dist.all_reduce(total, dist.ReduceOp.SUM)")
     assert lines[managers[0] + 2].strip().startswith("dist.all_reduce(peak, dist.ReduceOp.MAX)")
+    assert lines[managers[-1]].strip().startswith("with dist._coalescing_manager(async_ops=True) as h:")
 
 
 def test_fmt_round_trips_the_block():
-    messy = "program p\nworld 2\ntensor a: float32[4]\ncoalesced :\n  all_reduce   a\n  all_reduce a op  max\n"
+    messy = "program p\nworld 2\ntensor a: float32[4]\ncoalesced :\n  all_reduce   a\n  all_reduce a op  max\n" \
+            "h[0]=coalesced:\n  all_reduce a\nwait h[0]\n"
     once = format_source(SourceFile("t.comm", messy))
-    assert "coalesced:\n    all_reduce a\n    all_reduce a op max\n" in once
+    assert "coalesced:\n    all_reduce a\n    all_reduce a op max\nh[0] = coalesced:\n    all_reduce a\n" in once
     assert format_source(SourceFile("t.comm", once)) == once
 
 

@@ -201,6 +201,9 @@ def test_coalesced():
         ("all_reduce", None, None),
         ("all_reduce", "max", "g"),
     ]
+    assert c.handle is None
+    bound = stmt("h[k] = coalesced:\n    all_reduce x\n")
+    assert isinstance(bound, n.Coalesced) and (bound.handle.name, show(bound.handle.index)) == ("h", "k")
 
 
 def test_arrays_of_handles():

@@ -321,7 +321,7 @@ class _Printer:
             case n.Batch():
                 self.suite(s.span.line, s.span.column - 1, self.handle(s) + "batch", s.body, depth)
             case n.Coalesced():
-                self.suite(s.span.line, s.span.column - 1, "coalesced", s.body, depth)
+                self.suite(s.span.line, s.span.column - 1, self.handle(s) + "coalesced", s.body, depth)
             case _:
                 self.line(s.span.line, s.span.column - 1, self.simple(s), depth)
 

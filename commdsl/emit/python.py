@@ -588,11 +588,18 @@ class _Writer:
 
     def coalesced(self, s: n.Coalesced, depth: int, scope: _Scope) -> None:
         """`coalesced:` is torch's `_coalescing_manager`: the collectives inside are recorded, and leaving the
-        `with` issues them as one call on the group and waits for it."""
+        `with` issues them as one call on the group and waits for it; bound to a handle, the manager is the
+        request (`async_ops=True`: its `wait()` waits for the call)."""
         ref = s.body[0].group
-        group = self.group_ref(ref) if ref is not None else ""
-        self.emit(depth, f"with dist._coalescing_manager({group}):", s.span.line, mark=True)
+        args = [self.group_ref(ref)] if ref is not None else []
+        bound = self.handle(s.handle, scope) if s.handle is not None else None
+        if bound is not None:
+            args.append("async_ops=True")
+        target = f" as {bound}" if bound is not None else ""
+        self.emit(depth, f"with dist._coalescing_manager({', '.join(args)}){target}:", s.span.line, mark=True)
         self.block(s.body, depth + 1, _Scope(parent=scope))
+        if bound is not None and self.waits_all:
+            self.emit(depth, f"post({bound})")
 
     def batch_body(self, stmts, depth: int, scope: _Scope) -> None:
         for x in stmts:
@@ -852,7 +859,7 @@ def _bound_handles(stmts) -> list[tuple[n.HandleRef, bool]]:
     return [
         (s.handle, isinstance(s, n.Batch))
         for s in _statements(stmts)
-        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch)) and s.handle is not None
+        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None
     ]
 
 

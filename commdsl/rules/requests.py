@@ -87,7 +87,7 @@ class RequestNeverWaited(Rule):
             posted = ", ".join(f"{k} = {v}" for k, v in op.bindings)  # which slot of an array of handles
             yield cls.diagnostic(
                 f"the request of `{_word(op)}` on rank {rank} is never waited",
-                span=op.span,
+                span=op.block.span if getattr(op, "block", None) is not None else op.span,
                 label="never waited",
                 notes=((Note(message=f"the one posted at {posted}"),) if posted else ())
                 + (Note(message=_unwaited(ctx.backend, op)),),
@@ -459,7 +459,7 @@ NON_ROOT_AFTER_REDUCE = {
 
 def _word(op) -> str:
     if type(op) is Collective:
-        return op.kind
+        return "coalesced" if op.block is not None else op.kind
     if type(op) is Batch:
         return "batch"
     return form(type(op) is Send, op.blocking).word

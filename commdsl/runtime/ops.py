@@ -58,7 +58,7 @@ class Context:
     groups: list  # process group handle by Group.id; None for the world (the default group)
     emit: Callable[[str, dict], None]  # records a print or an expect result for the launcher
     reqs: dict[int, object] = field(default_factory=dict)
-    coalescing: object = None  # the open `_coalescing_manager` of a `coalesced:` block, between its steps
+    coalescing: tuple | None = None  # a `coalesced:` block's open `_coalescing_manager` and its works, between steps
     sync: Step | None = None  # NCCL: wait for the GPU, so "returned" means "done" as in the simulator
 
     def view(self, v: View) -> torch.Tensor:
@@ -416,16 +416,19 @@ def _collective(op: Collective, index: int, ctx: Context) -> Step:
 def _coalesced(op: Collective, call, group, ctx: Context) -> Step:
     """A collective of a `coalesced:` block, one step per collective as for any other: the block's first opens
     torch's `_coalescing_manager` on the group, each records its collective in it, and the last closes it,
-    which issues them all as one backend call and waits for it."""
-    first, last = op.block.index == 0, op.block.last
+    which issues them all as one backend call and waits for it; in a block bound to a handle (`h = coalesced:`)
+    the call is async and the manager, whose `wait()` waits for it, is the request `wait h` waits."""
+    first, last, req = op.block.index == 0, op.block.last, op.req
 
     def step():
         if first:
-            ctx.coalescing = dist._coalescing_manager(group)
-            ctx.coalescing.__enter__()
+            manager = dist._coalescing_manager(group, async_ops=req is not None)
+            ctx.coalescing = (manager, manager.__enter__())
         call(False)
         if last:
-            manager, ctx.coalescing = ctx.coalescing, None
+            (manager, works), ctx.coalescing = ctx.coalescing, None
             manager.__exit__(None, None, None)
+            if req is not None:
+                ctx.reqs[req] = works
 
-    return _blocking(step, ctx)
+    return step if req is not None else _blocking(step, ctx)

@@ -361,10 +361,12 @@ class Batch(Node):
 
 class Coalesced(Node):
     """`coalesced:` — the collectives inside, all of one group, issued as one backend call at the block's end
-    (torch's `_coalescing_manager`, as DDP and FSDP bucket gradients)."""
+    (torch's `_coalescing_manager`, as DDP and FSDP bucket gradients) and waited there; bound to a handle
+    (`h = coalesced:`) the call is async, and `wait h` waits for it later."""
 
     kind: Literal["coalesced"] = "coalesced"
     body: tuple[Stmt, ...]
+    handle: HandleRef | None = None
 
 
 Stmt = Annotated[

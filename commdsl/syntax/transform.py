@@ -278,8 +278,9 @@ class _ToAst(Transformer):
         handle = None if target is None else self._handle(target, op, "batch:")
         return n.Batch.model_construct(span=self._block(meta, body), body=body, handle=handle)
 
-    def coalesced_stmt(self, meta, body):
-        return n.Coalesced.model_construct(span=self._block(meta, body), body=body)
+    def coalesced_stmt(self, meta, target, op, body):
+        handle = None if target is None else self._handle(target, op, "coalesced:")
+        return n.Coalesced.model_construct(span=self._block(meta, body), body=body, handle=handle)
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
