@@ -284,9 +284,9 @@ class CoalescedReadsEarlierOutput(Rule):
     ## Backend notes
 
     Measured on Gloo (torch 2.13, world 4): `all_reduce x` twice in one block leaves the sum of the inputs
-    once on every rank ([10, 14] where one after the other gives [40, 56]). Gloo's coalesced all-reduce copies every tensor into
-    one flat buffer, reduces it and copies the results back; NCCL's coalesced calls are one NCCL group, whose
-    collectives read their buffers when the group runs.
+    once on every rank ([10, 14] where one after the other gives [40, 56]). Gloo's coalesced all-reduce
+    copies every tensor into one flat buffer, reduces it and copies the results back. On NCCL the block is
+    one NCCL group, and nothing orders one of its collectives after another's writes (not measured).
     """
 
     code = "C317"
