@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from commdsl.collectives import KINDS
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES, REDUCE_OPS
 from commdsl.p2p import form
@@ -613,6 +614,7 @@ class _Resolver:
                     stmt.group or stmt,
                     label="another group: torch runs it on its own",
                     help="coalesce the collectives of one group per block",
+                    notes=[n_note(f"the block's first collective, on `{_group_text(first.group)}`", first)],
                 )
 
     def check_expect(self, s: n.Expect, scope: _Scope):
@@ -972,14 +974,9 @@ def _suggest(name: str, choices, fallback: str) -> str:
     return f"the closest is `{close[0]}`" if close else fallback
 
 
-COALESCABLE = ("all_reduce", "all_gather", "reduce_scatter")
-"""The collectives `_coalescing_manager` records instead of running (torch 2.13: all_reduce,
-all_gather_into_tensor, reduce_scatter_tensor)."""
-
-
 def coalescing_refused(s: n.Collective) -> str | None:
     """Why torch's coalescing manager would not record this collective, or None when it does."""
-    if s.op not in COALESCABLE:
+    if not KINDS[s.op].coalescable:
         return "cannot be coalesced"
     if s.outputs_listed or s.inputs_listed:
         return "into a list of tensors cannot be coalesced"
@@ -991,7 +988,7 @@ def _group_text(ref: n.GroupRef | None) -> str:
 
 
 def _stmt_words(s) -> str:
-    """A statement as a message names it: `send`, an assignment, a `for` loop."""
+    """A statement as a message names it: `send`, an assignment, `for`."""
     match s:
         case n.Send() | n.Recv():
             return f"`{form(isinstance(s, n.Send), s.blocking).word}`"

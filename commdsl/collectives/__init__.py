@@ -91,6 +91,7 @@ class Kind:
     python_prelude: str = ""  # what a generated script defines before calling `script_call`'s function
     rooted: bool = False  # has a root rank: `from ROOT` (it sends) or `to ROOT` (it receives)
     reducing: bool = False  # takes `op REDOP`
+    coalescable: bool = False  # its one-tensor form is what torch's `_coalescing_manager` records, not runs
     root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
 
     # ---- syntax ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ class AllGather(Kind):
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
     # as nccl-tests' in-place: this rank's input is its own block of the output
     bench_in_place = ("tensor y: {t}[n // world * world] = " + DATA, "all_gather y.chunk(rank, world) into y", "y")
+    coalescable = True  # all_gather_into_tensor
 
     def statement(self, src, dst, group):
         outs, listed = dst

@@ -14,6 +14,7 @@ class AllReduce(Kind):
     form = "all_reduce {ins}{redop}"
     bench = ("tensor x: {t}[n] = " + DATA, "all_reduce x op {op}", "x")
     reducing = True
+    coalescable = True
 
     def statement(self, buf, redop, group):
         return {"inputs": (buf,), "outputs": (buf,), "redop": redop, "group": group}

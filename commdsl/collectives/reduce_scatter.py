@@ -20,6 +20,7 @@ class ReduceScatter(Kind):
         "x",
     )
     reducing = True
+    coalescable = True  # reduce_scatter_tensor
 
     def statement(self, src, dst, redop, group):
         ins, listed = src
