@@ -57,7 +57,7 @@ CASES: dict[str, Case] = {
     "N110": Case("world 2\nbackend mpi\n", 2, 9),
     "N111": Case(X + "batch:\n    all_reduce x\n", 4, 5),
     "N112": Case("world 4..2\n", 1, 1),
-    "N113": Case(X + "coalesced:\n    broadcast x from 0\n", 4, 5),
+    "N115": Case(X + "coalesced:\n    broadcast x from 0\n", 4, 5),
     # sizes and values: decided per world size, at expansion
     "N120": Case(X + "send x[5] to 1 - rank\n", 3, 6),
     "N121": Case(X + "send x to (rank + 1) / 2\n", 3, 11),
@@ -430,8 +430,8 @@ def test_what_cannot_be_coalesced_is_n113(body, column):
     text = "program t\n" + X + "tensor y: float32[2]\ngroup g = [0, 1]\ncoalesced:\n    " + body
     with pytest.raises(CommdslError) as e:
         load(SourceFile("t.comm", text))
-    found = [(d.code, d.span.column) for d in e.value.diagnostics if d.code == "N113"]
-    assert found == [("N113", column)], [d.message for d in e.value.diagnostics]
+    found = [(d.code, d.span.column) for d in e.value.diagnostics if d.code == "N115"]
+    assert found == [("N115", column)], [d.message for d in e.value.diagnostics]
 
 
 def test_a_coalesced_block_of_one_kind_on_one_group_resolves():

@@ -558,5 +558,5 @@ class InvalidCoalesced(Rule):
     ```
     """
 
-    code = "N113"
+    code = "N115"
     name = "invalid-coalesced"
