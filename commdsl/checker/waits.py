@@ -4,6 +4,8 @@ A stuck op waits for a peer. If the peer finished, or nothing left in its progra
 (no op of the right kind on the same channel), the op itself is the bug (unmatched, missing
 participant). Otherwise the wait is an edge of the wait-for graph, and a cycle there is a deadlock.
 
+A member stuck in `new_group` (Gloo) waits for each member that has not called it.
+
 The graph has a node per rank and one per unfinished collective: a rank stuck in a collective waits
 for the collective, and the collective waits for each member that has not called it. So a thousand
 ranks waiting for one late member make a thousand edges, not a million.
@@ -17,7 +19,7 @@ import numpy as np
 
 from commdsl.engine import Calls, Outcome, Posts
 from commdsl.p2p import ANY_SOURCE
-from commdsl.schedule import BatchRec, CollectiveRec, P2PRec, WaitRec
+from commdsl.schedule import BatchRec, CollectiveRec, NewGroupRec, P2PRec, WaitRec
 from commdsl.values import at
 
 
@@ -37,12 +39,19 @@ class Waiting:
     rows: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Making:
+    """A `new_group` a member waits in (Gloo): the rank's k-th, which the target member has not called yet."""
+
+    k: int
+
+
 @dataclass
 class Edge:
     rank: int
     op: int  # the op id `rank` is stuck in
     target: int
-    thing: object  # Pending or Waiting
+    thing: object  # Pending, Waiting or Making
 
 
 @dataclass
@@ -218,6 +227,9 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.extend(Edge(r, op, q, thing) for q in senders[thing.row])
             elif isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
+                    out.append(Edge(r, op, target, thing))
+            elif isinstance(thing, Making):  # a member that finished without it is C313's
+                if not finished[target]:
                     out.append(Edge(r, op, target, thing))
             elif target == EVERY_MISSING:  # one node for the collective: its callers × its absentees stay linear
                 key = (thing.gid, thing.seq)
@@ -406,6 +418,11 @@ def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, 
                 yield m, inst
         elif (rec.id, pos) in outcome.behind:
             yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
+        return
+    if isinstance(rec, NewGroupRec):
+        k, absent = outcome.in_new_group[rank]
+        for m in absent:
+            yield m, Making(k)
         return
     if isinstance(rec, WaitRec):
         reqs = rec.reqs[rec.starts[pos] : rec.starts[pos + 1]]
