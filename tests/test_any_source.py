@@ -229,7 +229,7 @@ def test_sim_cli_exits_1_on_a_race(tmp_path, capsys):
     path.write_text(RACE)
     assert main(["sim", str(path), "--world", "3"]) == 1
     out = capsys.readouterr().out
-    assert "error[P211]" in out and "the simulator takes the lowest rank's" in out
+    assert "error[P211]" in out and "the simulator shows one outcome, in which rank 1's message arrives first" in out
 
 
 def test_compile_writes_src_none(tmp_path, capsys):

@@ -66,6 +66,11 @@ class Deadlock(Rule):
     not, so `isend` and `irecv` do not help there: two ranks that each post `irecv` then `isend` without a
     `batch` wait for each other (pytorch#109401), while Gloo completes the same program. Under NCCL's rules
     the checker reports such cycles here, with a note saying so.
+
+    On Gloo a member of a group returns from `new_group` only once every member has called it (measured:
+    a member that came 2 s late held the other member 2 s; a non-member returns at once). A member stuck
+    there on a member that waits for it, say in a `recv` whose `send` comes after the `new_group`, is a
+    cycle too: it hangs past the process-group timeout, as the wait inside `new_group` is a store wait.
     """
 
     code = "D401"
@@ -242,7 +247,8 @@ def cycle_parts(ctx: Context, cycle):
 
 MEMBERS_MEET = (
     "a member of a group returns from `new_group` only once every member has called it (Gloo connects the "
-    "members to each other as it makes the group; a non-member returns at once)"
+    "members to each other as it makes the group; a non-member returns at once): see "
+    "docs/backend-support.md#groups-made-at-run-time"
 )
 
 STREAM_ORDER = (
