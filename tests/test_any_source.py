@@ -160,6 +160,152 @@ for j in 1 .. world - 1:
     assert outcome.completed and outcome.races == []
 
 
+# ---- happens-before: a slower rank's send races too, an ordered one does not ------------------------------
+
+
+def _race_lines(text: str, world: int) -> list[tuple[int, int, int]]:
+    """(receive, send taken, other send) lines of each race the engine lists."""
+    outcome = run_engine(expand(program(text), world))
+    line = lambda where: outcome.schedule.records[where[0]].span.line  # noqa: E731
+    return [tuple(line(w) for w in race) for race in outcome.races]
+
+
+SLOW = """\
+program slow
+world 4
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    RECEIVE
+    recv got from any
+else on rank == 1:
+    send x to 0
+else on rank == 2:
+    recv got from 3
+    send x to 0
+else:
+    send x to 2
+"""
+
+
+def test_a_send_a_slower_rank_posts_later_races():
+    """Rank 2 sends after a message from rank 3, a chain rank 0 is not on: the rounds never show its send beside
+    rank 1's, the clocks do."""
+    assert _race_lines(SLOW.replace("RECEIVE", "recv got from any"), 4) == [(6, 9, 12)]
+    (d,) = check_program(program(SLOW.replace("RECEIVE", "recv got from any")))
+    assert (d.code, d.span.line, [lab.span.line for lab in d.labels]) == ("P211", 6, [9, 12])
+
+
+ORDERED = """\
+program ordered
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+tensor token: float32[1] = 0
+on rank == 0:
+    FIRST
+    send token to 2
+    THEN
+else on rank == 1:
+    send x to 0
+else:
+    recv token from 0
+    send x to 0
+"""
+
+
+def test_a_send_ordered_after_the_receive_by_a_chain_from_it_does_not_race():
+    text = ORDERED.replace("FIRST", "recv got from any").replace("THEN", "recv got from any")
+    assert _race_lines(text, 3) == [] and codes(text) == []
+
+
+def test_an_irecv_completes_at_its_wait_so_a_send_ordered_after_its_posting_only_still_races():
+    early = ORDERED.replace("FIRST", "h = irecv got from any").replace("THEN", "wait h\n    recv got from any")
+    assert _race_lines(early, 3) == [(7, 12, 15)]
+    waited = ORDERED.replace("FIRST", "h = irecv got from any\n    wait h").replace("THEN", "recv got from any")
+    assert _race_lines(waited, 3) == []
+
+
+COLLECTIVE = """\
+program ordered_by_a_collective
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    recv got from any
+on rank != 1:
+    CALL
+on rank == 2:
+    send x to 0
+on rank == 1:
+    send x to 0
+    CALL
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "races"),
+    [
+        ("all_reduce x", False),  # every member's result holds rank 0's data
+        ("barrier", False),
+        ("broadcast x from 0", False),  # rank 2 holds the root's data
+        ("reduce x to 0", True),  # only the root holds the others' data: rank 2 learns nothing of rank 0
+        ("gather x to 0", True),
+        ("scatter x from 0", False),
+    ],
+)
+def test_a_collective_orders_what_its_result_holds(call, races):
+    text = COLLECTIVE.replace("CALL", call.replace("x to 0", "x to 0" if "gather" not in call else "x into tmp to 0"))
+    if "gather" in call:
+        text = text.replace("tensor got:", "tensor tmp: float32[6] = 0\ntensor got:")
+    if "scatter" in call:
+        text = COLLECTIVE.replace("CALL", "scatter src into x from 0").replace(
+            "tensor got:", "tensor src: float32[6] = 0\ntensor got:"
+        )
+    assert bool(_race_lines(text, 3)) == races, text
+
+
+def test_new_group_orders_its_members():
+    text = """\
+program made
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    recv got from any
+    g = new_group [0, 2]
+    recv got from 2
+else on rank == 1:
+    send x to 0
+    g = new_group [0, 2]
+else:
+    g = new_group [0, 2]
+    send x to 0
+"""
+    assert _race_lines(text, 3) == [] and codes(text) == []
+    assert _race_lines(text.replace("[0, 2]", "[1, 2]"), 3) == [(6, 10, 14)]  # rank 0 no member: nothing ordered
+
+
+def test_a_master_at_world_1024_is_checked_with_its_clocks():
+    text = """\
+program master
+world 1024
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    for j in 1 .. world - 1:
+        recv got from any tag j
+    recv got from any
+else:
+    send x to 0 tag rank
+on rank == 1023:
+    send x to 0
+on rank == 5:
+    send x to 0
+"""
+    assert _race_lines(text, 1024) == [(8, 14, 12)]
+
+
 # ---- the rules ----------------------------------------------------------------------------------------
 
 
