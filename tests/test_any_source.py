@@ -3,6 +3,9 @@ rule (P211), NCCL's refusal (B603), the simulator, `compile`, `fmt`, and a real 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from commdsl.resolve import load
 from commdsl.simulate import simulate
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
+from processes import TOKEN_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -402,3 +406,49 @@ def test_gloo_run_matches_the_simulator(capfd, no_orphans):
     out, err = capfd.readouterr()
     assert code == 0, out + err
     assert "every rank matches the simulator" in out
+
+
+SLOW_SENDER_ON_GLOO = """\
+import datetime, multiprocessing as mp, os, socket, sys, time
+import torch, torch.distributed as dist
+
+def worker(rank, port, slow, q):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4,
+                            timeout=datetime.timedelta(seconds=20))
+    x, got = torch.full((2,), float(rank)), torch.zeros(2)
+    if rank == 0:  # programs/bad/message_race_slow_sender.comm, its first phase
+        q.put((dist.recv(got), dist.recv(got)))
+    elif rank == 1:
+        time.sleep(1.0 if slow == 1 else 0)
+        dist.send(x, 0)
+    elif rank == 2:
+        dist.recv(got, 3)
+        dist.send(x, 0)
+    else:
+        time.sleep(1.0 if slow == 3 else 0)
+        dist.send(x, 2)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    for slow in (1, 3):
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        ctx = mp.get_context("fork"); q = ctx.Queue()
+        ps = [ctx.Process(target=worker, args=(r, port, slow, q)) for r in range(4)]
+        for p in ps: p.start()
+        print(slow, *q.get(timeout=40), flush=True)
+        for p in ps: p.join(timeout=30)
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_on_gloo_the_slow_senders_race_goes_either_way(no_orphans):
+    """The race P211 now finds is real: with rank 1 late, rank 0's first `recv(src=None)` returns rank 2 (whose
+    send followed a message from rank 3); with rank 3 late, rank 1. The checker's simulation shows the second."""
+    env = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.run([sys.executable, "-c", SLOW_SENDER_ON_GLOO], capture_output=True, text=True, env=env,
+                          timeout=100, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["1 2 1", "3 1 2"]
+    bad = (ROOT / "programs" / "bad" / "message_race_slow_sender.comm").read_text()
+    assert _race_lines(bad, 4) == [(13, 16, 19)]  # the engine's run: line 13 takes rank 1's (line 16), not rank 2's

@@ -187,6 +187,23 @@ def test_a_group_made_at_two_statements_is_one_torch_group(tmp_path, capfd, no_o
     assert "expect at line 12: passed on 4 of 4 ranks" in out
 
 
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_a_member_in_new_group_and_one_in_recv_hang_as_the_checker_says(no_orphans):
+    """programs/bad/new_group_deadlock.comm: the checker refuses it (D401); launched anyway, Gloo hangs exactly
+    where the cycle says, rank 0 in `new_group` and rank 1 in `recv`, while rank 2, no member, finishes."""
+    prog = str(ROOT / "programs" / "bad" / "new_group_deadlock.comm")
+    code, out, err, _ = run_cli(["run", prog, "--nproc", "3"], no_orphans)
+    assert code == 1 and "error[D401]" in out and "refusing to launch" in err
+    code, out, err, elapsed = run_cli(["run", prog, "--nproc", "3", "--no-check", "--timeout", "5"], no_orphans)
+    assert code == 1, out + err
+    rows = {int(ln.split()[0]): ln for ln in (out + err).splitlines() if ln.strip()[:1].isdigit()}
+    assert "new_group_deadlock.comm:9  pair = new_group [0, 1]" in rows[0] and "blocked" in rows[0]
+    assert "new_group_deadlock.comm:12  recv x from 0" in rows[1] and "blocked" in rows[1]
+    assert "done" in rows[2]
+    assert elapsed < 60
+
+
 # ---- refused, failed, hung, killed ------------------------------------------------------------------
 
 @pytest.mark.gloo
