@@ -58,7 +58,7 @@ class Clocks:
         self.vc = np.full((W, K), -1, dtype=np.int64)  # what each rank knows of each receiver's time
         self.time = np.full(len(s.records), -1, dtype=np.int64)
         self.time[np.asarray(s.top, dtype=np.int64)] = np.arange(len(s.top))
-        self.snaps: dict[int, list] = {}  # record id → [its ranks' clocks as they posted or called it, rows not yet met]
+        self.snaps: dict[int, list] = {}  # record id → [its ranks' clocks as they posted or called it, rows still open]
         self.by_req: dict[int, np.ndarray] = {}  # request → what its completion teaches, until it is waited
         self.made: dict[int, np.ndarray] = {}  # k → each rank's clock as it called its k-th new_group
         # what the race test reads: sends to receivers, receivers' receives, and who met whom
@@ -146,7 +146,8 @@ class Clocks:
         self.learn(recvs.rank, self.snapped(sends.rec, sends.pos), recvs.req)
         at = self.col[recvs.rank] >= 0
         if at.any():
-            self.pairs.append((self.s.op_bases[sends.rec[at]] + sends.pos[at], self.s.op_bases[recvs.rec[at]] + recvs.pos[at]))
+            bases = self.s.op_bases
+            self.pairs.append((bases[sends.rec[at]] + sends.pos[at], bases[recvs.rec[at]] + recvs.pos[at]))
 
     def called(self, rec, G: np.ndarray, pos, me) -> None:
         p = np.arange(G.size) if pos is None else np.asarray(pos)
@@ -248,14 +249,23 @@ class Clocks:
             met_by[si[ok]] = ri[ok]
             took[ri[ok]] = si[ok]
         done = self.completion(r_time, r_req)
+        # each send's and receive's channel (destination, group, tag); sends grouped by channel
+        keys = np.stack([np.concatenate(p) for p in ((s_dst, r_rank), (s_gid, r_gid), (s_tag, r_tag))])
+        chan = np.unique(keys, axis=1, return_inverse=True)[1].reshape(-1)
+        s_chan, r_chan = chan[: s_op.size], chan[s_op.size :]
+        by_chan = np.argsort(s_chan, kind="stable")
+        bounds = np.searchsorted(s_chan[by_chan], np.arange(int(chan.max()) + 2))
+        senders = np.unique(np.stack([s_chan, s_src]), axis=1)[0]
+        sources = np.bincount(senders, minlength=int(chan.max()) + 1)  # distinct sending ranks per channel
         out = []
-        for r in np.flatnonzero(r_wild & (took >= 0)).tolist():
+        for r in np.flatnonzero(r_wild & (took >= 0) & (sources[r_chan] > 1)).tolist():
             first = took[r]
-            cand = (s_dst == r_rank[r]) & (s_gid == r_gid[r]) & (s_tag == r_tag[r]) & (s_src != s_src[first])
-            cand &= s_seen <= done[r]  # not ordered after the receive's completion
-            m = met_by[cand_idx] if (cand_idx := np.flatnonzero(cand)).size else met_by[:0]
+            cand_idx = by_chan[bounds[r_chan[r]] : bounds[r_chan[r] + 1]]
+            # from another rank, not ordered after the receive's completion
+            cand_idx = cand_idx[(s_src[cand_idx] != s_src[first]) & (s_seen[cand_idx] <= done[r])]
             if not cand_idx.size:
                 continue
+            m = met_by[cand_idx]
             mr = np.maximum(m, 0)
             taken_first = (m >= 0) & np.where(r_wild[mr], r_time[mr] < r_time[r], r_time[mr] < done[r]) & (mr != r)
             cand_idx = cand_idx[~taken_first]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from processes import TOKEN_VAR
 
 from commdsl.checker import CheckOptions, check_program, data_diagnostics
 from commdsl.cli.main import main
@@ -21,7 +22,6 @@ from commdsl.resolve import load
 from commdsl.simulate import simulate
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
-from processes import TOKEN_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
 

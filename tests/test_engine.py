@@ -615,7 +615,8 @@ def test_the_recv_new_group_cycle_is_a_deadlock_naming_both_lines():
     assert (d.code, d.span.line, [lb.span.line for lb in d.labels]) == ("D401", 5, [8])
     notes = [nt.message for nt in d.notes]
     assert notes[0] == (
-        "cycle: rank 0 at line 5 `g = new_group [0, 1]` waits for rank 1; rank 1 at line 8 `recv x from 0` waits for rank 0"
+        "cycle: rank 0 at line 5 `g = new_group [0, 1]` waits for rank 1; "
+        "rank 1 at line 8 `recv x from 0` waits for rank 0"
     )
     assert notes[1].startswith("a member of a group returns from `new_group` only once every member has called it")
     assert d.help == "have every member call `new_group` before it waits for another member"

@@ -228,19 +228,15 @@ def analyse(outcome: Outcome) -> Analysis:
             elif isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
                     out.append(Edge(r, op, target, thing))
-            elif isinstance(thing, Making):  # a member that finished without it is C313's
-                if not finished[target]:
-                    out.append(Edge(r, op, target, thing))
+            elif isinstance(thing, Making):  # `_waits_on` names the members that have not finished
+                out.append(Edge(r, op, target, thing))
             elif target == EVERY_MISSING:  # one node for the collective: its callers × its absentees stay linear
                 key = (thing.gid, thing.seq)
                 if key not in nodes:
-                    node = nodes[key] = s.world + len(nodes)
-                    inner = edges.setdefault(node, [])
-                    for m in missing_members[key]:
-                        if finished[m] or (m, thing.gid) not in will:
-                            missing.append((thing, m, op, "finished" if finished[m] else "never"))
-                        else:
-                            inner.append(Edge(node, op, m, thing))
+                    nodes[key] = s.world + len(nodes)
+                    inner, absent = _absentees(thing, nodes[key], op, missing_members[key], finished, will)
+                    edges[nodes[key]] = inner
+                    missing += absent
                 out.append(Edge(r, op, nodes[key], thing))
             elif finished[target] or (target, thing.gid) not in will:
                 missing.append((thing, target, op, "finished" if finished[target] else "never"))
@@ -248,6 +244,18 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.append(Edge(r, op, target, thing))
     cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+def _absentees(thing: Waiting, node: int, op: int, members: list[int], finished: np.ndarray, will: set):
+    """(edges from a collective's node to the absent members that will still call it, (collective, member, op,
+    why) for those that will not)."""
+    inner, missing = [], []
+    for m in members:
+        if finished[m] or (m, thing.gid) not in will:
+            missing.append((thing, m, op, "finished" if finished[m] else "never"))
+        else:
+            inner.append(Edge(node, op, m, thing))
+    return inner, missing
 
 
 def _at(posts: Posts, i: int) -> tuple[int, int]:
@@ -419,10 +427,11 @@ def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, 
         elif (rec.id, pos) in outcome.behind:
             yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
         return
-    if isinstance(rec, NewGroupRec):
+    if isinstance(rec, NewGroupRec):  # a member that finished without making it is C313's
         k, absent = outcome.in_new_group[rank]
         for m in absent:
-            yield m, Making(k)
+            if not outcome.finished[m]:
+                yield m, Making(k)
         return
     if isinstance(rec, WaitRec):
         reqs = rec.reqs[rec.starts[pos] : rec.starts[pos + 1]]

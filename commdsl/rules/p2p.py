@@ -668,8 +668,9 @@ class MessageRace(Rule):
     Which of the two messages the receive takes depends on which arrives first, so the data it holds,
     and the message left for the next receive, change from run to run. A run that passed says nothing
     about the next. The simulator shows one of the possible outcomes (of the sends waiting when the
-    receive is matched, the lowest rank's); an `expect` that holds there may fail on the real backend. Give each sender its own tag (`tag rank`)
-    and receive `from any tag T`, order the senders (a `barrier` between rounds), or name the source.
+    receive is matched, the lowest rank's); an `expect` that holds there may fail on the real backend.
+    Give each sender its own tag (`tag rank`) and receive `from any tag T`, order the senders (a
+    `barrier` between rounds), or name the source.
 
     ## Example
 
