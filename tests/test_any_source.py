@@ -419,13 +419,13 @@ def worker(rank, port, slow, q):
     if rank == 0:  # programs/bad/message_race_slow_sender.comm, its first phase
         q.put((dist.recv(got), dist.recv(got)))
     elif rank == 1:
-        time.sleep(1.0 if slow == 1 else 0)
+        time.sleep(2.0 if slow == 1 else 0)
         dist.send(x, 0)
     elif rank == 2:
         dist.recv(got, 3)
         dist.send(x, 0)
     else:
-        time.sleep(1.0 if slow == 3 else 0)
+        time.sleep(2.0 if slow == 3 else 0)
         dist.send(x, 2)
     dist.destroy_process_group()
 
@@ -443,8 +443,8 @@ if __name__ == "__main__":
 @pytest.mark.gloo
 @pytest.mark.timeout(120)
 def test_on_gloo_the_slow_senders_race_goes_either_way(no_orphans):
-    """The race P211 now finds is real: with rank 1 late, rank 0's first `recv(src=None)` returns rank 2 (whose
-    send followed a message from rank 3); with rank 3 late, rank 1. The checker's simulation shows the second."""
+    """The race P211 now finds is real: with rank 1 2 s late, rank 0's first `recv(src=None)` returns rank 2 (whose
+    send followed a message from rank 3); with rank 3 2 s late, rank 1. The checker's simulation shows the second."""
     env = dict(os.environ, **{TOKEN_VAR: no_orphans})
     proc = subprocess.run([sys.executable, "-c", SLOW_SENDER_ON_GLOO], capture_output=True, text=True, env=env,
                           timeout=100, start_new_session=True)
