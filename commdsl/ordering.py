@@ -9,8 +9,9 @@ what each rank knows of how far each of them has come), and the race test reads 
 Ordering comes from data flow only, the edges every backend guarantees (docs/backend-support.md#receive-from-any):
 program order; a message orders its sender's posting before its receiver's completion (a blocking receive's
 return, an `irecv`'s `wait`); a collective orders the calls of the members whose data a member's result holds
-before that member's return (all of them for all_reduce, all_gather, reduce_scatter, all_to_all, barrier; the
-root's for broadcast and scatter; every member's for the root of reduce and gather, nothing for its others);
+before that member's return (all of them for all_reduce, all_gather, reduce_scatter, all_to_all, barrier; for an
+all_to_all with split sizes those it gets rows from; the root's for broadcast and scatter; every member's for the
+root of reduce and gather, nothing for its others);
 `new_group` orders every member's call before each member's return (Gloo connects the members to each other as it
 makes the group). Gloo's acknowledgements (a blocking send returns once its receive is posted) are not counted:
 a race they would rule out on Gloo is still reported, as it depends on the transport, not on the program.
@@ -27,6 +28,7 @@ import numpy as np
 
 from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import NewGroupRec, P2PRec
+from commdsl.values import item
 
 if TYPE_CHECKING:
     from commdsl.engine import Calls, Engine, Posts
@@ -179,7 +181,9 @@ class Clocks:
         for i, kind in enumerate(kinds):
             s, c = int(starts[i]), int(counts[i])
             rows = slice(s, s + c)
-            if not kind.rooted:
+            if self.s.records[int(calls.rec[s])].out_splits:
+                learn[rows], got[rows] = self.split_senders(calls, s, c, vecs)
+            elif not kind.rooted:
                 learn[rows] = True
                 got[rows] = whole[i]
             elif kind.root_sends and root_row[i] >= 0:
@@ -191,6 +195,19 @@ class Clocks:
         learn &= calls.released == 0  # members that left early learned what they could then
         if learn.any():
             self.learn(calls.rank[learn], got[learn], calls.req[learn])
+
+    def split_senders(self, calls: Calls, s: int, c: int, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An all_to_all with split sizes (calls[s:s+c], in group order): each member holds data only of the
+        members it receives rows from (`out_splits[j] > 0`); (whether it learns anything, what)."""
+        learn = np.zeros(c, dtype=bool)
+        got = np.full((c, self.K), -1, dtype=np.int64)
+        for i in range(c):
+            rec, pos = self.s.records[int(calls.rec[s + i])], int(calls.pos[s + i])
+            senders = np.flatnonzero(np.array([int(item(sp, pos)) for sp in rec.out_splits]) > 0)
+            if senders.size:
+                learn[i] = True
+                got[i] = vecs[s + senders].max(axis=0)
+        return learn, got
 
     def waited(self, reqs: np.ndarray) -> None:
         """A `wait` teaches what its requests' completions carried (those done already; the others teach as

@@ -269,6 +269,35 @@ def test_a_collective_orders_what_its_result_holds(call, races):
     assert bool(_race_lines(text, 3)) == races, text
 
 
+ROUTED = """\
+program routed
+world 3
+tensor x: float32[3] = rank
+tensor y: float32[3] = 0
+tensor got: float32[3] = 0
+on rank == 0:
+    recv got from any
+    all_to_all x into y splits A0
+    recv got from 2
+else on rank == 1:
+    send x to 0
+    all_to_all x into y splits A1
+else:
+    all_to_all x into y splits A2
+    send x to 0
+"""
+
+
+def test_an_uneven_all_to_all_orders_only_who_gets_rows_from_whom():
+    even = ROUTED.replace("A0", "[1, 1, 1], [1, 1, 1]").replace("A1", "[1, 1, 1], [1, 1, 1]")
+    assert _race_lines(even.replace("A2", "[1, 1, 1], [1, 1, 1]"), 3) == []  # rank 2 holds a row of rank 0's
+    # rows sent i → j: [[2, 1, 0], [0, 1, 2], [1, 1, 1]]: rank 2 gets none of rank 0's, so nothing orders its send
+    routed = ROUTED.replace("A0", "[2, 1, 0], [2, 0, 1]").replace("A1", "[0, 1, 2], [1, 1, 1]")
+    routed = routed.replace("A2", "[1, 1, 1], [0, 2, 1]")
+    assert _race_lines(routed, 3) == [(7, 11, 15)]
+    assert codes(routed) == [("P211", 7)]
+
+
 def test_new_group_orders_its_members():
     text = """\
 program made
