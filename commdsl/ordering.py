@@ -11,10 +11,10 @@ program order; a message orders its sender's posting before its receiver's compl
 return, an `irecv`'s `wait`); a collective orders the calls of the members whose data a member's result holds
 before that member's return (all of them for all_reduce, all_gather, reduce_scatter, all_to_all, barrier; for an
 all_to_all with split sizes those it gets rows from; the root's for broadcast and scatter; every member's for the
-root of reduce and gather, nothing for its others);
-`new_group` orders every member's call before each member's return (Gloo connects the members to each other as it
-makes the group). Gloo's acknowledgements (a blocking send returns once its receive is posted) are not counted:
-a race they would rule out on Gloo is still reported, as it depends on the transport, not on the program.
+root of reduce and gather, nothing for its others); `new_group` orders every member's call before each member's
+return (Gloo connects the members to each other as it makes the group). Gloo's acknowledgements (a blocking send
+returns once its receive is posted, a gather's non-root once the root has called) are not counted: a race only
+they would rule out on Gloo is still reported, as it rests on the transport, not on the program's data.
 
 A rank's time is the index in `Schedule.top` of the record it is at (each rank's records are in that order).
 Clocks cost O(K) per message and call: K is 1 for a master taking results from any worker.
