@@ -629,7 +629,9 @@ def test_error_at_the_end_of_a_1mb_line_has_the_right_column():
 def test_expected_tokens_read_as_one_list():
     """Multi-token classes (`+=` ... `/=`) are items of the list, not a nested "or" inside it."""
     d = syntax_error("x 1\n")
-    assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`, `.`, `=` or `[`, found `1`"
+    assert d.message == (
+        "expected `(`, `+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`, `.`, `=`, `[` or end of line, found `1`"
+    )  # end of line: `f(x)` alone is a call
 
 
 # ---- nodes are built unvalidated: each must be what its model accepts ------------------------------
