@@ -691,7 +691,7 @@ class Expander:
                 return ("c", e.value)
             case n.Name(id="i"):
                 return ("i",)
-            case n.Name() if e.id in self.tensor_names and e.id not in env:
+            case n.Name() if self.is_view(e, env):
                 return self.read(e, A, env, target_shape)
             case n.Index(value=n.Name(id=name)) if name in self.tables:
                 return ("c", self.value(e, A, env))
@@ -912,7 +912,7 @@ class Expander:
             case n.Let():
                 env[s.name] = self.value(s.value, A, env)
                 self.scopes[-1][0].add(s.name)
-            case n.Assign(target=n.Name(id=name)) if name in env:  # a `let` (resolve allows no other name)
+            case n.Assign(target=n.Name(id=name)) if name in env and not isinstance(env[name], VView):  # a `let`
                 self.reassign(s, name, A, env)
             case n.Assign():
                 target = self.view(s.target, A, env)
