@@ -935,6 +935,12 @@ class Expander:
                 self.wait(s, A, env, b)
             case n.NewGroup():
                 self.new_group(s, A, env, b)
+            case n.For() | n.While() | n.On() | n.Batch() | n.CallStmt():
+                self.compound(s, A, env, b)
+
+    def compound(self, s, A, env, b) -> None:
+        """A statement that runs a block: a loop, an `on`, a `batch`, or a call (its function's body)."""
+        match s:
             case n.For():
                 self.loop(s, A, env, b)
             case n.While():

@@ -147,7 +147,8 @@ class _Resolver:
         self.diags: list[Diagnostic] = []
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
         self.functions: dict[str, n.FunctionDef] = {}
-        self.checked_calls: set[tuple] = set()  # (function, its arguments' kinds, in a batch): body checked so
+        # (function, its arguments' kinds, in a batch) → what checking the body with those kinds found there
+        self.checked_calls: dict[tuple, set[tuple]] = {}
         self.calling: list[n.CallStmt] = []  # the calls whose bodies are being checked, outermost first
 
     def error(self, rule: type[Rule], message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
@@ -424,10 +425,8 @@ class _Resolver:
                 self.check_expect(s, scope)
             case n.Print():
                 self.check_views(s.views, scope)
-            case n.For() | n.While() | n.On() | n.Batch():
+            case n.For() | n.While() | n.On() | n.Batch() | n.CallStmt():
                 self.check_compound(s, scope, in_batch)
-            case n.CallStmt():
-                self.check_call(s, scope, in_batch)
 
     # functions -----------------------------------------------------------------------------------
     def check_def(self, f: n.FunctionDef):
@@ -510,17 +509,20 @@ class _Resolver:
             wanted = ", ".join(p.name for p in f.params)
             self.error(
                 WrongArgumentCount,
-                f"`{name}` takes {len(f.params)} argument{'s' * (len(f.params) != 1)}, "
-                f"{len(s.args)} given",
+                f"`{name}` takes {len(f.params)} argument{'s' * (len(f.params) != 1)}, {len(s.args)} given",
                 s,
                 label=f"expected `{name}({wanted})`",
                 notes=[n_note("defined here", f.name)],
             )
             return
         key = (name, tuple((k, id(d)) for k, d in kinds), in_batch)
-        if None in [k for k, _ in kinds] or key in self.checked_calls or any(c.name.name == name for c in self.calling):
-            return  # a bad argument (reported), already checked, or a recursive call (N113)
-        self.checked_calls.add(key)
+        note = call_note((*self.calling, s))
+        if key in self.checked_calls:  # checked with these kinds already: what it found there, this call reaches too
+            found = self.checked_calls[key]
+            self.diags = [_noted(d, note) if (d.code, d.span, d.message) in found else d for d in self.diags]
+            return
+        if None in [k for k, _ in kinds] or any(c.name.name == name for c in self.calling):
+            return  # a bad argument (reported), or a recursive call (N113)
         body = _Scope(names={p.name: kind for p, kind in zip(f.params, kinds, strict=True)}, parent=self.top)
         for h, node in self.collect_handles(f.body).items():  # local to each call
             body.names.setdefault(h, ("handle array" if node.is_array else "handle", node))
@@ -531,16 +533,20 @@ class _Resolver:
         finally:
             self.calling.pop()
         new, self.diags = self.diags[before:], self.diags[:before]
-        note = call_note((*self.calling, s))
+        found = self.checked_calls[key] = set()
         for d in new:
             if d.span is None or not f.span.start <= d.span.start < f.span.end:
                 self.diags.append(d)  # in a function this one calls: that call's note is on it
                 continue
-            same = next((k for k, o in enumerate(self.diags) if (o.code, o.span, o.message) == (d.code, d.span, d.message)), None)
+            found.add((d.code, d.span, d.message))
+            same = next(
+                (k for k, o in enumerate(self.diags) if (o.code, o.span, o.message) == (d.code, d.span, d.message)),
+                None,
+            )
             if same is None:
-                self.diags.append(d.model_copy(update={"notes": d.notes + (note,)}))
-            elif note not in self.diags[same].notes:  # the same mistake, reached by another call too
-                self.diags[same] = self.diags[same].model_copy(update={"notes": self.diags[same].notes + (note,)})
+                self.diags.append(_noted(d, note))
+            else:  # the same mistake, found with other kinds too
+                self.diags[same] = _noted(self.diags[same], note)
 
     def check_argument(self, a, scope: _Scope) -> tuple[str | None, n.Node | None]:
         """The kind an argument gives its parameter: a view (`tensor`), a group or mesh (as the name it
@@ -702,8 +708,9 @@ class _Resolver:
         if redop.scale is not None:
             self.check_expr(redop.scale, "static", scope)
 
-    def check_compound(self, s: n.For | n.While | n.On | n.Batch, scope: _Scope, in_batch: bool):
-        """A block statement: its header's expressions, then its body in a scope of its own."""
+    def check_compound(self, s: n.For | n.While | n.On | n.Batch | n.CallStmt, scope: _Scope, in_batch: bool):
+        """A block statement: its header's expressions, then its body in a scope of its own; or a call, which
+        checks its function's body."""
         match s:
             case n.For():
                 self.check_expr(s.lo, "static", scope)
@@ -724,6 +731,8 @@ class _Resolver:
                     self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
                 self.check_binding(s.handle, scope)
                 self.check_block(s.body, _Scope(parent=scope), True)
+            case n.CallStmt():
+                self.check_call(s, scope, in_batch)
 
     def check_expect(self, s: n.Expect, scope: _Scope):
         c = s.cond
@@ -1099,6 +1108,10 @@ def call_note(chain: tuple[n.CallStmt, ...]):
     *outer, call = chain
     around = "".join(f", inside the call of `{c.name.name}` at line {c.span.line}" for c in reversed(outer))
     return Note(message=f"in the call of `{call.name.name}` at line {call.span.line}{around}", span=call.span)
+
+
+def _noted(d: Diagnostic, note) -> Diagnostic:
+    return d if note in d.notes else d.model_copy(update={"notes": d.notes + (note,)})
 
 
 def bound_handle_names(stmts) -> frozenset[str]:

@@ -573,8 +573,10 @@ class _Writer:
         """A call inside `batch:`: its body written in place, so that its ops join the batch's list."""
         f = self.functions[s.name.name]
         kinds = self.kinds(s, scope)
-        texts = [self.argument(a, scope) if k[0] != "number" else f"({self.argument(a, scope)})" for a, k in zip(
-            s.args, kinds, strict=True)]
+        texts = [
+            self.argument(a, scope) if k[0] != "number" else f"({self.argument(a, scope)})"
+            for a, k in zip(s.args, kinds, strict=True)
+        ]
         call = " ".join(self.source.text[s.span.start : s.span.end].split())
         self.emit(depth, f"# line {s.span.line}: {_text(call, keep=_QUOTES)}, inlined: its ops join the batch")
         with self.parameters(f, kinds, texts):
