@@ -98,7 +98,8 @@ class WrongKindOfName(Rule):
 
     Reports a name used where a different kind of thing is needed: a tensor where a rank, size or tag is
     expected, a group or handle used as a number, a mesh where one of its dimensions is needed, `i` (the
-    element index) outside an element expression, `rand` outside a tensor initialiser.
+    element index) outside an element expression, `rand` outside a tensor initialiser, a handle, table or
+    function passed to a function, a call of a name that is no function.
 
     ## Why is this bad?
 
@@ -221,8 +222,9 @@ class MisplacedDeclaration(Rule):
 
     ## What it does
 
-    Reports a declaration in the wrong place: a `tensor`, `group`, `mesh` or `param` inside a block, or a
-    header line (`program`, `world`, `backend`) after the program's statements have begun.
+    Reports a declaration in the wrong place: a `tensor`, `group`, `mesh`, `param` or `def` inside a block,
+    a `new_group` inside a function's body, or a header line (`program`, `world`, `backend`) after the
+    program's statements have begun.
 
     ## Why is this bad?
 
