@@ -985,13 +985,13 @@ class Expander:
     def group_argument(self, a) -> tuple[str, str | None] | None:
         """(name, dimension) of the group, mesh or mesh dimension an argument names; None for an integer."""
         match a:
-            case n.Name():
+            case n.Name():  # a group, or a mesh
                 name, dim = self.group_name(a.id, None)
-            case n.Attr(value=n.Name() as base):
+                return (name, dim) if any(k[0] == name for k in self.group_of) else None
+            case n.Attr(value=n.Name() as base):  # a mesh dimension, not `g.size` or `g.rank`
                 name, dim = self.group_name(base.id, a.attr)
-            case _:
-                return None
-        return (name, dim) if any(k[0] == name for k in self.group_of) else None
+                return (name, dim) if (name, dim) in self.group_of else None
+        return None
 
     def loop(self, s: n.For, A, env, b) -> None:
         lo = self.int_value(s.lo, A, env, "a loop bound")

@@ -524,8 +524,8 @@ class _Resolver:
         if None in [k for k, _ in kinds] or any(c.name.name == name for c in self.calling):
             return  # a bad argument (reported), or a recursive call (N113)
         body = _Scope(names={p.name: kind for p, kind in zip(f.params, kinds, strict=True)}, parent=self.top)
-        for h, node in self.collect_handles(f.body).items():  # local to each call
-            body.names.setdefault(h, ("handle array" if node.is_array else "handle", node))
+        for h in _bindings(f.body):  # local to each call (`check_def` reported a name bound both ways)
+            body.names.setdefault(h.name, ("handle array" if h.is_array else "handle", h))
         before = len(self.diags)
         self.calling.append(s)
         try:

@@ -242,6 +242,19 @@ def test_nested_calls_groups_and_handles_simulate_to_the_expected_tensors():
         assert np.array_equal(result.tensors[0]["w"], np.full((2, 2), 1))
 
 
+def test_a_groups_size_and_rank_are_integer_arguments_and_views_may_overlap():
+    text = (
+        HEAD + "group g = [0, 1]\ndef f(k, v):\n    v[0:1] = k\n    v[1:3] = v[0:2]\n    v[2:4] += v[1:3]\n"
+        "f(g.size, x)\nf(g.rank, x[0:4])\n"
+    )
+    program = load(SourceFile("case.comm", text))
+    got = simulate(expand(program, 2)).tensors
+    assert got[0]["x"].tolist() == [0, 0, 2, 2] and got[1]["x"].tolist() == [1, 1, 3, 4]
+    script = emit_python(program)
+    assert "f(2, x)" in script and "f(dist.get_rank(g), x[0:4])" in script
+    assert "v[1:3].copy_(v[0:2].clone())" in script and "v[2:4].copy_(v[2:4] + v[1:3])" in script
+
+
 def test_an_expansion_error_in_a_body_names_every_call_chain():
     text = (
         HEAD + "def inner(v, k):\n    send v[k] to 1 - rank\ndef outer(k):\n    inner(x, k)\n"
@@ -306,7 +319,8 @@ def test_compile_writes_one_python_function_per_def_called_where_the_program_cal
     inner = [f.name for f in main.body if isinstance(f, ast.FunctionDef)]
     assert inner == ["swap", "pair_swap", "ring_add"]  # swap once: its code is the same for float32 and int32 views
     assert "    def ring_add(buf, tmp, ring, times):\n" in script
-    assert "got = {}  # an array of handles" in script and "acc.add_(tmp)" in script
+    assert "got = {}  # an array of handles" in script
+    assert "acc.copy_(acc + tmp)" in script  # `tmp` may be a view of any tensor, of `acc` too: computed, then copied
     assert "pair_swap(x, y)  # line 37" in script and 'ring_add(x, y, m.get_group("tp"), 1)' in script
     assert "# line 45: post(z[0], w[1], 1 - rank), inlined: its ops join the batch" in script
     assert "p2p_ops.append(dist.P2POp(dist.isend, z[0], (1 - rank)))" in script

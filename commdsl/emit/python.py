@@ -259,6 +259,7 @@ class _Writer:
         self.taken = taken  # every top-level Python name: a scoped name never takes one
         self.groups_here: set[str] = set(made)  # names of groups with no declaration: steps' and parameters'
         self.in_function = 0  # > 0 while writing a function: a tensor is changed in place, never rebound
+        self.view_parameters: set[str] = set()  # the view parameters of the functions being written
         for d in (*program.tensors, *program.groups):
             self.decls[d.name] = d
 
@@ -531,6 +532,7 @@ class _Writer:
                 self.top.names[p.name] = text
                 if kind[0] == "view":
                     self.ndim[p.name], self.dtype[p.name] = kind[1], kind[2]
+                    self.view_parameters.add(p.name)
                 elif kind[0] != "number":
                     self.decls[p.name] = kind[1]
                     self.groups_here.add(p.name)
@@ -542,6 +544,7 @@ class _Writer:
             self.in_function -= 1
             self.lines, self.top.names, self.ndim, self.dtype, self.decls = saved
             self.groups_here -= {p.name for p in f.params} - set(step_group_names(self.p.body))
+            self.view_parameters -= {p.name for p in f.params}
 
     def function(self, s: n.CallStmt, scope: _Scope) -> str:
         """The Python function for a call, written inside `main` so that it reads the program's tensors and groups:
@@ -629,11 +632,13 @@ class _Writer:
         target = self.view(s.target, scope)
         value = s.value
         line = s.span.line
+        # a function's view parameter may be a view of any tensor: as if target and value shared one
+        shared = bool({_tensor_of(value), _tensor_of(s.target)} & self.view_parameters)
         if s.op == "=":
             if not _reads_elements(value, scope, self.ndim):
                 self.emit(depth, f"{target}.fill_({self.static(value, scope)})", line)
             elif _is_view(value, scope, self.ndim):
-                same = _tensor_of(value) == _tensor_of(s.target)  # copy_ refuses a source overlapping its target
+                same = shared or _tensor_of(value) == _tensor_of(s.target)  # copy_ refuses an overlapping source
                 self.emit(depth, f"{target}.copy_({self.view(value, scope)}{'.clone()' if same else ''})", line)
             else:
                 self.emit(depth, f"{target}.copy_({self.elem(value, scope, target)})", line)
@@ -641,6 +646,7 @@ class _Writer:
         tensor = _tensor_of(s.target)
         same_kind = (  # where computing in place stores what the runtime's compute-and-copy stores
             _is_view(value, scope, self.ndim)
+            and not shared
             and _tensor_of(value) != tensor
             and self.dtype[_tensor_of(value)] == self.dtype[tensor]  # the runtime's own in-place case
             or not _reads_elements(value, scope, self.ndim)
