@@ -495,6 +495,8 @@ def test_s004_unexpected_end_of_file():
     ("on rank == 0:\n    barrier\nelse\n    barrier\n", 3, 5),
     ("on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n", 3, 18),
     ("world 2\nfor s in 0 .. 1:\n    for t in 0 .. 1\n        barrier\n", 3, 20),
+    ("world 2\ndef f(x, peer)\n    send x to peer\n", 2, 15),
+    ("def f()\n    barrier\n", 1, 8),
 ])
 def test_s005_missing_colon(text, line, column):
     d = syntax_error(text)
