@@ -326,6 +326,15 @@ def test_compile_writes_one_python_function_per_def_called_where_the_program_cal
     assert "p2p_ops.append(dist.P2POp(dist.isend, z[0], (1 - rank)))" in script
 
 
+def test_a_call_written_in_place_in_a_batch_keeps_the_callers_names():
+    """The body's `let k`, written into the caller's Python scope, gets a name of its own, not the caller's `k`."""
+    body = "def post(a, b):\n    let k = 1 - rank\n    send a to k\n    recv b from k\n"
+    text = HEAD + body + "let k = 7\nbatch:\n    post(x, y)\nexpect x == k - 7 + rank\n"
+    script = emit_python(load(SourceFile("case.comm", text)))
+    assert "    k = 7\n" in script and "    k_ = 1 - rank\n" in script
+    assert "p2p_ops.append(dist.P2POp(dist.isend, x, k_))" in script and '"==", k - 7 + rank)' in script
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
 def test_the_compiled_functions_run_under_torchrun(tmp_path, no_orphans):

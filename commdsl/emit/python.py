@@ -561,7 +561,7 @@ class _Writer:
                 self.emit(2, f"{self.top.names[h]} = {{}}  # an array of handles: slot → request")
             self.block(f.body, 2, _Scope(parent=_Scope(names=dict(self.top.names))))
             body = self.lines
-        same = next((name for (fn, _), name in self.def_bodies.items() if fn == f.name.name and _ == tuple(body)), None)
+        same = self.def_bodies.get((f.name.name, tuple(body)))
         if same is not None:
             self.defs[(f.name.name, kinds)] = same
             return same
@@ -583,7 +583,8 @@ class _Writer:
         call = " ".join(self.source.text[s.span.start : s.span.end].split())
         self.emit(depth, f"# line {s.span.line}: {_text(call, keep=_QUOTES)}, inlined: its ops join the batch")
         with self.parameters(f, kinds, texts):
-            self.batch_body(f.body, depth, _Scope(parent=_Scope(names=dict(self.top.names))))
+            # the caller's names are visible only so that the body's `let`s, written in its Python scope, avoid them
+            self.batch_body(f.body, depth, _Scope(parent=_Scope(names=dict(self.top.names), parent=scope)))
             body = self.lines
         self.lines.extend(body)
 
