@@ -173,6 +173,7 @@ class Expander:
         self.local_handles = {f.name.name: bound_handle_names(f.body) for f in program.functions}
         self.group_alias: dict[str, tuple[str, str | None]] = {}  # a group parameter → the group it was passed
         self.calling: list[n.CallStmt] = []  # the calls being inlined, outermost first
+        self.renamed: dict[tuple, tuple] = {}  # see `in_group_named`
         self.reached: dict[str, dict[tuple, None]] = {}  # function → the call chains that ran its body, in order
 
     # ---- errors ---------------------------------------------------------------------------------
@@ -982,6 +983,18 @@ class Expander:
                 del self.handles[k]
             self.handles.update(outer)
 
+    def in_group_named(self, s):
+        """`s` as its record holds it: `in ring`, with `ring` a function's group parameter, names the group the call
+        passed (the engine finds a record's group by its name, as the program declared or made it)."""
+        if s.group is None or s.group.name not in self.group_alias:
+            return s
+        name, dim = self.group_name(s.group.name, s.group.dim)
+        key = (id(s), name, dim)
+        if key not in self.renamed:  # one node per statement and group: records of one statement share it
+            ref = n.GroupRef.model_construct(span=s.group.span, name=name, dim=dim)
+            self.renamed[key] = (s, s.model_copy(update={"group": ref}))  # holding `s` keeps its id from reuse
+        return self.renamed[key][1]
+
     def group_argument(self, a) -> tuple[str, str | None] | None:
         """(name, dimension) of the group, mesh or mesh dimension an argument names; None for an integer."""
         match a:
@@ -1234,7 +1247,7 @@ class Expander:
         if not s.blocking and not batched:
             req = self.new_requests(A, len(self.records))
         rec = P2PRec(
-            s,
+            self.in_group_named(s),
             A,
             b,
             is_send=isinstance(s, n.Send),
@@ -1363,7 +1376,7 @@ class Expander:
                 )
             )
         rec = CollectiveRec(
-            s,
+            self.in_group_named(s),
             A,
             b,
             kind=kind,

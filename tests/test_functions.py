@@ -86,6 +86,43 @@ on rank < 2:
     expect w == 1 - rank
 """
 
+# group parameters in every place a group goes: `in grp` of a collective and of P2P, `grp.peer(k)`, a mesh passed
+# whole (`in mm.tp`), a mesh dimension, a declared group, a group made by `new_group`
+GROUPS = """\
+program groups
+world 4
+tensor x: float32[2] = rank
+tensor y: float32[2] = rank
+tensor z: float32[2] = rank
+tensor w: float32[2]
+group pair = [0, 1]
+mesh m = (dp=2, tp=2)
+
+def total(v, grp):
+    all_reduce v in grp
+
+def total_tp(v, mm):
+    all_reduce v in mm.tp
+
+def hand_over(a, b, grp):
+    on grp.rank == 0:
+        send a to grp.peer(1) in grp
+    else:
+        recv b from grp.peer(0) in grp
+    broadcast a from grp.peer(0) in grp
+
+g = new_group [2, 3]
+total(x, m.tp)
+total_tp(y, m)
+on rank < 2:
+    total(z, pair)
+else:
+    total(z, g)
+hand_over(x, w, m.dp)
+expect y == rank - rank % 2 + (rank - rank % 2 + 1)
+expect z == rank - rank % 2 + (rank - rank % 2 + 1)
+"""
+
 
 def parse(text: str) -> n.Module:
     source = SourceFile("case.comm", text)
@@ -137,9 +174,11 @@ def test_an_expression_alone_on_a_line_is_not_a_statement():
 # ---- resolve: kinds per call, and what it refuses --------------------------------------------------------
 
 
-def test_a_parameter_takes_its_kind_from_each_call():
-    """One body, called with a view, a group, a mesh dimension and integers: each call checks it with those kinds."""
-    assert errors(EVERYTHING) == []
+@pytest.mark.parametrize("text", [EVERYTHING, GROUPS], ids=["everything", "groups"])
+def test_a_parameter_takes_its_kind_from_each_call(text):
+    """One body, called with a view, a group, a mesh dimension and integers: each call checks it with those kinds,
+    and the schedule holds each op in the group its call passed."""
+    assert errors(text) == []
 
 
 def test_a_body_checked_with_a_wrong_kind_names_the_call():
@@ -319,6 +358,9 @@ def test_compile_writes_one_python_function_per_def_called_where_the_program_cal
     inner = [f.name for f in main.body if isinstance(f, ast.FunctionDef)]
     assert inner == ["swap", "pair_swap", "ring_add"]  # swap once: its code is the same for float32 and int32 views
     assert "    def ring_add(buf, tmp, ring, times):\n" in script
+    groups = emit_python(load(SourceFile("groups.comm", GROUPS)))
+    assert 'dist.all_reduce(v, dist.ReduceOp.SUM, group=mm.get_group("tp"))' in groups
+    assert "dist.send(a, dist.get_global_rank(grp, 1), group=grp)" in groups and "total(z, g)  # line 29" in groups
     assert "got = {}  # an array of handles" in script
     assert "acc.copy_(acc + tmp)" in script  # `tmp` may be a view of any tensor, of `acc` too: computed, then copied
     assert "pair_swap(x, y)  # line 37" in script and 'ring_add(x, y, m.get_group("tp"), 1)' in script
@@ -337,9 +379,10 @@ def test_a_call_written_in_place_in_a_batch_keeps_the_callers_names():
 
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
-def test_the_compiled_functions_run_under_torchrun(tmp_path, no_orphans):
-    script = tmp_path / "everything.py"
-    script.write_text(emit_python(load(SourceFile("everything.comm", EVERYTHING))))
+@pytest.mark.parametrize("text", [EVERYTHING, GROUPS], ids=["everything", "groups"])
+def test_the_compiled_functions_run_under_torchrun(text, tmp_path, no_orphans):
+    script = tmp_path / "functions.py"
+    script.write_text(emit_python(load(SourceFile("functions.comm", text))))
     proc = torchrun(script, 4, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(line for line in proc.stdout.splitlines() if "every expect holds" in line) == [
@@ -349,9 +392,10 @@ def test_the_compiled_functions_run_under_torchrun(tmp_path, no_orphans):
 
 @pytest.mark.gloo
 @pytest.mark.timeout(120)
-def test_a_program_with_functions_runs_on_gloo_as_simulated(tmp_path, capfd, no_orphans):
-    path = tmp_path / "everything.comm"
-    path.write_text(EVERYTHING)
+@pytest.mark.parametrize("text", [EVERYTHING, GROUPS], ids=["everything", "groups"])
+def test_a_program_with_functions_runs_on_gloo_as_simulated(text, tmp_path, capfd, no_orphans):
+    path = tmp_path / "functions.comm"
+    path.write_text(text)
     report = tmp_path / "report.json"
     code, out, err = run_here(
         ["run", str(path), "--nproc", "4", "--backend", "gloo", "--timeout", "60", "--report", str(report)], capfd
