@@ -536,6 +536,7 @@ class Schedule:
     requests: Requests
     group_of: dict = field(default_factory=dict)  # (name, dim) → (group id per rank, index in it per rank)
     made: frozenset = frozenset()  # the names `new_group` binds: their groups are made as steps, not up front
+    reached: dict = field(default_factory=dict)  # function → the call chains (outermost first) that inlined it
 
     @cached_property
     def sequences(self) -> Sequences:

@@ -56,6 +56,8 @@ RULES: tuple[type[Rule], ...] = (
     names.UnknownBackend,
     names.InvalidBatch,
     names.InvalidWorld,
+    names.RecursiveFunction,
+    names.WrongArgumentCount,
     sizes.ViewOutOfBounds,
     sizes.NotAnInteger,
     sizes.DivisionByZero,

@@ -359,6 +359,24 @@ class Batch(Node):
     handle: HandleRef | None = None
 
 
+class CallStmt(Node):
+    """`exchange(x.chunk(k, world), right)`: a call of a `def`, inlined where it stands."""
+
+    kind: Literal["call_stmt"] = "call_stmt"
+    name: Ident
+    args: tuple[Expr, ...]
+
+
+class FunctionDef(Node):
+    """`def exchange(buf, peer):` — a macro: its body is inlined at each call, each parameter bound to the
+    call's argument (a view, an integer or a group: the argument decides, per call)."""
+
+    kind: Literal["def"] = "def"
+    name: Ident
+    params: tuple[Ident, ...]
+    body: tuple[Stmt, ...]
+
+
 Stmt = Annotated[
     ProgramDecl
     | WorldDecl
@@ -380,7 +398,9 @@ Stmt = Annotated[
     | For
     | While
     | On
-    | Batch,
+    | Batch
+    | CallStmt
+    | FunctionDef,
     Field(discriminator="kind"),
 ]
 
