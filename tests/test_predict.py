@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -363,6 +364,27 @@ def test_fit_recovers_alpha_and_beta():
     flat = fit([1024, 2048], [1e-3, 1e-3 + 1e-9])
     assert flat.alpha >= 0 and flat.beta > 0
 
+
+
+def test_memory_bandwidth_times_with_the_workers_threads(monkeypatch):
+    """The bench's ranks run one intra-op thread each on a host with several (bench/worker.py): the calibration
+    times its add with as many, and leaves this process's thread count as it was."""
+    import torch
+
+    from commdsl.predict import calibrate
+
+    seen = []
+    clock = time.perf_counter
+
+    def counting():
+        seen.append(torch.get_num_threads())
+        return clock()
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(calibrate.time, "perf_counter", counting)
+    assert calibrate.memory_bandwidth(1 << 16, repeats=2, threads=1) > 0
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
 
 @pytest.mark.gloo
 @pytest.mark.timeout(120)

@@ -730,7 +730,9 @@ def calibrate(args) -> int:
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
-    memory = cal.memory_bandwidth()
+    # the workers' intra-op threads (bench/worker.py): one per rank when the host has several, unless
+    # OMP_NUM_THREADS says otherwise
+    memory = cal.memory_bandwidth(threads=1 if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else None)
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
     text = cal.topology_text(f, memory, nproc, backend, command)
     try:

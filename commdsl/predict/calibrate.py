@@ -73,19 +73,29 @@ def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
     return out
 
 
-def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int | None = None) -> float:
     """Bytes per second of `x += y` on float32 tensors of `nbytes`, counted as the cost model counts a local
-    op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`."""
+    op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`. `threads`: torch's
+    intra-op threads while timing (None: as they are). The bench's workers run with one thread when a host
+    has several ranks (bench/worker.py, as torchrun does), so a calibration for them times one thread: with
+    this process's default (one thread per core) a 16-core host timed 64 MiB adds several times faster than
+    any rank runs them."""
     import torch
 
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
-    y = torch.ones(nbytes // 4, dtype=torch.float32)
-    x += y  # touch the pages first
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x += y
-        best = min(best, time.perf_counter() - t0)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        x = torch.ones(nbytes // 4, dtype=torch.float32)
+        y = torch.ones(nbytes // 4, dtype=torch.float32)
+        x += y  # touch the pages first
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            x += y
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
     return 2 * nbytes / best
 
 
