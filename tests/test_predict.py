@@ -271,6 +271,73 @@ def test_sizes_scaled_from_one_expansion_equal_each_size_expanded(network, monke
         np.testing.assert_array_equal(scaled.timing.rank_seconds[:, k], alone.timing.rank_seconds[:, 0])
 
 
+
+@pytest.mark.parametrize("network", list(NETWORKS))
+@pytest.mark.parametrize(("name", "param", "params", "world"), SAME, ids=[c[0] for c in SAME])
+def test_held_ports_give_the_times_of_ports_written_every_step(name, param, params, world, network, monkeypatch):
+    """A pattern whose messages have their ports to themselves keeps their free times as its messages' ends
+    until another pattern needs them (`Clocks.held`): exactly the times of writing the ports every step."""
+    from commdsl.predict import cost
+
+    t = NETWORKS[network]()
+    v = variant_for(load_program(SourceFile(name, (ROOT / "programs" / name).read_text())), world, param, params, None)
+    owned = []
+    route = cost.Clocks.route
+
+    def noting(self, src, dst):
+        way = route(self, src, dst)
+        owned.append(way.own)
+        return way
+
+    monkeypatch.setattr(cost.Clocks, "route", noting)
+    held = sweep(v, world, SIZES, t)
+
+    def eager(self, src, dst):
+        way = route(self, src, dst)
+        way.own = False
+        return way
+
+    monkeypatch.setattr(cost.Clocks, "route", eager)
+    written = sweep(v, world, SIZES, t)
+    np.testing.assert_array_equal(held.timing.rank_seconds, written.timing.rank_seconds)
+    np.testing.assert_array_equal(held.timing.port_busy, written.timing.port_busy)
+    assert [r.time_us for r in held.rows] == [r.time_us for r in written.rows]
+    if network == "dgx-h100" and name == "ring_allreduce.comm":
+        assert any(owned)  # a ring step on its own ports: the held path was taken
+
+
+def test_rows_joined_when_read_equal_rows_joined_at_once():
+    """`Rows.concat` joins a column when it is first read: the same arrays as joining every column at once."""
+    from commdsl.engine import Posts
+
+    cols = {c: 3 for c in Posts.COLUMNS}
+    a = Posts(size=4, **{**cols, "rank": np.arange(4), "src": np.arange(4) + 10})
+    b = Posts(size=2, **{**cols, "rank": np.array([7, 8]), "req": np.array([-1, 5])})
+    c = Posts(size=3, **{**cols, "rank": np.array([1, 2, 3]), "tag": 9})
+    both = Posts.concat([a, b, c])
+    assert len(both) == 9 and both.const("dtype") == 3 and both.const("rank") is None
+    np.testing.assert_array_equal(both.column("src"), [10, 11, 12, 13, 3, 3, 3, 3, 3])
+    np.testing.assert_array_equal(both.rank, [0, 1, 2, 3, 7, 8, 1, 2, 3])
+    np.testing.assert_array_equal(both.tag, [3] * 6 + [9] * 3)
+    again = Posts.concat([both, a])  # a part whose columns are still unjoined
+    np.testing.assert_array_equal(again.req, [3, 3, 3, 3, -1, 5, 3, 3, 3, 3, 3, 3, 3])
+    picked = both.take(np.array([5, 0]))
+    np.testing.assert_array_equal(picked.req, [5, 3])
+    np.testing.assert_array_equal(picked.src, [3, 10])
+
+
+@pytest.mark.parametrize("op", ["%", "//"])
+def test_int64_remainder_and_floor_division_are_pythons(op):
+    """The expansion's `%` and `//` of an int64 array by a Python int skip the magnitude check: NumPy gives
+    Python's result for every int64 (MIN // -1, the one overflow, still takes the careful path)."""
+    from commdsl.values import _int_op
+
+    a = np.array([-(2**63), -(2**62) - 3, -7, -1, 0, 5, 2**62 + 1, 2**63 - 1], dtype=np.int64)
+    for b in (1, 2, 3, -2, -3, 7, 4096, 2**61 + 5, -(2**61)):
+        got = _int_op(None, op, a, b, a.size)
+        want = [x % b if op == "%" else x // b for x in a.tolist()]
+        assert [int(x) for x in got] == want, (op, b)
+
 # ---- output: critical path, JSON, plot ---------------------------------------------------------------------
 
 

@@ -185,6 +185,7 @@ class Route:
     busy: np.ndarray | float = 0.0  # seconds of it
     last: tuple[np.ndarray, np.ndarray] | None = None  # the last bytes per size every message moved, its times
     alphas: np.ndarray | None = None
+    own: bool = False  # every message has its two ports to itself (`Clocks.held`)
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
     # adding a whole one (numpy's inner loop runs over the few sizes): so both are made whole, once.
@@ -240,6 +241,7 @@ class Clocks(Observer):
         self.mix = np.zeros(0, dtype=np.int64)  # random weights: a pattern's fingerprint
         self.row: tuple[np.ndarray, np.ndarray] | None = None
         self.recent: tuple[np.ndarray, np.ndarray, Route] | None = None  # see `remember`
+        self.held: tuple[Route, np.ndarray] | None = None  # see `hold`
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -385,20 +387,21 @@ class Clocks(Observer):
         start_k = start[:, k].copy() if self.track else start[:0, 0]
         begin = start  # a new array (np.maximum above): worked on in place from here
         begin += way.alpha if np.ndim(way.alpha) == 0 else way.alpha_full(start.shape[1])
-        busy = _rows(self.free, way.e.ix)
-        busy = np.maximum(busy, _rows(self.free, way.i.ix), out=None if isinstance(way.e.ix, slice) else busy)
+        held = self.held
+        if held is not None and held[0] is way:  # its ports are free when this pattern's last messages ended
+            busy = held[1]
+        else:
+            self.put_back()
+            busy = _rows(self.free, way.e.ix)
+            busy = np.maximum(busy, _rows(self.free, way.i.ix), out=None if isinstance(way.e.ix, slice) else busy)
         np.maximum(begin, busy, out=begin)
         end = begin
         end += way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
         lined: dict[int, np.ndarray] = {}  # end lined up with a permuted run, per permutation: gathered once
-        for side in (way.e, way.i):
-            if side.distinct:  # a port's message ends after the port is free (end ≥ busy): it is free at end
-                if isinstance(side.ix, slice):
-                    self.free[side.ix] = end
-                else:
-                    _set_rows(self.free, side.ix, end)
-            else:
-                np.maximum.at(self.free, side.at, end)
+        if way.own:
+            self.held = (way, end)
+        else:
+            self.put_back(end, way)
         load = b[..., k]  # the link figures: summed per pattern, put on its ports at the end (`flush`)
         way.load = way.load + load
         way.busy = way.busy + load / way.beta_flat
@@ -411,6 +414,27 @@ class Clocks(Observer):
             self.finish_requests(rows.req[a], end[a], nodes[a])
             if (~a).any():
                 self.wait_for(rows.rank[~a], end[~a], nodes[~a])
+
+    def put_back(self, end: np.ndarray | None = None, way: Route | None = None) -> None:
+        """Ports are free when their messages end (a port's message ends after the port is free: end ≥ busy).
+        A pattern whose every message has its two ports to itself (`Route.own`: a ring step) is `held`
+        instead: its ports' free times are its messages' ends, so when the same pattern comes next (the
+        ring's next step) they are read from there, and they are written into `free` only when another
+        pattern needs the ports (`put_back()`: what is held). The same numbers, without a gather and a
+        scatter of both ports per step."""
+        if way is None:
+            if self.held is None:
+                return
+            way, end = self.held
+            self.held = None
+        for side in (way.e, way.i):
+            if side.distinct:
+                if isinstance(side.ix, slice):
+                    self.free[side.ix] = end
+                else:
+                    _set_rows(self.free, side.ix, end)
+            else:
+                np.maximum.at(self.free, side.at, end)
 
     def whole(self, row: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """`row` (one value per size) repeated for every rank: adding it whole is several times faster than
@@ -470,6 +494,7 @@ class Clocks(Observer):
             ranks[0],
             ranks[1],
         )
+        got.own = ports[0].distinct and ports[1].distinct and _distinct(np.concatenate([e, i]), n_ports)
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
         self.routes[key] = got
@@ -764,6 +789,7 @@ def predict(
         clocks.k = k
     model = NCCL_TIMING if topo.backend == "nccl" else GLOO_TIMING
     outcome = run_engine(schedule, model, clocks, deadline=deadline)
+    clocks.put_back()
     clocks.flush()
     clocks.settle(np.arange(schedule.world))
     seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
