@@ -485,11 +485,47 @@ expect y == world
 
 def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
     p, n = 4, 1 << 20
-    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9
+    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9 + (2 * n + 2 * n / p) / 1e15  # + the clone, the copy out
     ring = (p - 1) * 10e-6 + (p - 1) / p * n / 1e9
     assert seconds(RS, p, topo(10, 1), n) == pytest.approx(gloo)
     assert seconds(RS, p, topo(10, 1, extra='backend = "nccl"'), n) == pytest.approx(ring)
 
+
+AG = """program ag
+world 1..
+param n = 1024
+tensor x: float32[n // world] = rank
+tensor y: float32[n // world * world]
+all_gather x into y
+expect y == i // (n // world)
+"""
+
+A2A = """program a2a
+world 1..
+param n = 1024
+tensor x: float32[n // world * world] = 1
+tensor y: float32[n // world * world]
+all_to_all x into y
+expect y == 1
+"""
+
+
+@pytest.mark.parametrize(("text", "copies"), [
+    (AG, lambda p, n: 2 * n),  # the flat temporary copied into the output
+    (RS, lambda p, n: 2 * n + 2 * n / p),  # the input cloned, this rank's block copied out
+    (A2A, lambda p, n: 2 * n / p),  # Gloo's own block copied locally
+], ids=["all_gather", "reduce_scatter", "all_to_all"])
+def test_gloo_collectives_pay_torchs_copies_at_memory_speed(text, copies):
+    """torch's Gloo backend copies around Gloo's algorithm (ProcessGroupGloo.cpp, gloo/alltoall.cc): those
+    bytes, counted as a local op's (written + read), over memory bandwidth; NCCL's collectives pay none."""
+    p, n, mem = 4, 1 << 20, 2e9
+    extra = f'memory_gbps = {mem / 1e9}\n'
+    gloo = parse(SourceFile("t.toml", f"ranks_per_node = 64\n{extra}[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
+    nccl = parse(SourceFile("t.toml", f'ranks_per_node = 64\n{extra}backend = "nccl"\ntree = false\n'
+                                       "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
+    assert seconds(text, p, gloo, n) - seconds(text, p, nccl, n) == pytest.approx(
+        copies(p, n) / mem + ((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 if text is RS else 0.0)
+    )
 
 PAIRS_ALL_REDUCE = """program pairs
 world 4

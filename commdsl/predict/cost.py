@@ -618,6 +618,8 @@ class Clocks(Observer):
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
         )
+        if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
+            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.memory_bps
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
