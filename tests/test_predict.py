@@ -198,6 +198,32 @@ def test_a_shared_node_bus_halves_a_pairwise_exchange():
     assert seconds(TWO_PAIRS, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(10e-6 + 2 * n / 1e9)
 
 
+EXCHANGE = """program exchange
+world 2..
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n] = 2
+batch:
+    send x to (rank + 1) % world
+    recv y from (rank - 1) % world
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_rank_that_is_not_duplex_sends_and_receives_through_one_way(world):
+    """`duplex = false`: a rank's send and its receive share its one way (Gloo's one loop thread per process),
+    so a ring exchange moves each message at half speed; pairs of ranks apart still run side by side, and a
+    built-in ring's step (send and receive at once) gets half the link."""
+    n, alpha = 1 << 20, 10e-6
+    half = topo(10, 1, extra="duplex = false")
+    assert seconds(EXCHANGE, world, topo(10, 1), n) == pytest.approx(alpha + n / 1e9)
+    assert seconds(EXCHANGE, world, half, n) == pytest.approx(alpha + 2 * n / 1e9)
+    assert seconds(TWO_PAIRS, 4, half, n) == pytest.approx(alpha + n / 1e9)  # no bus: the pairs do not meet
+    ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    full = 2 * (world - 1) * alpha + 2 * (world - 1) / world * n / 1e9
+    assert seconds(ring, world, half, n) == pytest.approx(full + 2 * (world - 1) / world * n / 1e9)
+    assert "in and out share one way" in half.describe()
+
 def test_a_later_message_waits_for_its_link():
     text = """program q
 world 3
@@ -233,6 +259,7 @@ NETWORKS = {  # one node with a shared bus; NVLink nodes and NICs (NCCL); 2 rank
     "dgx-h100": lambda: load("dgx-h100")[0],
     "pairs": lambda: topo(3, 5, rpn=2, extra="nics_per_node = 1", inter="[inter]\nalpha_us = 30\nbandwidth_gbps = 1\n"
                           "[[link]]\nsrc = 0\ndst = 1\nalpha_us = 7\nbandwidth_gbps = 0.5\n"),
+    "not-duplex": lambda: topo(40, 3.9, rpn=4, extra="duplex = false"),  # one way per rank, 2 nodes at 8 ranks
 }
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 22]
 

@@ -186,6 +186,7 @@ class Route:
     last: tuple[np.ndarray, np.ndarray] | None = None  # the last bytes per size every message moved, its times
     alphas: np.ndarray | None = None
     own: bool = False  # every message has its two ports to itself (`Clocks.held`)
+    joint: bool = False  # a port is one message's way out and another's way in (a rank that is not duplex)
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
     # adding a whole one (numpy's inner loop runs over the few sizes): so both are made whole, once.
@@ -377,7 +378,11 @@ class Clocks(Observer):
                 m = sends.rec == rid
                 b[m] = self.nbytes.rows(rid, sends.pos[m])
         n_ports = self.free.shape[0]
-        if way.e.distinct and way.i.distinct:
+        if way.joint:  # a port shared by messages in and out: each message as slow as its busier port
+            full = np.broadcast_to(b, start.shape)
+            both = _shared(np.concatenate([way.e.at, way.i.at]), np.concatenate([full, full]), k, n_ports)
+            eff = np.maximum(both[: full.shape[0]], both[full.shape[0] :])
+        elif way.e.distinct and way.i.distinct:
             eff = b
         else:
             full = np.broadcast_to(b, start.shape)
@@ -428,7 +433,7 @@ class Clocks(Observer):
             way, end = self.held
             self.held = None
         for side in (way.e, way.i):
-            if side.distinct:
+            if side.distinct and not way.joint:
                 if isinstance(side.ix, slice):
                     self.free[side.ix] = end
                 else:
@@ -494,7 +499,9 @@ class Clocks(Observer):
             ranks[0],
             ranks[1],
         )
-        got.own = ports[0].distinct and ports[1].distinct and _distinct(np.concatenate([e, i]), n_ports)
+        apart = _distinct(np.concatenate([e, i]), n_ports)
+        got.own = ports[0].distinct and ports[1].distinct and apart
+        got.joint = not apart and bool((i != e).all())
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
         self.routes[key] = got
@@ -530,9 +537,9 @@ class Clocks(Observer):
         if topo.shared_node:  # one bus per node for every message inside it
             e = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], 2 * W + self.nic[src])
             i = np.where(same, e, 2 * W + self.n_nics + self.nic[dst])
-        else:
+        else:  # a rank's way out and way in; one way for both when it is not duplex
             e = np.where(same, src, 2 * W + self.nic[src])
-            i = np.where(same, W + dst, 2 * W + self.n_nics + self.nic[dst])
+            i = np.where(same, dst if not topo.duplex else W + dst, 2 * W + self.n_nics + self.nic[dst])
         return alpha, beta, e, i
 
     def called(self, rec, G, pos, me) -> None:
@@ -642,6 +649,8 @@ class Clocks(Observer):
                 per_node = np.bincount(self.node[ranks]).max()
                 if self.topo.shared_node:  # every member's step crosses the one bus at once
                     beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / per_node, beta)
+                elif not self.topo.duplex:  # a member sends to the next and receives from the last at once
+                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / 2, beta)
                 if self.topo.backend == "nccl":
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
