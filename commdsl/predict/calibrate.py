@@ -77,9 +77,8 @@ def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int | No
     """Bytes per second of `x += y` on float32 tensors of `nbytes`, counted as the cost model counts a local
     op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`. `threads`: torch's
     intra-op threads while timing (None: as they are). The bench's workers run with one thread when a host
-    has several ranks (bench/worker.py, as torchrun does), so a calibration for them times one thread: with
-    this process's default (one thread per core) a 16-core host timed 64 MiB adds several times faster than
-    any rank runs them."""
+    has several ranks (bench/worker.py, as torchrun does), so a calibration for them times one thread: this
+    process's default (one thread per core) would time an add spread over every core, which no rank gets."""
     import torch
 
     before = torch.get_num_threads()
