@@ -223,6 +223,9 @@ def test_a_rank_that_is_not_duplex_sends_and_receives_through_one_way(world):
     full = 2 * (world - 1) * alpha + 2 * (world - 1) / world * n / 1e9
     assert seconds(ring, world, half, n) == pytest.approx(full + 2 * (world - 1) / world * n / 1e9)
     assert "in and out share one way" in half.describe()
+    links = predict_text(EXCHANGE, world, half, n).timing
+    busiest = links.port_names[int(np.argmax(links.port_busy))]
+    assert busiest.startswith("rank ") and "in and out" in busiest  # one way carries both directions
 
 def test_a_later_message_waits_for_its_link():
     text = """program q

@@ -805,7 +805,7 @@ def predict(
     clocks.settle(np.arange(schedule.world))
     seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
     last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
-    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0])
+    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0], topo.duplex)
     return Timing(
         seconds,
         clocks.T.copy(),
@@ -818,8 +818,9 @@ def predict(
     )
 
 
-def port_names(world: int, nics: int, per_node: int, ports: int) -> list[str]:
-    out = [f"rank {r} out (in node)" for r in range(world)] + [f"rank {r} in (in node)" for r in range(world)]
+def port_names(world: int, nics: int, per_node: int, ports: int, duplex: bool = True) -> list[str]:
+    out = [f"rank {r} {'out' if duplex else 'in and out'} (in node)" for r in range(world)]
+    out += [f"rank {r} in (in node)" for r in range(world)]
     out += [f"node {n // per_node} NIC {n % per_node} out" for n in range(nics)]
     out += [f"node {n // per_node} NIC {n % per_node} in" for n in range(nics)]
     out += [f"node {n} bus (in node, shared)" for n in range(ports - len(out))]
