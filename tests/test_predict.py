@@ -503,6 +503,49 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     assert np.isfinite(t.memory_bps)
 
 
+
+def test_calibration_decides_from_pairs_at_once_whether_messages_share_a_bus():
+    """`--calibrate --nproc N` (N >= 4) times N/2 ping-pong pairs at once: nearer N/2 times one pair's time
+    is a bus shared by every message (`shared_node`), nearer one pair's is ranks side by side, each with one
+    way in and out (`duplex = false`); the measurement is written as a comment. Not measured: a bus."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    quiet = calibrate.Sharing(1 << 26, 4, 20.6e-3, 23.3e-3)  # the 16-core host: 4 pairs x1.13
+    busy = calibrate.Sharing(1 << 24, 2, 6.9e-3, 13.1e-3)  # the 2-core machine: 2 pairs x1.89
+    assert not quiet.bus and busy.bus
+    for sharing, shared in ((quiet, False), (busy, True), (None, True)):
+        text = calibrate.topology_text(f, 10e9, 8, "gloo", "cmd", sharing)
+        t = parse(SourceFile("h.toml", text))
+        assert t.shared_node is shared and t.duplex is shared  # no bus: one way per rank
+        assert ("pairs at once" in text) is (sharing is not None)
+
+
+def test_calibration_times_only_the_ranks_that_ping_pong():
+    """Ranks beyond 0 and 1 time nothing in the ping-pong (an empty list): the one-way time is the slowest
+    of the others', so `--calibrate --nproc 4` works."""
+    from types import SimpleNamespace
+
+    from commdsl.predict import calibrate
+
+    plan = SimpleNamespace(cases=[0], world=4)
+    results = {0: {0: {"durations_ns": [4000, 6000]}, 1: {"durations_ns": [5000, 5000]},
+                   2: {"durations_ns": []}, 3: {"durations_ns": []}}}
+    assert calibrate.one_way(plan, results) == [pytest.approx(5500 / 2 * 1e-9)]
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(180)
+def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans):
+    out = tmp_path / "host.toml"
+    code = main(["bench", "--calibrate", "--nproc", "4", "--sizes", "1M:16M:16", "--iters", "3", "--warmup", "1",
+                 "--backend", "gloo", "-o", str(out)])
+    text, err = capfd.readouterr()
+    assert code == 0, text + err
+    assert re.search(r"# 2 pairs at once, 16777216 bytes: [\d.]+ us one way", out.read_text())
+    t, _ = load(str(out))
+    assert t.intra_beta > 0 and t.duplex is t.shared_node
+
 RS = """program rs
 world 1..
 param n = 1024

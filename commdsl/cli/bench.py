@@ -732,9 +732,27 @@ def calibrate(args) -> int:
         return EXIT_FAILURE
     # the workers' intra-op threads (bench/worker.py): one per rank when the host has several, unless
     # OMP_NUM_THREADS says otherwise
+    sharing = None
+    if nproc >= 4:  # do the host's messages share one bus? nproc // 2 pairs at once, at the largest size
+        pairs = load(SourceFile("<calibrate-pairs>", cal.PAIRS))
+        with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
+            try:
+                variant = program_variant(pairs, nproc, "n", {}, None)
+                plan2 = build([variant], sizes[-1:], nproc, backend, args.iters, args.warmup, False, out_dir, [])
+                measured2 = run_plan(plan2, args.timeout, args.verbose)
+            except (BenchError, Refused, LaunchError) as e:
+                err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
+                return EXIT_FAILURE
+            if measured2.hang or measured2.failures or measured2.interrupted:
+                err.print("[bold red]error[/]: calibration failed: a rank hung or failed (rerun with -v)")
+                return EXIT_FAILURE
+            together = cal.one_way(plan2, measured2.results)
+        if together:
+            size, alone = f.points[-1]
+            sharing = cal.Sharing(size, nproc // 2, alone, together[0])
     memory = cal.memory_bandwidth(threads=1 if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else None)
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command)
+    text = cal.topology_text(f, memory, nproc, backend, command, sharing)
     try:
         write_atomic(args.output, text)
     except FileError as e:
