@@ -199,4 +199,5 @@ def split_disagreement(in_splits: list[tuple], out_splits: list[tuple]) -> tuple
                 return a, b
     return None
 
+
 KIND = AllToAll()

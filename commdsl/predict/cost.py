@@ -432,6 +432,7 @@ class Clocks(Observer):
                 return
             way, end = self.held
             self.held = None
+        assert end is not None  # given with its pattern
         for side in (way.e, way.i):
             if side.distinct and not way.joint:
                 if isinstance(side.ix, slice):
