@@ -87,8 +87,15 @@ class Rows:
             raise ValueError("a table of constant columns needs its size")  # pragma: no cover - a bug in commdsl
         self.size = size
         self.consts = consts
+        self.parts: dict[str, list] = {}  # a column `concat` has not joined yet: its parts' columns
 
     def __getattr__(self, name: str) -> np.ndarray:
+        parts = self.__dict__.get("parts")
+        if parts and name in parts:
+            col = self.__dict__[name] = np.concatenate(
+                [v if isinstance(v, np.ndarray) else np.full(n, v, dtype=np.int64) for v, n in parts.pop(name)]
+            )
+            return col
         consts = self.__dict__.get("consts")
         if consts is None or name not in consts:
             raise AttributeError(name)
@@ -102,7 +109,20 @@ class Rows:
     def column(self, name: str) -> np.ndarray:
         """The column as an array, without keeping one made for a constant column."""
         got = self.__dict__.get(name)
-        return got if got is not None else np.full(self.size, self.consts[name], dtype=np.int64)
+        if got is not None:
+            return got
+        if name in self.parts:
+            return getattr(self, name)
+        return np.full(self.size, self.consts[name], dtype=np.int64)
+
+    def piece(self, name: str):
+        """The column as it is held: its array, or its one value (a constant column), joining it if need be."""
+        got = self.__dict__.get(name)
+        if got is not None:
+            return got
+        if name in self.parts:
+            return getattr(self, name)
+        return self.consts[name]
 
     @classmethod
     def empty(cls):
@@ -113,14 +133,17 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         cols: dict[str, object] = {}
+        lazy: dict[str, list] = {}
         first, rest = parts[0].consts, [p.consts for p in parts[1:]]
         for c in cls.COLUMNS:
             v = first.get(c)
             if v is not None and all(r.get(c) == v for r in rest):
                 cols[c] = v
-            else:
-                cols[c] = np.concatenate([p.column(c) for p in parts])
-        return cls(size=sum(p.size for p in parts), **cols)
+            else:  # joined when first read: the engine reads few of a batch's columns (docs/predict.md §Scale)
+                lazy[c] = [(p.piece(c), p.size) for p in parts]
+        out = cls(size=sum(p.size for p in parts), **cols)
+        out.parts = lazy
+        return out
 
     def take(self, idx):
         if isinstance(idx, slice):
