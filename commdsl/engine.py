@@ -11,11 +11,13 @@ costs a few thousand rounds of NumPy calls, not five million Python steps.
 
 Semantics (design.md §4). Messages match first-in first-out per channel (group, source, destination,
 tag); a receive from any source takes, after the named receives, a send waiting on its (group,
-destination, tag), and records a race when sends from two ranks wait there at once. The `Model` says
-whether tags count (NCCL ignores them) and whether a blocking send waits for its receive (zero
-buffering: what Gloo does at every size) or completes when posted (infinite buffering, the model under
-which a remaining deadlock is definite). The k-th collective a member
-calls on a group meets the k-th call of every other member; it completes when all have called it.
+destination, tag); where a program has such receives the run keeps vector clocks (`ordering.Clocks`),
+from which the outcome lists the receives another rank's send could have met (message races). The
+`Model` says whether tags count (NCCL ignores them) and whether a blocking send waits for its receive
+(zero buffering: what Gloo does at every size) or completes when posted (infinite buffering, the model
+under which a remaining deadlock is definite). The k-th collective a member
+calls on a group meets the k-th call of every other member; it completes when all have called it. On
+Gloo a member of a group made by `new_group` waits in it until every member has made it.
 A bad parameter (a peer outside the world, a non-member calling a group's collective) is recorded
 and the op counts as done, so the rest of the program is still checked.
 """
@@ -31,8 +33,9 @@ from typing import ClassVar
 import numpy as np
 
 from commdsl.limits import Deadline, time_limit
+from commdsl.ordering import Clocks, wildcard_receivers
 from commdsl.p2p import ANY_SOURCE
-from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, P2PRec, Schedule, WaitRec
+from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, NewGroupRec, P2PRec, Schedule, WaitRec
 from commdsl.values import at
 
 
@@ -46,9 +49,10 @@ class Model:
     early_release: bool = False  # rooted collectives let members leave before all have called (Gloo)
     streams: bool = False  # ops on one communicator run in issue order, async or not (NCCL)
     self_in_batch: bool = False  # a send to self and a receive from self in one batch meet (NCCL)
+    member_meets: bool = False  # `new_group` returns to a member once every member has called it (Gloo)
 
 
-GLOO = Model("gloo", early_release=True)
+GLOO = Model("gloo", early_release=True, member_meets=True)
 NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
 # bad parameters
@@ -83,8 +87,15 @@ class Rows:
             raise ValueError("a table of constant columns needs its size")  # pragma: no cover - a bug in commdsl
         self.size = size
         self.consts = consts
+        self.parts: dict[str, list] = {}  # a column `concat` has not joined yet: its parts' columns
 
     def __getattr__(self, name: str) -> np.ndarray:
+        parts = self.__dict__.get("parts")
+        if parts and name in parts:
+            col = self.__dict__[name] = np.concatenate(
+                [v if isinstance(v, np.ndarray) else np.full(n, v, dtype=np.int64) for v, n in parts.pop(name)]
+            )
+            return col
         consts = self.__dict__.get("consts")
         if consts is None or name not in consts:
             raise AttributeError(name)
@@ -98,7 +109,20 @@ class Rows:
     def column(self, name: str) -> np.ndarray:
         """The column as an array, without keeping one made for a constant column."""
         got = self.__dict__.get(name)
-        return got if got is not None else np.full(self.size, self.consts[name], dtype=np.int64)
+        if got is not None:
+            return got
+        if name in self.parts:
+            return getattr(self, name)
+        return np.full(self.size, self.consts[name], dtype=np.int64)
+
+    def piece(self, name: str):
+        """The column as it is held: its array, or its one value (a constant column), joining it if need be."""
+        got = self.__dict__.get(name)
+        if got is not None:
+            return got
+        if name in self.parts:
+            return getattr(self, name)
+        return self.consts[name]
 
     @classmethod
     def empty(cls):
@@ -109,14 +133,17 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         cols: dict[str, object] = {}
+        lazy: dict[str, list] = {}
         first, rest = parts[0].consts, [p.consts for p in parts[1:]]
         for c in cls.COLUMNS:
             v = first.get(c)
             if v is not None and all(r.get(c) == v for r in rest):
                 cols[c] = v
-            else:
-                cols[c] = np.concatenate([p.column(c) for p in parts])
-        return cls(size=sum(p.size for p in parts), **cols)
+            else:  # joined when first read: the engine reads few of a batch's columns (docs/predict.md §Scale)
+                lazy[c] = [(p.piece(c), p.size) for p in parts]
+        out = cls(size=sum(p.size for p in parts), **cols)
+        out.parts = lazy
+        return out
 
     def take(self, idx):
         if isinstance(idx, slice):
@@ -197,6 +224,40 @@ class Observer:
     def waited(self, reqs: np.ndarray) -> None: ...
 
 
+class _Tee(Observer):
+    """The engine's observer and its clocks (`ordering.Clocks`), fed the same events; local ops only to the first."""
+
+    def __init__(self, a: Observer, clocks: Clocks):
+        self.a, self.b = a, clocks
+
+    def local(self, *args):
+        self.a.local(*args)
+
+    def posted(self, rows):
+        self.a.posted(rows)
+        self.b.posted(rows)
+
+    def matched(self, sends, recvs):
+        self.a.matched(sends, recvs)
+        self.b.matched(sends, recvs)
+
+    def called(self, *args):
+        self.a.called(*args)
+        self.b.called(*args)
+
+    def completed(self, *args):
+        self.a.completed(*args)
+        self.b.completed(*args)
+
+    def released(self, *args):
+        self.a.released(*args)
+        self.b.released(*args)
+
+    def waited(self, reqs):
+        self.a.waited(reqs)
+        self.b.waited(reqs)
+
+
 @dataclass(frozen=True)
 class Stop:
     op: object  # the rank's concrete op it never got past
@@ -226,8 +287,10 @@ class Outcome:
     queued_calls: Calls | None = None  # NCCL: collective calls that never started, behind an op on their stream
     behind: dict = field(default_factory=dict)  # op (record id, position) that never started → request ahead of it
     # receives from any source that sends from two sources could meet: ((record id, position) of the
-    # receive, of the send it met, of the other waiting send)
+    # receive, of the send it met, of another send not ordered after it; `ordering.Clocks.races`)
     races: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
+    # members stuck in a `new_group` (Gloo): rank → (its k-th new_group, the members that never made their k-th)
+    in_new_group: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def completed(self) -> bool:
@@ -274,6 +337,10 @@ class Engine:
         self.deadline = deadline or Deadline(None)
         self.model = model
         self.obs = observer or Observer()
+        receivers = wildcard_receivers(schedule)
+        self.clocks = Clocks(self, receivers) if receivers.size else None  # for message races (P211)
+        if self.clocks is not None:
+            self.obs = _Tee(self.obs, self.clocks)
         W = schedule.world
         self.W = W
         seq = schedule.sequences
@@ -296,7 +363,9 @@ class Engine:
         self.double_waits: list[tuple[int, int, int]] = []
         self.bad: list[tuple[int, int, int, int]] = []
         self.bad_msgs: list[tuple[Posts, Posts]] = []
-        self.races: list[tuple[tuple[int, int], ...]] = []
+        self.made = np.zeros(W, dtype=np.int64)  # how many `new_group`s each rank has called
+        self.making: dict[int, np.ndarray] = {}  # k → which ranks have called their k-th `new_group`
+        self.meeting: list[tuple[int, int, np.ndarray]] = []  # (k, group id, members waiting in that new_group)
         self.disagreements: list[Instance] = []
         self.record_matches = record_matches
         self.matches: list[tuple[Posts, Posts]] = []
@@ -366,7 +435,9 @@ class Engine:
 
     def step(self, rec, G: np.ndarray, pos) -> None:
         t = type(rec)
-        if t in LOCAL_RECORDS:
+        if t is NewGroupRec and self.model.member_meets:
+            self.new_group(rec, G, pos)
+        elif t in LOCAL_RECORDS:
             self.obs.local(rec, G, pos)
             self.advance(G)
         elif t is P2PRec:
@@ -479,6 +550,47 @@ class Engine:
         self.note_matches(Posts.concat(sends), Posts.concat(recvs))
         if rec.req is not None:
             self.finish_requests(rows.req)
+
+    def new_group(self, rec: NewGroupRec, G: np.ndarray, pos) -> None:
+        """Ranks G call `new_group`: torch names the group by how many each rank has made, and a member waits
+        until every member has made its group of that number (Gloo connects them in ProcessGroupGloo's
+        constructor; measured in docs/backend-support.md#groups-made-at-run-time). A non-member goes on.
+        Ranks whose lists differ (C313) still meet by number, as in torch."""
+        self.obs.local(rec, G, pos)
+        n = G.size
+        k = self.made[G]
+        self.made[G] += 1
+        if self.clocks is not None:
+            self.clocks.new_group(rec, G, pos, k)
+        for kk in np.unique(k).tolist():
+            called = self.making.get(kk)
+            if called is None:
+                called = self.making[kk] = np.zeros(self.W, dtype=bool)
+            called[G[k == kk]] = True
+        gid = np.broadcast_to(at(rec.made, pos, n).astype(np.int64), G.shape)
+        member = self.place(gid, G) >= 0
+        self.pc[G[~member]] += 1
+        if member.any():
+            M = G[member]
+            self.blocked[M] = True
+            self.remaining[M] = 1
+            for kk, g in {(int(a), int(b)) for a, b in zip(k[member].tolist(), gid[member].tolist())}:
+                sel = (k[member] == kk) & (gid[member] == g)
+                self.meeting.append((kk, g, M[sel]))
+        self.meet()
+
+    def meet(self) -> None:
+        """Members waiting in a `new_group` whose members have all called it go on."""
+        still = []
+        for k, g, waiting in self.meeting:
+            members = np.asarray(self.s.groups[g].ranks, dtype=np.int64)
+            if self.making[k][members].all():
+                if self.clocks is not None:
+                    self.clocks.group_made(k, members, waiting)
+                self.remaining[waiting] -= 1
+            else:
+                still.append((k, g, waiting))
+        self.meeting = still
 
     def block(self, G: np.ndarray, outstanding) -> None:
         """Ranks G wait for `outstanding` things (one count for all, or one per rank); ranks with none go on at once."""
@@ -647,8 +759,8 @@ class Engine:
     def pair_any(self, rows: Posts, wild: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Receives from any source (`wild`, in posting order) meet sends not `taken`: each takes the first
         send of the lowest source rank with a send waiting on its (group, destination, tag), a deterministic
-        stand-in for whichever arrives first. When sends from two sources wait, the receive races (design.md
-        §4): the race is recorded with the send it took and the one it might have taken."""
+        stand-in for whichever arrives first. Whether another send could have met it instead (a message race,
+        design.md §4), also one a slower rank posts later, the run's clocks tell at its end (`ordering.Clocks`)."""
         free = rows.send == 1
         free[taken] = False
         s_out, r_out = [], []
@@ -659,8 +771,6 @@ class Engine:
             if not cand.size:
                 continue
             firsts = cand[np.unique(rows.src[cand], return_index=True)[1]]  # each source's first, by rank
-            if firsts.size > 1:
-                self.races.append(tuple((int(rows.rec[k]), int(rows.pos[k])) for k in (r, firsts[0], firsts[1])))
             free[firsts[0]] = False
             s_out.append(firsts[0])
             r_out.append(r)
@@ -1182,8 +1292,19 @@ class Engine:
             self.early,
             Calls.concat(queued_calls) if queued_calls else Calls.empty(),
             self.stream_heads(),
-            self.races,
+            self.clocks.races() if self.clocks is not None else [],
+            self.waiting_in_new_group(),
         )
+
+    def waiting_in_new_group(self) -> dict[int, tuple[int, tuple[int, ...]]]:
+        """Members stuck in a `new_group`: rank → (k: it is the rank's k-th, the members that never called theirs)."""
+        out = {}
+        for k, g, waiting in self.meeting:
+            members = np.asarray(self.s.groups[g].ranks, dtype=np.int64)
+            absent = tuple(int(m) for m in members[~self.making[k][members]])
+            for r in waiting.tolist():
+                out[r] = (k, absent)
+        return out
 
     def stream_heads(self) -> dict[tuple[int, int], int]:
         """For each op that never started (NCCL; op as (record id, position)), the request of the async op its

@@ -33,7 +33,7 @@ from commdsl.limits import (
     time_limit,
 )
 from commdsl.p2p import ANY_SOURCE
-from commdsl.resolve import MAX_WORLD, Program, step_group_names
+from commdsl.resolve import MAX_WORLD, Program, bound_handle_names, call_note, step_group_names
 from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
     BadParamValue,
@@ -111,7 +111,14 @@ def parse_param_value(text: str) -> int | float | bool | None:
 
 
 def _sub_env(env: Env, sel) -> Env:
-    return {k: sub(v, sel) for k, v in env.items()}
+    return {k: _sub_value(v, sel) for k, v in env.items()}
+
+
+def _sub_value(v, sel):
+    """A name's value on some of the ranks: a function's view parameter holds a view, per rank like any value."""
+    if isinstance(v, VView):
+        return VView(v.tensor, sub(v.offset, sel), tuple(sub(d, sel) for d in v.shape))
+    return sub(v, sel)
 
 
 def _ranks_text(ranks) -> str:
@@ -163,6 +170,12 @@ class Expander:
         self.made_groups: dict[tuple[int, ...], Group] = {}  # see `step_group`
         for name in self.made:
             self.group_of[(name, None)] = (np.full(world, -1, dtype=np.int64), np.full(world, -1, dtype=np.int64))
+        self.functions = {f.name.name: f for f in program.functions}
+        self.local_handles = {f.name.name: bound_handle_names(f.body) for f in program.functions}
+        self.group_alias: dict[str, tuple[str, str | None]] = {}  # a group parameter → the group it was passed
+        self.calling: list[n.CallStmt] = []  # the calls being inlined, outermost first
+        self.renamed: dict[tuple, tuple] = {}  # see `in_group_named`
+        self.reached: dict[str, dict[tuple, None]] = {}  # function → the call chains that ran its body, in order
 
     # ---- errors ---------------------------------------------------------------------------------
     def kill(self, A: np.ndarray, failure: Failure) -> None:
@@ -175,8 +188,13 @@ class Expander:
         d = failure.diagnostic(k)
         rank = int(A[k])
         key = (d.code, d.span.start if d.span else -1)
+        calls = (call_note(tuple(self.calling)),) if self.calling else ()
         if key not in self.errors or rank < self.errors[key][1]:
-            self.errors[key] = (d, rank)
+            earlier = self.errors[key][0].notes if key in self.errors else ()
+            self.errors[key] = (_with_notes(d, calls + earlier), rank)
+        elif calls:  # the same mistake reached through another call: name that call too
+            first, at = self.errors[key]
+            self.errors[key] = (_with_notes(first, calls), at)
         dead = A[mask]
         self.alive[dead] = False
         self.deaths += 1
@@ -428,7 +446,8 @@ class Expander:
             return v.numel if e.attr == "size" else (v.shape[0] if v.shape else 1)
         gids, idx = self.group_info(e, A, env)
         ref = e.value
-        if e.attr == "rank" or (ref.value.id if isinstance(ref, n.Attr) else ref.id) in self.made:
+        name = self.group_name(ref.value.id if isinstance(ref, n.Attr) else ref.id, None)[0]
+        if e.attr == "rank" or name in self.made:
             self.member_index(e, gids, idx, A)  # torch gives a non-member of a step's group no rank, no size
         if e.attr == "size":
             return uniform(np.array([len(g.ranks) for g in self.groups], dtype=np.int64)[gids])
@@ -463,9 +482,18 @@ class Expander:
             )
         return idx
 
+    def group_name(self, name: str, dim: str | None) -> tuple[str, str | None]:
+        """The group or mesh dimension `name.dim` means here: a function's group parameter stands for the
+        group (or the mesh, or the mesh dimension) its call passed."""
+        if name not in self.group_alias:
+            return name, dim
+        target, target_dim = self.group_alias[name]
+        return target, target_dim if dim is None else dim
+
     def groups_on(self, name: str, dim: str | None, A: np.ndarray, span) -> tuple[np.ndarray, np.ndarray]:
         """(group id, index in it) of group `name` on each rank of A; a rank that has not made it yet (a
         `new_group` it has not run) stops with N127."""
+        name, dim = self.group_name(name, dim)
         gid_of, idx_in = self.group_of[(name, dim)]
         gids = gid_of[A]
         unmade = gids < 0
@@ -528,7 +556,7 @@ class Expander:
     def is_view(self, e, env: Env) -> bool:
         match e:
             case n.Name():
-                return e.id in self.tensor_names and e.id not in env
+                return isinstance(env.get(e.id), VView) or (e.id in self.tensor_names and e.id not in env)
             case n.Slice() | n.Index():
                 return self.is_view(e.value, env)
             case n.Call(func=n.Attr(attr="chunk") as f):
@@ -547,7 +575,7 @@ class Expander:
         if names is None:
             names = self.free[id(e)] = (e, self.text(e), tuple(sorted(_names(e))))
         values = tuple(env.get(k) for k in names[2])
-        key = (names[1], id(A)) + tuple(id(v) if is_vec(v) else (type(v), v) for v in values)
+        key = (names[1], id(A)) + tuple(id(v) if is_vec(v) or isinstance(v, VView) else (type(v), v) for v in values)
         hit = self.views.get(key)
         if hit is not None:
             return hit[0]
@@ -559,6 +587,8 @@ class Expander:
 
     def make_view(self, e, A: np.ndarray, env: Env) -> VView:
         match e:
+            case n.Name() if isinstance(env.get(e.id), VView):  # a function's view parameter
+                return env[e.id]
             case n.Name() if e.id in self.infos:
                 info = self.infos[e.id]
                 return VView(info.name, 0, tuple(uniform(sub(d, A)) for d in info.shape))
@@ -663,7 +693,7 @@ class Expander:
                 return ("c", e.value)
             case n.Name(id="i"):
                 return ("i",)
-            case n.Name() if e.id in self.tensor_names and e.id not in env:
+            case n.Name() if self.is_view(e, env):
                 return self.read(e, A, env, target_shape)
             case n.Index(value=n.Name(id=name)) if name in self.tables:
                 return ("c", self.value(e, A, env))
@@ -884,7 +914,7 @@ class Expander:
             case n.Let():
                 env[s.name] = self.value(s.value, A, env)
                 self.scopes[-1][0].add(s.name)
-            case n.Assign(target=n.Name(id=name)) if name in env:  # a `let` (resolve allows no other name)
+            case n.Assign(target=n.Name(id=name)) if name in env and not isinstance(env[name], VView):  # a `let`
                 self.reassign(s, name, A, env)
             case n.Assign():
                 target = self.view(s.target, A, env)
@@ -907,6 +937,12 @@ class Expander:
                 self.wait(s, A, env, b)
             case n.NewGroup():
                 self.new_group(s, A, env, b)
+            case n.For() | n.While() | n.On() | n.Batch() | n.Coalesced() | n.CallStmt():
+                self.compound(s, A, env, b)
+
+    def compound(self, s, A, env, b) -> None:
+        """A statement that runs a block: a loop, an `on`, a `batch`, a `coalesced`, or a call (its function's body)."""
+        match s:
             case n.For():
                 self.loop(s, A, env, b)
             case n.While():
@@ -917,6 +953,61 @@ class Expander:
                 self.batch_block(s, A, env, b)
             case n.Coalesced():
                 self.coalesced_block(s, A, env, b)
+            case n.CallStmt():
+                self.call(s, A, env, b)
+
+    def call(self, s: n.CallStmt, A, env: Env, b) -> None:
+        """Inline a `def` on the ranks A. Each argument is evaluated here, as the caller sees it: a view is
+        bound as a view, a group as the group it names, anything else as an integer per rank (as a loop
+        variable is). The body sees the program's declarations and its parameters, not the caller's `let`s;
+        the handles it binds are its own, per call (a request it leaves unwaited is still this rank's, for a
+        later `wait all`)."""
+        f = self.functions[s.name.name]
+        inner = dict(self.params, world=self.W, rank=env["rank"])
+        aliases = {}
+        for p, a in zip(f.params, s.args, strict=True):
+            if self.is_view(a, env):
+                inner[p.name] = self.view(a, A, env)
+            elif (group := self.group_argument(a)) is not None:
+                aliases[p.name] = group
+            else:
+                inner[p.name] = self.value(a, A, env)
+        local = self.local_handles[f.name.name]
+        outer = {k: self.handles.pop(k) for k in [k for k in self.handles if k[0] in local]}
+        outer_alias, self.group_alias = self.group_alias, aliases
+        self.calling.append(s)
+        self.reached.setdefault(f.name.name, {})[tuple(self.calling)] = None
+        try:
+            self.block(f.body, A, inner, b)
+        finally:
+            self.calling.pop()
+            self.group_alias = outer_alias
+            for k in [k for k in self.handles if k[0] in local]:
+                del self.handles[k]
+            self.handles.update(outer)
+
+    def in_group_named(self, s):
+        """`s` as its record holds it: `in ring`, with `ring` a function's group parameter, names the group the call
+        passed (the engine finds a record's group by its name, as the program declared or made it)."""
+        if s.group is None or s.group.name not in self.group_alias:
+            return s
+        name, dim = self.group_name(s.group.name, s.group.dim)
+        key = (id(s), name, dim)
+        if key not in self.renamed:  # one node per statement and group: records of one statement share it
+            ref = n.GroupRef.model_construct(span=s.group.span, name=name, dim=dim)
+            self.renamed[key] = (s, s.model_copy(update={"group": ref}))  # holding `s` keeps its id from reuse
+        return self.renamed[key][1]
+
+    def group_argument(self, a) -> tuple[str, str | None] | None:
+        """(name, dimension) of the group, mesh or mesh dimension an argument names; None for an integer."""
+        match a:
+            case n.Name():  # a group, or a mesh
+                name, dim = self.group_name(a.id, None)
+                return (name, dim) if any(k[0] == name for k in self.group_of) else None
+            case n.Attr(value=n.Name() as base):  # a mesh dimension, not `g.size` or `g.rank`
+                name, dim = self.group_name(base.id, a.attr)
+                return (name, dim) if (name, dim) in self.group_of else None
+        return None
 
     def loop(self, s: n.For, A, env, b) -> None:
         lo = self.int_value(s.lo, A, env, "a loop bound")
@@ -1186,7 +1277,7 @@ class Expander:
         if not s.blocking and not batched:
             req = self.new_requests(A, len(self.records))
         rec = P2PRec(
-            s,
+            self.in_group_named(s),
             A,
             b,
             is_send=isinstance(s, n.Send),
@@ -1315,7 +1406,7 @@ class Expander:
                 )
             )
         rec = CollectiveRec(
-            s,
+            self.in_group_named(s),
             A,
             b,
             kind=kind,
@@ -1433,6 +1524,12 @@ class Expander:
         pos = np.concatenate([np.arange(c[0].size, dtype=np.int64) for c in self.req_chunks])
         parts = np.concatenate([np.broadcast_to(np.asarray(c[3], dtype=np.int64), c[0].shape) for c in self.req_chunks])
         return Requests(rank, record, pos, parts)
+
+
+def _with_notes(d: Diagnostic, notes: tuple) -> Diagnostic:
+    """`d` with those of `notes` it does not have yet."""
+    extra = tuple(x for x in notes if x not in d.notes)
+    return d.model_copy(update={"notes": d.notes + extra}) if extra else d
 
 
 def _slot_text(slot, k: int) -> str:
@@ -1573,6 +1670,7 @@ def expand(
         requests=ex.requests(),
         group_of=ex.group_of,
         made=ex.made,
+        reached={name: tuple(chains) for name, chains in ex.reached.items()},
     )
 
 

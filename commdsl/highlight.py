@@ -19,6 +19,7 @@ from commdsl.p2p import FORMS
 # `world` is a keyword only at the start of its header line; elsewhere it is the built-in world size.
 KEYWORDS = (
     "program",
+    "def",
     "backend",
     "param",
     "tensor",
@@ -70,9 +71,10 @@ class CommdslLexer(RegexLexer):
             (r"(from)(\s+)(any)\b", bygroups(Keyword, Whitespace, Keyword)),  # `any` is a keyword only there
             (r"(op)(\s+)([A-Za-z_]\w*)", bygroups(Keyword, Whitespace, Name.Constant)),
             (r"(\.)(\s*)([A-Za-z_]\w*)", bygroups(Punctuation, Whitespace, Name.Attribute)),
+            (r"(def)(\s+)([A-Za-z_]\w*)", bygroups(Keyword.Declaration, Whitespace, Name.Function)),
             (
                 words(
-                    ("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let"),
+                    ("program", "backend", "param", "tensor", "group", "mesh", "new_group", "table", "let", "def"),
                     suffix=r"\b",
                 ),
                 Keyword.Declaration,

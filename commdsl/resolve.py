@@ -27,9 +27,11 @@ from commdsl.rules.names import (
     InvalidWorld,
     MisplacedDeclaration,
     MisusedHandle,
+    RecursiveFunction,
     UndefinedName,
     UnknownBackend,
     UnknownDtype,
+    WrongArgumentCount,
     WrongKindOfName,
 )
 from commdsl.rules.sizes import InvalidTensorSize
@@ -68,6 +70,7 @@ class Program(BaseModel):
     tensors: tuple[n.TensorDecl, ...]
     groups: tuple[n.GroupDecl | n.MeshDecl, ...]
     tables: tuple[n.TableDecl, ...]
+    functions: tuple[n.FunctionDef, ...] = ()
     body: tuple[n.Stmt, ...]
     source: SourceFile
 
@@ -146,6 +149,10 @@ class _Resolver:
         self.source = source
         self.diags: list[Diagnostic] = []
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
+        self.functions: dict[str, n.FunctionDef] = {}
+        # (function, its arguments' kinds, in a batch) → what checking the body with those kinds found there
+        self.checked_calls: dict[tuple, set[tuple]] = {}
+        self.calling: list[n.CallStmt] = []  # the calls whose bodies are being checked, outermost first
 
     def error(self, rule: type[Rule], message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
         self.diags.append(rule.diagnostic(message, span=node.span, label=label, help=help, notes=notes))
@@ -229,13 +236,21 @@ class _Resolver:
                 self.check_table(stmt)
                 tables.append(stmt)
                 continue
+            if isinstance(stmt, n.FunctionDef):
+                self.declare(self.top, stmt.name.name, "function", stmt.name)
+                self.functions.setdefault(stmt.name.name, stmt)
+                continue
             seen_statement = True
             body.append(stmt)
+        for f in self.functions.values():
+            self.check_def(f)
+        self.check_recursion()
+        main = _Scope(parent=self.top)  # a function's body sees `self.top` only, not these
         for name, node in handles.items():
-            self.declare(self.top, name, "handle array" if node.is_array else "handle", node)
+            self.declare(main, name, "handle array" if node.is_array else "handle", node)
         for name, node in step_group_names(self.module.body).items():
-            self.declare(self.top, name, "group", node)  # the program's name for the group a rank made last
-        self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
+            self.declare(main, name, "group", node)  # the program's name for the group a rank made last
+        self.check_block(tuple(body), _Scope(parent=main), in_batch=False)
         if self.diags:
             raise CommdslError(self.diags)
         prog = header.get("program")
@@ -250,6 +265,7 @@ class _Resolver:
             tensors=tuple(tensors),
             groups=tuple(groups),
             tables=tuple(tables),
+            functions=tuple(self.functions.values()),
             body=tuple(body),
             source=self.source,
         )
@@ -375,13 +391,14 @@ class _Resolver:
                 | n.GroupDecl()
                 | n.MeshDecl()
                 | n.TableDecl()
+                | n.FunctionDef()
             ):
                 self.error(
                     MisplacedDeclaration,
                     f"`{s.kind}` declarations belong at the top level",
                     s,
                     label="declared inside a block",
-                    help="declare tensors, groups, tables, params and the header at the top of the file",
+                    help="declare tensors, groups, tables, params, functions and the header at the top of the file",
                 )
             case n.Let():
                 self.check_expr(s.value, "static", scope)
@@ -411,8 +428,156 @@ class _Resolver:
                 self.check_expect(s, scope)
             case n.Print():
                 self.check_views(s.views, scope)
-            case n.For() | n.While() | n.On() | n.Batch() | n.Coalesced():
+            case n.For() | n.While() | n.On() | n.Batch() | n.Coalesced() | n.CallStmt():
                 self.check_compound(s, scope, in_batch)
+
+    # functions -----------------------------------------------------------------------------------
+    def check_def(self, f: n.FunctionDef):
+        """What a definition shows without a call: parameters named once each, no clash with a declaration,
+        and no `new_group` (its name would be the program's, made by whichever call ran last)."""
+        seen: dict[str, n.Ident] = {}
+        for p in f.params:
+            found = self.top.lookup(p.name)
+            if p.name in seen or found is not None:
+                where = seen.get(p.name) or (found[1] if found else None)
+                self.error(
+                    DuplicateDeclaration,
+                    f"`{p.name}` is a built-in name" if found and found[1] is None else f"`{p.name}` is declared twice",
+                    p,
+                    label="a parameter of `" + f.name.name + "`",
+                    notes=[n_note("first declared here", where)] if where is not None else [],
+                    help="a function's parameters are new names: choose one no declaration uses",
+                )
+            seen.setdefault(p.name, p)
+        self.collect_handles(f.body)
+        for node in step_group_names(f.body).values():
+            self.error(
+                MisplacedDeclaration,
+                "`new_group` cannot be inside a function",
+                node,
+                label=f"inside `def {f.name.name}`",
+                help="make the group in the program's body and pass it to the function",
+            )
+
+    def check_recursion(self):
+        """N113 once per cycle of calls between functions, at the call that closes it in the first function."""
+        reported: set[frozenset] = set()
+        for start in self.functions:
+            path = [start]
+            calls = [_calls(self.functions[start].body)]
+            while calls:
+                if not calls[-1]:
+                    calls.pop()
+                    path.pop()
+                    continue
+                call = calls[-1].pop(0)
+                callee = call.name.name
+                if callee == start:
+                    cycle = frozenset(path)
+                    if cycle not in reported:
+                        reported.add(cycle)
+                        chain = " → ".join(f"`{name}`" for name in path + [start])
+                        through = ", ".join(f"`{name}`" for name in path[1:])
+                        self.error(
+                            RecursiveFunction,
+                            f"`{start}` calls itself" + (f" through {through} ({chain})" if len(path) > 1 else ""),
+                            call,
+                            label="a recursive call",
+                            help="a function is inlined at each call: repeat with `for` or `while` instead",
+                        )
+                elif callee in self.functions and callee not in path:
+                    path.append(callee)
+                    calls.append(_calls(self.functions[callee].body))
+
+    def check_call(self, s: n.CallStmt, scope: _Scope, in_batch: bool):
+        """A call: a function, as many arguments as it has parameters, and each argument a view, a group or an
+        integer. Its body is checked with each parameter of its argument's kind, once per distinct set of kinds
+        (errors found there carry a note naming this call)."""
+        name = s.name.name
+        found = scope.lookup(name)
+        if found is None or found[0] != "function":
+            if found is None:
+                close = difflib.get_close_matches(name, sorted(self.functions), n=1)
+                known = ", ".join(f"`{f}`" for f in self.functions)
+                help = f"a function `{close[0]}` exists" if close else (f"functions: {known}" if known else None)
+                self.error(UndefinedName, f"undefined function `{name}`", s.name, label="not defined", help=help)
+            else:
+                self.error(WrongKindOfName, f"`{name}` is a {found[0]}, not a function", s.name, label="not a function")
+            for a in s.args:
+                self.check_argument(a, scope)
+            return
+        f = self.functions[name]
+        kinds = tuple(self.check_argument(a, scope) for a in s.args)
+        if len(s.args) != len(f.params):
+            wanted = ", ".join(p.name for p in f.params)
+            self.error(
+                WrongArgumentCount,
+                f"`{name}` takes {len(f.params)} argument{'s' * (len(f.params) != 1)}, {len(s.args)} given",
+                s,
+                label=f"expected `{name}({wanted})`",
+                notes=[n_note("defined here", f.name)],
+            )
+            return
+        key = (name, tuple((k, id(d)) for k, d in kinds), in_batch)
+        note = call_note((*self.calling, s))
+        if key in self.checked_calls:  # checked with these kinds already: what it found there, this call reaches too
+            found = self.checked_calls[key]
+            self.diags = [_noted(d, note) if (d.code, d.span, d.message) in found else d for d in self.diags]
+            return
+        if None in [k for k, _ in kinds] or any(c.name.name == name for c in self.calling):
+            return  # a bad argument (reported), or a recursive call (N113)
+        body = _Scope(names={p.name: kind for p, kind in zip(f.params, kinds, strict=True)}, parent=self.top)
+        for h in _bindings(f.body):  # local to each call (`check_def` reported a name bound both ways)
+            body.names.setdefault(h.name, ("handle array" if h.is_array else "handle", h))
+        before = len(self.diags)
+        self.calling.append(s)
+        try:
+            self.check_block(f.body, _Scope(parent=body), in_batch)
+        finally:
+            self.calling.pop()
+        new, self.diags = self.diags[before:], self.diags[:before]
+        found = self.checked_calls[key] = set()
+        for d in new:
+            if d.span is None or not f.span.start <= d.span.start < f.span.end:
+                self.diags.append(d)  # in a function this one calls: that call's note is on it
+                continue
+            found.add((d.code, d.span, d.message))
+            same = next(
+                (k for k, o in enumerate(self.diags) if (o.code, o.span, o.message) == (d.code, d.span, d.message)),
+                None,
+            )
+            if same is None:
+                self.diags.append(_noted(d, note))
+            else:  # the same mistake, found with other kinds too
+                self.diags[same] = _noted(self.diags[same], note)
+
+    def check_argument(self, a, scope: _Scope) -> tuple[str | None, n.Node | None]:
+        """The kind an argument gives its parameter: a view (`tensor`), a group or mesh (as the name it
+        passes), or an integer known per rank; None when it is none of those (reported)."""
+        if _is_view_syntax(a, scope):
+            self.check_view(a, scope)
+            return ("tensor", None)
+        base = a.value if isinstance(a, n.Attr) and isinstance(a.value, n.Name) else a
+        found = scope.lookup(base.id) if isinstance(base, n.Name) else None
+        if found is not None and found[0] in ("group", "mesh"):
+            if base is a:
+                return found
+            if found[0] == "mesh" and a.attr in [d.name for d in found[1].dims]:
+                return ("group", None)
+        if found is not None and found[0] in ("handle", "handle array", "table", "function") and base is a:
+            self.error(
+                WrongKindOfName,
+                f"a {found[0]} cannot be passed to a function",
+                a,
+                label=f"`{a.id}` is a {found[0]}",
+                help="arguments are views, groups and integers; a function's body can read tables directly"
+                if found[0] == "table"
+                else "arguments are views, groups and integers; wait for a request where it was made",
+            )
+            return (None, None)
+        count = len(self.diags)
+        self.check_expr(a, "static", scope)
+        return ("function parameter", None) if len(self.diags) == count else (None, None)
 
     def collect_handles(self, stmts) -> dict[str, n.HandleRef]:
         """Every handle name bound anywhere, by its first binding: one name is a handle or an array of
@@ -546,8 +711,11 @@ class _Resolver:
         if redop.scale is not None:
             self.check_expr(redop.scale, "static", scope)
 
-    def check_compound(self, s: n.For | n.While | n.On | n.Batch | n.Coalesced, scope: _Scope, in_batch: bool):
-        """A block statement: its header's expressions, then its body in a scope of its own."""
+    def check_compound(
+        self, s: n.For | n.While | n.On | n.Batch | n.Coalesced | n.CallStmt, scope: _Scope, in_batch: bool
+    ):
+        """A block statement: its header's expressions, then its body in a scope of its own; or a call, which
+        checks its function's body."""
         match s:
             case n.For():
                 self.check_expr(s.lo, "static", scope)
@@ -568,6 +736,8 @@ class _Resolver:
                     self.error(InvalidBatch, "`batch` blocks do not nest", s, label="inside another batch")
                 self.check_binding(s.handle, scope)
                 self.check_block(s.body, _Scope(parent=scope), True)
+            case n.CallStmt():
+                self.check_call(s, scope, in_batch)
             case n.Coalesced():
                 self.check_coalesced(s, scope, in_batch)
 
@@ -800,7 +970,7 @@ class _Resolver:
                 label="a table",
                 help=f"read one entry: `{e.id}[k]`",
             )
-        elif kind in ("group", "mesh", "handle", "handle array"):
+        elif kind in ("group", "mesh", "handle", "handle array", "function"):
             self.error(WrongKindOfName, f"`{e.id}` is a {kind}, not a value", e, label=f"a {kind}")
 
     def check_function_call(self, e: n.Call, fname: str, ctx: str, scope: _Scope):
@@ -994,6 +1164,8 @@ def _stmt_words(s) -> str:
             return f"`{form(isinstance(s, n.Send), s.blocking).word}`"
         case n.Assign():
             return "an assignment"
+        case n.CallStmt():
+            return f"a call of `{s.name.name}`"
     return f"`{s.kind}`"
 
 
@@ -1004,6 +1176,36 @@ def _bindings(stmts):
             yield s.handle
         for child in _children(s):
             yield from _bindings(child)
+
+
+def call_note(chain: tuple[n.CallStmt, ...]):
+    """The note a finding inside a function's body carries for the chain of calls (outermost first) that
+    reached it: it points at the innermost call and names the calls around it."""
+    from commdsl.diagnostics import Note
+
+    *outer, call = chain
+    around = "".join(f", inside the call of `{c.name.name}` at line {c.span.line}" for c in reversed(outer))
+    return Note(message=f"in the call of `{call.name.name}` at line {call.span.line}{around}", span=call.span)
+
+
+def _noted(d: Diagnostic, note) -> Diagnostic:
+    return d if note in d.notes else d.model_copy(update={"notes": d.notes + (note,)})
+
+
+def bound_handle_names(stmts) -> frozenset[str]:
+    """The names of the handles a block binds (a function's: local to each call)."""
+    return frozenset(h.name for h in _bindings(stmts))
+
+
+def _calls(stmts) -> list[n.CallStmt]:
+    """The calls in a block, in program order, inside loops, branches and batches too."""
+    out = []
+    for s in stmts:
+        if isinstance(s, n.CallStmt):
+            out.append(s)
+        for child in _children(s):
+            out.extend(_calls(child))
+    return out
 
 
 def step_group_names(stmts) -> dict[str, n.Node]:

@@ -384,10 +384,10 @@ class CollectiveRec(Record):
 
 @dataclass(eq=False, slots=True)
 class NewGroupRec(Record):
-    """`g = new_group [...]`: rank `ranks[k]` makes group `made` (a group id, per rank). The engine steps over it
-    as a local op, as a non-member's `new_group` returns at once by default (a member's wait for the other
-    members is not modelled: docs/backend-support.md#groups-made-at-run-time); that every rank makes the same
-    groups in the same order is the checker's rule C313, read from the records."""
+    """`g = new_group [...]`: rank `ranks[k]` makes group `made` (a group id, per rank). Under Gloo's model the
+    engine has a member wait in it for the other members, a non-member go on (`Engine.new_group`;
+    docs/backend-support.md#groups-made-at-run-time); that every rank makes the same groups in the same order
+    is the checker's rule C313, read from the records."""
 
     made: object = 0
 
@@ -564,6 +564,7 @@ class Schedule:
     requests: Requests
     group_of: dict = field(default_factory=dict)  # (name, dim) → (group id per rank, index in it per rank)
     made: frozenset = frozenset()  # the names `new_group` binds: their groups are made as steps, not up front
+    reached: dict = field(default_factory=dict)  # function → the call chains (outermost first) that inlined it
 
     @cached_property
     def sequences(self) -> Sequences:

@@ -126,6 +126,10 @@ def kind(v) -> str:
     return "i" if isinstance(v, int) else "f"
 
 
+def _int64(v) -> bool:
+    return isinstance(v, np.ndarray) and v.dtype == np.int64
+
+
 def _magnitude(v) -> int | float:
     if isinstance(v, np.ndarray):
         return max(-float(v.min()), float(v.max())) if v.size else 0
@@ -321,6 +325,10 @@ def binary(node: n.Binary, a, b):
 
 
 def _int_op(node: n.Binary, op: str, a, b, size: int):
+    if op in ("%", "//") and _int64(a) and type(b) is int and -SAFE < b < SAFE and (op == "%" or b != -1):
+        # NumPy's int64 remainder and floor division are Python's for every int64 and such a divisor (only
+        # MIN // -1 overflows): no magnitude to look at (a ring's `(rank - s) % world`, thousands of times)
+        return np.remainder(a, b) if op == "%" else np.floor_divide(a, b)
     ma, mb = _magnitude(a), _magnitude(b)
     if max(ma, mb) >= SAFE:  # an operand NumPy cannot hold in int64 (even `0 * 2**63` would not convert)
         return _by_rank(node, a, b, size)

@@ -3,9 +3,13 @@ rule (P211), NCCL's refusal (B603), the simulator, `compile`, `fmt`, and a real 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from processes import TOKEN_VAR
 
 from commdsl.checker import CheckOptions, check_program, data_diagnostics
 from commdsl.cli.main import main
@@ -160,6 +164,181 @@ for j in 1 .. world - 1:
     assert outcome.completed and outcome.races == []
 
 
+# ---- happens-before: a slower rank's send races too, an ordered one does not ------------------------------
+
+
+def _race_lines(text: str, world: int) -> list[tuple[int, int, int]]:
+    """(receive, send taken, other send) lines of each race the engine lists."""
+    outcome = run_engine(expand(program(text), world))
+    line = lambda where: outcome.schedule.records[where[0]].span.line  # noqa: E731
+    return [tuple(line(w) for w in race) for race in outcome.races]
+
+
+SLOW = """\
+program slow
+world 4
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    RECEIVE
+    recv got from any
+else on rank == 1:
+    send x to 0
+else on rank == 2:
+    recv got from 3
+    send x to 0
+else:
+    send x to 2
+"""
+
+
+def test_a_send_a_slower_rank_posts_later_races():
+    """Rank 2 sends after a message from rank 3, a chain rank 0 is not on: the rounds never show its send beside
+    rank 1's, the clocks do."""
+    assert _race_lines(SLOW.replace("RECEIVE", "recv got from any"), 4) == [(6, 9, 12)]
+    (d,) = check_program(program(SLOW.replace("RECEIVE", "recv got from any")))
+    assert (d.code, d.span.line, [lab.span.line for lab in d.labels]) == ("P211", 6, [9, 12])
+
+
+ORDERED = """\
+program ordered
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+tensor token: float32[1] = 0
+on rank == 0:
+    FIRST
+    send token to 2
+    THEN
+else on rank == 1:
+    send x to 0
+else:
+    recv token from 0
+    send x to 0
+"""
+
+
+def test_a_send_ordered_after_the_receive_by_a_chain_from_it_does_not_race():
+    text = ORDERED.replace("FIRST", "recv got from any").replace("THEN", "recv got from any")
+    assert _race_lines(text, 3) == [] and codes(text) == []
+
+
+def test_an_irecv_completes_at_its_wait_so_a_send_ordered_after_its_posting_only_still_races():
+    early = ORDERED.replace("FIRST", "h = irecv got from any").replace("THEN", "wait h\n    recv got from any")
+    assert _race_lines(early, 3) == [(7, 12, 15)]
+    waited = ORDERED.replace("FIRST", "h = irecv got from any\n    wait h").replace("THEN", "recv got from any")
+    assert _race_lines(waited, 3) == []
+
+
+COLLECTIVE = """\
+program ordered_by_a_collective
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    recv got from any
+on rank != 1:
+    CALL
+on rank == 2:
+    send x to 0
+on rank == 1:
+    send x to 0
+    CALL
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "races"),
+    [
+        ("all_reduce x", False),  # every member's result holds rank 0's data
+        ("barrier", False),
+        ("broadcast x from 0", False),  # rank 2 holds the root's data
+        ("reduce x to 0", True),  # only the root holds the others' data: rank 2 learns nothing of rank 0
+        ("gather x to 0", True),
+        ("scatter x from 0", False),
+    ],
+)
+def test_a_collective_orders_what_its_result_holds(call, races):
+    text = COLLECTIVE.replace("CALL", call.replace("x to 0", "x to 0" if "gather" not in call else "x into tmp to 0"))
+    if "gather" in call:
+        text = text.replace("tensor got:", "tensor tmp: float32[6] = 0\ntensor got:")
+    if "scatter" in call:
+        text = COLLECTIVE.replace("CALL", "scatter src into x from 0").replace(
+            "tensor got:", "tensor src: float32[6] = 0\ntensor got:"
+        )
+    assert bool(_race_lines(text, 3)) == races, text
+
+
+ROUTED = """\
+program routed
+world 3
+tensor x: float32[3] = rank
+tensor y: float32[3] = 0
+tensor got: float32[3] = 0
+on rank == 0:
+    recv got from any
+    all_to_all x into y splits A0
+    recv got from 2
+else on rank == 1:
+    send x to 0
+    all_to_all x into y splits A1
+else:
+    all_to_all x into y splits A2
+    send x to 0
+"""
+
+
+def test_an_uneven_all_to_all_orders_only_who_gets_rows_from_whom():
+    even = ROUTED.replace("A0", "[1, 1, 1], [1, 1, 1]").replace("A1", "[1, 1, 1], [1, 1, 1]")
+    assert _race_lines(even.replace("A2", "[1, 1, 1], [1, 1, 1]"), 3) == []  # rank 2 holds a row of rank 0's
+    # rows sent i → j: [[2, 1, 0], [0, 1, 2], [1, 1, 1]]: rank 2 gets none of rank 0's, so nothing orders its send
+    routed = ROUTED.replace("A0", "[2, 1, 0], [2, 0, 1]").replace("A1", "[0, 1, 2], [1, 1, 1]")
+    routed = routed.replace("A2", "[1, 1, 1], [0, 2, 1]")
+    assert _race_lines(routed, 3) == [(7, 11, 15)]
+    assert codes(routed) == [("P211", 7)]
+
+
+def test_new_group_orders_its_members():
+    text = """\
+program made
+world 3
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    recv got from any
+    g = new_group [0, 2]
+    recv got from 2
+else on rank == 1:
+    send x to 0
+    g = new_group [0, 2]
+else:
+    g = new_group [0, 2]
+    send x to 0
+"""
+    assert _race_lines(text, 3) == [] and codes(text) == []
+    assert _race_lines(text.replace("[0, 2]", "[1, 2]"), 3) == [(6, 10, 14)]  # rank 0 no member: nothing ordered
+
+
+def test_a_master_at_world_1024_is_checked_with_its_clocks():
+    text = """\
+program master
+world 1024
+tensor x: float32[2] = rank
+tensor got: float32[2] = 0
+on rank == 0:
+    for j in 1 .. world - 1:
+        recv got from any tag j
+    recv got from any
+else:
+    send x to 0 tag rank
+on rank == 1023:
+    send x to 0
+on rank == 5:
+    send x to 0
+"""
+    assert _race_lines(text, 1024) == [(8, 14, 12)]
+
+
 # ---- the rules ----------------------------------------------------------------------------------------
 
 
@@ -229,7 +408,7 @@ def test_sim_cli_exits_1_on_a_race(tmp_path, capsys):
     path.write_text(RACE)
     assert main(["sim", str(path), "--world", "3"]) == 1
     out = capsys.readouterr().out
-    assert "error[P211]" in out and "the simulator takes the lowest rank's" in out
+    assert "error[P211]" in out and "the simulator shows one outcome, in which rank 1's message arrives first" in out
 
 
 def test_compile_writes_src_none(tmp_path, capsys):
@@ -256,3 +435,49 @@ def test_gloo_run_matches_the_simulator(capfd, no_orphans):
     out, err = capfd.readouterr()
     assert code == 0, out + err
     assert "every rank matches the simulator" in out
+
+
+SLOW_SENDER_ON_GLOO = """\
+import datetime, multiprocessing as mp, os, socket, sys, time
+import torch, torch.distributed as dist
+
+def worker(rank, port, slow, q):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4,
+                            timeout=datetime.timedelta(seconds=20))
+    x, got = torch.full((2,), float(rank)), torch.zeros(2)
+    if rank == 0:  # programs/bad/message_race_slow_sender.comm, its first phase
+        q.put((dist.recv(got), dist.recv(got)))
+    elif rank == 1:
+        time.sleep(2.0 if slow == 1 else 0)
+        dist.send(x, 0)
+    elif rank == 2:
+        dist.recv(got, 3)
+        dist.send(x, 0)
+    else:
+        time.sleep(2.0 if slow == 3 else 0)
+        dist.send(x, 2)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    for slow in (1, 3):
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        ctx = mp.get_context("fork"); q = ctx.Queue()
+        ps = [ctx.Process(target=worker, args=(r, port, slow, q)) for r in range(4)]
+        for p in ps: p.start()
+        print(slow, *q.get(timeout=40), flush=True)
+        for p in ps: p.join(timeout=30)
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_on_gloo_the_slow_senders_race_goes_either_way(no_orphans):
+    """The race P211 now finds is real: with rank 1 2 s late, rank 0's first `recv(src=None)` returns rank 2 (whose
+    send followed a message from rank 3); with rank 3 2 s late, rank 1. The checker's simulation shows the second."""
+    env = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.run([sys.executable, "-c", SLOW_SENDER_ON_GLOO], capture_output=True, text=True, env=env,
+                          timeout=100, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["1 2 1", "3 1 2"]
+    bad = (ROOT / "programs" / "bad" / "message_race_slow_sender.comm").read_text()
+    assert _race_lines(bad, 4) == [(13, 16, 19)]  # the engine's run: line 13 takes rank 1's (line 16), not rank 2's

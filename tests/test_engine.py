@@ -539,7 +539,7 @@ def test_the_ops_of_a_batch_bound_to_a_handle_start_together(model):
     assert o.completed and o.req_done.all() and not o.double_waits
 
 
-# ---- groups made as steps: the engine steps over `new_group`, C313 compares every rank's sequence ----------------
+# ---- groups made as steps: a member waits in `new_group` for the other members (Gloo), C313 compares sequences -----
 
 
 def _lint(text: str) -> list:
@@ -580,3 +580,61 @@ def test_a_name_made_again_in_a_loop_means_the_latest_group_on_each_rank():
     assert [g.ranks for g in made] == [(0, 1), (2, 3)] and s.made == {"g"}
     outcome = run_engine(s)
     assert outcome.completed and not outcome.disagreements
+
+
+NEW_GROUP_CYCLE = (
+    "program t\nworld 3\ntensor x: float32[2] = rank\n"
+    "on rank == 0:\n    g = new_group [0, 1]\n    send x to 1\n"
+    "else on rank == 1:\n    recv x from 0\n    g = new_group [0, 1]\n"
+    "else:\n    g = new_group [0, 1]\n"
+)
+
+
+def test_a_member_waits_in_new_group_for_the_other_members_and_a_non_member_goes_on():
+    s = expand(load(SourceFile("t.comm", NEW_GROUP_CYCLE)), 3)
+    outcome = run_engine(s)
+    assert outcome.finished.tolist() == [False, False, True]  # rank 2, no member, returned at once
+    assert outcome.in_new_group == {0: (0, (1,))}  # rank 0's first new_group waits for rank 1's
+    assert s.records[outcome.head(0)[0]].span.line == 5 and s.records[outcome.head(1)[0]].span.line == 8
+
+
+def test_a_late_member_releases_the_others_once_it_makes_the_group():
+    text = (
+        "program t\nworld 3\ntensor x: float32[2] = rank\n"
+        "on rank == 1:\n    recv x from 2\n"
+        "else on rank == 2:\n    send x to 1\n"
+        "g = new_group [0, 1, 2]\n"
+        "all_reduce x in g\n"
+    )
+    outcome = run_engine(expand(load(SourceFile("t.comm", text)), 3))
+    assert outcome.completed and outcome.in_new_group == {}
+
+
+def test_the_recv_new_group_cycle_is_a_deadlock_naming_both_lines():
+    (d,) = _lint(NEW_GROUP_CYCLE)
+    assert (d.code, d.span.line, [lb.span.line for lb in d.labels]) == ("D401", 5, [8])
+    notes = [nt.message for nt in d.notes]
+    assert notes[0] == (
+        "cycle: rank 0 at line 5 `g = new_group [0, 1]` waits for rank 1; "
+        "rank 1 at line 8 `recv x from 0` waits for rank 0"
+    )
+    assert notes[1].startswith("a member of a group returns from `new_group` only once every member has called it")
+    assert d.help == "have every member call `new_group` before it waits for another member"
+
+
+def test_under_nccl_new_group_is_stepped_over():
+    """NCCL makes a group's communicator at its first op (not measured here): the NCCL model keeps stepping over."""
+    from commdsl.engine import NCCL
+
+    assert run_engine(expand(load(SourceFile("t.comm", NEW_GROUP_CYCLE)), 3), NCCL).completed
+    found = check_program(load(SourceFile("t.comm", NEW_GROUP_CYCLE)), CheckOptions(backends=("gloo", "nccl")))
+    (d,) = [d for d in found if d.code == "D401"]
+    assert "only on gloo (checked for gloo, nccl)" in [nt.message for nt in d.notes]
+
+
+def test_a_member_whose_partner_never_makes_the_group_is_c313_not_a_deadlock():
+    text = (
+        "program t\nworld 2\ntensor x: float32[2] = rank\n"
+        "on rank == 0:\n    g = new_group [0, 1]\n"
+    )
+    assert [d.code for d in _lint(text)] == ["C313"]

@@ -110,6 +110,20 @@ def test_deadlock_model_has_the_cycle():
     assert [f.code for f in d.findings] == ["D402"]
 
 
+def test_a_member_stuck_in_new_group_is_an_event_of_the_cycle():
+    path = Path(__file__).resolve().parent.parent / "programs" / "bad" / "new_group_deadlock.comm"
+    d = diagram(path.read_text(), 3)
+    [cycle] = d.cycles
+    assert [(e.src.rank, type(e.src.op).__name__, e.src.op.span.line) for e in cycle] == [
+        (0, "NewGroup", 9),
+        (1, "Recv", 12),
+    ]
+    assert cycle[0].src.note == "waits in `new_group` for rank 1"
+    assert [lane.stuck_line for lane in d.lanes] == [9, 12, None]
+    assert "r0--)r1: line 9: rank 0 waits for rank 1" in graph.to_mermaid(d)
+    assert "waits in `new_group` for rank 1" in graph.to_dot(d)
+
+
 BOUND = """\
 program bound
 world 2

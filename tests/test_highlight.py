@@ -112,6 +112,7 @@ def test_vscode_extension_files_agree():
     assert config["comments"]["lineComment"] == "#"
     increase = re.compile(config["indentationRules"]["increaseIndentPattern"])
     assert increase.match("    for s in 0 .. 3:  # loop") and not increase.match("send x to 1")
+    assert increase.match("def exchange(out, into, peer):") and not increase.match("exchange(x, y, 1)")
     tm = json.loads((VSCODE / grammar["path"]).read_text())
     assert tm["scopeName"] == grammar["scopeName"] == "source.commdsl"
 
@@ -157,6 +158,12 @@ def test_integer_operators_while_and_log2():
     tokens = {v: t for t, v in CommdslLexer().get_tokens(text) if v.strip()}
     assert tokens["while"] in Keyword and tokens["log2"] == Name.Builtin
     assert all(tokens[op] in Operator for op in ("<<=", "^", "<<", "|", "&", ">>"))
+
+
+def test_def_declares_a_function_name():
+    text = "def exchange(out, peer):\n    send out to peer\n"
+    tokens = {v: t for t, v in CommdslLexer().get_tokens(text) if v.strip()}
+    assert tokens["def"] == Keyword.Declaration and tokens["exchange"] == Name.Function and tokens["out"] == Name
 
 
 def test_new_group_is_a_declaring_keyword():

@@ -508,6 +508,8 @@ def test_s004_unexpected_end_of_file():
     ("on rank == 0:\n    barrier\nelse\n    barrier\n", 3, 5),
     ("on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n", 3, 18),
     ("world 2\nfor s in 0 .. 1:\n    for t in 0 .. 1\n        barrier\n", 3, 20),
+    ("world 2\ndef f(x, peer)\n    send x to peer\n", 2, 15),
+    ("def f()\n    barrier\n", 1, 8),
 ])
 def test_s005_missing_colon(text, line, column):
     d = syntax_error(text)
@@ -642,7 +644,9 @@ def test_error_at_the_end_of_a_1mb_line_has_the_right_column():
 def test_expected_tokens_read_as_one_list():
     """Multi-token classes (`+=` ... `/=`) are items of the list, not a nested "or" inside it."""
     d = syntax_error("x 1\n")
-    assert d.message == "expected `(`, `+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`, `.`, `=` or `[`, found `1`"
+    assert d.message == (
+        "expected `(`, `+=`, `-=`, `*=`, `/=`, `<<=`, `>>=`, `&=`, `|=`, `^=`, `.`, `=`, `[` or end of line, found `1`"
+    )  # end of line: `f(x)` alone is a call
 
 
 # ---- nodes are built unvalidated: each must be what its model accepts ------------------------------

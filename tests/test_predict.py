@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +198,35 @@ def test_a_shared_node_bus_halves_a_pairwise_exchange():
     assert seconds(TWO_PAIRS, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(10e-6 + 2 * n / 1e9)
 
 
+EXCHANGE = """program exchange
+world 2..
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n] = 2
+batch:
+    send x to (rank + 1) % world
+    recv y from (rank - 1) % world
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_rank_that_is_not_duplex_sends_and_receives_through_one_way(world):
+    """`duplex = false`: a rank's send and its receive share its one way (Gloo's one loop thread per process),
+    so a ring exchange moves each message at half speed; pairs of ranks apart still run side by side, and a
+    built-in ring's step (send and receive at once) gets half the link."""
+    n, alpha = 1 << 20, 10e-6
+    half = topo(10, 1, extra="duplex = false")
+    assert seconds(EXCHANGE, world, topo(10, 1), n) == pytest.approx(alpha + n / 1e9)
+    assert seconds(EXCHANGE, world, half, n) == pytest.approx(alpha + 2 * n / 1e9)
+    assert seconds(TWO_PAIRS, 4, half, n) == pytest.approx(alpha + n / 1e9)  # no bus: the pairs do not meet
+    ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    full = 2 * (world - 1) * alpha + 2 * (world - 1) / world * n / 1e9
+    assert seconds(ring, world, half, n) == pytest.approx(full + 2 * (world - 1) / world * n / 1e9)
+    assert "in and out share one way" in half.describe()
+    links = predict_text(EXCHANGE, world, half, n).timing
+    busiest = links.port_names[int(np.argmax(links.port_busy))]
+    assert busiest.startswith("rank ") and "in and out" in busiest  # one way carries both directions
+
 def test_a_later_message_waits_for_its_link():
     text = """program q
 world 3
@@ -232,6 +262,7 @@ NETWORKS = {  # one node with a shared bus; NVLink nodes and NICs (NCCL); 2 rank
     "dgx-h100": lambda: load("dgx-h100")[0],
     "pairs": lambda: topo(3, 5, rpn=2, extra="nics_per_node = 1", inter="[inter]\nalpha_us = 30\nbandwidth_gbps = 1\n"
                           "[[link]]\nsrc = 0\ndst = 1\nalpha_us = 7\nbandwidth_gbps = 0.5\n"),
+    "not-duplex": lambda: topo(40, 3.9, rpn=4, extra="duplex = false"),  # one way per rank, 2 nodes at 8 ranks
 }
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 22]
 
@@ -269,6 +300,73 @@ def test_sizes_scaled_from_one_expansion_equal_each_size_expanded(network, monke
         assert scaled.rows[k].time_us == alone.rows[0].time_us
         np.testing.assert_array_equal(scaled.timing.rank_seconds[:, k], alone.timing.rank_seconds[:, 0])
 
+
+
+@pytest.mark.parametrize("network", list(NETWORKS))
+@pytest.mark.parametrize(("name", "param", "params", "world"), SAME, ids=[c[0] for c in SAME])
+def test_held_ports_give_the_times_of_ports_written_every_step(name, param, params, world, network, monkeypatch):
+    """A pattern whose messages have their ports to themselves keeps their free times as its messages' ends
+    until another pattern needs them (`Clocks.held`): exactly the times of writing the ports every step."""
+    from commdsl.predict import cost
+
+    t = NETWORKS[network]()
+    v = variant_for(load_program(SourceFile(name, (ROOT / "programs" / name).read_text())), world, param, params, None)
+    owned = []
+    route = cost.Clocks.route
+
+    def noting(self, src, dst):
+        way = route(self, src, dst)
+        owned.append(way.own)
+        return way
+
+    monkeypatch.setattr(cost.Clocks, "route", noting)
+    held = sweep(v, world, SIZES, t)
+
+    def eager(self, src, dst):
+        way = route(self, src, dst)
+        way.own = False
+        return way
+
+    monkeypatch.setattr(cost.Clocks, "route", eager)
+    written = sweep(v, world, SIZES, t)
+    np.testing.assert_array_equal(held.timing.rank_seconds, written.timing.rank_seconds)
+    np.testing.assert_array_equal(held.timing.port_busy, written.timing.port_busy)
+    assert [r.time_us for r in held.rows] == [r.time_us for r in written.rows]
+    if network == "dgx-h100" and name == "ring_allreduce.comm":
+        assert any(owned)  # a ring step on its own ports: the held path was taken
+
+
+def test_rows_joined_when_read_equal_rows_joined_at_once():
+    """`Rows.concat` joins a column when it is first read: the same arrays as joining every column at once."""
+    from commdsl.engine import Posts
+
+    cols = {c: 3 for c in Posts.COLUMNS}
+    a = Posts(size=4, **{**cols, "rank": np.arange(4), "src": np.arange(4) + 10})
+    b = Posts(size=2, **{**cols, "rank": np.array([7, 8]), "req": np.array([-1, 5])})
+    c = Posts(size=3, **{**cols, "rank": np.array([1, 2, 3]), "tag": 9})
+    both = Posts.concat([a, b, c])
+    assert len(both) == 9 and both.const("dtype") == 3 and both.const("rank") is None
+    np.testing.assert_array_equal(both.column("src"), [10, 11, 12, 13, 3, 3, 3, 3, 3])
+    np.testing.assert_array_equal(both.rank, [0, 1, 2, 3, 7, 8, 1, 2, 3])
+    np.testing.assert_array_equal(both.tag, [3] * 6 + [9] * 3)
+    again = Posts.concat([both, a])  # a part whose columns are still unjoined
+    np.testing.assert_array_equal(again.req, [3, 3, 3, 3, -1, 5, 3, 3, 3, 3, 3, 3, 3])
+    picked = both.take(np.array([5, 0]))
+    np.testing.assert_array_equal(picked.req, [5, 3])
+    np.testing.assert_array_equal(picked.src, [3, 10])
+
+
+@pytest.mark.parametrize("op", ["%", "//"])
+def test_int64_remainder_and_floor_division_are_pythons(op):
+    """The expansion's `%` and `//` of an int64 array by a Python int skip the magnitude check: NumPy gives
+    Python's result for every int64 (MIN // -1, the one overflow, still takes the careful path)."""
+    from commdsl.values import _int_op
+
+    a = np.array([-(2**63), -(2**62) - 3, -7, -1, 0, 5, 2**62 + 1, 2**63 - 1], dtype=np.int64)
+    for b in (1, 2, 3, -2, -3, 7, 4096, 2**61 + 5, -(2**61)):
+        got = _int_op(None, op, a, b, a.size)
+        want = [x % b if op == "%" else x // b for x in a.tolist()]
+        assert [int(x) for x in got] == want, (op, b)
 
 # ---- output: critical path, JSON, plot ---------------------------------------------------------------------
 
@@ -364,6 +462,27 @@ def test_fit_recovers_alpha_and_beta():
     assert flat.alpha >= 0 and flat.beta > 0
 
 
+
+def test_memory_bandwidth_times_with_the_workers_threads(monkeypatch):
+    """The bench's ranks run one intra-op thread each on a host with several (bench/worker.py): the calibration
+    times its add with as many, and leaves this process's thread count as it was."""
+    import torch
+
+    from commdsl.predict import calibrate
+
+    seen = []
+    clock = time.perf_counter
+
+    def counting():
+        seen.append(torch.get_num_threads())
+        return clock()
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(calibrate.time, "perf_counter", counting)
+    assert calibrate.memory_bandwidth(1 << 16, repeats=2, threads=1) > 0
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
+
 @pytest.mark.gloo
 @pytest.mark.timeout(120)
 def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_orphans):
@@ -384,6 +503,50 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     assert np.isfinite(t.memory_bps)
 
 
+
+def test_calibration_decides_from_pairs_at_once_whether_messages_share_a_bus():
+    """`--calibrate --nproc N` (N >= 4) times N/2 ping-pong pairs at once: nearer N/2 times one pair's time
+    is a bus shared by every message (`shared_node`), nearer one pair's is ranks side by side, each with one
+    way in and out (`duplex = false`); the measurement is written as a comment. Not measured: a bus."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    quiet = calibrate.Sharing(1 << 26, 4, 20.6e-3, 23.3e-3)  # the 16-core host: 4 pairs x1.13
+    busy = calibrate.Sharing(1 << 24, 2, 6.9e-3, 13.1e-3)  # the 2-core machine: 2 pairs x1.89
+    assert not quiet.bus and busy.bus
+    for sharing, shared in ((quiet, False), (busy, True), (None, True)):
+        text = calibrate.topology_text(f, 10e9, 8, "gloo", "cmd", sharing)
+        t = parse(SourceFile("h.toml", text))
+        assert t.shared_node is shared and t.duplex is shared  # no bus: one way per rank
+        assert ("pairs at once" in text) is (sharing is not None)
+
+
+def test_calibration_times_only_the_ranks_that_ping_pong():
+    """Ranks beyond 0 and 1 time nothing in the ping-pong (an empty list): the one-way time is the slowest
+    of the others', so `--calibrate --nproc 4` works."""
+    from types import SimpleNamespace
+
+    from commdsl.predict import calibrate
+
+    plan = SimpleNamespace(cases=[0], world=4)
+    results = {0: {0: {"durations_ns": [4000, 6000]}, 1: {"durations_ns": [5000, 5000]},
+                   2: {"durations_ns": []}, 3: {"durations_ns": []}}}
+    assert calibrate.one_way(plan, results) == [pytest.approx(5500 / 2 * 1e-9)]
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(180)
+def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans):
+    out = tmp_path / "host.toml"
+    # the sizes of the 2-rank test above: on a loaded 2-core machine only sizes well apart fit a rising line
+    code = main(["bench", "--calibrate", "--nproc", "4", "--sizes", "1K:32M:32", "--iters", "3", "--warmup", "1",
+                 "--backend", "gloo", "-o", str(out)])
+    text, err = capfd.readouterr()
+    assert code == 0, text + err
+    assert re.search(r"# 2 pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
+    t, _ = load(str(out))
+    assert t.intra_beta > 0 and t.duplex is t.shared_node
+
 RS = """program rs
 world 1..
 param n = 1024
@@ -396,11 +559,47 @@ expect y == world
 
 def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
     p, n = 4, 1 << 20
-    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9
+    gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9 + (2 * n + 2 * n / p) / 1e15  # + the clone, the copy out
     ring = (p - 1) * 10e-6 + (p - 1) / p * n / 1e9
     assert seconds(RS, p, topo(10, 1), n) == pytest.approx(gloo)
     assert seconds(RS, p, topo(10, 1, extra='backend = "nccl"'), n) == pytest.approx(ring)
 
+
+AG = """program ag
+world 1..
+param n = 1024
+tensor x: float32[n // world] = rank
+tensor y: float32[n // world * world]
+all_gather x into y
+expect y == i // (n // world)
+"""
+
+A2A = """program a2a
+world 1..
+param n = 1024
+tensor x: float32[n // world * world] = 1
+tensor y: float32[n // world * world]
+all_to_all x into y
+expect y == 1
+"""
+
+
+@pytest.mark.parametrize(("text", "copies"), [
+    (AG, lambda p, n: 2 * n),  # the flat temporary copied into the output
+    (RS, lambda p, n: 2 * n + 2 * n / p),  # the input cloned, this rank's block copied out
+    (A2A, lambda p, n: 2 * n / p),  # Gloo's own block copied locally
+], ids=["all_gather", "reduce_scatter", "all_to_all"])
+def test_gloo_collectives_pay_torchs_copies_at_memory_speed(text, copies):
+    """torch's Gloo backend copies around Gloo's algorithm (ProcessGroupGloo.cpp, gloo/alltoall.cc): those
+    bytes, counted as a local op's (written + read), over memory bandwidth; NCCL's collectives pay none."""
+    p, n, mem = 4, 1 << 20, 2e9
+    extra = f'memory_gbps = {mem / 1e9}\n'
+    gloo = parse(SourceFile("t.toml", f"ranks_per_node = 64\n{extra}[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
+    nccl = parse(SourceFile("t.toml", f'ranks_per_node = 64\n{extra}backend = "nccl"\ntree = false\n'
+                                       "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
+    assert seconds(text, p, gloo, n) - seconds(text, p, nccl, n) == pytest.approx(
+        copies(p, n) / mem + ((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 if text is RS else 0.0)
+    )
 
 PAIRS_ALL_REDUCE = """program pairs
 world 4

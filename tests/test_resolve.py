@@ -57,6 +57,8 @@ CASES: dict[str, Case] = {
     "N110": Case("world 2\nbackend mpi\n", 2, 9),
     "N111": Case(X + "batch:\n    all_reduce x\n", 4, 5),
     "N112": Case("world 4..2\n", 1, 1),
+    "N113": Case(X + "def f(k):\n    f(k - 1)\nf(3)\n", 4, 5),
+    "N114": Case(X + "def f(v, peer):\n    send v to peer\nf(x)\n", 5, 1),
     "N115": Case(X + "coalesced:\n    broadcast x from 0\n", 4, 5),
     # sizes and values: decided per world size, at expansion
     "N120": Case(X + "send x[5] to 1 - rank\n", 3, 6),

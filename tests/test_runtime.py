@@ -187,6 +187,61 @@ def test_a_group_made_at_two_statements_is_one_torch_group(tmp_path, capfd, no_o
     assert "expect at line 12: passed on 4 of 4 ranks" in out
 
 
+WHO_WAITS_IN_NEW_GROUP = """\
+import datetime, multiprocessing as mp, socket, time
+import torch.distributed as dist
+
+def worker(rank, port, q):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3,
+                            timeout=datetime.timedelta(seconds=20))
+    time.sleep({0: 0.0, 1: 2.0, 2: 4.0}[rank])  # rank 1, a member, comes 2 s late; rank 2, no member, 4 s
+    start = time.monotonic()
+    dist.new_group([0, 1])
+    q.put((rank, time.monotonic() - start))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    ctx = mp.get_context("fork"); q = ctx.Queue()
+    ps = [ctx.Process(target=worker, args=(r, port, q)) for r in range(3)]
+    for p in ps: p.start()
+    got = dict(q.get(timeout=40) for _ in ps)
+    for p in ps: p.join(timeout=30)
+    print(" ".join(f"{got[r]:.2f}" for r in range(3)))
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_new_group_holds_a_member_until_the_other_members_call_it_and_no_one_else(no_orphans):
+    """What the engine's Gloo model assumes (`Engine.new_group`): a member waits in `new_group` for the other
+    members only; a non-member, however late, holds no one and returns at once."""
+    env = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    proc = subprocess.run([sys.executable, "-c", WHO_WAITS_IN_NEW_GROUP], capture_output=True, text=True, env=env,
+                          timeout=80, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rank0, rank1, rank2 = map(float, proc.stdout.split())
+    assert 1.5 <= rank0 < 3.5  # waited for rank 1 (2 s), not for rank 2 (4 s)
+    assert rank1 < 1.0 and rank2 < 1.0
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
+def test_a_member_in_new_group_and_one_in_recv_hang_as_the_checker_says(no_orphans):
+    """programs/bad/new_group_deadlock.comm: the checker refuses it (D401); launched anyway, Gloo hangs exactly
+    where the cycle says, rank 0 in `new_group` and rank 1 in `recv`, while rank 2, no member, finishes."""
+    prog = str(ROOT / "programs" / "bad" / "new_group_deadlock.comm")
+    code, out, err, _ = run_cli(["run", prog, "--nproc", "3"], no_orphans)
+    assert code == 1 and "error[D401]" in out and "refusing to launch" in err
+    code, out, err, elapsed = run_cli(["run", prog, "--nproc", "3", "--no-check", "--timeout", "5"], no_orphans)
+    assert code == 1, out + err
+    rows = {int(ln.split()[0]): ln for ln in (out + err).splitlines() if ln.strip()[:1].isdigit()}
+    assert "new_group_deadlock.comm:9  pair = new_group [0, 1]" in rows[0] and "blocked" in rows[0]
+    assert "new_group_deadlock.comm:12  recv x from 0" in rows[1] and "blocked" in rows[1]
+    assert "done" in rows[2]
+    assert elapsed < 60
+
+
 # ---- refused, failed, hung, killed ------------------------------------------------------------------
 
 @pytest.mark.gloo

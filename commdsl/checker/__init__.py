@@ -118,7 +118,20 @@ def analyse_schedule(
     diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
     if sim is not None:
         diags.extend(data_findings(sim))
-    return diags, sim
+    return [_with_calls(d, program, schedule) for d in diags], sim
+
+
+def _with_calls(d: Diagnostic, program: Program, schedule) -> Diagnostic:
+    """A finding on a line of a function's body names the calls that inlined that body in this expansion,
+    one note per chain of calls, as an expansion error does."""
+    from commdsl.resolve import call_note
+
+    inside = [f for f in program.functions if d.span is not None and f.span.start <= d.span.start < f.span.end]
+    if not inside:
+        return d
+    notes = tuple(call_note(chain) for chain in schedule.reached.get(inside[0].name.name, ()))
+    extra = tuple(x for x in notes if x not in d.notes)
+    return d.model_copy(update={"notes": d.notes + extra}) if extra else d
 
 
 def data_findings(sim) -> list[Diagnostic]:

@@ -4,6 +4,8 @@ A stuck op waits for a peer. If the peer finished, or nothing left in its progra
 (no op of the right kind on the same channel), the op itself is the bug (unmatched, missing
 participant). Otherwise the wait is an edge of the wait-for graph, and a cycle there is a deadlock.
 
+A member stuck in `new_group` (Gloo) waits for each member that has not called it.
+
 The graph has a node per rank and one per unfinished collective: a rank stuck in a collective waits
 for the collective, and the collective waits for each member that has not called it. So a thousand
 ranks waiting for one late member make a thousand edges, not a million.
@@ -17,7 +19,7 @@ import numpy as np
 
 from commdsl.engine import Calls, Outcome, Posts
 from commdsl.p2p import ANY_SOURCE
-from commdsl.schedule import BatchRec, CollectiveRec, P2PRec, WaitRec
+from commdsl.schedule import BatchRec, CollectiveRec, NewGroupRec, P2PRec, WaitRec
 from commdsl.values import at
 
 
@@ -37,12 +39,19 @@ class Waiting:
     rows: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Making:
+    """A `new_group` a member waits in (Gloo): the rank's k-th, which the target member has not called yet."""
+
+    k: int
+
+
 @dataclass
 class Edge:
     rank: int
     op: int  # the op id `rank` is stuck in
     target: int
-    thing: object  # Pending or Waiting
+    thing: object  # Pending, Waiting or Making
 
 
 @dataclass
@@ -219,16 +228,15 @@ def analyse(outcome: Outcome) -> Analysis:
             elif isinstance(thing, Pending):
                 if not finished[target] and could[thing.row]:
                     out.append(Edge(r, op, target, thing))
+            elif isinstance(thing, Making):  # `_waits_on` names the members that have not finished
+                out.append(Edge(r, op, target, thing))
             elif target == EVERY_MISSING:  # one node for the collective: its callers × its absentees stay linear
                 key = (thing.gid, thing.seq)
                 if key not in nodes:
-                    node = nodes[key] = s.world + len(nodes)
-                    inner = edges.setdefault(node, [])
-                    for m in missing_members[key]:
-                        if finished[m] or (m, thing.gid) not in will:
-                            missing.append((thing, m, op, "finished" if finished[m] else "never"))
-                        else:
-                            inner.append(Edge(node, op, m, thing))
+                    nodes[key] = s.world + len(nodes)
+                    inner, absent = _absentees(thing, nodes[key], op, missing_members[key], finished, will)
+                    edges[nodes[key]] = inner
+                    missing += absent
                 out.append(Edge(r, op, nodes[key], thing))
             elif finished[target] or (target, thing.gid) not in will:
                 missing.append((thing, target, op, "finished" if finished[target] else "never"))
@@ -236,6 +244,18 @@ def analyse(outcome: Outcome) -> Analysis:
                 out.append(Edge(r, op, target, thing))
     cycles = [_through_nodes(c, s.world) for c in _cycles(edges)]
     return Analysis(unmatched, _dedupe_tags(posts, tags), missing, [c for c in cycles if c], edges, only_sends)
+
+
+def _absentees(thing: Waiting, node: int, op: int, members: list[int], finished: np.ndarray, will: set):
+    """(edges from a collective's node to the absent members that will still call it, (collective, member, op,
+    why) for those that will not)."""
+    inner, missing = [], []
+    for m in members:
+        if finished[m] or (m, thing.gid) not in will:
+            missing.append((thing, m, op, "finished" if finished[m] else "never"))
+        else:
+            inner.append(Edge(node, op, m, thing))
+    return inner, missing
 
 
 def _at(posts: Posts, i: int) -> tuple[int, int]:
@@ -406,6 +426,12 @@ def _waits_on(outcome: Outcome, rec, rank: int, pos: int, member_of, instances, 
                 yield m, inst
         elif (rec.id, pos) in outcome.behind:
             yield from _request(outcome, outcome.behind[(rec.id, pos)], instances, rank)
+        return
+    if isinstance(rec, NewGroupRec):  # a member that finished without making it is C313's
+        k, absent = outcome.in_new_group[rank]
+        for m in absent:
+            if not outcome.finished[m]:
+                yield m, Making(k)
         return
     if isinstance(rec, WaitRec):
         reqs = rec.reqs[rec.starts[pos] : rec.starts[pos + 1]]

@@ -674,6 +674,55 @@ class _Progress:
             self._bar.stop()
 
 
+def _worker_threads(nproc: int) -> int | None:
+    """The bench's workers' intra-op threads (bench/worker.py): one per rank when the host has several,
+    unless OMP_NUM_THREADS says otherwise (None: leave torch's own)."""
+    return 1 if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else None
+
+
+def _host_sharing(args, f, size: int, nproc: int, backend: str):
+    """A `calibrate.Sharing` with 4 ranks or more (else None): do the host's messages share one bus?
+    `nproc // 2` ping-pong pairs at once at the largest size, against one pair's time there (`f`'s last
+    point). ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    if nproc < 4:
+        return None
+    try:
+        together = _pairs_at_once(args, size, nproc, backend)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+    if together is None:
+        return None
+    measured, alone = f.points[-1]
+    return cal.Sharing(measured, nproc // 2, alone, together)
+
+
+def _pairs_at_once(args, size: int, nproc: int, backend: str) -> float | None:
+    """One-way seconds of `nproc // 2` ping-pong pairs at once (`calibrate.PAIRS`) at `size` bytes, measured
+    as the calibration's ping-pong is; RuntimeError when a rank fails or hangs."""
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.launch import run_plan
+    from commdsl.bench.plan import Refused, build, program_variant
+    from commdsl.predict import calibrate as cal
+    from commdsl.resolve import load
+    from commdsl.runtime.launch import LaunchError
+    from commdsl.source import SourceFile
+
+    pairs = load(SourceFile("<calibrate-pairs>", cal.PAIRS))
+    with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
+        try:
+            variant = program_variant(pairs, nproc, "n", {}, None)
+            plan = build([variant], [size], nproc, backend, args.iters, args.warmup, False, out_dir, [])
+            measured = run_plan(plan, args.timeout, args.verbose)
+        except (BenchError, Refused, LaunchError) as e:
+            raise RuntimeError(str(e)) from None
+        if measured.hang or measured.failures or measured.interrupted:
+            raise RuntimeError("a rank hung or failed in the pairs at once (rerun with -v)")
+        got = cal.one_way(plan, measured.results)
+    return got[0] if got else None
+
+
 def calibrate(args) -> int:
     """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, write the topology file."""
     from commdsl.bench.identify import BenchError
@@ -727,12 +776,13 @@ def calibrate(args) -> int:
         return EXIT_FAILURE
     try:
         f = cal.fit([r.size for r in table], cal.one_way(plan, measured.results))
+        sharing = _host_sharing(args, f, sizes[-1], nproc, backend)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
-    memory = cal.memory_bandwidth()
+    memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command)
+    text = cal.topology_text(f, memory, nproc, backend, command, sharing)
     try:
         write_atomic(args.output, text)
     except FileError as e:

@@ -175,6 +175,12 @@ class Kind:
         tree (NCCL), which a kind with one overrides; `backend`: for a kind a backend runs otherwise."""
         return self.latency_steps(world) * alpha + self.busbw_factor(world) * size / beta
 
+    def gloo_copy_bytes(self, world: int, size):
+        """Bytes of memory traffic a member spends, on torch's Gloo backend, on copies outside the algorithm
+        `cost` prices (temporaries torch allocates and copies through), counted as `commdsl predict` counts a
+        local op: bytes written plus bytes read, so a copy of n bytes is 2n. `size` as in `cost`. None here."""
+        return 0.0 * size
+
 
 # ---- helpers the kinds share ----------------------------------------------------------------------
 

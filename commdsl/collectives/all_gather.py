@@ -44,5 +44,12 @@ class AllGather(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    def gloo_copy_bytes(self, world: int, size):
+        """torch's Gloo all-gather (`ProcessGroupGloo::_allgather_base` → `allgather` → `AsyncAllgatherWork`,
+        torch/csrc/distributed/c10d/ProcessGroupGloo.cpp) gathers into a flat temporary (`newLikeFlat` of the
+        outputs) and then copies each member's block into the output: the whole output, `size` bytes, copied
+        once (written and read: 2 × size). The list form runs the same work."""
+        return 2.0 * size
+
 
 KIND = AllGather()

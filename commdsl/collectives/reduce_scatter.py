@@ -74,5 +74,10 @@ class ReduceScatter(Kind):
             return KINDS["all_reduce"].cost(world, size, alpha, beta, tree, backend)
         return super().cost(world, size, alpha, beta, tree, backend)
 
+    def gloo_copy_bytes(self, world: int, size):
+        """Around that all-reduce `reduce_scatter_tensor_coalesced` clones the whole input (`inputTensors[i]
+        .clone()`: `size` bytes read and written) and copies this rank's block out of the clone (size / world)."""
+        return 2.0 * size + 2.0 * size / world
+
 
 KIND = ReduceScatter()

@@ -322,6 +322,9 @@ class _Printer:
                 self.suite(s.span.line, s.span.column - 1, self.handle(s) + "batch", s.body, depth)
             case n.Coalesced():
                 self.suite(s.span.line, s.span.column - 1, self.handle(s) + "coalesced", s.body, depth)
+            case n.FunctionDef():
+                params = ", ".join(p.name for p in s.params)
+                self.suite(s.span.line, s.span.column - 1, f"def {s.name.name}({params})", s.body, depth)
             case _:
                 self.line(s.span.line, s.span.column - 1, self.simple(s), depth)
 
@@ -356,6 +359,8 @@ class _Printer:
                 return f"expect {e(s.cond)}"
             case n.Print():
                 return "print " + ", ".join(e(v, _POSTFIX) for v in s.views)
+            case n.CallStmt():
+                return f"{s.name.name}({', '.join(e(a) for a in s.args)})"
         raise TypeError(f"not a statement: {type(s).__name__}")  # pragma: no cover - the AST has no other kinds
 
     def declaration(self, s) -> str:

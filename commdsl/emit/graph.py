@@ -32,7 +32,7 @@ from commdsl.dtypes import DTYPES
 from commdsl.engine import run_engine
 from commdsl.p2p import ANY_SOURCE
 from commdsl.resolve import Program
-from commdsl.schedule import Collective, Group, Recv, Schedule, Send, View
+from commdsl.schedule import Collective, Group, NewGroup, Recv, Schedule, Send, View
 from commdsl.syntax import nodes as n
 
 MAX_EVENTS = 4000  # beyond this a diagram is unreadable and Graphviz slow; ask for a smaller world
@@ -67,10 +67,10 @@ class TraceError(Exception):
 
 @dataclass(slots=True, eq=False)
 class Event:
-    """One rank's send, receive or collective call."""
+    """One rank's send, receive or collective call, or a `new_group` a member is stuck in."""
 
     rank: int
-    op: Send | Recv | Collective
+    op: Send | Recv | Collective | NewGroup
     posted: int  # op index at which the rank posts it
     done: float  # op index by which it has completed: itself if blocking, its `wait` or `batch` if not
     view: str = ""  # what a send or receive moves, as the language writes it
@@ -278,6 +278,15 @@ class _Events:
         rank, rid = int(calls.rank[k]), int(calls.rec[k])
         return self.event(rank, rid, int(calls.pos[k]), rid, int(calls.req[k]))
 
+    def making(self, rank: int, absent: tuple[int, ...]) -> Event:
+        """The event of a member stuck in `new_group`, waiting for the members in `absent`."""
+        rid, pos = self.outcome.head(rank)
+        ev = self.event(rank, rid, pos, rid, -1)
+        ev.text = f"new_group {list(ev.op.group.ranks)}"
+        ev.status = "blocked"
+        ev.note = "waits in `new_group` for " + ", ".join(f"rank {m}" for m in absent)
+        return ev
+
     def hidden(self, rows, keep: np.ndarray) -> Hidden:
         """`when` for the rows of `keep` at once, without making events."""
         rank, rec, via, req = rows.rank[keep], rows.rec[keep], rows.via[keep], rows.req[keep]
@@ -315,9 +324,11 @@ def build(program: Program, schedule: Schedule, max_ranks: int | None = MAX_RANK
 
     made = _Events(schedule, outcome)
     loose = [made.post(outcome.unmatched, k) for k in range(len(outcome.unmatched))]
+    making = {r: made.making(r, absent) for r, (_k, absent) in outcome.in_new_group.items()}
     bands, band_of, unfinished = _bands(schedule, outcome, made)
-    cycles = _cycles(waits, loose, band_of)
+    cycles = _cycles(waits, loose, band_of, making)
     _mark_unmatched(schedule, waits, loose)
+    loose += making.values()
     _mark_missing(waits, band_of, unfinished)
 
     lanes, column = _fold_ranks(_lanes(schedule, outcome), _finding_ranks(outcome, waits, loose, bands), max_ranks)
@@ -367,13 +378,15 @@ def _bands(schedule: Schedule, outcome, made: _Events) -> tuple[list[Band], dict
     return bands, band_of, list(unfinished)
 
 
-def _cycles(waits, loose: list[Event], band_of: dict) -> list[list[WaitEdge]]:
+def _cycles(waits, loose: list[Event], band_of: dict, making: dict[int, Event]) -> list[list[WaitEdge]]:
     """Each deadlock cycle as wait-for edges between the stuck events, which turn red."""
-    from commdsl.checker.waits import Pending
+    from commdsl.checker.waits import Making, Pending
 
     def event_of(rank: int, thing) -> Event:
         if isinstance(thing, Pending):
             return loose[thing.row]
+        if isinstance(thing, Making):
+            return making[rank]
         return next(ev for ev in band_of[(thing.gid, thing.seq)].calls if ev.rank == rank)
 
     cycles = []
@@ -1014,7 +1027,7 @@ def to_mermaid(d: Diagram) -> str:
             ((s.row, 0, d.column[s.rank], d.column[r.rank]), f"    {who(s.rank)}->>{who(r.rank)}: {_mm(text)}")
         )
     for ev in d.events:
-        if type(ev.op) is Collective or ev.status not in ("unmatched", "blocked"):
+        if type(ev.op) not in (Send, Recv) or ev.status not in ("unmatched", "blocked"):
             continue
         peer = ev.rank if ev.op.peer == ANY_SOURCE else ev.op.peer  # from any: drawn on the receiver's lane
         src, dst = (ev.rank, peer) if type(ev.op) is Send else (peer, ev.rank)
@@ -1151,7 +1164,7 @@ def _dot_event(d: Diagram, lay: _Layout, ev: Event, i: str) -> list[str]:
         f"  t{i} [shape=plaintext, fixedsize=true, width={w / 72:.2f}, height={height / 72:.2f}, "
         f'fontsize=9, label={_html(lines, w)}, pos="{ex + 7 + w / 2},{ly}!"];'
     )
-    if ev.status in ("unmatched", "blocked"):
+    if ev.status in ("unmatched", "blocked") and type(ev.op) is not NewGroup:
         peer = ev.op.peer if 0 <= ev.op.peer < d.world and d.column[ev.op.peer] != d.column[ev.rank] else ev.rank
         stub = ex + (0.45 if x[peer] >= ex else -0.45) * COL_W
         dash = f'style=dashed, color="{color}", arrowsize=0.6'

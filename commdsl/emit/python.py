@@ -29,6 +29,7 @@ import keyword
 import math
 import re
 import shlex
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from commdsl.collectives import KINDS
@@ -233,10 +234,16 @@ class _Writer:
         self.dtype: dict[str, str] = {t.name: t.dtype.name for t in program.tensors}
         bound = _bound_handles(program.body)
         self.arrays = {h.name for h, _ in bound if h.index is not None} | _waited_arrays(program.body)
-        self.batches = {h.name for h, batch in bound if batch}  # handles bound to batches: lists of works
+        self.functions = {f.name.name: f for f in program.functions}
+        self.defs: dict[tuple, str] = {}  # (function, its arguments' kinds) → the Python function written for it
+        self.def_bodies: dict[tuple, str] = {}  # (function, its body's lines) → that Python function
+        self.def_lines: list[str] = []  # those functions, written inside `main` before its body
+        everything = program.body + tuple(x for f in program.functions for x in f.body)
+        bound_anywhere = _bound_handles(everything)
+        self.batches = {h.name for h, batch in bound_anywhere if batch}  # handles bound to batches: lists of works
         # a name bound both to a batch and to an op: its `wait` cannot be written for one kind, so `wait()` does it
-        mixed = self.batches & {h.name for h, batch in bound if not batch}
-        self.waits_all = _uses_wait_all(program.body) or bool(mixed)
+        mixed = self.batches & {h.name for h, batch in bound_anywhere if not batch}
+        self.waits_all = _uses_wait_all(everything) or bool(mixed)
         if self.waits_all:  # `post` and `wait`; for lists of works too where batches are bound to handles
             self.helpers.add("post_batches" if self.batches else "post")
         self.top = _Scope()
@@ -244,11 +251,15 @@ class _Writer:
         handles = sorted({h.name for h, _ in bound} | self.arrays | _waited(program.body))  # also one bound nowhere
         made = sorted(step_group_names(program.body))
         declared = [g.name for g in (*program.groups, *program.tables)]
-        top_names = [p.name for p in program.params] + declared + handles + made
+        functions = [f.name.name for f in program.functions]
+        top_names = [p.name for p in program.params] + declared + handles + made + functions
         for name in sorted(set(top_names) | set(self.ndim)):
             self.top.names[name] = _python_name(name, taken)
             taken.add(self.top.names[name])
         self.taken = taken  # every top-level Python name: a scoped name never takes one
+        self.groups_here: set[str] = set(made)  # names of groups with no declaration: steps' and parameters'
+        self.in_function = 0  # > 0 while writing a function: a tensor is changed in place, never rebound
+        self.view_parameters: set[str] = set()  # the view parameters of the functions being written
         for d in (*program.tensors, *program.groups):
             self.decls[d.name] = d
 
@@ -340,7 +351,9 @@ class _Writer:
         for name in sorted(self.arrays):
             emit(1, f"{self.top.names[name]} = {{}}  # an array of handles: slot → request")
         emit(1, "printed, failures = [], []")
+        start = len(self.lines)
         self.block(self.p.body, 1, _Scope(parent=self.top))
+        self.lines[start:start] = self.def_lines  # each function once, before the first statement
         emit(1, "# no closing barrier: a rank ends when its program does, as the program by itself would")
         emit(1, "dist.destroy_process_group()")
         # each rank says how it ended, with no expects too: a script that ends says so
@@ -370,10 +383,13 @@ class _Writer:
     def emit(self, depth: int, code: str, line: int | None = None, mark: bool = False) -> None:
         """One line of code; `line`: the source line it comes from, whose comment it carries (and its number when
         `mark`: communication and expects)."""
+        self.lines.append(INDENT * depth + code + self.line_comment(line, mark))
+
+    def line_comment(self, line: int | None, mark: bool = False) -> str:
         comment = self.comment(line) if line else ""
         if line and mark:
             comment = f"line {line}" + (f": {comment}" if comment else "")
-        self.lines.append(INDENT * depth + code + (f"  # {_text(comment, keep=_QUOTES)}" if comment else ""))
+        return f"  # {_text(comment, keep=_QUOTES)}" if comment else ""
 
     def comment(self, line: int) -> str:
         text = self.source.line_text(line)
@@ -471,6 +487,108 @@ class _Writer:
                 self.batch(s, depth, scope)
             case n.Coalesced():
                 self.coalesced(s, depth, scope)
+            case n.CallStmt():
+                args = ", ".join(self.argument(a, scope) for a in s.args)
+                self.emit(depth, f"{self.function(s, scope)}({args})", line, mark=True)
+
+    # ---- functions -----------------------------------------------------------------------------------
+    def argument(self, a, scope: _Scope) -> str:
+        """A call's argument as Python: a torch view, a process group (or device mesh), or a number."""
+        if _is_view(a, scope, self.ndim):
+            return self.view(a, scope)
+        if self.group_argument(a) is not None:
+            return self.group_of(a)
+        return self.static(a, scope)
+
+    def group_argument(self, a) -> tuple[str, n.Node | None] | None:
+        """("group" or "mesh", its declaration if any) when an argument names a group, mesh or mesh dimension."""
+        if isinstance(a, n.Attr) and isinstance(a.value, n.Name) and isinstance(self.decls.get(a.value.id), n.MeshDecl):
+            return ("group", None)  # a mesh dimension: a process group
+        if not isinstance(a, n.Name) or a.id not in self.top.names or a.id in self.ndim:
+            return None
+        decl = self.decls.get(a.id)
+        if isinstance(decl, n.MeshDecl):
+            return ("mesh", decl)
+        if isinstance(decl, n.GroupDecl) or a.id in self.groups_here:
+            return ("group", None)  # a process group: its size asked of torch, whichever group it is
+        return None
+
+    def kinds(self, s: n.CallStmt, scope: _Scope) -> tuple:
+        """Each argument's kind as the script needs it: a view's dimensions and dtype, a group, a mesh, a number."""
+        out = []
+        for a in s.args:
+            if _is_view(a, scope, self.ndim):
+                out.append(("view", _view_ndim(a, self.ndim), self.dtype[_tensor_of(a)]))
+            else:
+                out.append(self.group_argument(a) or ("number",))
+        return tuple(out)
+
+    @contextmanager
+    def parameters(self, f: n.FunctionDef, kinds: tuple, texts: list[str]):
+        """While writing `f`'s body: each parameter is a name of `main` written as `texts` says, of its kind, and
+        the handles the body binds are names of their own; all as before afterwards."""
+        saved = (self.lines, dict(self.top.names), dict(self.ndim), dict(self.dtype), dict(self.decls))
+        self.lines = []
+        try:
+            for p, kind, text in zip(f.params, kinds, texts, strict=True):
+                self.top.names[p.name] = text
+                if kind[0] == "view":
+                    self.ndim[p.name], self.dtype[p.name] = kind[1], kind[2]
+                    self.view_parameters.add(p.name)
+                elif kind[0] != "number":
+                    self.decls[p.name] = kind[1]
+                    self.groups_here.add(p.name)
+            for h in sorted({h.name for h, _ in _bound_handles(f.body)}):
+                self.top.names[h] = _python_name(h, self.taken)
+            self.in_function += 1
+            yield
+        finally:
+            self.in_function -= 1
+            self.lines, self.top.names, self.ndim, self.dtype, self.decls = saved
+            self.groups_here -= {p.name for p in f.params} - set(step_group_names(self.p.body))
+            self.view_parameters -= {p.name for p in f.params}
+
+    def function(self, s: n.CallStmt, scope: _Scope) -> str:
+        """The Python function for a call, written inside `main` so that it reads the program's tensors and groups:
+        once per function and kinds of arguments whose code differs (a view's dimensions and dtype can change it)."""
+        f = self.functions[s.name.name]
+        kinds = self.kinds(s, scope)
+        if (f.name.name, kinds) in self.defs:
+            return self.defs[(f.name.name, kinds)]
+        local = {h.name for h, _ in _bound_handles(f.body)}
+        params = [_python_name(p.name, self.taken | local) for p in f.params]
+        with self.parameters(f, kinds, params):
+            arrays = {h.name for h, _ in _bound_handles(f.body) if h.index is not None}
+            for h in sorted(arrays):
+                self.emit(2, f"{self.top.names[h]} = {{}}  # an array of handles: slot → request")
+            self.block(f.body, 2, _Scope(parent=_Scope(names=dict(self.top.names))))
+            body = self.lines
+        same = self.def_bodies.get((f.name.name, tuple(body)))
+        if same is not None:
+            self.defs[(f.name.name, kinds)] = same
+            return same
+        first = self.top.names[f.name.name]
+        name = first if first not in self.defs.values() else _python_name(first, self.taken | set(self.defs.values()))
+        self.defs[(f.name.name, kinds)] = self.def_bodies[(f.name.name, tuple(body))] = name
+        self.def_lines.append(INDENT + f"def {name}({', '.join(params)}):" + self.line_comment(f.span.line))
+        self.def_lines.extend(body + [""])
+        return name
+
+    def inline(self, s: n.CallStmt, depth: int, scope: _Scope) -> None:
+        """A call inside `batch:`: its body written in place, so that its ops join the batch's list."""
+        f = self.functions[s.name.name]
+        kinds = self.kinds(s, scope)
+        texts = [
+            self.argument(a, scope) if k[0] != "number" else f"({self.argument(a, scope)})"
+            for a, k in zip(s.args, kinds, strict=True)
+        ]
+        call = " ".join(self.source.text[s.span.start : s.span.end].split())
+        self.emit(depth, f"# line {s.span.line}: {_text(call, keep=_QUOTES)}, inlined: its ops join the batch")
+        with self.parameters(f, kinds, texts):
+            # the caller's names are visible only so that the body's `let`s, written in its Python scope, avoid them
+            self.batch_body(f.body, depth, _Scope(parent=_Scope(names=dict(self.top.names), parent=scope)))
+            body = self.lines
+        self.lines.extend(body)
 
     def control(self, s: n.For | n.While | n.On, depth: int, scope: _Scope) -> None:
         """Loops and `on` as Python's `for`, `while` and `if`, each block a scope of its own for `let`s."""
@@ -517,11 +635,13 @@ class _Writer:
         target = self.view(s.target, scope)
         value = s.value
         line = s.span.line
+        # a function's view parameter may be a view of any tensor: as if target and value shared one
+        shared = bool({_tensor_of(value), _tensor_of(s.target)} & self.view_parameters)
         if s.op == "=":
             if not _reads_elements(value, scope, self.ndim):
                 self.emit(depth, f"{target}.fill_({self.static(value, scope)})", line)
             elif _is_view(value, scope, self.ndim):
-                same = _tensor_of(value) == _tensor_of(s.target)  # copy_ refuses a source overlapping its target
+                same = shared or _tensor_of(value) == _tensor_of(s.target)  # copy_ refuses an overlapping source
                 self.emit(depth, f"{target}.copy_({self.view(value, scope)}{'.clone()' if same else ''})", line)
             else:
                 self.emit(depth, f"{target}.copy_({self.elem(value, scope, target)})", line)
@@ -529,6 +649,7 @@ class _Writer:
         tensor = _tensor_of(s.target)
         same_kind = (  # where computing in place stores what the runtime's compute-and-copy stores
             _is_view(value, scope, self.ndim)
+            and not shared
             and _tensor_of(value) != tensor
             and self.dtype[_tensor_of(value)] == self.dtype[tensor]  # the runtime's own in-place case
             or not _reads_elements(value, scope, self.ndim)
@@ -536,7 +657,9 @@ class _Writer:
         )  # a number into a float tensor, or an integer literal into an integer one: no promotion to undo
         if s.op in _IN_PLACE and same_kind:
             rhs = self.elem(value, scope, target)
-            named = isinstance(s.target, n.Name)  # `x += y`; a view as `x.tensor_split(p)[k].add_(y)`
+            # `x += y`; a view as `x.tensor_split(p)[k].add_(y)`, and in a function every target (`x += y` there
+            # would make `x` a local of the function)
+            named = isinstance(s.target, n.Name) and not self.in_function
             self.emit(depth, f"{target} {s.op} {rhs}" if named else f"{target}.{_IN_PLACE[s.op]}({rhs})", line)
             return
         op = s.op[:-1]
@@ -618,6 +741,8 @@ class _Writer:
                     if x.orelse:
                         self.emit(depth, "else:")
                         self.batch_body(x.orelse, depth + 1, _Scope(parent=scope))
+                case n.CallStmt():
+                    self.inline(x, depth, scope)
                 case _:
                     self.stmt(x, depth, scope)  # a `let`
 

@@ -33,6 +33,39 @@ on rank == 1:
 """
 
 
+PAIRS = """\
+# the second step of `commdsl bench --calibrate --nproc N` (N >= 4): every even rank ping-pongs with the next, at once
+program calibrate_pairs
+world 2..
+param n = 1024
+
+tensor x: float32[n] = rank
+
+on rank % 2 == 0 and rank + 1 < world:
+    send x to rank + 1
+    recv x from rank + 1
+on rank % 2 == 1:
+    recv x from rank - 1
+    send x to rank - 1
+"""
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """One pair's one-way time and that of `pairs` pairs ping-ponging at once, at `size` bytes."""
+
+    size: int
+    pairs: int
+    alone: float  # seconds
+    together: float  # seconds
+
+    @property
+    def bus(self) -> bool:
+        """Do the host's messages share one bus? Pairs at once take nearer `pairs` times one pair's time
+        (serialised) than one pair's (side by side): the midpoint between the two decides."""
+        return self.together / self.alone >= (1 + self.pairs) / 2
+
+
 @dataclass(frozen=True)
 class Fit:
     alpha: float  # seconds
@@ -68,29 +101,47 @@ def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
         per_rank = results.get(number, {})
         if len(per_rank) < plan.world:
             continue
-        trips = np.max(np.array([per_rank[r]["durations_ns"] for r in range(plan.world)], dtype=np.float64), axis=0)
+        # ranks with nothing to do (beyond 0 and 1 in the ping-pong) time nothing: the slowest of the others
+        got = [per_rank[r]["durations_ns"] for r in range(plan.world) if len(per_rank[r]["durations_ns"])]
+        if not got:
+            continue
+        trips = np.max(np.array(got, dtype=np.float64), axis=0)
         out.append(float(np.mean(trips)) / 2 * 1e-9)
     return out
 
 
-def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int | None = None) -> float:
     """Bytes per second of `x += y` on float32 tensors of `nbytes`, counted as the cost model counts a local
-    op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`."""
+    op (the target once, plus each view it reads: 2 × nbytes here); the best of `repeats`. `threads`: torch's
+    intra-op threads while timing (None: as they are). The bench's workers run with one thread when a host
+    has several ranks (bench/worker.py, as torchrun does), so a calibration for them times one thread: this
+    process's default (one thread per core) would time an add spread over every core, which no rank gets."""
     import torch
 
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
-    y = torch.ones(nbytes // 4, dtype=torch.float32)
-    x += y  # touch the pages first
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x += y
-        best = min(best, time.perf_counter() - t0)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        x = torch.ones(nbytes // 4, dtype=torch.float32)
+        y = torch.ones(nbytes // 4, dtype=torch.float32)
+        x += y  # touch the pages first
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            x += y
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
     return 2 * nbytes / best
 
 
-def topology_text(f: Fit, memory_bps: float, nproc: int, backend: str, command: str) -> str:
-    """The topology file: one node, every rank on it, α and β fitted, the measurements as comments."""
+def topology_text(
+    f: Fit, memory_bps: float, nproc: int, backend: str, command: str, sharing: Sharing | None = None
+) -> str:
+    """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
+    messages share one bus (`shared_node`) unless `sharing` measured pairs of ranks running side by side;
+    then each rank has one way for its messages in and out (`duplex = false`: Gloo's TCP transport moves
+    a process's bytes on one loop thread, gloo/transport/tcp/loop.cc)."""
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
@@ -102,11 +153,30 @@ def topology_text(f: Fit, memory_bps: float, nproc: int, backend: str, command: 
         lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
     lines += [
         f"# largest error of the fit: {f.worst * 100:.1f} %",
+    ]
+    if sharing is None:
+        lines.append("# whether messages share one bus was not measured (--nproc 4 or more does): assumed")
+        bus = True
+    else:
+        lines.append(
+            f"# {sharing.pairs} pairs at once, {sharing.size} bytes: {sharing.together * 1e6:.1f} us one way against"
+            f" {sharing.alone * 1e6:.1f} us for one pair alone (x{sharing.together / sharing.alone:.2f})"
+        )
+        bus = sharing.bus
+    lines += [
         'name = "calibrated"',
         f'backend = "{backend}"',
         "ranks_per_node = 65536    # one host: every rank of this machine on one node",
         "nics_per_node = 1",
-        "shared_node = true        # one host: its messages share the same cores and memory",
+    ]
+    if bus:
+        lines.append("shared_node = true        # one host: its messages share the same cores and memory")
+    else:
+        lines += [
+            "shared_node = false       # pairs of ranks ran side by side: no bus shared by every message",
+            "duplex = false            # a rank's messages in and out share its one Gloo loop thread",
+        ]
+    lines += [
         f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted",
         f'source = "measured with `{command}`"',
         "",

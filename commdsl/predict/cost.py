@@ -185,6 +185,8 @@ class Route:
     busy: np.ndarray | float = 0.0  # seconds of it
     last: tuple[np.ndarray, np.ndarray] | None = None  # the last bytes per size every message moved, its times
     alphas: np.ndarray | None = None
+    own: bool = False  # every message has its two ports to itself (`Clocks.held`)
+    joint: bool = False  # a port is one message's way out and another's way in (a rank that is not duplex)
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
     # adding a whole one (numpy's inner loop runs over the few sizes): so both are made whole, once.
@@ -240,6 +242,7 @@ class Clocks(Observer):
         self.mix = np.zeros(0, dtype=np.int64)  # random weights: a pattern's fingerprint
         self.row: tuple[np.ndarray, np.ndarray] | None = None
         self.recent: tuple[np.ndarray, np.ndarray, Route] | None = None  # see `remember`
+        self.held: tuple[Route, np.ndarray] | None = None  # see `hold`
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -375,7 +378,11 @@ class Clocks(Observer):
                 m = sends.rec == rid
                 b[m] = self.nbytes.rows(rid, sends.pos[m])
         n_ports = self.free.shape[0]
-        if way.e.distinct and way.i.distinct:
+        if way.joint:  # a port shared by messages in and out: each message as slow as its busier port
+            full = np.broadcast_to(b, start.shape)
+            both = _shared(np.concatenate([way.e.at, way.i.at]), np.concatenate([full, full]), k, n_ports)
+            eff = np.maximum(both[: full.shape[0]], both[full.shape[0] :])
+        elif way.e.distinct and way.i.distinct:
             eff = b
         else:
             full = np.broadcast_to(b, start.shape)
@@ -385,20 +392,21 @@ class Clocks(Observer):
         start_k = start[:, k].copy() if self.track else start[:0, 0]
         begin = start  # a new array (np.maximum above): worked on in place from here
         begin += way.alpha if np.ndim(way.alpha) == 0 else way.alpha_full(start.shape[1])
-        busy = _rows(self.free, way.e.ix)
-        busy = np.maximum(busy, _rows(self.free, way.i.ix), out=None if isinstance(way.e.ix, slice) else busy)
+        held = self.held
+        if held is not None and held[0] is way:  # its ports are free when this pattern's last messages ended
+            busy = held[1]
+        else:
+            self.put_back()
+            busy = _rows(self.free, way.e.ix)
+            busy = np.maximum(busy, _rows(self.free, way.i.ix), out=None if isinstance(way.e.ix, slice) else busy)
         np.maximum(begin, busy, out=begin)
         end = begin
         end += way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
         lined: dict[int, np.ndarray] = {}  # end lined up with a permuted run, per permutation: gathered once
-        for side in (way.e, way.i):
-            if side.distinct:  # a port's message ends after the port is free (end ≥ busy): it is free at end
-                if isinstance(side.ix, slice):
-                    self.free[side.ix] = end
-                else:
-                    _set_rows(self.free, side.ix, end)
-            else:
-                np.maximum.at(self.free, side.at, end)
+        if way.own:
+            self.held = (way, end)
+        else:
+            self.put_back(end, way)
         load = b[..., k]  # the link figures: summed per pattern, put on its ports at the end (`flush`)
         way.load = way.load + load
         way.busy = way.busy + load / way.beta_flat
@@ -411,6 +419,28 @@ class Clocks(Observer):
             self.finish_requests(rows.req[a], end[a], nodes[a])
             if (~a).any():
                 self.wait_for(rows.rank[~a], end[~a], nodes[~a])
+
+    def put_back(self, end: np.ndarray | None = None, way: Route | None = None) -> None:
+        """Ports are free when their messages end (a port's message ends after the port is free: end ≥ busy).
+        A pattern whose every message has its two ports to itself (`Route.own`: a ring step) is `held`
+        instead: its ports' free times are its messages' ends, so when the same pattern comes next (the
+        ring's next step) they are read from there, and they are written into `free` only when another
+        pattern needs the ports (`put_back()`: what is held). The same numbers, without a gather and a
+        scatter of both ports per step."""
+        if way is None:
+            if self.held is None:
+                return
+            way, end = self.held
+            self.held = None
+        assert end is not None  # given with its pattern
+        for side in (way.e, way.i):
+            if side.distinct and not way.joint:
+                if isinstance(side.ix, slice):
+                    self.free[side.ix] = end
+                else:
+                    _set_rows(self.free, side.ix, end)
+            else:
+                np.maximum.at(self.free, side.at, end)
 
     def whole(self, row: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """`row` (one value per size) repeated for every rank: adding it whole is several times faster than
@@ -470,6 +500,9 @@ class Clocks(Observer):
             ranks[0],
             ranks[1],
         )
+        apart = _distinct(np.concatenate([e, i]), n_ports)
+        got.own = ports[0].distinct and ports[1].distinct and apart
+        got.joint = not apart and bool((i != e).all())
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
         self.routes[key] = got
@@ -505,9 +538,9 @@ class Clocks(Observer):
         if topo.shared_node:  # one bus per node for every message inside it
             e = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], 2 * W + self.nic[src])
             i = np.where(same, e, 2 * W + self.n_nics + self.nic[dst])
-        else:
+        else:  # a rank's way out and way in; one way for both when it is not duplex
             e = np.where(same, src, 2 * W + self.nic[src])
-            i = np.where(same, W + dst, 2 * W + self.n_nics + self.nic[dst])
+            i = np.where(same, dst if not topo.duplex else W + dst, 2 * W + self.n_nics + self.nic[dst])
         return alpha, beta, e, i
 
     def called(self, rec, G, pos, me) -> None:
@@ -593,6 +626,8 @@ class Clocks(Observer):
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
         )
+        if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
+            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.memory_bps
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
@@ -615,6 +650,8 @@ class Clocks(Observer):
                 per_node = np.bincount(self.node[ranks]).max()
                 if self.topo.shared_node:  # every member's step crosses the one bus at once
                     beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / per_node, beta)
+                elif not self.topo.duplex:  # a member sends to the next and receives from the last at once
+                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / 2, beta)
                 if self.topo.backend == "nccl":
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
@@ -764,11 +801,12 @@ def predict(
         clocks.k = k
     model = NCCL_TIMING if topo.backend == "nccl" else GLOO_TIMING
     outcome = run_engine(schedule, model, clocks, deadline=deadline)
+    clocks.put_back()
     clocks.flush()
     clocks.settle(np.arange(schedule.world))
     seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
     last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
-    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0])
+    names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0], topo.duplex)
     return Timing(
         seconds,
         clocks.T.copy(),
@@ -781,8 +819,9 @@ def predict(
     )
 
 
-def port_names(world: int, nics: int, per_node: int, ports: int) -> list[str]:
-    out = [f"rank {r} out (in node)" for r in range(world)] + [f"rank {r} in (in node)" for r in range(world)]
+def port_names(world: int, nics: int, per_node: int, ports: int, duplex: bool = True) -> list[str]:
+    out = [f"rank {r} {'out' if duplex else 'in and out'} (in node)" for r in range(world)]
+    out += [f"rank {r} in (in node)" for r in range(world)]
     out += [f"node {n // per_node} NIC {n % per_node} out" for n in range(nics)]
     out += [f"node {n // per_node} NIC {n % per_node} in" for n in range(nics)]
     out += [f"node {n} bus (in node, shared)" for n in range(ports - len(out))]

@@ -8,6 +8,8 @@
     shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
                                 # (Gloo over loopback: the copies go through the same cores), instead of
                                 # each rank having its own way in and out
+    duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
+                                # one thread per process moves both; a host with cores to spare)
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
@@ -70,6 +72,7 @@ class TopologyFile(_Model):
     nodes: int | None = Field(default=None, ge=1)
     memory_gbps: float = Field(default=10.0, gt=0)
     shared_node: bool = False
+    duplex: bool = True
     tree: bool | None = None
     source: str = ""
     intra: LinkClass
@@ -96,6 +99,7 @@ class Topology:
     inter_beta: float
     overrides: dict[tuple[int, int], tuple[float, float]]
     path: str
+    duplex: bool = True  # False: a rank's sends and receives inside its node share one port
 
     @classmethod
     def from_model(cls, m: TopologyFile, path: str) -> Topology:
@@ -116,6 +120,7 @@ class Topology:
             inter.bandwidth_gbps * 1e9,
             {(o.src, o.dst): (o.alpha_us * 1e-6, o.bandwidth_gbps * 1e9) for o in m.link},
             path,
+            m.duplex,
         )
 
     def capacity(self) -> int | None:
@@ -132,6 +137,7 @@ class Topology:
             f"α {self.intra_alpha * 1e6:.3g} µs, β {self.intra_beta / 1e9:.3g} GB/s; {inter}; "
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
             + ("; messages in a node share one bus" if self.shared_node else "")
+            + ("; a rank's messages in and out share one way" if not self.duplex and not self.shared_node else "")
         )
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from commdsl.checker.waits import Pending, Waiting
+from commdsl.checker.waits import Making, Pending, Waiting
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import run_engine
 from commdsl.rules import Rule, rank_list
@@ -66,6 +66,11 @@ class Deadlock(Rule):
     not, so `isend` and `irecv` do not help there: two ranks that each post `irecv` then `isend` without a
     `batch` wait for each other (pytorch#109401), while Gloo completes the same program. Under NCCL's rules
     the checker reports such cycles here, with a note saying so.
+
+    On Gloo a member of a group returns from `new_group` only once every member has called it (measured:
+    a member that came 2 s late held the other member 2 s; a non-member returns at once). A member stuck
+    there on a member that waits for it, say in a `recv` whose `send` comes after the `new_group`, is a
+    cycle too: it hangs past the process-group timeout, as the wait inside `new_group` is a store wait.
     """
 
     code = "D401"
@@ -78,7 +83,9 @@ class Deadlock(Rule):
             if not ctx.waits.definite(cycle):
                 continue
             span, label, labels, notes, ranks = cycle_parts(ctx, cycle)
-            if in_stream_order(ctx, cycle):
+            if any(isinstance(e.thing, Making) for e in cycle):
+                help = "have every member call `new_group` before it waits for another member"
+            elif in_stream_order(ctx, cycle):
                 help = "post each rank's exchange in one `batch:` block"
             elif "nccl" in ctx.backends:  # async ops run in issue order there: only a batch lets them overlap
                 help = "reorder the ops so one side of each pair goes first, or post the exchange in a `batch:` block"
@@ -231,10 +238,18 @@ def cycle_parts(ctx: Context, cycle):
             labels.append(Label(span=span, message=f"rank {e.rank} waits here for rank {e.target}"))
     ranks = rank_list([e.rank for e in cycle]) if len(cycle) > 8 else str([e.rank for e in cycle])
     notes = [Note(message="cycle: " + "; ".join(steps))]
+    if any(isinstance(e.thing, Making) for e in cycle):
+        notes.append(Note(message=MEMBERS_MEET))
     if in_stream_order(ctx, cycle):
         notes.append(Note(message=STREAM_ORDER))
     return (first_span, f"rank {first.rank} waits here for rank {first.target}", tuple(labels), tuple(notes), ranks)
 
+
+MEMBERS_MEET = (
+    "a member of a group returns from `new_group` only once every member has called it (Gloo connects the "
+    "members to each other as it makes the group; a non-member returns at once): see "
+    "docs/backend-support.md#groups-made-at-run-time"
+)
 
 STREAM_ORDER = (
     "on NCCL a rank's point-to-point ops run one after another in issue order, async or not: an "

@@ -1,4 +1,4 @@
-"""N101–N112: names, kinds and declarations: what can be decided once, without a world size.
+"""N101–N114: names, kinds and declarations: what can be decided once, without a world size.
 
 Raised by `resolve.py`, and by `syntax/transform.py` where the tree alone shows the mistake (a handle
 bound to a blocking op, a malformed `splits`).
@@ -98,7 +98,8 @@ class WrongKindOfName(Rule):
 
     Reports a name used where a different kind of thing is needed: a tensor where a rank, size or tag is
     expected, a group or handle used as a number, a mesh where one of its dimensions is needed, `i` (the
-    element index) outside an element expression, `rand` outside a tensor initialiser.
+    element index) outside an element expression, `rand` outside a tensor initialiser, a handle, table or
+    function passed to a function, a call of a name that is no function.
 
     ## Why is this bad?
 
@@ -221,8 +222,9 @@ class MisplacedDeclaration(Rule):
 
     ## What it does
 
-    Reports a declaration in the wrong place: a `tensor`, `group`, `mesh` or `param` inside a block, or a
-    header line (`program`, `world`, `backend`) after the program's statements have begun.
+    Reports a declaration in the wrong place: a `tensor`, `group`, `mesh`, `param` or `def` inside a block,
+    a `new_group` inside a function's body, or a header line (`program`, `world`, `backend`) after the
+    program's statements have begun.
 
     ## Why is this bad?
 
@@ -512,6 +514,96 @@ class InvalidWorld(Rule):
 
     code = "N112"
     name = "invalid-world"
+
+
+class RecursiveFunction(Rule):
+    """a function that calls itself, directly or through others
+
+    ## What it does
+
+    Reports a cycle of `def` calls: a function whose body calls itself, or calls a function that (through
+    any number of others) calls it back. The message names the whole cycle.
+
+    ## Why is this bad?
+
+    A function is a macro: each call is replaced by its body before anything runs, so the Schedule stays
+    a flat list of ops per rank. A recursive call would be replaced by the same body again, without end.
+    Repeat with `for` or `while`, whose bounds the checker evaluates per rank.
+
+    ## Example
+
+    ```comm
+    program countdown
+    world 2
+    tensor x: float32[4] = rank
+    def spin(k):
+        all_reduce x
+        spin(k - 1)
+    spin(3)
+    ```
+
+    ## Use instead
+
+    ```comm
+    program countdown
+    world 2
+    tensor x: float32[4] = rank
+    def spin(k):
+        for j in 1 .. k:
+            all_reduce x
+    spin(3)
+    ```
+    """
+
+    code = "N113"
+    name = "recursive-function"
+
+
+class WrongArgumentCount(Rule):
+    """a call of a `def` with more or fewer arguments than it has parameters
+
+    ## What it does
+
+    Reports a call `NAME(...)` whose number of arguments differs from the number of parameters of
+    `def NAME(...)`, and points at the definition.
+
+    ## Why is this bad?
+
+    Each parameter is bound to its argument, in order, where the body is inlined; a missing argument
+    leaves a name in the body with no meaning, an extra one has nowhere to go. Python raises the same
+    mistake as a `TypeError` at run time, on the ranks that reach the call, while the others wait.
+
+    ## Example
+
+    ```comm
+    program swap
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = 0
+    def exchange(out, into, peer):
+        batch:
+            send out to peer
+            recv into from peer
+    exchange(x, y)
+    ```
+
+    ## Use instead
+
+    ```comm
+    program swap
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = 0
+    def exchange(out, into, peer):
+        batch:
+            send out to peer
+            recv into from peer
+    exchange(x, y, 1 - rank)
+    ```
+    """
+
+    code = "N114"
+    name = "wrong-argument-count"
 
 
 class InvalidCoalesced(Rule):

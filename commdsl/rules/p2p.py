@@ -656,16 +656,21 @@ class MessageRace(Rule):
 
     ## What it does
 
-    Reports a `recv ... from any` (or `irecv`) for which sends from two different ranks wait on its channel
-    (group, destination, tag) at the same time, naming the receive and both competing sends.
+    Reports a `recv ... from any` (or `irecv`) that sends from two different ranks can meet on its channel
+    (group, destination, tag), naming the receive and both competing sends. A send competes when nothing
+    orders it after the receive's completion and no earlier receive takes it first, also when its rank
+    is slower and posts it later: "ordered" means a chain of happens-before from the receiving rank, past
+    the receive, to the send (program order, messages, collectives whose result holds the other
+    member's data, `new_group` among its members).
 
     ## Why is this bad?
 
     Which of the two messages the receive takes depends on which arrives first, so the data it holds,
     and the message left for the next receive, change from run to run. A run that passed says nothing
-    about the next. The simulator takes the send of the lowest rank, one of the possible outcomes; an
-    `expect` that holds there may fail on the real backend. Give each sender its own tag (`tag rank`)
-    and receive `from any tag T`, order the senders (a `barrier` between rounds), or name the source.
+    about the next. The simulator shows one of the possible outcomes (of the sends waiting when the
+    receive is matched, the lowest rank's); an `expect` that holds there may fail on the real backend.
+    Give each sender its own tag (`tag rank`) and receive `from any tag T`, order the senders (a
+    `barrier` between rounds), or name the source.
 
     ## Example
 
@@ -697,9 +702,11 @@ class MessageRace(Rule):
 
     torch's `recv(tensor)` with no `src` (Gloo's `recvAnysource`) takes the first message to arrive on the
     tag from any rank of the group and returns its sender; measured, the order changes from run to run.
-    NCCL has no receive from any source (`B603`). The checker compares the sends that wait together in
-    its rounds: a send that a slower rank posts later, though nothing orders it after the receive, is
-    not compared.
+    NCCL has no receive from any source (`B603`). Only data flow orders: a blocking send's return once its
+    receive is posted (Gloo's rendezvous) and a gather's non-root leaving once the root has called are not
+    counted, so a race those alone would rule out on Gloo is still reported. A receive naming its source
+    that the rank posts before the receive from any completes takes that source's message first, as the
+    checker matches messages (docs/language.md §8).
     """
 
     code = "P211"
@@ -737,7 +744,10 @@ class MessageRace(Rule):
                 label="takes whichever message arrives first",
                 labels=labels,
                 notes=(
-                    Note(message="the data received depends on arrival order; the simulator takes the lowest rank's"),
+                    Note(
+                        message="the data received depends on arrival order; the simulator shows one outcome, "
+                        f"in which rank {a.rank}'s message arrives first"
+                    ),
                 ),
                 help="give each sender its own tag and receive `from any tag T`, or name the source",
             )

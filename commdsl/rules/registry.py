@@ -57,6 +57,8 @@ RULES: tuple[type[Rule], ...] = (
     names.UnknownBackend,
     names.InvalidBatch,
     names.InvalidWorld,
+    names.RecursiveFunction,
+    names.WrongArgumentCount,
     names.InvalidCoalesced,
     sizes.ViewOutOfBounds,
     sizes.NotAnInteger,

@@ -174,11 +174,11 @@ class UnexpectedEndOfFile(Rule):
 
 
 class MissingColon(Rule):
-    """a block header (`for`, `on`, `else`, `batch`) without `:`
+    """a block header (`for`, `on`, `else`, `batch`, `def`) without `:`
 
     ## What it does
 
-    Reports a block header (`for`, `on`, `else`, `else on`, `batch`) that does not end with `:`.
+    Reports a block header (`for`, `while`, `on`, `else`, `else on`, `batch`, `def`) that does not end with `:`.
 
     ## Why is this bad?
 

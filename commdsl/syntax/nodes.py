@@ -369,6 +369,24 @@ class Coalesced(Node):
     handle: HandleRef | None = None
 
 
+class CallStmt(Node):
+    """`exchange(x.chunk(k, world), right)`: a call of a `def`, inlined where it stands."""
+
+    kind: Literal["call_stmt"] = "call_stmt"
+    name: Ident
+    args: tuple[Expr, ...]
+
+
+class FunctionDef(Node):
+    """`def exchange(buf, peer):` — a macro: its body is inlined at each call, each parameter bound to the
+    call's argument (a view, an integer or a group: the argument decides, per call)."""
+
+    kind: Literal["def"] = "def"
+    name: Ident
+    params: tuple[Ident, ...]
+    body: tuple[Stmt, ...]
+
+
 Stmt = Annotated[
     ProgramDecl
     | WorldDecl
@@ -391,7 +409,9 @@ Stmt = Annotated[
     | While
     | On
     | Batch
-    | Coalesced,
+    | Coalesced
+    | CallStmt
+    | FunctionDef,
     Field(discriminator="kind"),
 ]
 

@@ -221,6 +221,9 @@ _EXAMPLES: dict[type[Rule], list[str]] = {
         "while rank < 3\n    barrier\n",
         "on rank == 0:\n    barrier\nelse\n    barrier\n",
         "on rank == 0:\n    barrier\nelse on rank == 1\n    barrier\n",
+        "def f()\n    barrier\n",
+        "def f(x)\n    barrier\n",
+        "def f(x, y)\n    barrier\n",
     ],
     # not `send x 1`: an INT after a NAME fails in the state every NAME shares, so it names nothing
     SendWithoutDestination: [f"{op} x{rest}\n" for op in ("send", "isend", "h = isend") for rest in ("", " tag 1")],

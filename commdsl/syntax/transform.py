@@ -163,6 +163,20 @@ class _ToAst(Transformer):
     def comm_stmt(self, meta, op):
         return op
 
+    def call_stmt(self, meta, expr):
+        """Only `NAME(args)` stands alone on a line: any other expression there does nothing."""
+        if isinstance(expr, n.Call) and isinstance(expr.func, n.Name):
+            name = n.Ident.model_construct(span=expr.func.span, name=expr.func.id)
+            return n.CallStmt.model_construct(span=self._span(meta), name=name, args=expr.args)
+        raise _Invalid(
+            UnexpectedToken.diagnostic(
+                "an expression on its own is not a statement",
+                span=self._span(meta),
+                label="expected `=`, `+=`, ... or a call of a `def`",
+                help="assign it (`x = ...`), or call a function defined with `def NAME(...):`",
+            )
+        )
+
     def new_group_op(self, meta, members):
         return n.NewGroup.model_construct(span=self._span(meta), name=None, members=members)
 
@@ -281,6 +295,13 @@ class _ToAst(Transformer):
     def coalesced_stmt(self, meta, target, op, body):
         handle = None if target is None else self._handle(target, op, "coalesced:")
         return n.Coalesced.model_construct(span=self._block(meta, body), body=body, handle=handle)
+
+    def def_stmt(self, meta, name, *rest):
+        *params, body = rest
+        params = tuple(self._ident(p) for p in params if p is not None)
+        return n.FunctionDef.model_construct(
+            span=self._block(meta, body), name=self._ident(name), params=params, body=body
+        )
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
