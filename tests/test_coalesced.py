@@ -12,6 +12,7 @@ import pytest
 
 from commdsl.checker import CheckOptions, check_program
 from commdsl.cli.main import main
+from commdsl.diagnostics import CommdslError
 from commdsl.emit.fmt import format_source
 from commdsl.emit.python import emit_python
 from commdsl.expand import expand
@@ -102,6 +103,16 @@ def test_each_collective_knows_its_place_and_the_block_s_reduce_op():
     assert [op.group.name for op in ops[6:8]] == ["halves[0]", "halves[0]"]  # rank 1 is in the first half
     plain = expand(program(HEAD + "all_reduce a\n"), 2)
     assert [op.block for op in plain.ops[0] if isinstance(op, Collective)] == [None]
+
+
+def test_a_block_in_a_function_is_coalesced_at_each_call_and_a_call_in_a_block_is_n115():
+    body = "def sync(x, y):\n    coalesced:\n        all_reduce x\n        all_reduce y\n"
+    s = expand(program(HEAD + body + "sync(a, b)\nsync(b, a)\n"), 2)
+    blocks = [(op.view.tensor if hasattr(op, "view") else op.inputs[0].tensor, op.block.index) for op in s.ops[0]]
+    assert blocks == [("a", 0), ("b", 1), ("b", 0), ("a", 1)]
+    with pytest.raises(CommdslError) as e:
+        program(HEAD + body + "coalesced:\n    sync(a, b)\n")
+    assert [(d.code, d.span.line) for d in e.value.diagnostics] == [("N115", 11)]
 
 
 # ---- engine and rules ---------------------------------------------------------------------------------------------
