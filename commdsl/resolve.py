@@ -29,7 +29,7 @@ from commdsl.rules.names import (
     UnknownDtype,
     WrongKindOfName,
 )
-from commdsl.rules.sizes import InvalidTensorSize
+from commdsl.rules.sizes import InvalidTensorSize, NotAnInteger
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
@@ -50,6 +50,8 @@ INIT_FUNCS = {"rand": 1, "randn": 1}
 INTEGER_FUNCS = {"log2": 1}
 """Functions of per-rank integers: in an element expression their arguments cannot vary per element."""
 COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
+DATA_FUNC = "sum"
+"""`sum(E)`: an integer read from tensor data (the only function that reads data into an integer)."""
 
 
 class Program(BaseModel):
@@ -67,6 +69,7 @@ class Program(BaseModel):
     tables: tuple[n.TableDecl, ...]
     body: tuple[n.Stmt, ...]
     source: SourceFile
+    reads_data: bool = False  # some integer is read from tensor data (`T[k]`, `sum(E)`): `expand` runs it
 
     # the public API's verbs as methods (commdsl/__init__.py holds them, with their documentation)
     def check(self, **options):
@@ -142,6 +145,8 @@ class _Resolver:
         self.module = module
         self.source = source
         self.diags: list[Diagnostic] = []
+        self.in_body = False
+        self.reads_data = False
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
 
     def error(self, rule: type[Rule], message: str, node: n.Node, label: str = "", help: str | None = None, notes=()):
@@ -232,6 +237,7 @@ class _Resolver:
             self.declare(self.top, name, "handle array" if node.is_array else "handle", node)
         for name, node in step_group_names(self.module.body).items():
             self.declare(self.top, name, "group", node)  # the program's name for the group a rank made last
+        self.in_body = True  # data reads (`T[k]`, `sum(E)`) give integers in the body only
         self.check_block(tuple(body), _Scope(parent=self.top), in_batch=False)
         if self.diags:
             raise CommdslError(self.diags)
@@ -249,6 +255,7 @@ class _Resolver:
             tables=tuple(tables),
             body=tuple(body),
             source=self.source,
+            reads_data=self.reads_data,
         )
 
     def check_world(self, w: n.WorldDecl):
@@ -672,6 +679,10 @@ class _Resolver:
                 self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="peer")) | n.Index(value=n.Name()) if _is_lookup(e, scope):
                 self.check_lookup(e, ctx, scope)
+            case n.Call(func=n.Name(id="sum")):
+                self.check_data_read(e, ctx, scope)
+            case n.Index() if ctx == "static" and self.in_body and _is_view_syntax(e.value, scope):
+                self.check_data_read(e, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
@@ -701,6 +712,43 @@ class _Resolver:
                 self.check_expr(e.right, ctx, scope)
                 if e.op in INTEGER_OPS and ctx != "static":
                     self.check_per_rank(e, (e.left, e.right), f"`{e.op}`", scope)
+
+    def check_data_read(self, e: n.Call | n.Index, ctx: str, scope: _Scope):
+        """`T[k]` (one element, in an integer context) or `sum(E)` (E an element expression over views; also a
+        per-rank constant in an element expression) in the body: the rank's value at that point of its program,
+        read as the schedule runs (`expand.expand`).
+        torch reads them with `int(t[k])` and `int(E.sum())`; a float read is N121, as `int()` would truncate."""
+        if ctx == "init" or not self.in_body:
+            self.error(
+                WrongKindOfName,
+                "a declaration cannot read tensor data",
+                e,
+                label="an integer read from data",
+                help="read data in the program's body: a `let`, a size, a bound, a peer, an assignment",
+            )
+            return
+        before = len(self.diags)
+        self.reads_data = True
+        if isinstance(e, n.Index):
+            self.check_view(e, scope)
+            arg = e
+        else:
+            if len(e.args) != 1:
+                self.error(InvalidView, "`sum` takes one argument", e, label=f"{len(e.args)} given")
+                return
+            arg = e.args[0]
+            self.check_expr(arg, "elem", scope)
+        if len(self.diags) > before:
+            return
+        bad = _float_part(arg, scope)
+        if bad is not None:
+            self.error(
+                NotAnInteger,
+                "an integer read from data must come from an integer or bool tensor",
+                bad,
+                label="a float here",
+                help="compare first (`sum(x > 0.5)` counts elements) or keep counts in an int64 tensor",
+            )
 
     def check_per_rank(self, e, operands, what: str, scope: _Scope):
         """An integer operator or function in an element expression takes values known per rank only: it is
@@ -894,6 +942,27 @@ def _per_element(e, scope: _Scope):
         case n.Call(func=n.Name(id=fname)) if fname in INIT_FUNCS:
             return e
     return next((found for c in n.children(e) if (found := _per_element(c, scope)) is not None), None)
+
+
+def _float_part(e, scope: _Scope):
+    """The part of an element expression that makes its value a float (a float tensor or literal, `/`), or None;
+    a comparison gives bools whatever it compares."""
+    match e:
+        case n.Binary(op=op) if op in COMPARISONS:
+            return None
+        case n.Binary(op="/") | n.FloatLit():
+            return e
+        case n.Name():
+            found = scope.lookup(e.id)
+            if found is not None and found[0] == "tensor":
+                dtype = DTYPES.get(found[1].dtype.name)
+                return e if dtype is not None and dtype.is_float else None
+            return None
+        case n.Slice() | n.Index():
+            return _float_part(e.value, scope)
+        case n.Call(func=n.Attr(attr="chunk") as f):
+            return _float_part(f.value, scope)
+    return next((found for c in n.children(e) if (found := _float_part(c, scope)) is not None), None)
 
 
 def _walk(e):
