@@ -733,7 +733,11 @@ class _Writer:
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
             case n.Call(func=n.Attr(attr="peer") as f):
                 return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
-            case n.Index(value=n.Name(id=name)):  # a table's entry (a view is no number)
+            case n.Call(func=n.Name(id="sum")):  # an integer read from data: torch's own `int(E.sum())`
+                return f"int({self.data_sum(e.args[0], scope)})", _ATOM
+            case n.Index() if _is_view(e, scope, self.ndim):  # one element read from data: `int(t[k])`
+                return f"int({self.view(e, scope)})", _ATOM
+            case n.Index(value=n.Name(id=name)):  # a table's entry
                 self.helpers.add("entry")
                 return f"entry({self.top.names[name]}, {self.static(e.index, scope)})", _ATOM
             case n.Unary(op="not"):
@@ -746,6 +750,14 @@ class _Writer:
             case n.Binary():
                 return self.binary(e, lambda x, need: self.static(x, scope, need))
         raise ValueError(f"not a number: {e.kind}")
+
+    def data_sum(self, e, scope: _Scope) -> str:
+        """`E.sum()` for `sum(E)`; the element index `i` counts over the first view E reads."""
+        first = next(_views(e, scope, self.ndim), None)
+        if first is None:
+            return f"torch.tensor({self.static(e, scope)}).sum()"
+        text = self.elem(e, scope, self.view(first, scope), _ATOM)
+        return f"{text}.sum()"
 
     def binary(self, e: n.Binary, operand) -> tuple[str, int]:
         """`a OP b` with Python's precedence: left-associative, comparisons never chained, `**` right-associative."""
@@ -904,7 +916,18 @@ def _reads_elements(e, scope: _Scope, tensors) -> bool:
             return False
         case n.Call(func=n.Name(id="rand" | "randn")):
             return True
+        case n.Call(func=n.Name(id="sum")):  # one integer per rank, read from data
+            return False
     return any(_reads_elements(c, scope, tensors) for c in n.children(e))
+
+
+def _views(e, scope: _Scope, tensors):
+    """The views an element expression reads, outermost first."""
+    if _is_view(e, scope, tensors):
+        yield e
+        return
+    for c in n.children(e):
+        yield from _views(c, scope, tensors)
 
 
 # ---- what reaches the script from the input ---------------------------------------------------------------------
