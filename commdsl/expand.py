@@ -69,6 +69,7 @@ from commdsl.schedule import (
     VView,
     WaitRec,
     elem_reads,
+    values_read,
 )
 from commdsl.syntax import nodes as n
 from commdsl.values import (
@@ -201,8 +202,9 @@ class Expander:
         self.here: tuple = ()  # the loop bindings of the statement being expanded
 
     # ---- errors ---------------------------------------------------------------------------------
-    def kill(self, A: np.ndarray, failure: Failure) -> None:
-        """Stop the failing ranks of A, keeping the diagnostic of the first one."""
+    def kill(self, A: np.ndarray, failure: Failure, stmt=None) -> None:
+        """Stop the failing ranks of A, keeping the diagnostic of the first one (with the values it read from
+        data for statement `stmt`)."""
         mask = np.ones(A.size, dtype=bool) if failure.mask is True else np.asarray(failure.mask, dtype=bool)
         where = np.flatnonzero(mask)
         if not where.size:
@@ -217,6 +219,9 @@ class Expander:
         k = int(where[0])
         d = failure.diagnostic(k)
         rank = int(A[k])
+        if self.reads_data and stmt is not None:
+            read = values_read(self.sources(stmt), [rank])
+            d = d.model_copy(update={"notes": d.notes + tuple(Note(message=m) for m in read)})
         key = (d.code, d.span.start if d.span else -1)
         if key not in self.errors or rank < self.errors[key][1]:
             self.errors[key] = (d, rank)
@@ -692,7 +697,7 @@ class Expander:
     def sources(self, node) -> tuple[ReadRec, ...]:
         """The reads a statement's or expression's values came from: the pending reads of its own expressions
         and those of the `let`s and loop variables it names."""
-        found = [r for name in _names(node) for r in self.origin.get(name, ())]
+        found = [r for name in _own_names(node) for r in self.origin.get(name, ())]
         found += [r for r in self.pending if r.ranks.size and _inside(r.node, node)]
         return tuple(dict.fromkeys(found))
 
@@ -1041,7 +1046,7 @@ class Expander:
                 self.run_stmt(s, A, env, bindings)
                 break
             except Failure as f:
-                self.kill(A, f)
+                self.kill(A, f, s)
                 A, env = self.survivors(A, env)
                 self.undo_reads(mark, A)
         return A, env
@@ -1595,6 +1600,22 @@ def _names(e) -> set[str]:
     out: set[str] = set()
     for child in n.children(e):
         out |= _names(child)
+    return out
+
+
+def _own_names(node) -> set[str]:
+    """The names a statement's own expressions read (not those of the blocks inside it); of an expression, its
+    names."""
+    if not isinstance(node, n.Node) or isinstance(node, (n.Name, n.Attr, n.Call, n.Slice, n.Index, n.Unary, n.Binary)):
+        return _names(node) if isinstance(node, n.Node) else set()
+    out: set[str] = set()
+    for field in type(node).model_fields:
+        if field in ("body", "orelse", "branches", "span"):
+            continue
+        value = getattr(node, field)
+        for x in value if isinstance(value, tuple) else (value,):
+            if isinstance(x, n.Node):
+                out |= _own_names(x)
     return out
 
 

@@ -403,6 +403,22 @@ class ReadRec(Record):
         return int(self.known[k])
 
 
+def values_read(reads, ranks) -> list[str]:
+    """What each rank of `ranks` read from data in `reads`, one line per expression and rank, as diagnostics
+    name it: "on rank 1, `recv_counts[j]` was 2, 0 (read at line 14)" (a comprehension reads once per value)."""
+    out = []
+    for rank in ranks:
+        seen: dict[tuple[str, int], list[int]] = {}
+        for r in reads:
+            v = r.value_at(rank)
+            if v is not None:
+                seen.setdefault((r.text, r.span.line), []).append(v)
+        for (text, line), vals in seen.items():
+            shown = ", ".join(map(str, vals[:8])) + (", ..." if len(vals) > 8 else "")
+            out.append(f"on rank {rank}, `{text}` was {shown} (read at line {line})")
+    return out
+
+
 AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec | ReadRec
 LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec, ReadRec)
 
