@@ -829,7 +829,7 @@ class _Resolver:
                 f"unknown function `{e.func.id}`",
                 e.func,
                 label="not a function",
-                help="functions are min, max, abs, log2 (and rand, randn in initialisers)",
+                help="functions are min, max, abs, log2, sum (and rand, randn in initialisers)",
             )
         else:
             self.error(InvalidView, "this cannot be called", e, label="not a function")
