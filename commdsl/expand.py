@@ -32,6 +32,7 @@ from commdsl.limits import (
     MAX_TABLE,
     MAX_WHILE_ITERATIONS,
     Deadline,
+    memory_problem,
     time_limit,
 )
 from commdsl.p2p import ANY_SOURCE
@@ -683,9 +684,6 @@ class Expander:
                          None)
         self.tensors = Data(shell)
 
-    def pending_reads(self) -> tuple[ReadRec, ...]:
-        return tuple(r for r in self.pending if r.ranks.size)
-
     def flush_reads(self) -> None:
         """The reads made since the last record, as records of their own, before the next one."""
         pending, self.pending = self.pending, []
@@ -926,7 +924,7 @@ class Expander:
     # ---- statements ---------------------------------------------------------------------------------
     def add(self, rec, top: bool = True):
         if self.reads_data and not isinstance(rec, ReadRec):
-            rec.data = self.pending_reads() + self.sources(rec.node)
+            rec.data = self.sources(rec.node)
             self.flush_reads()
             self.follow(rec)
         if len(self.records) >= MAX_RECORDS:
@@ -1756,6 +1754,9 @@ def expand(
         schedule = _expand_once(program, world, env, deadline, snapshots)
         if not schedule.unread:
             return schedule
+        too_big = memory_problem(schedule)  # the simulator is about to hold every rank's tensors
+        if too_big is not None:
+            raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
         learnt = _run_to_reads(schedule, deadline)
         if not learnt:
             return schedule  # the schedule stalls before every stopped rank's read

@@ -216,7 +216,7 @@ def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
     says so, since the ops after that read were not checked."""
     from commdsl.schedule import values_read
 
-    if not any(r.data for r in schedule.records):
+    if not schedule.unread and not any(r.data for r in schedule.records):
         return found
     at: dict[int, list] = {}
     for rec in schedule.records:
