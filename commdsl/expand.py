@@ -1148,7 +1148,7 @@ class Expander:
         """Each iteration runs on the ranks whose condition still holds, its ops bound to the values of the
         `let`s the condition reads; the `let`s its body reassigns are written back to this block's names rank
         by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so a loop whose condition never turns false
-        still ends the check."""
+        still ends the check (a condition that reads tensor data is bounded by that alone)."""
         looping = np.ones(A.size, dtype=bool)
         counters = sorted(k for k in _names(s.cond) if k in env and k not in self.params and k not in ("rank", "world"))
         for iteration in itertools.count():
@@ -1163,6 +1163,7 @@ class Expander:
                 self.kill(A[where], f)
                 self.undo_reads(mark, A[where][self.alive[A[where]]])
                 continue
+            from_data = mark is not None and self.flushed + len(self.pending) > mark[0]  # it read tensor data
             looping[where] = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
             where = np.flatnonzero(looping)
             if not where.size:
@@ -1183,7 +1184,8 @@ class Expander:
             before = [np.copy(uniform(genv[k])) for k in counters]
             shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
             self.carry(env, A, *self.block(s.body, G, genv, b + shown))
-            self.check_progress(s, G, before, _sub_env(env, where), counters)
+            if not from_data:  # a condition read from data can change with no `let` changed
+                self.check_progress(s, G, before, _sub_env(env, where), counters)
 
     def check_progress(self, s: n.While, G, before: list, after: Env, counters: list[str]) -> None:
         """N133 at once for a rank whose iteration changed none of the `let`s the condition reads: its next

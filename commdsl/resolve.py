@@ -738,6 +738,14 @@ class _Resolver:
                 return
             arg = e.args[0]
             self.check_expr(arg, "elem", scope)
+            if len(self.diags) == before and not any(_is_view_syntax(x, scope) for x in _walk(arg)):
+                self.error(
+                    WrongKindOfName,
+                    "`sum` reads a tensor, and this reads none",
+                    arg,
+                    label="one number per rank already",
+                    help="sum a view or an element expression over views: `sum(x)`, `sum(expert == j)`",
+                )
         if len(self.diags) > before:
             return
         bad = _float_part(arg, scope)

@@ -68,6 +68,7 @@ def runs(monkeypatch) -> list[int]:
         ("tensor c: int64[2]\ntensor x: float32[4]\nsend x[0 : sum(c / 2)] to 1 - rank\n", "N121"),
         ("tensor c: int64[2]\ntensor x: float32[4]\nsend x[0 : sum(c, c)] to 1 - rank\n", "N107"),
         ("tensor c: int64[2]\ntensor x: float32[4] = sum(c)\n", "N103"),  # nor an initialiser
+        ("tensor x: float32[4]\nsend x[0 : sum(i < 3)] to 1 - rank\n", "N103"),  # `sum` reads a tensor
     ],
 )
 def test_resolve_refuses_reads_where_no_data_exists_yet_and_float_reads(text, code):
@@ -219,6 +220,25 @@ def test_a_read_after_a_receive_on_one_rank_and_a_local_one_on_another(monkeypat
     assert count[0] == 2 and not s.unread  # rank 1 reads at once, rank 0 after its receive
     assert s.ops[0][-1].view.numel == 5 and s.ops[1][-1].view.numel == 5
     assert codes_of(ORDER) == []
+
+
+WHILE = """program p
+world 2
+tensor left: int64[1] = 3
+tensor x: float32[4] = rank
+while left[0] > 0:
+    all_reduce x
+    left -= 1
+expect x == 4
+"""
+
+
+def test_a_while_on_data_runs_until_its_condition_reads_false(monkeypatch):
+    count = runs(monkeypatch)
+    s = expand(program(WHILE), 2)
+    assert count[0] == 4 and not s.unread  # the first condition is read at once, each later one after a run
+    assert codes_of(WHILE) == []  # no N133: a condition read from data changes with no `let` changed
+    assert simulate(s).ok
 
 
 STALL = """program p

@@ -753,9 +753,7 @@ class _Writer:
 
     def data_sum(self, e, scope: _Scope) -> str:
         """`E.sum()` for `sum(E)`; the element index `i` counts over the first view E reads."""
-        first = next(_views(e, scope, self.ndim), None)
-        if first is None:
-            return f"torch.tensor({self.static(e, scope)}).sum()"
+        first = next(_views(e, scope, self.ndim))  # resolve makes sure E reads one
         text = self.elem(e, scope, self.view(first, scope), _ATOM)
         return f"{text}.sum()"
 
