@@ -344,3 +344,13 @@ def test_expansion_without_reads_keeps_no_read_bookkeeping():
     s = expand(load(SourceFile.read(ROOT / "programs" / "moe_all_to_all.comm")), 4)
     assert not any(isinstance(r, ReadRec) or r.data for r in s.records)
     assert np.all([not s.unread])
+
+
+def test_graph_and_predict_take_a_program_that_reads_data(capsys):
+    from commdsl.cli.main import main
+
+    path = str(ROOT / "programs" / "moe_dispatch.comm")
+    assert main(["graph", path, "--world", "3"]) == 0
+    assert "all_to_all · 12 × float32 = 48 B · line 23" in capsys.readouterr().out  # 6 tokens of 2 floats a rank
+    assert main(["predict", path, "--world", "4", "--topology", "dgx-h100", "--param", "tokens", "--sizes", "8:16"]) == 0
+    assert "critical path" in capsys.readouterr().out
