@@ -671,17 +671,25 @@ class Expander:
             where = np.flatnonzero(self.synced[rec.ranks])
             if where.size:
                 self.tensors.local(rec, rec.ranks[where], None if where.size == rec.ranks.size else where)
-        elif not isinstance(rec, (ExpectRec, PrintRec, NewGroupRec)) and not (
-            isinstance(rec, P2PRec) and rec.is_send
-        ):
+        elif not isinstance(rec, (ExpectRec, PrintRec, NewGroupRec)) and not (isinstance(rec, P2PRec) and rec.is_send):
             self.synced[rec.ranks] = False
 
     def start_following(self) -> None:
         """Every rank's tensors as initialised: all ranks are followed from the start."""
         from commdsl.simulate import Data  # NumPy only: `check` still does not import torch
 
-        shell = Schedule(self.program.name, self.program.path, self.W, self.params, (), self.groups, self.infos, [], [],
-                         None)
+        shell = Schedule(
+            program=self.program.name,
+            path=self.program.path,
+            world=self.W,
+            params=self.params,
+            backends=(),
+            groups=self.groups,
+            infos=self.infos,
+            records=[],
+            top=[],
+            requests=None,
+        )
         self.tensors = Data(shell)
 
     def flush_reads(self) -> None:
@@ -1052,10 +1060,7 @@ class Expander:
     def run_stmt(self, s, A, env, b) -> None:
         match s:
             case n.Let():
-                env[s.name] = self.value(s.value, A, env)
-                self.scopes[-1][0].add(s.name)
-                if self.reads_data:
-                    self.origin[s.name] = self.sources(s.value)
+                self.let(s, A, env)
             case n.Assign(target=n.Name(id=name)) if name in env:  # a `let` (resolve allows no other name)
                 self.reassign(s, name, A, env)
             case n.Assign():
@@ -1087,6 +1092,12 @@ class Expander:
                 self.on(s, A, env, b)
             case n.Batch():
                 self.batch_block(s, A, env, b)
+
+    def let(self, s: n.Let, A, env: Env) -> None:
+        env[s.name] = self.value(s.value, A, env)
+        self.scopes[-1][0].add(s.name)
+        if self.reads_data:
+            self.origin[s.name] = self.sources(s.value)
 
     def loop(self, s: n.For, A, env, b) -> None:
         lo = self.int_value(s.lo, A, env, "a loop bound")
@@ -1224,9 +1235,7 @@ class Expander:
             except Failure as f:
                 mask = np.zeros(A.size, dtype=bool)
                 mask[where] = True if f.mask is True else f.mask
-                raise type(f)(
-                    mask, lambda k, f=f, where=where: f.diagnostic(int(np.searchsorted(where, k)))
-                ) from None
+                raise type(f)(mask, lambda k, f=f, where=where: f.diagnostic(int(np.searchsorted(where, k)))) from None
             cond = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
             picked = where[cond]
             taken.append((br.body, picked))

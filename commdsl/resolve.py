@@ -679,9 +679,9 @@ class _Resolver:
                 self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="peer")) | n.Index(value=n.Name()) if _is_lookup(e, scope):
                 self.check_lookup(e, ctx, scope)
-            case n.Call(func=n.Name(id="sum")):
-                self.check_data_read(e, ctx, scope)
-            case n.Index() if ctx == "static" and self.in_body and _is_view_syntax(e.value, scope):
+            case n.Call(func=n.Name(id="sum")) | n.Index() if isinstance(e, n.Call) or (
+                ctx == "static" and self.in_body and _is_view_syntax(e.value, scope)
+            ):
                 self.check_data_read(e, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":

@@ -509,8 +509,11 @@ class Data(Observer):
 
     def rank_state(self, rank: int) -> dict[str, np.ndarray]:
         """A copy of one rank's tensors (flat)."""
-        return {name: self.buf[name][b : b + int(self.numel[name][rank])].copy() for name in self.names
-                for b in (int(self.base[name][rank]),)}
+        out = {}
+        for name in self.names:
+            b = int(self.base[name][rank])
+            out[name] = self.buf[name][b : b + int(self.numel[name][rank])].copy()
+        return out
 
     def load_rank(self, rank: int, state: dict[str, np.ndarray]) -> None:
         for name, values in state.items():

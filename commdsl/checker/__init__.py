@@ -223,8 +223,10 @@ def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
         if rec.data:
             at.setdefault(rec.span.start, []).append(rec)
     stopped = [
-        Note(message=f"rank {r} stopped at `{rec.text}` (line {rec.span.line}): no run of the schedule reached "
-             "that read, so its ops after it are not checked")
+        Note(
+            message=f"rank {r} stopped at `{rec.text}` (line {rec.span.line}): no run of the schedule reached "
+            "that read, so its ops after it are not checked"
+        )
         for r, rec in sorted(schedule.unread.items())[:4]
     ]
     out = []
@@ -233,7 +235,8 @@ def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
         recs = [rec for sp in spans if sp is not None for rec in at.get(sp.start, ())]
         reads = list(dict.fromkeys(r for rec in recs for r in rec.data))
         texts = " ".join([d.message, d.label] + [lab.message for lab in d.labels])
-        ranks = list(dict.fromkeys(int(x) for x in _RANK.findall(texts)))[:2] or [int(recs[0].ranks[0])] if recs else []
+        named = list(dict.fromkeys(int(x) for x in _RANK.findall(texts)))[:2]
+        ranks = named or ([int(recs[0].ranks[0])] if recs else [])
         notes = [Note(message=m) for m in values_read(reads, ranks)] + stopped
         out.append(d.model_copy(update={"notes": d.notes + tuple(notes)}) if notes else d)
     return out

@@ -733,10 +733,8 @@ class _Writer:
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
             case n.Call(func=n.Attr(attr="peer") as f):
                 return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
-            case n.Call(func=n.Name(id="sum")):  # an integer read from data: torch's own `int(E.sum())`
-                return f"int({self.data_sum(e.args[0], scope)})", _ATOM
-            case n.Index() if _is_view(e, scope, self.ndim):  # one element read from data: `int(t[k])`
-                return f"int({self.view(e, scope)})", _ATOM
+            case n.Call(func=n.Name(id="sum")) | n.Index() if isinstance(e, n.Call) or _is_view(e, scope, self.ndim):
+                return self.data_read(e, scope), _ATOM
             case n.Index(value=n.Name(id=name)):  # a table's entry
                 self.helpers.add("entry")
                 return f"entry({self.top.names[name]}, {self.static(e.index, scope)})", _ATOM
@@ -751,11 +749,13 @@ class _Writer:
                 return self.binary(e, lambda x, need: self.static(x, scope, need))
         raise ValueError(f"not a number: {e.kind}")
 
-    def data_sum(self, e, scope: _Scope) -> str:
-        """`E.sum()` for `sum(E)`; the element index `i` counts over the first view E reads."""
-        first = next(_views(e, scope, self.ndim))  # resolve makes sure E reads one
-        text = self.elem(e, scope, self.view(first, scope), _ATOM)
-        return f"{text}.sum()"
+    def data_read(self, e: n.Call | n.Index, scope: _Scope) -> str:
+        """An integer read from data as torch's own: `int(t[k])`, and `int(E.sum())` for `sum(E)` (the element
+        index `i` counting over the first view E reads)."""
+        if isinstance(e, n.Index):
+            return f"int({self.view(e, scope)})"
+        first = next(_views(e.args[0], scope, self.ndim))  # resolve makes sure E reads one
+        return f"int({self.elem(e.args[0], scope, self.view(first, scope), _ATOM)}.sum())"
 
     def binary(self, e: n.Binary, operand) -> tuple[str, int]:
         """`a OP b` with Python's precedence: left-associative, comparisons never chained, `**` right-associative."""
