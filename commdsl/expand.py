@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,15 +27,17 @@ from commdsl.elementwise import category, integer_division, refusal
 from commdsl.limits import (
     MAX_COLLECTIVE_CALLS,
     MAX_OPS,
+    MAX_READ_PASSES,
     MAX_RECORDS,
     MAX_TABLE,
     MAX_WHILE_ITERATIONS,
     Deadline,
+    memory_problem,
     time_limit,
 )
 from commdsl.p2p import ANY_SOURCE
 from commdsl.resolve import MAX_WORLD, Program, bound_handle_names, call_note, step_group_names
-from commdsl.rules.names import BadReduceOp, InvalidView, WrongKindOfName
+from commdsl.rules.names import BadReduceOp, InvalidBatch, InvalidView, WrongKindOfName
 from commdsl.rules.sizes import (
     BadParamValue,
     BufferDoesNotFit,
@@ -61,16 +64,19 @@ from commdsl.schedule import (
     NewGroupRec,
     P2PRec,
     PrintRec,
+    ReadRec,
     Requests,
     Schedule,
     TensorInfo,
     VView,
     WaitRec,
     elem_reads,
+    values_read,
 )
 from commdsl.syntax import nodes as n
 from commdsl.values import (
     Failure,
+    Unread,
     as_index_array,
     as_int,
     binary,
@@ -94,6 +100,15 @@ VIEW_CACHE = 64
 """Views remembered by `Expander.view` (a loop iteration's worth)."""
 
 Env = dict
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """What runs of the schedule showed so far: a rank's tensors (flat, by name) when it made its n-th read from
+    tensor data, at (rank, n). An expansion is a function of these: from a snapshot on, it reads that rank's
+    values itself, until the rank receives data (`Expander.data_read`)."""
+
+    at: dict[tuple[int, int], dict[str, np.ndarray]]
 
 
 def parse_param_value(text: str) -> int | float | bool | None:
@@ -136,7 +151,14 @@ class _Stop(Exception):
 class Expander:
     """One expansion: the program's records at one world size."""
 
-    def __init__(self, program: Program, world: int, params: dict[str, object], deadline: Deadline | None = None):
+    def __init__(
+        self,
+        program: Program,
+        world: int,
+        params: dict[str, object],
+        deadline: Deadline | None = None,
+        snapshots: Snapshots | None = None,
+    ):
         self.program = program
         self.deadline = deadline or Deadline(None)
         self.W = world
@@ -176,17 +198,45 @@ class Expander:
         self.calling: list[n.CallStmt] = []  # the calls being inlined, outermost first
         self.renamed: dict[tuple, tuple] = {}  # see `in_group_named`
         self.reached: dict[str, dict[tuple, None]] = {}  # function → the call chains that ran its body, in order
+        # integers read from tensor data (`T[k]`, `sum(E)`): see `data_read` and `expand`
+        self.reads_data = program.reads_data
+        self.snapshots = snapshots or Snapshots({})
+        self.snapshot_ordinals: dict[int, list[int]] = {}  # per rank, the ordinals of its snapshots not yet used
+        for r, o in sorted(self.snapshots.at):
+            self.snapshot_ordinals.setdefault(r, []).append(o)
+        self.snapshot_next = np.full(world, -1, dtype=np.int64)  # per rank, the ordinal of its next snapshot
+        for r, later in self.snapshot_ordinals.items():
+            self.snapshot_next[r] = later.pop(0)
+        self.tensors = None  # the tensors of the ranks in `synced`, as the expansion goes (`data_read`)
+        self.synced = np.ones(world, dtype=bool)
+        self.read_count = np.zeros(world, dtype=np.int64)  # per rank, the reads it has made
+        self.pending: list[ReadRec] = []  # reads made since the last record was added, added before it
+        self.flushed = 0  # reads moved from `pending` to the records so far
+        self.unread: dict[int, ReadRec] = {}  # rank → the read it stopped at, its value not known yet
+        self.origin: dict[str, tuple[ReadRec, ...]] = {}  # a `let` or loop variable → the reads it came from
+        self.here: tuple = ()  # the loop bindings of the statement being expanded
 
     # ---- errors ---------------------------------------------------------------------------------
-    def kill(self, A: np.ndarray, failure: Failure) -> None:
-        """Stop the failing ranks of A, keeping the diagnostic of the first one."""
+    def kill(self, A: np.ndarray, failure: Failure, stmt=None) -> None:
+        """Stop the failing ranks of A, keeping the diagnostic of the first one (with the values it read from
+        data for statement `stmt`)."""
         mask = np.ones(A.size, dtype=bool) if failure.mask is True else np.asarray(failure.mask, dtype=bool)
         where = np.flatnonzero(mask)
         if not where.size:
             raise AssertionError("a failure without a failing rank")  # pragma: no cover - a bug in commdsl
+        if isinstance(failure, Unread):  # they stop at the read, without a diagnostic: see `expand`
+            dead = A[mask]
+            self.alive[dead] = False
+            self.deaths += 1
+            for r in dead.tolist():
+                self.unread[r] = self.pending[-1]
+            return
         k = int(where[0])
         d = failure.diagnostic(k)
         rank = int(A[k])
+        if self.reads_data and stmt is not None:
+            read = values_read(self.sources(stmt), [rank])
+            d = d.model_copy(update={"notes": d.notes + tuple(Note(message=m) for m in read)})
         key = (d.code, d.span.start if d.span else -1)
         calls = (call_note(tuple(self.calling)),) if self.calling else ()
         if key not in self.errors or rank < self.errors[key][1]:
@@ -405,6 +455,10 @@ class Expander:
                 return self.peer(e, f, A, env)
             case n.Index(value=n.Name(id=name)) if name in self.tables:
                 return self.entry(e, name, self.value(e.index, A, env), A)
+            case n.Call(func=n.Name(id="sum")):
+                return self.data_read(e, A, env)
+            case n.Index() if self.is_view(e.value, env):
+                return self.data_read(e, A, env)
             case n.Index() if "world" not in env:  # `resolve_params`: no table exists yet
                 raise fail_all(
                     WrongKindOfName.diagnostic(
@@ -435,7 +489,7 @@ class Expander:
             inner = failure  # `failure` is unbound when the except block ends; the lambda runs later
             mask = np.zeros(A.size, dtype=bool)
             mask[where] = True if inner.mask is True else inner.mask
-            raise Failure(mask, lambda k: inner.diagnostic(int(np.searchsorted(where, k)))) from None
+            raise type(inner)(mask, lambda k: inner.diagnostic(int(np.searchsorted(where, k)))) from None
         out = left.copy()
         out[where] = right
         return out
@@ -565,6 +619,122 @@ class Expander:
 
     def int_value(self, e, A, env, what: str):
         return as_int(self.value(e, A, env), e, what)
+
+    # ---- integers read from tensor data ------------------------------------------------------------
+    def data_read(self, e: n.Index | n.Call, A: np.ndarray, env: Env):
+        """`T[k]` or `sum(E)` on the ranks A: a `ReadRec` (added before the statement's own record), and each
+        rank's value. The expansion keeps the tensors of every rank that has received nothing yet (`tensors`, which
+        runs their local ops): their reads it computes itself. A rank that has received data stops at its next
+        read (`Unread`) until `expand` has run the schedule that far: from the snapshot of its tensors there,
+        it is followed again."""
+        if self.batch is not None:
+            raise fail_all(
+                InvalidBatch.diagnostic(
+                    "a `batch` cannot read tensor data",
+                    span=e.span,
+                    label="a local read inside the batch",
+                    help="read it in a `let` before the `batch`",
+                )
+            )
+        if isinstance(e, n.Index):
+            shape, value = None, ("v", self.view(e, A, env))
+            many = np.asarray(value[1].numel) != 1
+            if many.any():
+                numel = value[1].numel
+                raise Failure(
+                    np.broadcast_to(many, A.shape),
+                    lambda k: ShapeMismatch.diagnostic(
+                        f"`{self.text(e)}` has {item(numel, k)} elements, not one",
+                        span=e.span,
+                        label="an integer is read from one element",
+                        help=f"count them with `sum({self.text(e)})`, or index the row's element",
+                    ),
+                )
+        else:
+            first = next(_views_in(e.args[0], lambda x: self.is_view(x, env)), None)
+            shape = None if first is None else self.view(first, A, env)
+            value = self.elem(e.args[0], A, env, () if shape is None else shape.shape)
+        ordinal = self.read_count[A].copy()
+        self.read_count[A] += 1
+        resume = np.flatnonzero(self.snapshot_next[A] == ordinal)
+        for r, o in zip(A[resume].tolist(), ordinal[resume].tolist()):
+            self.tensors.load_rank(r, self.snapshots.at[(r, o)])  # a run stopped here: go on from its tensors
+            self.synced[r] = True
+            later = self.snapshot_ordinals[r]
+            self.snapshot_next[r] = later.pop(0) if later else -1
+        have = self.synced[A]
+        rec = ReadRec(e, A, self.here, value=value, shape=shape, reads=tuple(elem_reads(value)))
+        got = np.zeros(A.size, dtype=np.int64)
+        if have.any():
+            where = np.flatnonzero(have)
+            got[where] = self.tensors.read_sums(rec, A[where], where)
+        rec.ordinal, rec.known, rec.text = ordinal, got, self.text(e)
+        rec.missing = None if have.all() else ~have
+        self.pending.append(rec)
+        if rec.missing is not None:
+            raise Unread(rec.missing, lambda k: None)
+        return uniform(got)
+
+    def mark_reads(self, A: np.ndarray):
+        """Where the reads of a statement about to run on A start (`undo_reads`)."""
+        if not self.reads_data:
+            return None
+        return self.flushed + len(self.pending), A, self.read_count[A].copy()
+
+    def undo_reads(self, mark, survivors: np.ndarray) -> None:
+        """A statement failed on some of its ranks and is redone on `survivors`: their reads of the failed
+        attempt did not happen (the stopped ranks keep theirs, the last one a read they stopped at)."""
+        if mark is None or not survivors.size:
+            return
+        start, A, counts = mark
+        self.read_count[survivors] = counts[np.searchsorted(A, survivors)]
+        for rec in self.pending[max(0, start - self.flushed) :]:
+            keep = ~np.isin(rec.ranks, survivors)
+            if not keep.all():
+                _keep_rows(rec, keep)
+
+    def follow(self, rec) -> None:
+        """Keep `tensors` up to date for the ranks in `synced`: their assignments run on it; a rank that receives
+        data (a receive, a collective, a batch, a wait) leaves `synced` (a send changes nothing of its own)."""
+        if isinstance(rec, ComputeRec):
+            where = np.flatnonzero(self.synced[rec.ranks])
+            if where.size:
+                self.tensors.local(rec, rec.ranks[where], None if where.size == rec.ranks.size else where)
+        elif not isinstance(rec, (ExpectRec, PrintRec, NewGroupRec)) and not (isinstance(rec, P2PRec) and rec.is_send):
+            self.synced[rec.ranks] = False
+
+    def start_following(self) -> None:
+        """Every rank's tensors as initialised: all ranks are followed from the start."""
+        from commdsl.simulate import Data  # NumPy only: `check` still does not import torch
+
+        shell = Schedule(
+            program=self.program.name,
+            path=self.program.path,
+            world=self.W,
+            params=self.params,
+            backends=(),
+            groups=self.groups,
+            infos=self.infos,
+            records=[],
+            top=[],
+            requests=None,
+        )
+        self.tensors = Data(shell)
+
+    def flush_reads(self) -> None:
+        """The reads made since the last record, as records of their own, before the next one."""
+        pending, self.pending = self.pending, []
+        self.flushed += len(pending)
+        for rec in pending:
+            if rec.ranks.size:
+                self.add(rec)
+
+    def sources(self, node) -> tuple[ReadRec, ...]:
+        """The reads a statement's or expression's values came from: the pending reads of its own expressions
+        and those of the `let`s and loop variables it names."""
+        found = [r for name in _own_names(node) for r in self.origin.get(name, ())]
+        found += [r for r in self.pending if r.ranks.size and _inside(r.node, node)]
+        return tuple(dict.fromkeys(found))
 
     # ---- views --------------------------------------------------------------------------------------
     def view(self, e, A: np.ndarray, env: Env) -> VView:
@@ -699,6 +869,8 @@ class Expander:
                 return ("c", self.value(e, A, env))
             case n.Slice() | n.Index() | n.Call(func=n.Attr(attr="chunk")):
                 return self.read(e, A, env, target_shape)
+            case n.Call(func=n.Name(id="sum")):
+                return ("c", self.data_read(e, A, env))
             case n.Call(func=n.Name(id=fname)) if fname in ("rand", "randn"):
                 return ("rand", self.seed(fname, e.args[0], A, env), fname == "randn")
             case n.Call(func=n.Name(id=fname)):
@@ -790,6 +962,10 @@ class Expander:
 
     # ---- statements ---------------------------------------------------------------------------------
     def add(self, rec, top: bool = True):
+        if self.reads_data and not isinstance(rec, ReadRec):
+            rec.data = self.sources(rec.node)
+            self.flush_reads()
+            self.follow(rec)
         if len(self.records) >= MAX_RECORDS:
             raise fail_all(
                 ExpansionTooLarge.diagnostic(
@@ -901,19 +1077,21 @@ class Expander:
         """One statement for the ranks A; ranks it fails on stop, the statement is redone for the rest (whose
         names, a `let` among them, the block goes on with)."""
         while A.size:
+            mark = self.mark_reads(A)
             try:
+                self.here = bindings
                 self.run_stmt(s, A, env, bindings)
                 break
             except Failure as f:
-                self.kill(A, f)
+                self.kill(A, f, s)
                 A, env = self.survivors(A, env)
+                self.undo_reads(mark, A)
         return A, env
 
     def run_stmt(self, s, A, env, b) -> None:
         match s:
             case n.Let():
-                env[s.name] = self.value(s.value, A, env)
-                self.scopes[-1][0].add(s.name)
+                self.let(s, A, env)
             case n.Assign(target=n.Name(id=name)) if name in env and not isinstance(env[name], VView):  # a `let`
                 self.reassign(s, name, A, env)
             case n.Assign():
@@ -1009,9 +1187,17 @@ class Expander:
                 return (name, dim) if (name, dim) in self.group_of else None
         return None
 
+    def let(self, s: n.Let, A, env: Env) -> None:
+        env[s.name] = self.value(s.value, A, env)
+        self.scopes[-1][0].add(s.name)
+        if self.reads_data:
+            self.origin[s.name] = self.sources(s.value)
+
     def loop(self, s: n.For, A, env, b) -> None:
         lo = self.int_value(s.lo, A, env, "a loop bound")
         hi = self.int_value(s.hi, A, env, "a loop bound")
+        if self.reads_data:
+            self.origin[s.var] = self.sources(s.lo) + self.sources(s.hi)
         count = np.maximum(0, np.asarray(hi, dtype=object if _objectish(lo, hi) else np.int64) - lo + 1)
         self.spend(int(np.sum(count)) if is_vec(count) else int(count) * int(A.size), s)
         if not is_vec(lo) and not is_vec(hi):
@@ -1057,6 +1243,8 @@ class Expander:
             node = n.Binary(span=s.span, op=s.op[:-1], left=s.target, right=s.value)
             value = binary(node, env[name], value)
         env[name] = value
+        if self.reads_data:
+            self.origin[name] = tuple(dict.fromkeys(self.origin.get(name, ()) + self.sources(s.value)))
         locals_, reassigned = self.scopes[-1]
         if name not in locals_:
             reassigned.add(name)
@@ -1065,7 +1253,7 @@ class Expander:
         """Each iteration runs on the ranks whose condition still holds, its ops bound to the values of the
         `let`s the condition reads; the `let`s its body reassigns are written back to this block's names rank
         by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so a loop whose condition never turns false
-        still ends the check."""
+        still ends the check (a condition that reads tensor data is bounded by that alone)."""
         looping = np.ones(A.size, dtype=bool)
         counters = sorted(k for k in _names(s.cond) if k in env and k not in self.params and k not in ("rank", "world"))
         for iteration in itertools.count():
@@ -1073,11 +1261,14 @@ class Expander:
             where = np.flatnonzero(looping)
             if not where.size:
                 break
+            mark = self.mark_reads(A[where])
             try:
                 cond = truthy(self.value(s.cond, A[where], _sub_env(env, where)))
             except Failure as f:
                 self.kill(A[where], f)
+                self.undo_reads(mark, A[where][self.alive[A[where]]])
                 continue
+            from_data = mark is not None and self.flushed + len(self.pending) > mark[0]  # it read tensor data
             looping[where] = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
             where = np.flatnonzero(looping)
             if not where.size:
@@ -1098,7 +1289,8 @@ class Expander:
             before = [np.copy(uniform(genv[k])) for k in counters]
             shown = tuple((k, self.widen(genv[k], G)) for k in counters)  # as a `for` loop binds its variable
             self.carry(env, A, *self.block(s.body, G, genv, b + shown))
-            self.check_progress(s, G, before, _sub_env(env, where), counters)
+            if not from_data:  # a condition read from data can change with no `let` changed
+                self.check_progress(s, G, before, _sub_env(env, where), counters)
 
     def check_progress(self, s: n.While, G, before: list, after: Env, counters: list[str]) -> None:
         """N133 at once for a rank whose iteration changed none of the `let`s the condition reads: its next
@@ -1137,7 +1329,7 @@ class Expander:
             except Failure as f:
                 mask = np.zeros(A.size, dtype=bool)
                 mask[where] = True if f.mask is True else f.mask
-                raise Failure(mask, lambda k, f=f, where=where: f.diagnostic(int(np.searchsorted(where, k)))) from None
+                raise type(f)(mask, lambda k, f=f, where=where: f.diagnostic(int(np.searchsorted(where, k)))) from None
             cond = np.broadcast_to(np.asarray(cond, dtype=bool), where.shape)
             picked = where[cond]
             taken.append((br.body, picked))
@@ -1547,6 +1739,62 @@ def _names(e) -> set[str]:
     return out
 
 
+def _own_names(node) -> set[str]:
+    """The names a statement's own expressions read (not those of the blocks inside it); of an expression, its
+    names."""
+    if not isinstance(node, n.Node) or isinstance(node, (n.Name, n.Attr, n.Call, n.Slice, n.Index, n.Unary, n.Binary)):
+        return _names(node) if isinstance(node, n.Node) else set()
+    out: set[str] = set()
+    for field in type(node).model_fields:
+        if field in ("body", "orelse", "branches", "span"):
+            continue
+        value = getattr(node, field)
+        for x in value if isinstance(value, tuple) else (value,):
+            if isinstance(x, n.Node):
+                out |= _own_names(x)
+    return out
+
+
+def _views_in(e, is_view):
+    """The views an element expression reads, outermost first."""
+    if is_view(e):
+        yield e
+        return
+    for c in n.children(e):
+        yield from _views_in(c, is_view)
+
+
+def _inside(inner, outer) -> bool:
+    """Is node `inner` within node `outer` (by source span)?"""
+    a, b = inner.span, outer.span
+    return a.path == b.path and b.start <= a.start and a.end <= b.end
+
+
+def _keep_rows(rec: ReadRec, keep: np.ndarray) -> None:
+    """A read record restricted to the ranks `keep` marks."""
+    rec.ranks = rec.ranks[keep]
+    rec.value = _sub_elem(rec.value, keep)
+    rec.shape = None if rec.shape is None else rec.shape.sub(keep)
+    rec.reads = tuple(elem_reads(rec.value))
+    rec.ordinal, rec.known = rec.ordinal[keep], rec.known[keep]
+    rec.missing = None if rec.missing is None or not rec.missing[keep].any() else rec.missing[keep]
+
+
+def _sub_elem(e, sel):
+    tag = e[0]
+    if tag == "c":
+        return ("c", sub(e[1], sel))
+    if tag == "v":
+        return ("v", e[1].sub(sel))
+    if tag == "u":
+        return ("u", e[1], _sub_elem(e[2], sel))
+    if tag == "b":
+        return ("b", e[1], _sub_elem(e[2], sel), _sub_elem(e[3], sel), e[4])
+    if tag == "f":
+        return ("f", e[1], tuple(_sub_elem(a, sel) for a in e[2]))
+    return e
+
+
 def _below(v, bound) -> bool:
     """Is v below `bound` on some rank (scalars or arrays on either side)?"""
     if not is_vec(v) and not is_vec(bound):
@@ -1630,7 +1878,61 @@ def expand(
     program: Program, world: int, params: Mapping[str, object] | None = None, deadline: Deadline | None = None
 ) -> Schedule:
     """The Schedule of `program` at `world` ranks; raises CommdslError with every expansion error, and
-    TimeLimitReached when `deadline` passes first."""
+    TimeLimitReached when `deadline` passes first.
+
+    A program that reads integers from tensor data is expanded beside the simulator, to a fixed point: an
+    expansion stops each rank at its first read it cannot compute itself (one after the rank received data);
+    the simulator runs that partial schedule, and the next expansion goes on from the stopped ranks' tensors
+    there. Each run takes at least one rank past a read, or the schedule stalls before them: then the last
+    expansion is the result, its `unread` naming the ranks that stopped, for the checker to report what blocks
+    them. Every stage reads this one result."""
+    env = _checked_params(program, world, params)
+    snapshots = Snapshots({})
+    for _ in range(MAX_READ_PASSES):
+        schedule = _expand_once(program, world, env, deadline, snapshots)
+        if not schedule.unread:
+            return schedule
+        too_big = memory_problem(schedule)  # the simulator is about to hold every rank's tensors
+        if too_big is not None:
+            raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
+        learnt = _run_to_reads(schedule, deadline)
+        if not learnt:
+            return schedule  # the schedule stalls before every stopped rank's read
+        snapshots = Snapshots({**snapshots.at, **learnt})
+    first = min(schedule.unread.values(), key=lambda r: r.span.start)
+    raise CommdslError(
+        [
+            ExpansionTooLarge.diagnostic(
+                f"learning the values read from tensor data takes over {MAX_READ_PASSES} runs of the schedule "
+                f"at world {world}",
+                span=first.span,
+                label="still not read after that many runs",
+                help="each run reaches the next read on some rank: read fewer values inside loops",
+            ).model_copy(update={"worlds": (world,)})
+        ]
+    )
+
+
+def _run_to_reads(schedule: Schedule, deadline: Deadline | None) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+    """Run a schedule whose ranks stopped at reads (Gloo's model: buffered sends let every rank go as far as it
+    can); the tensors of each stopped rank that reached its read, there (its last op), by (rank, ordinal)."""
+    from commdsl.engine import GLOO, run_engine
+    from commdsl.simulate import Data
+
+    data = Data(schedule)
+    run_engine(schedule, GLOO, data, deadline=deadline)
+    made = np.zeros(schedule.world, dtype=np.int64)  # per rank, the reads it made in this run
+    for ranks, ordinals, _ in data.read_values:
+        np.maximum.at(made, ranks, ordinals + 1)
+    out = {}
+    for rank, rec in schedule.unread.items():
+        ordinal = int(rec.ordinal[int(np.searchsorted(rec.ranks, rank))])
+        if made[rank] > ordinal:
+            out[(rank, ordinal)] = data.rank_state(rank)
+    return out
+
+
+def _checked_params(program: Program, world: int, params: Mapping[str, object] | None) -> dict[str, object]:
     if not program.accepts(world) or not 1 <= world <= MAX_WORLD:
         span = program.world.span if program.world else None
         raise CommdslError(
@@ -1643,18 +1945,28 @@ def expand(
                 )
             ]
         )
-    env = resolve_params(program, params)
-    ex = Expander(program, world, env, deadline)
+    return resolve_params(program, params)
+
+
+def _expand_once(
+    program: Program, world: int, env: dict[str, object], deadline: Deadline | None, snapshots: Snapshots
+) -> Schedule:
+    """One expansion with what runs so far showed of the reads from data (`expand`)."""
+    ex = Expander(program, world, env, deadline, snapshots)
     try:
         ex.setup()
     except _Stop as stop:
         raise CommdslError([_at_world(stop.diagnostic, world, None)]) from None
     ex.setup_tensors()
+    if ex.reads_data:
+        ex.start_following()
     A = ex.everyone[ex.alive]
     try:
         ex.block(program.body, A, dict(env, rank=A, world=world), ())
     except Failure as f:  # the step budget: it stops the whole expansion
         ex.kill(ex.everyone[ex.alive], f)
+    if ex.reads_data:
+        ex.flush_reads()
     if ex.errors:
         raise CommdslError([_at_world(d, world, rank) for d, rank in ex.errors.values()])
     return Schedule(
@@ -1671,6 +1983,7 @@ def expand(
         group_of=ex.group_of,
         made=ex.made,
         reached={name: tuple(chains) for name, chains in ex.reached.items()},
+        unread=ex.unread,
     )
 
 

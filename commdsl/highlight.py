@@ -48,7 +48,7 @@ KEYWORDS = (
     "print",
 )
 COMM_OPS = tuple(f.word for f in FORMS.values()) + tuple(KINDS)
-BUILTINS = ("rank", "world", "i", "min", "max", "abs", "log2", "rand", "randn")
+BUILTINS = ("rank", "world", "i", "min", "max", "abs", "log2", "sum", "rand", "randn")
 
 
 class CommdslLexer(RegexLexer):

@@ -47,6 +47,10 @@ MAX_WHILE_ITERATIONS = 65_536
 """Iterations of one `while` loop (N133), enough to step through every rank of the largest world one at a time.
 A body of `let`s alone adds no op that MAX_OPS would count, so without this bound a condition that never turns
 false would hang the check (an iteration costs about 40 us: the bound is reached in seconds)."""
+MAX_READ_PASSES = 256
+"""Runs of a partial schedule one expansion may take to learn the integers it reads from tensor data (N133):
+each run reaches at least one more read on some rank, so a loop that reads each iteration's received counts
+takes one run per iteration."""
 MAX_TABLE = 65_536
 """Entries of one `table` (N133): one per rank of the largest world. Each is computed in Python, about 10 us."""
 MAX_TIMEOUT_S = 7 * 24 * 3600

@@ -34,7 +34,7 @@ from commdsl.rules.names import (
     WrongArgumentCount,
     WrongKindOfName,
 )
-from commdsl.rules.sizes import InvalidTensorSize
+from commdsl.rules.sizes import InvalidTensorSize, NotAnInteger
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
@@ -55,6 +55,8 @@ INIT_FUNCS = {"rand": 1, "randn": 1}
 INTEGER_FUNCS = {"log2": 1}
 """Functions of per-rank integers: in an element expression their arguments cannot vary per element."""
 COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
+DATA_FUNC = "sum"
+"""`sum(E)`: an integer read from tensor data (the only function that reads data into an integer)."""
 
 
 class Program(BaseModel):
@@ -73,6 +75,7 @@ class Program(BaseModel):
     functions: tuple[n.FunctionDef, ...] = ()
     body: tuple[n.Stmt, ...]
     source: SourceFile
+    reads_data: bool = False  # some integer is read from tensor data (`T[k]`, `sum(E)`): `expand` runs it
 
     # the public API's verbs as methods (commdsl/__init__.py holds them, with their documentation)
     def check(self, **options):
@@ -148,6 +151,8 @@ class _Resolver:
         self.module = module
         self.source = source
         self.diags: list[Diagnostic] = []
+        self.in_body = False
+        self.reads_data = False
         self.top = _Scope(names={k: (v, None) for k, v in BUILTINS.items()})
         self.functions: dict[str, n.FunctionDef] = {}
         # (function, its arguments' kinds, in a batch) → what checking the body with those kinds found there
@@ -242,6 +247,7 @@ class _Resolver:
                 continue
             seen_statement = True
             body.append(stmt)
+        self.in_body = True  # data reads (`T[k]`, `sum(E)`) give integers in statements (bodies included) only
         for f in self.functions.values():
             self.check_def(f)
         self.check_recursion()
@@ -268,6 +274,7 @@ class _Resolver:
             functions=tuple(self.functions.values()),
             body=tuple(body),
             source=self.source,
+            reads_data=self.reads_data,
         )
 
     def check_world(self, w: n.WorldDecl):
@@ -556,7 +563,7 @@ class _Resolver:
         passes), or an integer known per rank; None when it is none of those (reported)."""
         if _is_view_syntax(a, scope):
             self.check_view(a, scope)
-            return ("tensor", None)
+            return scope.lookup(_view_base(a).id)  # the tensor viewed: its dtype decides what the body may do
         base = a.value if isinstance(a, n.Attr) and isinstance(a.value, n.Name) else a
         found = scope.lookup(base.id) if isinstance(base, n.Name) else None
         if found is not None and found[0] in ("group", "mesh"):
@@ -893,6 +900,10 @@ class _Resolver:
                 self.check_function_call(e, fname, ctx, scope)
             case n.Call(func=n.Attr(attr="peer")) | n.Index(value=n.Name()) if _is_lookup(e, scope):
                 self.check_lookup(e, ctx, scope)
+            case n.Call(func=n.Name(id="sum")) | n.Index() if isinstance(e, n.Call) or (
+                ctx == "static" and self.in_body and _is_view_syntax(e.value, scope)
+            ):
+                self.check_data_read(e, ctx, scope)
             case n.Call(func=n.Attr(attr="chunk")) | n.Slice() | n.Index():
                 if ctx != "elem":
                     self.error(WrongKindOfName, "a tensor view is not allowed here", e, label="expected a number")
@@ -922,6 +933,51 @@ class _Resolver:
                 self.check_expr(e.right, ctx, scope)
                 if e.op in INTEGER_OPS and ctx != "static":
                     self.check_per_rank(e, (e.left, e.right), f"`{e.op}`", scope)
+
+    def check_data_read(self, e: n.Call | n.Index, ctx: str, scope: _Scope):
+        """`T[k]` (one element, in an integer context) or `sum(E)` (E an element expression over views; also a
+        per-rank constant in an element expression) in the body: the rank's value at that point of its program,
+        read as the schedule runs (`expand.expand`).
+        torch reads them with `int(t[k])` and `int(E.sum())`; a float read is N121, as `int()` would truncate."""
+        if ctx == "init" or not self.in_body:
+            self.error(
+                WrongKindOfName,
+                "a declaration cannot read tensor data",
+                e,
+                label="an integer read from data",
+                help="read data in the program's body: a `let`, a size, a bound, a peer, an assignment",
+            )
+            return
+        before = len(self.diags)
+        self.reads_data = True
+        if isinstance(e, n.Index):
+            self.check_view(e, scope)
+            arg = e
+        else:
+            if len(e.args) != 1:
+                self.error(InvalidView, "`sum` takes one argument", e, label=f"{len(e.args)} given")
+                return
+            arg = e.args[0]
+            self.check_expr(arg, "elem", scope)
+            if len(self.diags) == before and not any(_is_view_syntax(x, scope) for x in _walk(arg)):
+                self.error(
+                    WrongKindOfName,
+                    "`sum` reads a tensor, and this reads none",
+                    arg,
+                    label="one number per rank already",
+                    help="sum a view or an element expression over views: `sum(x)`, `sum(expert == j)`",
+                )
+        if len(self.diags) > before:
+            return
+        bad = _float_part(arg, scope)
+        if bad is not None:
+            self.error(
+                NotAnInteger,
+                "an integer read from data must come from an integer or bool tensor",
+                bad,
+                label="a float here",
+                help="compare first (`sum(x > 0.5)` counts elements) or keep counts in an int64 tensor",
+            )
 
     def check_per_rank(self, e, operands, what: str, scope: _Scope):
         """An integer operator or function in an element expression takes values known per rank only: it is
@@ -1002,7 +1058,7 @@ class _Resolver:
                 f"unknown function `{e.func.id}`",
                 e.func,
                 label="not a function",
-                help="functions are min, max, abs, log2 (and rand, randn in initialisers)",
+                help="functions are min, max, abs, log2, sum (and rand, randn in initialisers)",
             )
         else:
             self.error(InvalidView, "this cannot be called", e, label="not a function")
@@ -1103,6 +1159,16 @@ def _is_view_syntax(e, scope: _Scope) -> bool:
     return False
 
 
+def _view_base(e) -> n.Name:
+    """The tensor's name at the root of view syntax (`x`, `x[a:b]`, `x[k]`, `x.chunk(k, n)`)."""
+    match e:
+        case n.Slice() | n.Index():
+            return _view_base(e.value)
+        case n.Call(func=n.Attr() as f):
+            return _view_base(f.value)
+    return e
+
+
 def _per_element(e, scope: _Scope):
     """The part of `e` that differs between a tensor's elements (`i`, a tensor, a view, a random value), or
     None; `x.size` and `x.rows` read a tensor but are one number per rank."""
@@ -1115,6 +1181,27 @@ def _per_element(e, scope: _Scope):
         case n.Call(func=n.Name(id=fname)) if fname in INIT_FUNCS:
             return e
     return next((found for c in n.children(e) if (found := _per_element(c, scope)) is not None), None)
+
+
+def _float_part(e, scope: _Scope):
+    """The part of an element expression that makes its value a float (a float tensor or literal, `/`), or None;
+    a comparison gives bools whatever it compares."""
+    match e:
+        case n.Binary(op=op) if op in COMPARISONS:
+            return None
+        case n.Binary(op="/") | n.FloatLit():
+            return e
+        case n.Name():
+            found = scope.lookup(e.id)
+            if found is not None and found[0] == "tensor":
+                dtype = DTYPES.get(found[1].dtype.name)
+                return e if dtype is not None and dtype.is_float else None
+            return None
+        case n.Slice() | n.Index():
+            return _float_part(e.value, scope)
+        case n.Call(func=n.Attr(attr="chunk") as f):
+            return _float_part(f.value, scope)
+    return next((found for c in n.children(e) if (found := _float_part(c, scope)) is not None), None)
 
 
 def _walk(e):

@@ -165,6 +165,7 @@ class Record:
     bindings: tuple[tuple[str, int], ...]
     id: int = -1
     base: int = 0
+    data: tuple = ()  # the `ReadRec`s whose values this statement's operands came from (named in diagnostics)
 
     @property
     def span(self) -> Span:
@@ -395,8 +396,58 @@ class NewGroupRec(Record):
         return NewGroup(span=self.span, bindings=self.bindings_at(k), group=groups[int(item(self.made, k))])
 
 
-AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec
-LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec)
+@dataclass(eq=False, slots=True)
+class ReadRec(Record):
+    """An integer read from tensor data, `T[k]` or `sum(E)` (`node` is that expression): on rank `ranks[k]`,
+    the sum of `value` over `shape` (a view's shape; None: one element) at this point of its program. It is the
+    rank's `ordinal`-th read; `known` is the value the expansion used, except on a rank that stopped here
+    because the value was not known yet (`missing`; `expand.expand` runs the schedule to learn it)."""
+
+    value: Elem = ()
+    shape: VView | None = None
+    reads: tuple[VView, ...] = ()
+    ordinal: object = 0
+    known: np.ndarray | None = None
+    missing: np.ndarray | None = None  # the ranks (positions) whose value was not known
+    text: str = ""
+
+    def at(self, k: int) -> Read:
+        return Read(
+            span=self.span,
+            bindings=self.bindings_at(k),
+            value=elem_at(self.value, k),
+            shape=() if self.shape is None else self.shape.at(k).shape,
+            reads=tuple(v.at(k) for v in self.reads),
+            expected=None if self.missing is not None and self.missing[k] else int(self.known[k]),
+            text=self.text,
+        )
+
+    def value_at(self, rank: int) -> int | None:
+        """The value rank `rank` read here (None: not known)."""
+        k = int(np.searchsorted(self.ranks, rank))
+        if k == self.ranks.size or self.ranks[k] != rank or (self.missing is not None and self.missing[k]):
+            return None
+        return int(self.known[k])
+
+
+def values_read(reads, ranks) -> list[str]:
+    """What each rank of `ranks` read from data in `reads`, one line per expression and rank, as diagnostics
+    name it: "on rank 1, `recv_counts[j]` was 2, 0 (read at line 14)" (a comprehension reads once per value)."""
+    out = []
+    for rank in ranks:
+        seen: dict[tuple[str, int], list[int]] = {}
+        for r in reads:
+            v = r.value_at(rank)
+            if v is not None:
+                seen.setdefault((r.text, r.span.line), []).append(v)
+        for (text, line), vals in seen.items():
+            shown = ", ".join(map(str, vals[:8])) + (", ..." if len(vals) > 8 else "")
+            out.append(f"on rank {rank}, `{text}` was {shown} (read at line {line})")
+    return out
+
+
+AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec | ReadRec
+LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec, ReadRec)
 
 
 # ---- one rank's ops ----------------------------------------------------------------------------------
@@ -500,7 +551,19 @@ class NewGroup(Op):
     group: Group
 
 
-AnyOp = Compute | Expect | Print | Send | Recv | Batch | Wait | Collective | NewGroup
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Read(Op):
+    """`int(E.sum())` over `shape` (torch's `int(t[k])` for one element): the run stops where it differs from
+    `expected`, the value the checked schedule was expanded with."""
+
+    value: Elem
+    shape: tuple[int, ...]
+    reads: tuple[View, ...]
+    expected: int | None
+    text: str
+
+
+AnyOp = Compute | Expect | Print | Send | Recv | Batch | Wait | Collective | NewGroup | Read
 
 
 # ---- tensors ---------------------------------------------------------------------------------------
@@ -565,6 +628,7 @@ class Schedule:
     group_of: dict = field(default_factory=dict)  # (name, dim) → (group id per rank, index in it per rank)
     made: frozenset = frozenset()  # the names `new_group` binds: their groups are made as steps, not up front
     reached: dict = field(default_factory=dict)  # function → the call chains (outermost first) that inlined it
+    unread: dict = field(default_factory=dict)  # rank → the `ReadRec` it stopped at: no run reached its value
 
     @cached_property
     def sequences(self) -> Sequences:

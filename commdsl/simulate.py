@@ -24,7 +24,7 @@ from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.p2p import delivered
-from commdsl.schedule import ComputeRec, ExpectRec, Print, PrintRec, Schedule, TensorSpec, View
+from commdsl.schedule import ComputeRec, ExpectRec, Print, PrintRec, ReadRec, Schedule, TensorSpec, View
 from commdsl.source import Span
 from commdsl.values import at, is_vec
 
@@ -359,6 +359,7 @@ class Data(Observer):
         self.sent: dict[int, list[np.ndarray]] = {}
         self.printed: list[tuple[PrintRec, int, list[np.ndarray]]] = []
         self.faults: list[tuple[Span, np.ndarray, np.ndarray]] = []  # (`//` or `%`, ranks, element) torch refuses
+        self.read_values: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # reads: (ranks, ordinals, values)
 
     # ---- set-up -----------------------------------------------------------------------------------
     def initial(self, name: str) -> np.ndarray:
@@ -478,10 +479,48 @@ class Data(Observer):
             self.compute(rec, G, pos)
         elif isinstance(rec, ExpectRec):
             self.expect(rec, G, pos)
+        elif isinstance(rec, ReadRec):
+            self.read(rec, G, pos)
         elif isinstance(rec, PrintRec):
             for k, rank in enumerate(G):
                 p = k if pos is None else int(pos[k])
                 self.printed.append((rec, int(rank), [self.read_at(v.at(p), int(rank)).copy() for v in rec.views]))
+
+    def read(self, rec: ReadRec, G, pos):
+        """An integer read from data, kept with each rank's ordinal for `expand`."""
+        ordinal = rec.ordinal if pos is None else rec.ordinal[pos]
+        self.read_values.append((np.asarray(G).copy(), np.asarray(ordinal).copy(), self.read_sums(rec, G, pos)))
+
+    def read_sums(self, rec: ReadRec, G, pos) -> np.ndarray:
+        """What an integer read from data gives each rank of G: its expression summed over its shape, as torch's
+        `int(E.sum())` (one element: `int(t[k])`)."""
+        if rec.shape is None:
+            count = 1
+        else:
+            count = at(rec.shape.numel, pos, G.size) if is_vec(rec.shape.numel) else rec.shape.numel
+        counts = np.broadcast_to(np.asarray(count, dtype=np.int64), (G.size,))
+        el = _Elements(pos, G.size, count)
+        with np.errstate(all="ignore"):
+            value = self.ev(rec.value, el, pos, G)
+        flat = np.asarray(self.flat(value, int(counts.sum()))).astype(np.int64)
+        sums = np.zeros(G.size, dtype=np.int64)
+        filled = counts > 0
+        if flat.size:
+            sums[filled] = np.add.reduceat(flat, (np.cumsum(counts) - counts)[filled])
+        return sums
+
+    def rank_state(self, rank: int) -> dict[str, np.ndarray]:
+        """A copy of one rank's tensors (flat)."""
+        out = {}
+        for name in self.names:
+            b = int(self.base[name][rank])
+            out[name] = self.buf[name][b : b + int(self.numel[name][rank])].copy()
+        return out
+
+    def load_rank(self, rank: int, state: dict[str, np.ndarray]) -> None:
+        for name, values in state.items():
+            b = int(self.base[name][rank])
+            self.buf[name][b : b + values.size] = values
 
     def read_at(self, v: View, rank: int) -> np.ndarray:
         b = int(self.base[v.tensor][rank]) + v.offset
@@ -745,8 +784,8 @@ class Data(Observer):
             output_numel=each(lambda rec, p, r: [v.at(p).numel for v in rec.outputs], None),
             inputs_listed=each(lambda rec, p, r: rec.inputs_listed, False),
             outputs_listed=each(lambda rec, p, r: rec.outputs_listed, False),
-            in_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.in_splits), ()),
-            out_splits=each(lambda rec, p, r: tuple(int(at(x, np.array([p]), 1)[0]) for x in rec.out_splits), ()),
+            in_splits=each(lambda rec, p, r: tuple(_split_table(rec.in_splits, rec.ranks.size)[:, p].tolist()), ()),
+            out_splits=each(lambda rec, p, r: tuple(_split_table(rec.out_splits, rec.ranks.size)[:, p].tolist()), ()),
         )
 
     def mark(self, marks: Marks, view: View, rank: int, flags):
@@ -789,6 +828,23 @@ def _chunks(count, n: int, limit: int | None = None):
         end = max(k + 1, int(np.searchsorted(csum, int(csum[k]) - c + limit, side="right")))
         yield np.arange(k, end), None
         k = end
+
+
+_SPLITS: dict[int, tuple] = {}
+
+
+def _split_table(splits: tuple, n: int) -> np.ndarray:
+    """A record's split sizes as one (sizes, ranks) int64 table, made once per list (a member reads its column)."""
+    if not splits:
+        return np.zeros((0, n), dtype=np.int64)
+    hit = _SPLITS.get(id(splits))
+    if hit is not None and hit[0] is splits and hit[1].shape[1] == n:
+        return hit[1]
+    table = np.array([at(x, None, n) for x in splits], dtype=np.int64).reshape(len(splits), n)
+    if len(_SPLITS) > 64:
+        _SPLITS.clear()
+    _SPLITS[id(splits)] = (splits, table)  # holding `splits` keeps its id from being reused
+    return table
 
 
 def _ragged(starts, counts, n: int) -> np.ndarray:

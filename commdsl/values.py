@@ -80,6 +80,11 @@ class Failure(Exception):
         self.diagnostic = diagnostic
 
 
+class Unread(Failure):
+    """The ranks in `mask` reached an integer read from tensor data whose value is not known yet: they stop
+    there without a diagnostic until the schedule has run that far (`expand.expand`)."""
+
+
 def fail_all(diagnostic: Diagnostic):
     """A failure of every active rank alike (a uniform value)."""
     return Failure(True, lambda k: diagnostic)

@@ -7,6 +7,7 @@ sizes and ranks merge into one diagnostic listing the sizes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from commdsl.checker import noqa
@@ -73,6 +74,7 @@ def checker_rules(lints: bool):
 
 
 MODELS = {"gloo": GLOO, "nccl": NCCL}
+_RANK = re.compile(r"\brank (\d+)")
 
 
 def analyse_schedule(
@@ -118,7 +120,7 @@ def analyse_schedule(
     diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
     if sim is not None:
         diags.extend(data_findings(sim))
-    return [_with_calls(d, program, schedule) for d in diags], sim
+    return [_with_calls(d, program, schedule) for d in with_values_read(schedule, diags)], sim
 
 
 def _with_calls(d: Diagnostic, program: Program, schedule) -> Diagnostic:
@@ -219,6 +221,38 @@ def _check_world(program: Program, world: int, backends, options: CheckOptions, 
         return [too_big.model_copy(update={"worlds": (world,)})], False
     found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate, deadline)
     return [d.model_copy(update={"worlds": (world,)}) for d in found], True
+
+
+def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
+    """Each finding at a statement whose operands came from tensor data, with a note naming the values the ranks
+    it names read (`schedule.values_read`); where some ranks stopped at a read no run reached, every finding
+    says so, since the ops after that read were not checked."""
+    from commdsl.schedule import values_read
+
+    if not schedule.unread and not any(r.data for r in schedule.records):
+        return found
+    at: dict[int, list] = {}
+    for rec in schedule.records:
+        if rec.data:
+            at.setdefault(rec.span.start, []).append(rec)
+    stopped = [
+        Note(
+            message=f"rank {r} stopped at `{rec.text}` (line {rec.span.line}): no run of the schedule reached "
+            "that read, so its ops after it are not checked"
+        )
+        for r, rec in sorted(schedule.unread.items())[:4]
+    ]
+    out = []
+    for d in found:
+        spans = [d.span] + [lab.span for lab in d.labels]
+        recs = [rec for sp in spans if sp is not None for rec in at.get(sp.start, ())]
+        reads = list(dict.fromkeys(r for rec in recs for r in rec.data))
+        texts = " ".join([d.message, d.label] + [lab.message for lab in d.labels])
+        named = list(dict.fromkeys(int(x) for x in _RANK.findall(texts)))[:2]
+        ranks = named or ([int(recs[0].ranks[0])] if recs else [])
+        notes = [Note(message=m) for m in values_read(reads, ranks)] + stopped
+        out.append(d.model_copy(update={"notes": d.notes + tuple(notes)}) if notes else d)
+    return out
 
 
 def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commdsl.engine import Observer, Posts
-from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, Schedule
+from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, ReadRec, Schedule
 from commdsl.values import at, is_vec
 
 
@@ -203,6 +203,9 @@ class Access(Observer):
                 self.access(v, G, pos, False, ops)
         elif isinstance(rec, PrintRec):
             for v in rec.views:
+                self.access(v, G, pos, False, ops)
+        elif isinstance(rec, ReadRec):
+            for v in rec.reads:
                 self.access(v, G, pos, False, ops)
 
     def posted(self, rows: Posts):

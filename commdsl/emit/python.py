@@ -875,7 +875,9 @@ class _Writer:
                 return f"log2({self.static(e.args[0], scope)})", _ATOM
             case n.Call(func=n.Attr(attr="peer") as f):
                 return f"dist.get_global_rank({self.group_of(f.value)}, {self.static(e.args[0], scope)})", _ATOM
-            case n.Index(value=n.Name(id=name)):  # a table's entry (a view is no number)
+            case n.Call(func=n.Name(id="sum")) | n.Index() if isinstance(e, n.Call) or _is_view(e, scope, self.ndim):
+                return self.data_read(e, scope), _ATOM
+            case n.Index(value=n.Name(id=name)):  # a table's entry
                 self.helpers.add("entry")
                 return f"entry({self.top.names[name]}, {self.static(e.index, scope)})", _ATOM
             case n.Unary(op="not"):
@@ -888,6 +890,14 @@ class _Writer:
             case n.Binary():
                 return self.binary(e, lambda x, need: self.static(x, scope, need))
         raise ValueError(f"not a number: {e.kind}")
+
+    def data_read(self, e: n.Call | n.Index, scope: _Scope) -> str:
+        """An integer read from data as torch's own: `int(t[k])`, and `int(E.sum())` for `sum(E)` (the element
+        index `i` counting over the first view E reads)."""
+        if isinstance(e, n.Index):
+            return f"int({self.view(e, scope)})"
+        first = next(_views(e.args[0], scope, self.ndim))  # resolve makes sure E reads one
+        return f"int({self.elem(e.args[0], scope, self.view(first, scope), _ATOM)}.sum())"
 
     def binary(self, e: n.Binary, operand) -> tuple[str, int]:
         """`a OP b` with Python's precedence: left-associative, comparisons never chained, `**` right-associative."""
@@ -1046,7 +1056,18 @@ def _reads_elements(e, scope: _Scope, tensors) -> bool:
             return False
         case n.Call(func=n.Name(id="rand" | "randn")):
             return True
+        case n.Call(func=n.Name(id="sum")):  # one integer per rank, read from data
+            return False
     return any(_reads_elements(c, scope, tensors) for c in n.children(e))
+
+
+def _views(e, scope: _Scope, tensors):
+    """The views an element expression reads, outermost first."""
+    if _is_view(e, scope, tensors):
+        yield e
+        return
+    for c in n.children(e):
+        yield from _views(c, scope, tensors)
 
 
 # ---- what reaches the script from the input ---------------------------------------------------------------------

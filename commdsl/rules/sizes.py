@@ -65,7 +65,9 @@ class NotAnInteger(Rule):
     bound, a split size, an operand of `^ & | << >>`) but is not at some world size: `n / world` with
     `n = 10` and 4 ranks is 2.5, or a condition used as a number. It also reports the integer values an
     integer operation cannot take: a negative shift count (`1 << (rank - 3)` on rank 0), `log2` of a value
-    that is not a positive power of two (`log2(world)` at world 6), and a value too large to compute.
+    that is not a positive power of two (`log2(world)` at world 6), and a value too large to compute. An
+    integer read from tensor data (`T[k]`, `sum(E)`) must come from integers or booleans: a float tensor,
+    a float literal or `/` in it is reported too.
 
     ## Why is this bad?
 
@@ -569,8 +571,9 @@ class ExpansionTooLarge(Rule):
     (A ring all-reduce at world 4096 is 84,000,000 ops and 25,000 instances; 65 `all_reduce`s at world
     65536 are 4,259,840 collective calls.) It also reports a `while` loop that runs more than 65,536
     iterations, whose condition most likely never turns false, and, after its first such iteration, one
-    whose iteration left every `let` its condition reads unchanged, which certainly never ends; and a
-    `table` of more than 65,536 entries.
+    whose iteration left every `let` its condition reads unchanged, which certainly never ends; a
+    `table` of more than 65,536 entries; and a program whose integers read from tensor data take more than
+    256 runs of its schedule to learn (each run takes some rank past one more read).
 
     ## Why is this bad?
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from commdsl.runtime import progress
-from commdsl.schedule import Compute, Expect, Print, Schedule
+from commdsl.schedule import Compute, Expect, Print, Read, Schedule
 
 POLL_S = 0.05
 
@@ -41,7 +41,7 @@ def waits_on_others(schedule: Schedule, snap: progress.Snapshot) -> bool:
     if snap.state != progress.RUNNING or not 0 <= snap.rank < schedule.world:
         return False
     ops = schedule.ops[snap.rank]
-    return 0 <= snap.op < len(ops) and not isinstance(ops[snap.op], (Compute, Expect, Print))
+    return 0 <= snap.op < len(ops) and not isinstance(ops[snap.op], (Compute, Expect, Print, Read))
 
 
 def is_child(pid: int) -> bool:

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from commdsl.collectives import KINDS
 from commdsl.elementwise import NUMPY, ArrayLib, evaluate
 from commdsl.p2p import ANY_SOURCE, form
-from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Recv, Send, View, Wait
+from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Read, Recv, Send, View, Wait
 from commdsl.simulate import judge
 
 Step = Callable[[], None]
@@ -182,6 +182,7 @@ def _builder(op):
         Wait: _wait,
         Collective: _collective,
         NewGroup: _new_group,
+        Read: _read,
     }
     return builders[type(op)]
 
@@ -285,6 +286,27 @@ def _expect(op: Expect, index: int, ctx: Context) -> Step:
         ctx.emit("expect", {"index": index, "ok": ok, "detail": detail})
 
     return whole if numel <= CHUNK else chunked
+
+
+class DataReadMismatch(RuntimeError):
+    """A value read from tensor data on the real run is not the one the checked schedule was expanded with: every
+    op after it (sizes, peers, bounds) would differ from what was checked, so the rank stops here."""
+
+
+def _read(op: Read, index: int, ctx: Context) -> Step:
+    """`int(t[k])` / `int(E.sum())`, compared with the value the checker and simulator assumed."""
+    lib = torch_lib(ctx.device)
+
+    def step():
+        value = evaluate(op.value, ctx.view, op.shape, lib)
+        got = int(torch.broadcast_to(torch.as_tensor(value, device=ctx.device), op.shape).sum())
+        if got != op.expected:
+            assumed = "no value (no simulated run got there)" if op.expected is None else op.expected
+            raise DataReadMismatch(
+                f"`{op.text}` is {got} on this rank, but the checked schedule was expanded with {assumed}"
+            )
+
+    return step
 
 
 def _print(op: Print, index: int, ctx: Context) -> Step:
