@@ -652,7 +652,7 @@ class Engine:
         W, n = self.W, G.size
         peer = self.wide(rec.peer) if pos is None and isinstance(rec.peer, np.ndarray) else at(rec.peer, pos, n)
         peer = peer.astype(np.int64, copy=False)
-        wild = not rec.is_send and rec.node.peer is None  # `from any`: no peer to check
+        wild = rec.from_any  # `from any`: no peer to check
         checks = [] if wild else [((peer < 0) | (peer >= W), PEER_OUT_OF_RANGE)]
         if not (self.model.self_in_batch and rec.batched):
             checks.append((peer == G, SELF))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commdsl.p2p import ANY_SOURCE
-from commdsl.schedule import NewGroupRec, P2PRec
+from commdsl.schedule import CollectiveRec, NewGroupRec, P2PRec
 from commdsl.values import item
 
 if TYPE_CHECKING:
@@ -39,11 +39,7 @@ NEVER = np.iinfo(np.int64).max
 
 def wildcard_receivers(schedule) -> np.ndarray:
     """The ranks with a receive from any source (ascending)."""
-    ranks = [
-        r.ranks
-        for r in schedule.records
-        if isinstance(r, P2PRec) and not r.is_send and r.node.peer is None and r.ranks.size
-    ]
+    ranks = [r.ranks for r in schedule.records if isinstance(r, P2PRec) and r.from_any and r.ranks.size]
     return np.unique(np.concatenate(ranks)) if ranks else np.zeros(0, dtype=np.int64)
 
 
@@ -96,6 +92,12 @@ class Clocks:
             ranks, vecs = ranks[keep], vecs[keep]
         if ranks.size:
             np.maximum.at(self.vc, ranks, vecs)
+
+    def collective(self, rid: int) -> CollectiveRec:
+        """Record `rid` of the engine's calls, which are collectives only."""
+        rec = self.s.records[rid]
+        assert isinstance(rec, CollectiveRec)
+        return rec
 
     def snapshot(self, rid: int, size: int, pos: np.ndarray, vecs: np.ndarray) -> None:
         """Keep the clocks of a record's ranks as they post or call it, until their messages meet or the call
@@ -157,7 +159,7 @@ class Clocks:
 
     def released(self, calls: Calls, leaving: np.ndarray) -> None:
         """Members a rooted collective lets go early: on a kind whose root sends they hold the root's data."""
-        kind = self.s.records[int(calls.rec[0])].kind
+        kind = self.collective(int(calls.rec[0])).kind
         root = np.flatnonzero(calls.rank == calls.root)
         go = np.flatnonzero(leaving & (calls.rank != calls.root))
         if not (kind.root_sends and root.size and go.size):
@@ -177,11 +179,11 @@ class Clocks:
         root_row[inst[is_root]] = np.flatnonzero(is_root)
         learn = np.zeros(len(calls), dtype=bool)
         got = np.empty_like(vecs)
-        kinds = [self.s.records[int(r)].kind for r in calls.rec[starts].tolist()]
+        kinds = [self.collective(int(r)).kind for r in calls.rec[starts].tolist()]
         for i, kind in enumerate(kinds):
             s, c = int(starts[i]), int(counts[i])
             rows = slice(s, s + c)
-            if self.s.records[int(calls.rec[s])].out_splits:
+            if self.collective(int(calls.rec[s])).out_splits:
                 learn[rows], got[rows] = self.split_senders(calls, s, c, vecs)
             elif not kind.rooted:
                 learn[rows] = True
@@ -202,7 +204,7 @@ class Clocks:
         learn = np.zeros(c, dtype=bool)
         got = np.full((c, self.K), -1, dtype=np.int64)
         for i in range(c):
-            rec, pos = self.s.records[int(calls.rec[s + i])], int(calls.pos[s + i])
+            rec, pos = self.collective(int(calls.rec[s + i])), int(calls.pos[s + i])
             senders = np.flatnonzero(np.array([int(item(sp, pos)) for sp in rec.out_splits]) > 0)
             if senders.size:
                 learn[i] = True
@@ -235,7 +237,7 @@ class Clocks:
         self.vc[waiting] = np.maximum(self.vc[waiting], vec)
 
     # ---- the race test ------------------------------------------------------------------------------------
-    def races(self) -> list[tuple[tuple[int, int], ...]]:
+    def races(self) -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
         """((record id, position) of the receive from any, of the send it met, of another send it could have
         met), one per receive that races, in the order the receives were posted.
 

@@ -254,6 +254,11 @@ class P2PRec(Record):
         """The op as the user wrote it: `send`, `isend`, ..."""
         return form(self.is_send, self.node.blocking).word
 
+    @property
+    def from_any(self) -> bool:
+        """A receive from any source (`recv x from any`, torch's `src=None`): its statement names no peer."""
+        return not self.is_send and getattr(self.node, "peer", 0) is None
+
     def at(self, k: int, groups: list[Group] | None = None) -> Send | Recv:
         gid = None if self.gid is None else int(item(self.gid, k))
         cls = Send if self.is_send else Recv

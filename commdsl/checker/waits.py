@@ -136,7 +136,7 @@ class _Ahead:
                 if not ask.size:
                     continue
                 q_tag = tag[ask] if tags and with_tag else np.zeros(ask.size, dtype=np.int64)
-                wild = not op.is_send and op.node.peer is None  # a receive from any source takes any sender's
+                wild = op.from_any  # a receive from any source takes any sender's
                 q_src = np.full(ask.size, ANY_SOURCE) if wild else src[ask]
                 hit = _member((gid[ask], q_src, dst[ask], q_tag), (o_gid, o_src, o_dst, o_tag))
                 for i in ask[hit].tolist():

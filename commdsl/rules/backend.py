@@ -221,7 +221,7 @@ class NcclRecvFromAny(Rule):
         seen = set()
         for rec in ctx.schedule.records:
             for op in rec.ops if isinstance(rec, BatchRec) else (rec,):
-                if isinstance(op, P2PRec) and not op.is_send and op.node.peer is None and op.span not in seen:
+                if isinstance(op, P2PRec) and op.from_any and op.span not in seen:
                     seen.add(op.span)
                     yield cls.diagnostic(
                         f"`{op.word} from any` is not supported by nccl",

@@ -300,6 +300,7 @@ class CoalescedReadsEarlierOutput(Rule):
             if not isinstance(rec, CollectiveRec) or rec.block is None or rec.block.index == 0:
                 continue
             for earlier in records[rec.id - rec.block.index : rec.id]:
+                assert isinstance(earlier, CollectiveRec)  # a block holds collectives only (resolve, N115)
                 shared = _shared(earlier, rec)
                 if shared is not None:
                     yield cls.diagnostic(
@@ -350,7 +351,9 @@ def _pairs(ctx: Context) -> Iterator[tuple[CollectiveRec, CollectiveRec]]:
     records = ctx.schedule.records
     for rec in records:
         if isinstance(rec, CollectiveRec) and rec.block is not None and rec.block.index > 0:
-            yield records[rec.id - rec.block.index], rec
+            first = records[rec.id - rec.block.index]
+            assert isinstance(first, CollectiveRec)  # a block holds collectives only (resolve, N115)
+            yield first, rec
 
 
 def _first_of_each_block(pairs, differs) -> Iterator[tuple[CollectiveRec, CollectiveRec]]:
