@@ -224,14 +224,17 @@ class Observer:
     def waited(self, reqs: np.ndarray) -> None: ...
 
 
-class _Tee(Observer):
-    """The engine's observer and its clocks (`ordering.Clocks`), fed the same events; local ops only to the first."""
+class Both(Observer):
+    """Feeds one engine run to two observers (the simulator's data and the checker's accesses; an observer and the
+    ordering's clocks, which follow messages and collectives only: `locals_too=False`)."""
 
-    def __init__(self, a: Observer, clocks: Clocks):
-        self.a, self.b = a, clocks
+    def __init__(self, a: Observer, b: Observer, locals_too: bool = True):
+        self.a, self.b, self.locals_too = a, b, locals_too
 
     def local(self, *args):
         self.a.local(*args)
+        if self.locals_too:
+            self.b.local(*args)
 
     def posted(self, rows):
         self.a.posted(rows)
@@ -340,7 +343,7 @@ class Engine:
         receivers = wildcard_receivers(schedule)
         self.clocks = Clocks(self, receivers) if receivers.size else None  # for message races (P211)
         if self.clocks is not None:
-            self.obs = _Tee(self.obs, self.clocks)
+            self.obs = Both(self.obs, self.clocks, locals_too=False)
         W = schedule.world
         self.W = W
         seq = schedule.sequences

@@ -14,7 +14,7 @@ from commdsl.checker import noqa
 from commdsl.checker.access import Access
 from commdsl.checker.context import Context
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
-from commdsl.engine import GLOO, NCCL, Observer, run_engine
+from commdsl.engine import GLOO, NCCL, Both, run_engine
 from commdsl.expand import expand
 from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached, memory_problem
 from commdsl.resolve import OPEN_WORLD_BOUND, Program
@@ -29,41 +29,6 @@ class CheckOptions:
     simulate: bool = True
     bound: int = OPEN_WORLD_BOUND
     max_seconds: float | None = TIME_LIMIT  # the whole program's check (`--max-time`); None: no limit
-
-
-class _Both(Observer):
-    """Feeds one engine run to two observers (the simulator's data and the checker's accesses)."""
-
-    def __init__(self, a: Observer, b: Observer):
-        self.a, self.b = a, b
-
-    def local(self, *args):
-        self.a.local(*args)
-        self.b.local(*args)
-
-    def posted(self, rows):
-        self.a.posted(rows)
-        self.b.posted(rows)
-
-    def matched(self, sends, recvs):
-        self.a.matched(sends, recvs)
-        self.b.matched(sends, recvs)
-
-    def called(self, *args):
-        self.a.called(*args)
-        self.b.called(*args)
-
-    def completed(self, *args):
-        self.a.completed(*args)
-        self.b.completed(*args)
-
-    def released(self, *args):
-        self.a.released(*args)
-        self.b.released(*args)
-
-    def waited(self, reqs):
-        self.a.waited(reqs)
-        self.b.waited(reqs)
 
 
 def checker_rules(lints: bool):
@@ -96,7 +61,7 @@ def analyse_schedule(
             from commdsl.simulate import Data, SimResult
 
             data = Data(schedule, backend=b)
-            observer = _Both(data, access)
+            observer = Both(data, access)
         outcomes[b] = run_engine(schedule, MODELS[b], observer, record_matches=tagged_too, deadline=deadline)
         if with_data and sim is None:
             sim = SimResult(schedule, outcomes[b], data)
