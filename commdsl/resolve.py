@@ -563,7 +563,7 @@ class _Resolver:
         passes), or an integer known per rank; None when it is none of those (reported)."""
         if _is_view_syntax(a, scope):
             self.check_view(a, scope)
-            return scope.lookup(_view_base(a).id)  # the tensor viewed: its dtype decides what the body may do
+            return scope.lookup(n.view_tensor(a))  # the tensor viewed: its dtype decides what the body may do
         base = a.value if isinstance(a, n.Attr) and isinstance(a.value, n.Name) else a
         found = scope.lookup(base.id) if isinstance(base, n.Name) else None
         if found is not None and found[0] in ("group", "mesh"):
@@ -1148,25 +1148,9 @@ def _is_lookup(e, scope: _Scope) -> bool:
 
 def _is_view_syntax(e, scope: _Scope) -> bool:
     """Is `e` a tensor view (name, slice, index or chunk of a tensor)?"""
-    match e:
-        case n.Name():
-            found = scope.lookup(e.id)
-            return found is not None and found[0] == "tensor"
-        case n.Slice() | n.Index():
-            return _is_view_syntax(e.value, scope)
-        case n.Call(func=n.Attr(attr="chunk") as f):
-            return _is_view_syntax(f.value, scope)
-    return False
-
-
-def _view_base(e) -> n.Name:
-    """The tensor's name at the root of view syntax (`x`, `x[a:b]`, `x[k]`, `x.chunk(k, n)`)."""
-    match e:
-        case n.Slice() | n.Index():
-            return _view_base(e.value)
-        case n.Call(func=n.Attr() as f):
-            return _view_base(f.value)
-    return e
+    name = n.view_tensor(e)
+    found = scope.lookup(name) if name is not None else None
+    return found is not None and found[0] == "tensor"
 
 
 def _per_element(e, scope: _Scope):

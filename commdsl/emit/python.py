@@ -518,7 +518,7 @@ class _Writer:
         out = []
         for a in s.args:
             if _is_view(a, scope, self.ndim):
-                out.append(("view", _view_ndim(a, self.ndim), self.dtype[_tensor_of(a)]))
+                out.append(("view", _view_ndim(a, self.ndim), self.dtype[n.view_tensor(a)]))
             else:
                 out.append(self.group_argument(a) or ("number",))
         return tuple(out)
@@ -636,22 +636,22 @@ class _Writer:
         value = s.value
         line = s.span.line
         # a function's view parameter may be a view of any tensor: as if target and value shared one
-        shared = bool({_tensor_of(value), _tensor_of(s.target)} & self.view_parameters)
+        shared = bool({n.view_tensor(value), n.view_tensor(s.target)} & self.view_parameters)
         if s.op == "=":
             if not _reads_elements(value, scope, self.ndim):
                 self.emit(depth, f"{target}.fill_({self.static(value, scope)})", line)
             elif _is_view(value, scope, self.ndim):
-                same = shared or _tensor_of(value) == _tensor_of(s.target)  # copy_ refuses an overlapping source
+                same = shared or n.view_tensor(value) == n.view_tensor(s.target)  # copy_ refuses an overlapping source
                 self.emit(depth, f"{target}.copy_({self.view(value, scope)}{'.clone()' if same else ''})", line)
             else:
                 self.emit(depth, f"{target}.copy_({self.elem(value, scope, target)})", line)
             return
-        tensor = _tensor_of(s.target)
+        tensor = n.view_tensor(s.target)
         same_kind = (  # where computing in place stores what the runtime's compute-and-copy stores
             _is_view(value, scope, self.ndim)
             and not shared
-            and _tensor_of(value) != tensor
-            and self.dtype[_tensor_of(value)] == self.dtype[tensor]  # the runtime's own in-place case
+            and n.view_tensor(value) != tensor
+            and self.dtype[n.view_tensor(value)] == self.dtype[tensor]  # the runtime's own in-place case
             or not _reads_elements(value, scope, self.ndim)
             and (self.dtype[tensor] in TOLERANCE or isinstance(value, n.IntLit) and self.dtype[tensor] != "bool")
         )  # a number into a float tensor, or an integer literal into an integer one: no promotion to undo
@@ -1013,20 +1013,9 @@ def _waited_arrays(stmts) -> set[str]:
     return out
 
 
-def _tensor_of(e) -> str | None:
-    match e:
-        case n.Name():
-            return e.id
-        case n.Slice() | n.Index():
-            return _tensor_of(e.value)
-        case n.Call(func=n.Attr(attr="chunk") as f):
-            return _tensor_of(f.value)
-    return None
-
-
 def _is_view(e, scope: _Scope, tensors) -> bool:
     """A tensor view: a tensor's name (no `let` can take one), sliced, indexed or chunked."""
-    return _tensor_of(e) in tensors
+    return n.view_tensor(e) in tensors
 
 
 def _view_ndim(e, tensors) -> int:

@@ -423,6 +423,19 @@ class Module(Node):
     body: tuple[Stmt, ...]
 
 
+def view_tensor(e) -> str | None:
+    """The name at the root of view syntax (`x`, `x[a:b]`, `x[k]`, `x.chunk(k, n)`), or None for any other
+    expression; whether that name is a tensor is the caller's scope to say."""
+    match e:
+        case Name():
+            return e.id
+        case Slice() | Index():
+            return view_tensor(e.value)
+        case Call(func=Attr(attr="chunk") as f):
+            return view_tensor(f.value)
+    return None
+
+
 def children(e) -> list:
     """The sub-expressions of an expression node (none for literals and names)."""
     match e:
