@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -236,7 +236,7 @@ class Expander:
         rank = int(A[k])
         if self.reads_data and stmt is not None:
             read = values_read(self.sources(stmt), [rank])
-            d = d.model_copy(update={"notes": d.notes + tuple(Note(message=m) for m in read)})
+            d = replace(d, notes=d.notes + tuple(Note(message=m) for m in read))
         key = (d.code, d.span.start if d.span else -1)
         calls = (call_note(tuple(self.calling)),) if self.calling else ()
         if key not in self.errors or rank < self.errors[key][1]:
@@ -1172,8 +1172,8 @@ class Expander:
         name, dim = self.group_name(s.group.name, s.group.dim)
         key = (id(s), name, dim)
         if key not in self.renamed:  # one node per statement and group: records of one statement share it
-            ref = n.GroupRef.model_construct(span=s.group.span, name=name, dim=dim)
-            self.renamed[key] = (s, s.model_copy(update={"group": ref}))  # holding `s` keeps its id from reuse
+            ref = n.GroupRef(span=s.group.span, name=name, dim=dim)
+            self.renamed[key] = (s, replace(s, group=ref))  # holding `s` keeps its id from reuse
         return self.renamed[key][1]
 
     def group_argument(self, a) -> tuple[str, str | None] | None:
@@ -1721,7 +1721,7 @@ class Expander:
 def _with_notes(d: Diagnostic, notes: tuple) -> Diagnostic:
     """`d` with those of `notes` it does not have yet."""
     extra = tuple(x for x in notes if x not in d.notes)
-    return d.model_copy(update={"notes": d.notes + extra}) if extra else d
+    return replace(d, notes=d.notes + extra) if extra else d
 
 
 def _slot_text(slot, k: int) -> str:
@@ -1745,10 +1745,10 @@ def _own_names(node) -> set[str]:
     if not isinstance(node, n.Node) or isinstance(node, (n.Name, n.Attr, n.Call, n.Slice, n.Index, n.Unary, n.Binary)):
         return _names(node) if isinstance(node, n.Node) else set()
     out: set[str] = set()
-    for field in type(node).model_fields:
-        if field in ("body", "orelse", "branches", "span"):
+    for field in fields(node):
+        if field.name in ("body", "orelse", "branches", "span"):
             continue
-        value = getattr(node, field)
+        value = getattr(node, field.name)
         for x in value if isinstance(value, tuple) else (value,):
             if isinstance(x, n.Node):
                 out |= _own_names(x)
@@ -1894,7 +1894,7 @@ def expand(
             return schedule
         too_big = memory_problem(schedule)  # the simulator is about to hold every rank's tensors
         if too_big is not None:
-            raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
+            raise CommdslError([replace(too_big, worlds=(world,))])
         learnt = _run_to_reads(schedule, deadline)
         if not learnt:
             return schedule  # the schedule stalls before every stopped rank's read
@@ -1902,13 +1902,16 @@ def expand(
     first = min(schedule.unread.values(), key=lambda r: r.span.start)
     raise CommdslError(
         [
-            ExpansionTooLarge.diagnostic(
-                f"learning the values read from tensor data takes over {MAX_READ_PASSES} runs of the schedule "
-                f"at world {world}",
-                span=first.span,
-                label="still not read after that many runs",
-                help="each run reaches the next read on some rank: read fewer values inside loops",
-            ).model_copy(update={"worlds": (world,)})
+            replace(
+                ExpansionTooLarge.diagnostic(
+                    f"learning the values read from tensor data takes over {MAX_READ_PASSES} runs of the schedule "
+                    f"at world {world}",
+                    span=first.span,
+                    label="still not read after that many runs",
+                    help="each run reaches the next read on some rank: read fewer values inside loops",
+                ),
+                worlds=(world,),
+            )
         ]
     )
 
@@ -1991,7 +1994,7 @@ def _at_world(d: Diagnostic, world: int, rank: int | None) -> Diagnostic:
     """The world size goes in `worlds` (merged across sizes by the checker, rendered as a note), the rank
     in a note of its own: a note saying "at world size 2" would hide the merged list of sizes."""
     notes = d.notes + ((Note(message=f"on rank {rank}"),) if rank is not None else ())
-    return d.model_copy(update={"notes": notes, "worlds": (world,)})
+    return replace(d, notes=notes, worlds=(world,))
 
 
 __all__ = ["expand", "resolve_params", "parse_param_value", "MAX_TENSOR_ELEMENTS"]

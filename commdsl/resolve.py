@@ -8,9 +8,7 @@ the world size or params (bounds, shapes) is checked by `expand`.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass, field, replace
 
 from commdsl.collectives import KINDS
 from commdsl.diagnostics import CommdslError, Diagnostic
@@ -59,10 +57,9 @@ DATA_FUNC = "sum"
 """`sum(E)`: an integer read from tensor data (the only function that reads data into an integer)."""
 
 
-class Program(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Program:
     """A program whose names and kinds are consistent; still parametric in world size and params."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     name: str
     path: str
@@ -262,7 +259,7 @@ class _Resolver:
         prog = header.get("program")
         world = header.get("world")
         backend = header.get("backend")
-        return Program.model_construct(  # of parsed nodes, not validated again (see syntax.nodes.Node)
+        return Program(
             name=prog.name if prog else "program",
             path=self.module.span.path,
             world=world,
@@ -1260,7 +1257,7 @@ def call_note(chain: tuple[n.CallStmt, ...]):
 
 
 def _noted(d: Diagnostic, note) -> Diagnostic:
-    return d if note in d.notes else d.model_copy(update={"notes": d.notes + (note,)})
+    return d if note in d.notes else replace(d, notes=d.notes + (note,))
 
 
 def bound_handle_names(stmts) -> frozenset[str]:

@@ -6,48 +6,51 @@ ignores them. A flag on the command line wins over its `COMMDSL_<FLAG>` variable
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from commdsl.diagnostics.render import FORMATS
 from commdsl.limits import MAX_TIMEOUT_S
 from commdsl.resolve import MAX_WORLD
 from commdsl.rules.settings import InvalidSettings
 from commdsl.source import SourceFile
-from commdsl.tomlfile import parse
+from commdsl.validation import FORBID_EXTRA, after, bounded
 
 FILES = ("commdsl.toml", "pyproject.toml")
 """Looked for in this order in each directory; a pyproject.toml counts only with a [tool.commdsl] table."""
 
 
-Code = Annotated[str, AfterValidator(lambda code: code.strip().upper())]
+Code = Annotated[str, after(lambda code: code.strip().upper())]
 """A code or prefix, as `--select` takes it (any case)."""
 
 
-class Settings(BaseModel):
-    """The keys, spelt as the flags (`max-world` for `--max-world`). The validators are built only to read a
-    file (`defer_build`): without one, `defaults()` costs a lint nothing."""
+def _key(name: str) -> str:
+    """A field's key in the file: spelt as its flag (`max-world` for `--max-world`)."""
+    return name.replace("_", "-")
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=lambda name: name.replace("_", "-"), defer_build=True
-    )
 
-    select: list[Code] = Field(default_factory=list)
-    ignore: list[Code] = Field(default_factory=list)
-    world: list[Annotated[int, Field(ge=1, le=MAX_WORLD)]] = Field(default_factory=list)
-    backend: list[Literal["gloo", "nccl"]] = Field(default_factory=list)
-    max_world: int | None = Field(default=None, ge=1, le=MAX_WORLD)  # the bounds of the flags
-    max_time: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The keys, spelt as the flags. Validated (pydantic, `commdsl.validation`) only when read from a file:
+    without one, the defaults cost a lint nothing."""
+
+    __pydantic_config__ = {**FORBID_EXTRA, "alias_generator": _key}
+
+    select: list[Code] = field(default_factory=list)
+    ignore: list[Code] = field(default_factory=list)
+    world: list[Annotated[int, bounded(ge=1, le=MAX_WORLD)]] = field(default_factory=list)
+    backend: list[Literal["gloo", "nccl"]] = field(default_factory=list)
+    max_world: Annotated[int, bounded(ge=1, le=MAX_WORLD)] | None = None  # the bounds of the flags
+    max_time: Annotated[float, bounded(gt=0, le=MAX_TIMEOUT_S)] | None = None
     strict: bool = False
-    exclude: list[str] = Field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
     output_format: Literal[FORMATS] | None = None  # type: ignore[valid-type]
 
 
 def defaults() -> Settings:
     """The settings when no file gives any."""
-    return Settings.model_construct()
+    return Settings()
 
 
 def find(start: Path) -> Path | None:
@@ -69,6 +72,8 @@ def _has_table(pyproject: Path) -> bool:
 
 def load(path: Path) -> tuple[Settings, SourceFile]:
     """The settings in `path` (FileError when it cannot be read, CommdslError with N137 when they are wrong)."""
+    from commdsl.tomlfile import parse  # here: TOML and its validation only when there is a file
+
     source = SourceFile.read(path)
     table = ("tool", "commdsl") if path.name == "pyproject.toml" else ()
     return parse(source, Settings, InvalidSettings, table), source

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from commdsl.validation import FORBID_EXTRA
 
 
-class Span(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Span:
     """A half-open region of one source file, 1-based lines and columns, end exclusive (as Lark's meta)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    __pydantic_config__ = FORBID_EXTRA
 
     path: str
     start: int
@@ -93,6 +95,6 @@ class SourceFile:
     def span(self, start: int, end: int) -> Span:
         line, column = self.location(start)
         end_line, end_column = self.location(end)
-        return Span.model_construct(  # made for every node: not validated (see syntax.nodes.Node)
+        return Span(
             path=self.path, start=start, end=end, line=line, column=column, end_line=end_line, end_column=end_column
         )

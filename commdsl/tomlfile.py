@@ -1,4 +1,4 @@
-"""Settings files in TOML, read into pydantic models, every mistake a diagnostic that points into the file.
+"""Settings files in TOML, validated by pydantic, every mistake a diagnostic that points into the file.
 
 `tomllib` reports where a file stops being TOML but not where a key is, so a key's span is found by
 scanning the file's table headers and `key =` lines. Used by `[tool.commdsl]` / `commdsl.toml`
@@ -7,28 +7,31 @@ scanning the file's table headers and `key =` lines. Used by `[tool.commdsl]` / 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import sys
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
+import typing
+from typing import Any, TypeVar
 
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.rules import Rule
 from commdsl.source import SourceFile, Span
+from commdsl.validation import adapter
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-Model = TypeVar("Model", bound=BaseModel)
+Model = TypeVar("Model")
 
 
 def parse(source: SourceFile, model: type[Model], rule: type[Rule], table: tuple[str, ...] = ()) -> Model:
-    """The `table` of the TOML text in `source` (the whole file when empty) as `model`; CommdslError with
-    one `rule` diagnostic per mistake otherwise."""
+    """The `table` of the TOML text in `source` (the whole file when empty) as `model` (a pydantic model or
+    a dataclass of `commdsl.validation`); CommdslError with one `rule` diagnostic per mistake otherwise."""
+    from pydantic import ValidationError  # here: a lint without a settings file never validates
+
     try:
         data = tomllib.loads(source.text)
     except tomllib.TOMLDecodeError as e:
@@ -36,7 +39,7 @@ def parse(source: SourceFile, model: type[Model], rule: type[Rule], table: tuple
     for name in table:
         data = data.get(name, {})
     try:
-        return model.model_validate(data)
+        return adapter(model).validate_python(data)
     except ValidationError as e:
         raise CommdslError([_validation_error(source, err, rule, model, table) for err in e.errors()]) from None
 
@@ -98,7 +101,7 @@ def _decode_error(source: SourceFile, e: Exception, rule: type[Rule]) -> Diagnos
     return rule.diagnostic(f"{source.path}: not a TOML file: {text[0].lower() + text[1:]}", span=span, label="here")
 
 
-def _validation_error(source: SourceFile, err, rule: type[Rule], model: type[BaseModel], table: tuple) -> Diagnostic:
+def _validation_error(source: SourceFile, err, rule: type[Rule], model: type, table: tuple) -> Diagnostic:
     loc = tuple(err["loc"])
     where = ".".join(str(p + 1) if isinstance(p, int) else p for p in loc) or "(file)"
     full = table + loc
@@ -112,7 +115,7 @@ def _validation_error(source: SourceFile, err, rule: type[Rule], model: type[Bas
             help=f"add `{loc[-1]} = …`" + (f" under [{inside}]" if inside else ""),
         )
     span = key_span(source, full) or line_span(source, 1)
-    if err["type"] == "extra_forbidden":
+    if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
         known = _known(model, loc)
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
         hint = f"did you mean `{close[0]}`? " if close else ""
@@ -127,15 +130,24 @@ def _validation_error(source: SourceFile, err, rule: type[Rule], model: type[Bas
     )
 
 
-def _known(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys allowed where `loc` points: the fields (by alias) of the model nested at its tables."""
+def _known(model: type, loc: tuple) -> list[str]:
+    """The keys allowed where `loc` points: those of the model nested at its tables."""
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
-        inner = getattr(field.annotation, "__args__", (field.annotation,)) if field else ()
-        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
+        annotation = _keys(model).get(part)
+        inner = getattr(annotation, "__args__", (annotation,)) if annotation else ()
+        nested = [a for a in inner if dataclasses.is_dataclass(a) or hasattr(a, "model_fields")]
         if not nested:
             break
         model = nested[0]
-    return [f.alias or n for n, f in model.model_fields.items()]
+    return list(_keys(model))
+
+
+def _keys(model: type) -> dict[str, Any]:
+    """A model's keys as a file spells them (by alias), each with its type."""
+    if dataclasses.is_dataclass(model):
+        alias = getattr(model, "__pydantic_config__", {}).get("alias_generator") or (lambda name: name)
+        hints = typing.get_type_hints(model)
+        return {alias(f.name): hints[f.name] for f in dataclasses.fields(model)}
+    return {f.alias or name: f.annotation for name, f in model.model_fields.items()}  # type: ignore[attr-defined]

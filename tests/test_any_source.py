@@ -22,6 +22,7 @@ from commdsl.resolve import load
 from commdsl.simulate import simulate
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
+from commdsl.validation import adapter, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +78,7 @@ def test_parses_to_a_receive_without_a_peer():
 
     source = SourceFile("t.comm", text)
     body = to_ast(parse_tree(source), source).body
-    recv, irecv = (n.Recv.model_validate(s.model_dump()) for s in body[3:])  # the nodes are valid models
+    recv, irecv = (validate(s) for s in body[3:])  # the nodes are valid
     assert (recv.peer, recv.blocking, recv.group.name, recv.tag.value) == (None, True, "g", 3)
     assert (irecv.peer, irecv.blocking, irecv.handle.name) == (None, False, "h")
 

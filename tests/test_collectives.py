@@ -4,6 +4,7 @@ the dtype's wrap-around or rounding), `fit` (N131), `roles`, `busbw_factor` (ncc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -367,7 +368,7 @@ def without_spans(node):
         if isinstance(d, (list, tuple)):
             return [strip(v) for v in d]
         return d
-    return strip(node.model_dump())
+    return strip(dataclasses.asdict(node))
 
 
 def parse(text: str) -> n.Module:

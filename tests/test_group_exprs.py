@@ -13,6 +13,7 @@ from commdsl.resolve import load
 from commdsl.schedule import Compute, Send
 from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
+from commdsl.validation import validate
 
 
 def program(text: str):
@@ -115,7 +116,7 @@ def test_a_computed_group_parses_to_one_list_for_member():
     (g,) = program("group g = [2 * j + 1 for j in 0 .. world // 2 - 1]\n").groups
     (m,) = g.members
     assert isinstance(m, n.ListFor) and m.var == "j" and g.split_key is None
-    n.GroupDecl.model_validate(g.model_dump())  # a valid node, as the parser builds it unvalidated
+    assert validate(g) == g  # a valid node, as the parser builds it unvalidated
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
@@ -160,7 +161,7 @@ def test_a_table_parses_to_its_entries_and_is_a_valid_node():
     t, u = p.tables
     assert (t.name, len(t.entries), u.name) == ("t", 3, "u") and isinstance(u.entries[0], n.ListFor)
     for node in (t, u):
-        n.TableDecl.model_validate(node.model_dump())
+        assert validate(node) == node
 
 
 @pytest.mark.parametrize("world", [4, 8])

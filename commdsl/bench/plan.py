@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -170,10 +170,9 @@ def with_dtype(program: Program, tensor: str, dtype: str) -> Program:
     """`--dtype` for a program: every tensor declared with the measured tensor's dtype takes the new one."""
     old = next(t.dtype.name for t in program.tensors if t.name == tensor)
     tensors = tuple(
-        t.model_copy(update={"dtype": t.dtype.model_copy(update={"name": dtype})}) if t.dtype.name == old else t
-        for t in program.tensors
+        replace(t, dtype=replace(t.dtype, name=dtype)) if t.dtype.name == old else t for t in program.tensors
     )
-    return program.model_copy(update={"tensors": tensors})
+    return replace(program, tensors=tensors)
 
 
 def build(
@@ -216,7 +215,7 @@ def build(
                 continue
             seen[vi].add(value)
             diags, sim = analyse_schedule(v.program, schedule, (backend,), False, check)
-            errors = [d.model_copy(update={"worlds": (world,)}) for d in diags if d.severity == "error"]
+            errors = [replace(d, worlds=(world,)) for d in diags if d.severity == "error"]
             if errors:
                 raise Refused(v, value, errors)
             if check and not sim.engine.completed:

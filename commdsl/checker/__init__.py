@@ -8,7 +8,7 @@ sizes and ranks merge into one diagnostic listing the sizes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commdsl.checker import noqa
 from commdsl.checker.access import Access
@@ -78,7 +78,7 @@ def analyse_schedule(
                     first, seen = found[key]
                     extra = tuple(n for n in d.notes if n not in first.notes)
                     if extra:
-                        found[key] = (first.model_copy(update={"notes": first.notes + extra}), seen)
+                        found[key] = (replace(first, notes=first.notes + extra), seen)
                 else:
                     found[key] = (d, [])
                 found[key][1].append(b if not rule.about_backends else "*")
@@ -98,7 +98,7 @@ def _with_calls(d: Diagnostic, program: Program, schedule) -> Diagnostic:
         return d
     notes = tuple(call_note(chain) for chain in schedule.reached.get(inside[0].name.name, ()))
     extra = tuple(x for x in notes if x not in d.notes)
-    return d.model_copy(update={"notes": d.notes + extra}) if extra else d
+    return replace(d, notes=d.notes + extra) if extra else d
 
 
 def data_findings(sim) -> list[Diagnostic]:
@@ -117,7 +117,7 @@ def _cited(d: Diagnostic) -> Diagnostic:
     from commdsl.rules.registry import CODES
 
     cite = CODES[d.code].cite()
-    return d if cite is None else d.model_copy(update={"notes": d.notes + (cite,)})
+    return d if cite is None else replace(d, notes=d.notes + (cite,))
 
 
 def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
@@ -128,7 +128,7 @@ def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> D
     if "*" in seen or len(seen) == len(set(backends)):
         return d
     note = Note(message=f"only on {' and '.join(seen)} (checked for {', '.join(backends)})")
-    return d.model_copy(update={"notes": d.notes + (note,)})
+    return replace(d, notes=d.notes + (note,))
 
 
 def _uses_tags(schedule) -> bool:
@@ -149,7 +149,7 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
         try:
             found, ran = _check_world(program, world, backends, options, deadline)
         except TimeLimitReached as stop:
-            found, stopped, ran = [stop.diagnostic.model_copy(update={"worlds": (world,)})], True, False
+            found, stopped, ran = [replace(stop.diagnostic, worlds=(world,))], True, False
         if ran:
             analysed.append(world)
         for d in found:
@@ -157,7 +157,7 @@ def check_program(program: Program, options: CheckOptions = CheckOptions()) -> l
             if key in merged:
                 prev = merged[key]
                 if world not in prev.worlds:
-                    merged[key] = prev.model_copy(update={"worlds": prev.worlds + (world,)})
+                    merged[key] = replace(prev, worlds=prev.worlds + (world,))
             else:
                 merged[key] = d
         if stopped:  # nothing more is known: the sizes after this one go unchecked
@@ -183,9 +183,9 @@ def _check_world(program: Program, world: int, backends, options: CheckOptions, 
         return e.diagnostics, False
     too_big = memory_problem(schedule) if options.simulate else None
     if too_big is not None:
-        return [too_big.model_copy(update={"worlds": (world,)})], False
+        return [replace(too_big, worlds=(world,))], False
     found, _ = analyse_schedule(program, schedule, backends, options.lints, options.simulate, deadline)
-    return [d.model_copy(update={"worlds": (world,)}) for d in found], True
+    return [replace(d, worlds=(world,)) for d in found], True
 
 
 def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
@@ -216,7 +216,7 @@ def with_values_read(schedule, found: list[Diagnostic]) -> list[Diagnostic]:
         named = list(dict.fromkeys(int(x) for x in _RANK.findall(texts)))[:2]
         ranks = named or ([int(recs[0].ranks[0])] if recs else [])
         notes = [Note(message=m) for m in values_read(reads, ranks)] + stopped
-        out.append(d.model_copy(update={"notes": d.notes + tuple(notes)}) if notes else d)
+        out.append(replace(d, notes=d.notes + tuple(notes)) if notes else d)
     return out
 
 
@@ -226,7 +226,7 @@ def stall_diagnostics(program: Program, outcome) -> list[Diagnostic]:
         return []
     schedule = outcome.schedule
     diags, _ = analyse_schedule(program, schedule, schedule.backends, False, False)
-    return [d.model_copy(update={"worlds": (schedule.world,)}) for d in diags]
+    return [replace(d, worlds=(schedule.world,)) for d in diags]
 
 
 def data_diagnostics(sim) -> list[Diagnostic]:
@@ -235,4 +235,4 @@ def data_diagnostics(sim) -> list[Diagnostic]:
     from commdsl.rules.p2p import MessageRace
 
     found = [_cited(d) for d in MessageRace.from_outcome(sim.engine)] + data_findings(sim)
-    return [d.model_copy(update={"worlds": (sim.schedule.world,)}) for d in found]
+    return [replace(d, worlds=(sim.schedule.world,)) for d in found]

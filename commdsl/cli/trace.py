@@ -12,6 +12,7 @@ error, a script that fails while it is recorded, or an unreadable dump.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from rich.markup import escape
 
@@ -152,7 +153,7 @@ def _merge(merged: dict[tuple, Diagnostic], diags: list[Diagnostic]) -> None:
         key = (d.code, d.span.path if d.span else "", d.span.start if d.span else None, d.message.split(":")[0])
         if key in merged:
             prev = merged[key]
-            merged[key] = prev.model_copy(update={"worlds": tuple(sorted(set(prev.worlds) | set(d.worlds)))})
+            merged[key] = replace(prev, worlds=tuple(sorted(set(prev.worlds) | set(d.worlds))))
         else:
             merged[key] = d
 

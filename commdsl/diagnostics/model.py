@@ -2,33 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from commdsl.source import Span
+from commdsl.validation import FORBID_EXTRA
 
 Severity = Literal["error", "warning"]
 
 
-class Label(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Label:
     """A secondary span with a short text: the other party of a two-party bug, an edge of a cycle."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    __pydantic_config__ = FORBID_EXTRA
     span: Span
     message: str
 
 
-class Note(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Note:
     """A fact about the finding (`= note:`), optionally pointing at a line."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    __pydantic_config__ = FORBID_EXTRA
     message: str
     span: Span | None = None
 
 
-class Diagnostic(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+@dataclass(frozen=True, kw_only=True)
+class Diagnostic:
+    __pydantic_config__ = FORBID_EXTRA
 
     code: str
     severity: Severity = "error"

@@ -9,7 +9,7 @@ compared with the input's, as black does: a formatter bug becomes an error, neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from commdsl.collectives import KINDS
@@ -61,7 +61,7 @@ def _shape(node) -> object:
     """A node with every span dropped: two programs that mean the same have equal shapes."""
     if isinstance(node, n.Node):
         return (type(node).__name__,) + tuple(
-            (name, _shape(getattr(node, name))) for name in type(node).model_fields if name != "span"
+            (f.name, _shape(getattr(node, f.name))) for f in fields(node) if f.name != "span"
         )
     if isinstance(node, tuple):
         return tuple(_shape(x) for x in node)

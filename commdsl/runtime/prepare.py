@@ -8,7 +8,7 @@ No torch here: a refused program costs no torch import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commdsl.diagnostics import Diagnostic
 from commdsl.resolve import Program
@@ -45,7 +45,7 @@ def prepare(
         schedule, what="a run (simulator and ranks)" if local_ranks else "the simulator", local_ranks=local_ranks
     )
     if too_big is not None:
-        raise CommdslError([too_big.model_copy(update={"worlds": (world,)})])
+        raise CommdslError([replace(too_big, worlds=(world,))])
     diags, sim = analyse_schedule(program, schedule, (backend,), False, True)
-    diags = [d.model_copy(update={"worlds": (world,)}) for d in diags]
+    diags = [replace(d, worlds=(world,)) for d in diags]
     return Prepared(schedule, sim, diags)

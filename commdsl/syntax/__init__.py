@@ -1,1 +1,1 @@
-"""Text → AST: the Lark grammar, its error reporting, and the transformer building pydantic nodes."""
+"""Text → AST: the Lark grammar, its error reporting, and the transformer building the nodes (dataclasses)."""

@@ -6,20 +6,32 @@ stay immutable and hashable.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import dataclass_transform
 
 from commdsl.source import Span
+from commdsl.validation import FORBID_EXTRA, after, tagged
 
 
-class Node(BaseModel):
-    """The parser builds nodes with `model_construct` (checked by tests/test_parser.py, not at every parse):
-    validating, or even building the validators of, some forty models with their unions costs more than the
-    whole lint of a small program. `defer_build` leaves the validators unbuilt until something validates."""
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    """Every node is a frozen, keyword-only dataclass (each subclass is made one here). The parser builds
+    nodes unvalidated; pydantic checks them against these annotations in tests/test_parser.py (every node
+    of every example) and wherever `commdsl.validation.validate` is called (see that module for why)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    __pydantic_config__ = FORBID_EXTRA
     span: Span
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=True, kw_only=True)(cls)
 
 
 class Ident(Node):
@@ -112,7 +124,7 @@ class Binary(Node):
 
 Expr = Annotated[
     IntLit | FloatLit | BoolLit | Name | Attr | Call | Slice | Index | Unary | Binary | ListFor,
-    Field(discriminator="kind"),
+    tagged("kind"),
 ]
 
 
@@ -274,7 +286,7 @@ def _collective_kind(name: str) -> str:
     return name
 
 
-CollectiveKind = Annotated[str, AfterValidator(_collective_kind)]
+CollectiveKind = Annotated[str, after(_collective_kind)]
 
 
 class Collective(Node):
@@ -412,7 +424,7 @@ Stmt = Annotated[
     | Coalesced
     | CallStmt
     | FunctionDef,
-    Field(discriminator="kind"),
+    tagged("kind"),
 ]
 
 

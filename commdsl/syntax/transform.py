@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from lark import Token, Transformer, Tree, v_args
 from lark.exceptions import VisitError
 from lark.tree import Meta
@@ -38,7 +40,7 @@ class _ToAst(Transformer):
         return self.source.span(tok.start_pos, tok.end_pos)
 
     def _ident(self, tok: Token) -> n.Ident:
-        return n.Ident.model_construct(span=self._tok(tok), name=str(tok))
+        return n.Ident(span=self._tok(tok), name=str(tok))
 
     def _int(self, tok: Token) -> int:
         """An integer literal; every value commdsl computes with is an int64, so a literal must fit one."""
@@ -57,62 +59,60 @@ class _ToAst(Transformer):
     # top level -----------------------------------------------------------------------------------
     def start(self, meta, *stmts):
         span = self._span(meta) if not meta.empty else self.source.span(0, 0)
-        return n.Module.model_construct(span=span, body=tuple(stmts))
+        return n.Module(span=span, body=tuple(stmts))
 
     def suite(self, meta, *stmts):
         return tuple(stmts)
 
     def program_decl(self, meta, name):
-        return n.ProgramDecl.model_construct(span=self._span(meta), name=str(name))
+        return n.ProgramDecl(span=self._span(meta), name=str(name))
 
     def world_one(self, meta, size):
-        return n.WorldDecl.model_construct(span=self._span(meta), sizes=(self._int(size),))
+        return n.WorldDecl(span=self._span(meta), sizes=(self._int(size),))
 
     def world_range(self, meta, lo, hi):
-        return n.WorldDecl.model_construct(span=self._span(meta), lo=self._int(lo), hi=self._int(hi))
+        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), hi=self._int(hi))
 
     def world_open(self, meta, lo):
-        return n.WorldDecl.model_construct(span=self._span(meta), lo=self._int(lo), open=True)
+        return n.WorldDecl(span=self._span(meta), lo=self._int(lo), open=True)
 
     def world_list(self, meta, *sizes):
-        return n.WorldDecl.model_construct(span=self._span(meta), sizes=tuple(self._int(s) for s in sizes))
+        return n.WorldDecl(span=self._span(meta), sizes=tuple(self._int(s) for s in sizes))
 
     def backend_decl(self, meta, *names):
-        return n.BackendDecl.model_construct(span=self._span(meta), names=tuple(self._ident(t) for t in names))
+        return n.BackendDecl(span=self._span(meta), names=tuple(self._ident(t) for t in names))
 
     def param_decl(self, meta, name, default):
-        return n.ParamDecl.model_construct(span=self._span(meta), name=str(name), default=default)
+        return n.ParamDecl(span=self._span(meta), name=str(name), default=default)
 
     def tensor_decl(self, meta, name, dtype, *rest):
         *shape, init = rest
         shape = tuple(s for s in shape if s is not None)
-        return n.TensorDecl.model_construct(
-            span=self._span(meta), name=str(name), dtype=self._ident(dtype), shape=shape, init=init
-        )
+        return n.TensorDecl(span=self._span(meta), name=str(name), dtype=self._ident(dtype), shape=shape, init=init)
 
     def group_list(self, meta, name, *members):
-        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=tuple(members))
+        return n.GroupDecl(span=self._span(meta), name=str(name), members=tuple(members))
 
     def group_for(self, meta, name, members):
-        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), members=(members,))
+        return n.GroupDecl(span=self._span(meta), name=str(name), members=(members,))
 
     def group_split(self, meta, name, key):
-        return n.GroupDecl.model_construct(span=self._span(meta), name=str(name), split_key=key)
+        return n.GroupDecl(span=self._span(meta), name=str(name), split_key=key)
 
     def mesh_decl(self, meta, name, *dims):
-        return n.MeshDecl.model_construct(span=self._span(meta), name=str(name), dims=tuple(dims))
+        return n.MeshDecl(span=self._span(meta), name=str(name), dims=tuple(dims))
 
     def mesh_dim(self, meta, name, size):
-        return n.MeshDim.model_construct(span=self._span(meta), name=str(name), size=size)
+        return n.MeshDim(span=self._span(meta), name=str(name), size=size)
 
     def table_list(self, meta, name, *entries):
-        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=tuple(entries))
+        return n.TableDecl(span=self._span(meta), name=str(name), entries=tuple(entries))
 
     def table_for(self, meta, name, entries):
-        return n.TableDecl.model_construct(span=self._span(meta), name=str(name), entries=(entries,))
+        return n.TableDecl(span=self._span(meta), name=str(name), entries=(entries,))
 
     def let_stmt(self, meta, name, value):
-        return n.Let.model_construct(span=self._span(meta), name=str(name), value=value)
+        return n.Let(span=self._span(meta), name=str(name), value=value)
 
     # statements ----------------------------------------------------------------------------------
     def assign_stmt(self, meta, target, op, value):
@@ -127,9 +127,7 @@ class _ToAst(Transformer):
                         help="write `g = new_group [0, 1]`, then `all_reduce x in g`",
                     )
                 )
-            return value.model_copy(
-                update={"name": n.Ident.model_construct(span=target.span, name=target.id), "span": span}
-            )
+            return replace(value, name=n.Ident(span=target.span, name=target.id), span=span)
         if isinstance(value, (n.Send, n.Recv, n.Collective)):
             handle = self._handle(target, op, "isend x to 1")
             if isinstance(value, (n.Send, n.Recv)) and value.blocking:
@@ -142,15 +140,15 @@ class _ToAst(Transformer):
                         help=f"use `i{word}` for a request you `wait` on later",
                     )
                 )
-            return value.model_copy(update={"handle": handle, "span": span})
-        return n.Assign.model_construct(span=span, target=target, op=str(op), value=value)
+            return replace(value, handle=handle, span=span)
+        return n.Assign(span=span, target=target, op=str(op), value=value)
 
     def _handle(self, target, op, example: str) -> n.HandleRef:
         """The handle an op is bound to: `h` or `h[i]`, with `=`."""
         if op == "=" and isinstance(target, n.Name):
-            return n.HandleRef.model_construct(span=target.span, name=target.id)
+            return n.HandleRef(span=target.span, name=target.id)
         if op == "=" and isinstance(target, n.Index) and isinstance(target.value, n.Name):
-            return n.HandleRef.model_construct(span=target.span, name=target.value.id, index=target.index)
+            return n.HandleRef(span=target.span, name=target.value.id, index=target.index)
         raise _Invalid(
             MisusedHandle.diagnostic(
                 "a communication op can only be bound to a handle with `h = OP` or `h[i] = OP`",
@@ -166,8 +164,8 @@ class _ToAst(Transformer):
     def call_stmt(self, meta, expr):
         """Only `NAME(args)` stands alone on a line: any other expression there does nothing."""
         if isinstance(expr, n.Call) and isinstance(expr.func, n.Name):
-            name = n.Ident.model_construct(span=expr.func.span, name=expr.func.id)
-            return n.CallStmt.model_construct(span=self._span(meta), name=name, args=expr.args)
+            name = n.Ident(span=expr.func.span, name=expr.func.id)
+            return n.CallStmt(span=self._span(meta), name=name, args=expr.args)
         raise _Invalid(
             UnexpectedToken.diagnostic(
                 "an expression on its own is not a statement",
@@ -178,12 +176,10 @@ class _ToAst(Transformer):
         )
 
     def new_group_op(self, meta, members):
-        return n.NewGroup.model_construct(span=self._span(meta), name=None, members=members)
+        return n.NewGroup(span=self._span(meta), name=None, members=members)
 
     def _p2p(self, cls, meta, buffer, peer, tag, group, blocking):
-        return cls.model_construct(
-            span=self._span(meta), buffer=buffer, peer=peer, tag=tag, group=group, blocking=blocking
-        )
+        return cls(span=self._span(meta), buffer=buffer, peer=peer, tag=tag, group=group, blocking=blocking)
 
     def send_op(self, meta, buffer, peer, tag, group):
         return self._p2p(n.Send, meta, buffer, peer, tag, group, True)
@@ -207,12 +203,10 @@ class _ToAst(Transformer):
         return expr
 
     def group_ref(self, meta, name, dim):
-        return n.GroupRef.model_construct(
-            span=self._span(meta), name=str(name), dim=str(dim) if dim is not None else None
-        )
+        return n.GroupRef(span=self._span(meta), name=str(name), dim=str(dim) if dim is not None else None)
 
     def redop(self, meta, name, scale):
-        return n.RedOp.model_construct(span=self._span(meta), name=self._ident(name), scale=scale)
+        return n.RedOp(span=self._span(meta), name=self._ident(name), scale=scale)
 
     def splits(self, meta, in_sizes, out_sizes):
         computed = any(isinstance(x, n.ListFor) for x in in_sizes + out_sizes)  # its length: at expansion
@@ -234,7 +228,7 @@ class _ToAst(Transformer):
         return (values,)
 
     def list_for(self, meta, value, var, lo, hi):
-        return n.ListFor.model_construct(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi)
+        return n.ListFor(span=self._span(meta), value=value, var=str(var), lo=lo, hi=hi)
 
     def one_buffer(self, meta, view):
         return (view,), False
@@ -247,95 +241,91 @@ class _ToAst(Transformer):
         kind = KINDS.get(data.removesuffix("_op")) if data.endswith("_op") else None
         if kind is None:
             return super().__default__(data, children, meta)
-        return n.Collective.model_construct(span=self._span(meta), op=kind.name, **kind.statement(*children))
+        return n.Collective(span=self._span(meta), op=kind.name, **kind.statement(*children))
 
     def handle_ref(self, meta, name, index):
-        return n.HandleRef.model_construct(span=self._span(meta), name=str(name), index=index)
+        return n.HandleRef(span=self._span(meta), name=str(name), index=index)
 
     def wait_handles(self, meta, *handles):
-        return n.Wait.model_construct(span=self._span(meta), handles=tuple(handles))
+        return n.Wait(span=self._span(meta), handles=tuple(handles))
 
     def wait_all(self, meta, array):
-        return n.Wait.model_construct(
-            span=self._span(meta), all=True, array=self._ident(array) if array is not None else None
-        )
+        return n.Wait(span=self._span(meta), all=True, array=self._ident(array) if array is not None else None)
 
     def expect_stmt(self, meta, cond):
-        return n.Expect.model_construct(span=self._span(meta), cond=cond)
+        return n.Expect(span=self._span(meta), cond=cond)
 
     def print_stmt(self, meta, *views):
-        return n.Print.model_construct(span=self._span(meta), views=tuple(views))
+        return n.Print(span=self._span(meta), views=tuple(views))
 
     def _block(self, meta, body) -> Span:
         """A compound statement ends with its last statement, not with the blank and comment lines after it."""
         return self.source.span(meta.start_pos, body[-1].span.end)
 
     def for_stmt(self, meta, var, lo, hi, body):
-        return n.For.model_construct(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
+        return n.For(span=self._block(meta, body), var=str(var), lo=lo, hi=hi, body=body)
 
     def while_stmt(self, meta, cond, body):
         return n.While(span=self._block(meta, body), cond=cond, body=body)
 
     def on_stmt(self, meta, cond, body, *rest):
         *elifs, orelse = rest
-        first = n.Branch.model_construct(span=self._block(meta, body), cond=cond, body=body)
+        first = n.Branch(span=self._block(meta, body), cond=cond, body=body)
         last = orelse or (elifs[-1].body if elifs else body)
-        return n.On.model_construct(span=self._block(meta, last), branches=(first, *elifs), orelse=orelse or ())
+        return n.On(span=self._block(meta, last), branches=(first, *elifs), orelse=orelse or ())
 
     def else_on(self, meta, cond, body):
-        return n.Branch.model_construct(span=self._block(meta, body), cond=cond, body=body)
+        return n.Branch(span=self._block(meta, body), cond=cond, body=body)
 
     def else_(self, meta, body):
         return body
 
     def batch_stmt(self, meta, target, op, body):
         handle = None if target is None else self._handle(target, op, "batch:")
-        return n.Batch.model_construct(span=self._block(meta, body), body=body, handle=handle)
+        return n.Batch(span=self._block(meta, body), body=body, handle=handle)
 
     def coalesced_stmt(self, meta, target, op, body):
         handle = None if target is None else self._handle(target, op, "coalesced:")
-        return n.Coalesced.model_construct(span=self._block(meta, body), body=body, handle=handle)
+        return n.Coalesced(span=self._block(meta, body), body=body, handle=handle)
 
     def def_stmt(self, meta, name, *rest):
         *params, body = rest
         params = tuple(self._ident(p) for p in params if p is not None)
-        return n.FunctionDef.model_construct(
-            span=self._block(meta, body), name=self._ident(name), params=params, body=body
-        )
+        return n.FunctionDef(span=self._block(meta, body), name=self._ident(name), params=params, body=body)
 
     # expressions ---------------------------------------------------------------------------------
     def int_lit(self, meta, tok):
-        return n.IntLit.model_construct(span=self._tok(tok), value=self._int(tok))
+        return n.IntLit(span=self._tok(tok), value=self._int(tok))
 
     def float_lit(self, meta, tok):
-        return n.FloatLit.model_construct(span=self._tok(tok), value=float(tok))
+        return n.FloatLit(span=self._tok(tok), value=float(tok))
 
     def true_lit(self, meta):
-        return n.BoolLit.model_construct(span=self._span(meta), value=True)
+        return n.BoolLit(span=self._span(meta), value=True)
 
     def false_lit(self, meta):
-        return n.BoolLit.model_construct(span=self._span(meta), value=False)
+        return n.BoolLit(span=self._span(meta), value=False)
 
     def name(self, meta, tok):
-        return n.Name.model_construct(span=self._tok(tok), id=str(tok))
+        return n.Name(span=self._tok(tok), id=str(tok))
 
     def attr(self, meta, value, name):
-        return n.Attr.model_construct(span=self._span(meta), value=value, attr=str(name))
+        return n.Attr(span=self._span(meta), value=value, attr=str(name))
 
     def call(self, meta, func, *args):
-        return n.Call.model_construct(span=self._span(meta), func=func, args=tuple(a for a in args if a is not None))
+        return n.Call(span=self._span(meta), func=func, args=tuple(a for a in args if a is not None))
 
     def slice(self, meta, value, lo, hi):
-        return n.Slice.model_construct(span=self._span(meta), value=value, lo=lo, hi=hi)
+        return n.Slice(span=self._span(meta), value=value, lo=lo, hi=hi)
 
     def index(self, meta, value, idx):
-        return n.Index.model_construct(span=self._span(meta), value=value, index=idx)
+        return n.Index(span=self._span(meta), value=value, index=idx)
 
     def unary(self, meta, op, operand):
-        return n.Unary.model_construct(span=self._span(meta), op=str(op), operand=operand)
+        return n.Unary(span=self._span(meta), op=str(op), operand=operand)
 
     def not_(self, meta, operand):
-        return n.Unary.model_construct(span=self._span(meta), op="not", operand=operand)
+        return n.Unary(span=self._span(meta), op="not", operand=operand)
 
     def _chain(self, meta, items, op=None):
         """Fold `a op b op c` left-associatively; `op` given for keyword operators (and/or)."""
@@ -353,7 +343,7 @@ class _ToAst(Transformer):
                 text.count("(", meta.start_pos, end) > text.count(")", meta.start_pos, end) and text.find(")", end) >= 0
             ):
                 end = text.find(")", end) + 1
-            left = n.Binary.model_construct(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
+            left = n.Binary(span=self.source.span(meta.start_pos, end), op=sym, left=left, right=right)
         return left
 
     def arith(self, meta, *items):
@@ -384,7 +374,7 @@ class _ToAst(Transformer):
         return self._chain(meta, [x for pair in zip(items, ["and"] * len(items)) for x in pair][:-1])
 
     def power(self, meta, base, exponent):
-        return n.Binary.model_construct(span=self._span(meta), op="**", left=base, right=exponent)
+        return n.Binary(span=self._span(meta), op="**", left=base, right=exponent)
 
 
 MAX_NESTING = 100

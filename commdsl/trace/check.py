@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commdsl.checker import CheckOptions, check_program
 from commdsl.diagnostics import CommdslError, Diagnostic, Label, Note
@@ -114,8 +114,7 @@ class Mapper:
         primary = self.span(d.span)
         if primary is None and labels:
             primary, labels = labels[0].span, labels[1:]
-        update = {"span": primary, "labels": tuple(labels), "notes": tuple(notes), "message": self.text(d.message)}
-        return d.model_copy(update=update)
+        return replace(d, span=primary, labels=tuple(labels), notes=tuple(notes), message=self.text(d.message))
 
     def data_notes(self, infos: list[LineInfo]) -> list[Note]:
         reads: dict[Site, list[int]] = {}

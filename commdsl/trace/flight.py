@@ -24,6 +24,7 @@ import math
 import os
 import pickletools
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from commdsl.diagnostics import Diagnostic, Note
@@ -355,4 +356,4 @@ def check_dumps(directory: str) -> tuple[list[Diagnostic], dict[str, SourceFile]
     comm_path = os.path.join(directory, "flight_recorder.comm")
     diags = check_emitted(emitted, comm_path, sources, backends=(backend,))
     extra = tuple(Note(message=n) for n in notes)
-    return [d.model_copy(update={"notes": d.notes + extra}) for d in diags], sources
+    return [replace(d, notes=d.notes + extra) for d in diags], sources
