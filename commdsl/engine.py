@@ -36,7 +36,7 @@ from commdsl.limits import Deadline, time_limit
 from commdsl.ordering import Clocks, wildcard_receivers
 from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, NewGroupRec, P2PRec, Schedule, WaitRec
-from commdsl.values import at
+from commdsl.values import at, distinct
 
 
 @dataclass(frozen=True)
@@ -565,7 +565,7 @@ class Engine:
         self.made[G] += 1
         if self.clocks is not None:
             self.clocks.new_group(rec, G, pos, k)
-        for kk in np.unique(k).tolist():
+        for kk in distinct(k).tolist():
             called = self.making.get(kk)
             if called is None:
                 called = self.making[kk] = np.zeros(self.W, dtype=bool)
@@ -883,7 +883,7 @@ class Engine:
             return
         if self.req_left is not None:
             np.subtract.at(self.req_left, reqs, 1)
-            reqs = np.unique(reqs[self.req_left[reqs] == 0])
+            reqs = distinct(reqs[self.req_left[reqs] == 0])
         self.req_done[reqs] = True
         if self.stream_of:
             for q in reqs.tolist():
@@ -1010,7 +1010,7 @@ class Engine:
         """Each rank's index in the step group `gid` beside it (aligned arrays), or -1 where it is no member."""
         out = np.full(ranks.size, -1, dtype=np.int64)
         gid = np.broadcast_to(gid, ranks.shape)
-        for g in np.unique(gid).tolist():
+        for g in distinct(gid).tolist():
             row = self.step_rows.get(g)
             if row is None:
                 row = self.step_rows[g] = np.full(self.W, -1, dtype=np.int64)
@@ -1085,7 +1085,7 @@ class Engine:
         calls at most)."""
         at_ = self.first[G] + self.pc[G]
         ahead = int((self.length[G] - self.pc[G]).min())
-        starts = np.unique(at_)
+        starts = distinct(at_)
         if starts.size > 8:  # ranks in many different cohorts: not worth comparing their sequences
             ahead = 1
         lo = int(starts[0])
@@ -1223,7 +1223,7 @@ class Engine:
         bad_inst = self.uneven[rows.rec[starts]]  # split sizes are compared member by member (checker, C312)
         differ = self.disagreeing(rows, starts, counts)
         if differ is not None:
-            bad_inst[np.unique(np.searchsorted(starts, np.flatnonzero(differ), side="right") - 1)] = True
+            bad_inst[distinct(np.searchsorted(starts, np.flatnonzero(differ), side="right") - 1)] = True
         for i in np.flatnonzero(bad_inst):
             s, c = int(starts[i]), int(counts[i])
             self.disagreements.append(Instance(int(rows.gid[s]), int(rows.seq[s]), rows.take(slice(s, s + c))))

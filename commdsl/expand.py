@@ -81,6 +81,7 @@ from commdsl.values import (
     as_int,
     binary,
     call,
+    distinct,
     fail_all,
     is_vec,
     item,
@@ -1356,7 +1357,7 @@ class Expander:
         # bound: one request per rank for the one call, done when all the rank's collectives in it are
         ranks = members[-1].ranks
         if any(m.ranks is not ranks for m in members):
-            ranks = np.unique(np.concatenate([m.ranks for m in members]))
+            ranks = distinct(np.concatenate([m.ranks for m in members]))
         parts = np.zeros(ranks.size, dtype=np.int64)
         for m in members:
             parts[np.searchsorted(ranks, m.ranks)] += 1
@@ -1382,7 +1383,7 @@ class Expander:
             return
         ranks = ops[0].ranks
         if any(op.ranks is not ranks for op in ops[1:]):
-            ranks = np.unique(np.concatenate([op.ranks for op in ops]))
+            ranks = distinct(np.concatenate([op.ranks for op in ops]))
             ranks = A if ranks.size == A.size else ranks
         rec = BatchRec(s, ranks, b, ops=ops)
         if s.handle is not None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import CollectiveRec, NewGroupRec, P2PRec
-from commdsl.values import item
+from commdsl.values import distinct, item
 
 if TYPE_CHECKING:
     from commdsl.engine import Calls, Engine, Posts
@@ -40,7 +40,7 @@ NEVER = np.iinfo(np.int64).max
 def wildcard_receivers(schedule) -> np.ndarray:
     """The ranks with a receive from any source (ascending)."""
     ranks = [r.ranks for r in schedule.records if isinstance(r, P2PRec) and r.from_any and r.ranks.size]
-    return np.unique(np.concatenate(ranks)) if ranks else np.zeros(0, dtype=np.int64)
+    return distinct(np.concatenate(ranks)) if ranks else np.zeros(0, dtype=np.int64)
 
 
 class Clocks:
@@ -111,7 +111,7 @@ class Clocks:
     def snapped(self, rids: np.ndarray, pos: np.ndarray, done: bool = True) -> np.ndarray:
         """The kept clocks of ops (record ids, positions); `done`: these ops are over, forget them."""
         out = np.empty((rids.size, self.K), dtype=np.int64)
-        for rid in np.unique(rids).tolist():
+        for rid in distinct(rids).tolist():
             sel = rids == rid
             got = self.snaps[rid]
             out[sel] = got[0][pos[sel]]
@@ -128,7 +128,7 @@ class Clocks:
         if send.any():
             s = rows.take(send) if not send.all() else rows
             vecs = self.now(s.src, s.via)
-            for rid in np.unique(s.rec).tolist():
+            for rid in distinct(s.rec).tolist():
                 sel = s.rec == rid
                 self.snapshot(rid, self.s.records[rid].ranks.size, s.pos[sel], vecs[sel])
             to = self.col[s.dst]
@@ -223,7 +223,7 @@ class Clocks:
     def new_group(self, rec: NewGroupRec, G: np.ndarray, pos, k: np.ndarray) -> None:
         """Ranks G call their k-th new_group (records their clocks for the members they will meet)."""
         vecs = self.now(G, rec.id)
-        for kk in np.unique(k).tolist():
+        for kk in distinct(k).tolist():
             sel = k == kk
             got = self.made.get(kk)
             if got is None:
@@ -274,7 +274,7 @@ class Clocks:
         s_chan, r_chan = chan[: s_op.size], chan[s_op.size :]
         by_chan = np.argsort(s_chan, kind="stable")
         bounds = np.searchsorted(s_chan[by_chan], np.arange(int(chan.max()) + 2))
-        senders = np.unique(np.stack([s_chan, s_src]), axis=1)[0]
+        senders = distinct(np.stack([s_chan, s_src]), axis=1)[0]
         sources = np.bincount(senders, minlength=int(chan.max()) + 1)  # distinct sending ranks per channel
         out = []
         for r in np.flatnonzero(r_wild & (took >= 0) & (sources[r_chan] > 1)).tolist():

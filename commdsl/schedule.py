@@ -27,7 +27,7 @@ import numpy as np
 
 from commdsl.p2p import form
 from commdsl.source import Span
-from commdsl.values import item, sub
+from commdsl.values import distinct, item, sub
 
 if TYPE_CHECKING:
     from commdsl.collectives import Kind
@@ -755,7 +755,7 @@ class Sequences:
             sets.setdefault(id(ranks), ranks)
         cohort = _refine(W, sets.values())
         count = int(cohort.max()) + 1 if W else 0
-        per_set = {key: np.unique(cohort[ranks]) for key, ranks in sets.items()}
+        per_set = {key: distinct(cohort[ranks]) for key, ranks in sets.items()}
         lists: list[list[int]] = [[] for _ in range(count)]
         for rid in s.top:
             for c in per_set[id(s.records[rid].ranks)]:

@@ -26,7 +26,7 @@ from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.p2p import delivered
 from commdsl.schedule import ComputeRec, ExpectRec, Print, PrintRec, ReadRec, Schedule, TensorSpec, View
 from commdsl.source import Span
-from commdsl.values import at, is_vec
+from commdsl.values import at, distinct, is_vec
 
 
 @dataclass
@@ -607,7 +607,7 @@ class Data(Observer):
         if not len(sends):
             return
         pairs = sends.rec * len(self.s.records) + recvs.rec
-        groups = [slice(None)] if (pairs == pairs[0]).all() else [pairs == p for p in np.unique(pairs)]
+        groups = [slice(None)] if (pairs == pairs[0]).all() else [pairs == p for p in distinct(pairs)]
         for m in groups:
             s_rec = self.s.records[int(sends.rec[m][0])]
             r_rec = self.s.records[int(recvs.rec[m][0])]
@@ -668,11 +668,11 @@ class Data(Observer):
             return
         if (
             any(r.kind is not kind for r in recs)
-            or (np.unique(calls.contribution).size > 1)
-            or np.unique(calls.redop).size > 1
-            or np.unique(calls.root).size > 1
-            or np.unique(calls.scale).size > 1
-            or np.unique(calls.dtype).size > 1
+            or (distinct(calls.contribution).size > 1)
+            or distinct(calls.redop).size > 1
+            or distinct(calls.root).size > 1
+            or distinct(calls.scale).size > 1
+            or distinct(calls.dtype).size > 1
         ):
             return  # members disagree: the checker reports it; the data would be garbage
         writes = np.array(

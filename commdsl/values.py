@@ -106,6 +106,13 @@ def at(v, pos, n: int):
     return np.full(n if pos is None else len(pos), v)
 
 
+def distinct(a, axis: int | None = None) -> np.ndarray:
+    """`np.unique(a)`, sorted distinct values (rows along `axis`). Plain `np.unique` first asks
+    `np.ma.is_masked`, which imports `numpy.ma`: 7 ms of a small lint's start-up (docs/benchmarks.md);
+    asking for the counts takes numpy's path that does not."""
+    return np.unique(a, return_counts=True, axis=axis)[0]
+
+
 def item(v, k: int):
     """The Python scalar `v` has at position k."""
     if isinstance(v, np.ndarray):

@@ -19,7 +19,7 @@ import numpy as np
 
 from commdsl.engine import Observer, Posts
 from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, ReadRec, Schedule
-from commdsl.values import at, is_vec
+from commdsl.values import at, distinct, is_vec
 
 
 @dataclass(frozen=True, order=True)
@@ -117,7 +117,7 @@ class Access(Observer):
                 u = self.undef[t][idx]
                 hit = u >= 0
                 if hit.any():
-                    for k in np.unique(owner[hit]):
+                    for k in distinct(owner[hit]):
                         first = np.flatnonzero(hit & (owner == k))[0]
                         self.undefined_reads.append(UndefinedRead(int(G[k]), int(op_ids[k]), int(u[first])))
             if t in self.unread:
@@ -125,7 +125,7 @@ class Access(Observer):
 
     def forget(self, t: str, held: np.ndarray) -> None:
         """Results read (even in part) are used: none of their elements can become a dead store."""
-        producers = np.unique(held[held >= 0])
+        producers = distinct(held[held >= 0])
         if producers.size:
             table = self.unread[t]
             table[np.isin(table, producers)] = -1
@@ -142,7 +142,7 @@ class Access(Observer):
         return out
 
     def race(self, G, owner, idx, busy, t, op_ids, writes) -> None:
-        for k in np.unique(owner[busy]):
+        for k in distinct(owner[busy]):
             first = idx[np.flatnonzero(busy & (owner == k))[0]]
             window_writes = not (writes and self.reading[t][first] > 0)  # a writer meets readers first
             self.races.append(Race(int(G[k]), int(op_ids[k]), int(self.owner[t][first]), writes, window_writes, t))
@@ -155,9 +155,9 @@ class Access(Observer):
         if not live.any():
             return
         table = self.unread[t]
-        for k in np.unique(owner[live]):
+        for k in distinct(owner[live]):
             mine = owner == k
-            for producer in np.unique(held[mine & live]):
+            for producer in distinct(held[mine & live]):
                 everywhere = int((table == producer).sum())
                 if int((held[mine] == producer).sum()) == everywhere:
                     self.dead_stores.append(DeadStore(int(G[k]), int(producer), int(op_ids[k])))

@@ -34,6 +34,7 @@ from commdsl.p2p import ANY_SOURCE
 from commdsl.resolve import Program
 from commdsl.schedule import Collective, Group, NewGroup, Recv, Schedule, Send, View
 from commdsl.syntax import nodes as n
+from commdsl.values import distinct
 
 MAX_EVENTS = 4000  # beyond this a diagram is unreadable and Graphviz slow; ask for a smaller world
 MAX_EXPANSION = 1_000_000  # events a folded diagram is chosen from; beyond this even choosing is slow
@@ -205,7 +206,7 @@ class Hidden:
     def folded(self, schedule: Schedule, folds: list[Fold]) -> np.ndarray:
         """Per row, the index of the fold it runs in, or -1."""
         out = np.full(len(self.rank), -1, dtype=np.int64)
-        for rid in np.unique(self.rec).tolist():
+        for rid in distinct(self.rec).tolist():
             rows = np.flatnonzero(self.rec == rid)
             rec = schedule.records[rid]
             for k, f in enumerate(folds):
@@ -793,7 +794,7 @@ def _fold_spans(
         if b.calls and id(b.calls[0]) in fold_of:
             widen(fold_of[id(b.calls[0])], rank, p, d)
     for h, fold in zip(hidden_pairs, hidden_folds, strict=True):
-        for k in np.unique(fold[fold >= 0]).tolist():
+        for k in distinct(fold[fold >= 0]).tolist():
             m = fold == k
             ranks, at = np.unique(h.rank[m], return_inverse=True)
             first, last = np.full(len(ranks), np.iinfo(np.int64).max), np.full(len(ranks), -1.0)

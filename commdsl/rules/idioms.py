@@ -16,7 +16,7 @@ import numpy as np
 from commdsl.diagnostics import Diagnostic, Label
 from commdsl.rules import Rule
 from commdsl.schedule import BatchRec, Collective, CollectiveRec, P2PRec, Recv, Send, View
-from commdsl.values import at, item
+from commdsl.values import at, distinct, item
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -620,7 +620,7 @@ def _reduce_then_broadcast(ctx: Context, found: dict) -> None:
         rec = s.records[rid]
         if isinstance(rec, CollectiveRec) and rec.kind.name == "broadcast":
             prev = last[rec.ranks]
-            for p in np.unique(prev[prev >= 0]).tolist():
+            for p in distinct(prev[prev >= 0]).tolist():
                 red = s.records[p]
                 if not (isinstance(red, CollectiveRec) and red.kind.name == "reduce"):
                     continue

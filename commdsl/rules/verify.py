@@ -12,6 +12,7 @@ import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Note
 from commdsl.rules import Rule, rank_list
+from commdsl.values import distinct
 
 
 class ExpectFailed(Rule):
@@ -61,7 +62,7 @@ class ExpectFailed(Rule):
             if bad.size:
                 by_span.setdefault(rec.span, []).append((G[bad], bad, failed))
         for span, parts in by_span.items():
-            ranks = np.unique(np.concatenate([g for g, _, _ in parts]))
+            ranks = distinct(np.concatenate([g for g, _, _ in parts]))
             first = sorted(
                 (int(r), failed.detail(int(k)))
                 for g, ks, failed in parts
