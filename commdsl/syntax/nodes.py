@@ -7,8 +7,8 @@ stay immutable and hashable.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from dataclasses import dataclass, fields
+from typing import Annotated, ClassVar, Literal
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -20,18 +20,38 @@ from commdsl.validation import FORBID_EXTRA, after, tagged
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True)
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Node:
     """Every node is a frozen, keyword-only dataclass (each subclass is made one here). The parser builds
     nodes unvalidated; pydantic checks them against these annotations in tests/test_parser.py (every node
-    of every example) and wherever `commdsl.validation.validate` is called (see that module for why)."""
+    of every example) and wherever `commdsl.validation.validate` is called (see that module for why).
+
+    Equality (by kind and fields), hashing and repr are written once here, not generated for each class:
+    Python 3.11's `dataclass` compiles every generated method on its own, and these three for 43 classes
+    were 6 ms of each lint's start-up (docs/benchmarks.md)."""
 
     __pydantic_config__ = FORBID_EXTRA
+    _names: ClassVar[tuple[str, ...]]
     span: Span
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        dataclass(frozen=True, kw_only=True)(cls)
+        dataclass(frozen=True, kw_only=True, eq=False, repr=False)(cls)
+        cls._names = tuple(f.name for f in fields(cls))
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._names)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self._names)})"
 
 
 class Ident(Node):
