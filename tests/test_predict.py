@@ -634,6 +634,41 @@ def test_local_ops_on_a_shared_host_share_its_memory():
     assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)
 
 
+@pytest.mark.parametrize(("statement", "sizes"), [
+    ("x += y", []),  # torch's in-place add: one pass, nothing allocated
+    ("x += 1", [4]),  # torch.add(x, 1), then copied into x
+    ("x = y", [4]),  # cloned first (copy_ refuses overlapping views)
+    ("x = y * 2 + rank", [4, 4]),  # y * 2, then + rank
+    ("x = i", [8]),  # the index as int64
+    ("b = x > y", [1]),  # a bool tensor
+    ("x /= 2", [4]),
+    ("x = 3", []),  # a fill
+])
+def test_the_temporaries_torch_allocates_for_a_local_op(statement, sizes):
+    """What the runtime's `_compute` allocates (runtime/ops.py): bytes per element of each temporary."""
+    from commdsl.elementwise import temporaries
+    from commdsl.expand import expand
+
+    text = f"program t\nworld 1\ntensor x: float32[4] = 1\ntensor y: float32[4] = 2\ntensor b: bool[4]\n{statement}\n"
+    s = expand(load_program(SourceFile("t.comm", text)), world=1)
+    op = s.records[-1].at(0)
+    assert temporaries(op.op, op.value, op.target, lambda v: s.infos[v.tensor].dtype) == sizes
+
+
+def test_a_local_ops_temporaries_are_written_and_read_at_memory_speed():
+    """`x += 1` computes `torch.add(x, 1)` into a new tensor and copies it into x: besides the n bytes the
+    op counts, the temporary is written and read (2n); `x = y * 2 + rank` makes two (4n besides its 2n);
+    `x += y` of a view runs in place and makes none."""
+    n, mem = 1 << 20, 1e9
+    alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
+                                       "bandwidth_gbps = 1\n"))
+    one = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nx += 1\n"
+    two = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n]\ntensor y: float32[n] = 2\nx = y * 2 + rank\n"
+    assert seconds(LOCAL, 2, alone, n) == pytest.approx(2 * n / mem)
+    assert seconds(one, 2, alone, n) == pytest.approx(3 * n / mem)
+    assert seconds(two, 2, alone, n) == pytest.approx(6 * n / mem)
+
+
 def test_mangled_topology_files_give_diagnostics_never_a_traceback():
     """200 random edits of a preset (bytes dropped, doubled, replaced): each parses or is N136 with a span."""
     rng = np.random.default_rng(17)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commdsl.dtypes import DTYPES
+from commdsl.elementwise import temporaries
 from commdsl.engine import Calls, Model, Observer, Outcome, Posts, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
@@ -224,6 +225,7 @@ class Clocks(Observer):
         self.memory_bps = topo.memory_bps
         if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
             self.memory_bps /= min(rpn, W)
+        self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
         self.k = track if track is not None else sizes - 1
@@ -329,8 +331,12 @@ class Clocks(Observer):
         b = self.nbytes.rows(rec.id, pos)
         if self.track:
             start = self.T[ix, self.k].copy()
+        took = b / self.memory_bps
+        temps = self.local_temporaries(rec, b)
+        if temps:  # each written once and read once: 2 x its bytes, as a copy counts
+            took = took + 2 * sum(temps) / self.memory_bps
         t = _rows(self.T, ix)
-        t += self.whole(b / self.memory_bps, t.shape) if b.ndim == 1 else b / self.memory_bps
+        t += self.whole(took, t.shape) if took.ndim == 1 else took
         if not isinstance(ix, slice):
             _set_rows(self.T, ix, t)
         if self.track:
@@ -635,6 +641,19 @@ class Clocks(Observer):
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
         return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def local_temporaries(self, rec: ComputeRec, b: np.ndarray) -> list[np.ndarray]:
+        """Bytes of each temporary torch allocates for a local op whose bytes (as counted) are `b`: the target's
+        elements times each temporary's element size (`elementwise.temporaries`, from the op on its first
+        rank, kept per record)."""
+        sizes = self.temps.get(rec.id)
+        if sizes is None:
+            op, infos = rec.at(0), self.s.infos
+            sizes = self.temps[rec.id] = temporaries(op.op, op.value, op.target, lambda v: infos[v.tensor].dtype)
+        if not sizes:
+            return []
+        elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
+        return [elements * size for size in sizes]
 
     def net(self, gid: int) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
