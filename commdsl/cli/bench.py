@@ -781,8 +781,9 @@ def calibrate(args) -> int:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
+    pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, sharing)
+    text = cal.topology_text(f, memory, nproc, backend, command, sharing, pages)
     try:
         write_atomic(args.output, text)
     except FileError as e:

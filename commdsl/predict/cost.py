@@ -2,8 +2,9 @@
 
 The engine decides what happens (which send meets which receive, which calls make a collective, who
 waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
-world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth (on a
-`shared_node` host, the memory's share of one of its ranks: they compute at once); a send or
+world × sizes, seconds from a common start): a local op adds its bytes, and twice those of the temporaries
+torch makes for it, over memory bandwidth (on a `shared_node` host, the memory's share of one of its ranks:
+they compute at once), and the fresh pages of the temporaries malloc maps anew (`fresh_pages`); a send or
 receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
 sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
 its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
@@ -118,6 +119,16 @@ def op_bytes(rec, schedule: Schedule):
     return 0
 
 
+def mapped(nbytes, threshold: int):
+    """Does glibc's malloc map a torch CPU tensor of `nbytes` anew (and unmap it when freed)? c10's `alloc_cpu`
+    calls posix_memalign(64, n); glibc's `_int_memalign` asks `_int_malloc` for the padded size plus 64 + MINSIZE
+    (32) bytes, each size padded as `request2size` does (8 bytes of header, a multiple of 16), and `sysmalloc`
+    maps a request of at least the mmap threshold (malloc/malloc.c). So a tensor 8 bytes short of 32 MiB
+    (a swept size rounded to the program's shape) is mapped too."""
+    padded = np.floor((np.floor((np.asarray(nbytes, dtype=np.float64) + 23) / 16) * 16 + 96 + 23) / 16) * 16
+    return padded >= threshold
+
+
 def _uniform(b):
     """A per-rank byte count that is the same on every rank as one number."""
     if np.ndim(b) and b.size and bool((b == b.flat[0]).all()):
@@ -223,8 +234,11 @@ class Clocks(Observer):
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
         self.memory_bps = topo.memory_bps
+        # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks
+        self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
             self.memory_bps /= min(rpn, W)
+            self.page_bps = None if self.page_bps is None else self.page_bps / min(rpn, W)
         self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
@@ -333,8 +347,8 @@ class Clocks(Observer):
             start = self.T[ix, self.k].copy()
         took = b / self.memory_bps
         temps = self.local_temporaries(rec, b)
-        if temps:  # each written once and read once: 2 x its bytes, as a copy counts
-            took = took + 2 * sum(temps) / self.memory_bps
+        if temps:  # each written once and read once (2 x its bytes, as a copy counts), and perhaps fresh pages
+            took = took + 2 * sum(temps) / self.memory_bps + self.fresh_pages(temps)
         t = _rows(self.T, ix)
         t += self.whole(took, t.shape) if took.ndim == 1 else took
         if not isinstance(ix, slice):
@@ -634,6 +648,7 @@ class Clocks(Observer):
         )
         if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.memory_bps
+            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
@@ -641,6 +656,18 @@ class Clocks(Observer):
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
         return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def fresh_pages(self, temporaries) -> np.ndarray | float:
+        """Seconds a rank spends on the fresh pages of temporaries of these bytes (each a number or an array
+        like the op's bytes): those malloc maps (`mapped`) are new pages on every call, each faulted in and
+        zeroed by the kernel and unmapped on free, at `page_fault_gbps`; smaller ones reuse the heap's pages.
+        0 when the topology does not give the rate."""
+        if self.page_bps is None:
+            return 0.0
+        total: np.ndarray | float = 0.0
+        for b in temporaries:
+            total = total + np.where(mapped(b, self.topo.mmap_threshold), b, 0.0)
+        return total / self.page_bps
 
     def local_temporaries(self, rec: ComputeRec, b: np.ndarray) -> list[np.ndarray]:
         """Bytes of each temporary torch allocates for a local op whose bytes (as counted) are `b`: the target's
