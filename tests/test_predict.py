@@ -645,14 +645,30 @@ def test_local_ops_on_a_shared_host_share_its_memory():
     ("x = 3", []),  # a fill
 ])
 def test_the_temporaries_torch_allocates_for_a_local_op(statement, sizes):
-    """What the runtime's `_compute` allocates (runtime/ops.py): bytes per element of each temporary."""
+    """Bytes per element of each temporary the runtime's `_compute` allocates (runtime/ops.py), as the model
+    lists them and as torch's profiler sees the runtime's step free them (blocks of at least the tensor)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
     from commdsl.elementwise import temporaries
     from commdsl.expand import expand
+    from commdsl.runtime import ops
 
-    text = f"program t\nworld 1\ntensor x: float32[4] = 1\ntensor y: float32[4] = 2\ntensor b: bool[4]\n{statement}\n"
+    n = 100_000
+    text = (f"program t\nworld 1\ntensor x: float32[{n}] = 1\ntensor y: float32[{n}] = 2\ntensor b: bool[{n}]\n"
+            f"{statement}\n")
     s = expand(load_program(SourceFile("t.comm", text)), world=1)
     op = s.records[-1].at(0)
     assert temporaries(op.op, op.value, op.target, lambda v: s.infos[v.tensor].dtype) == sizes
+    cpu = torch.device("cpu")
+    specs = s.tensors[0]
+    ctx = ops.Context(rank=0, backend="gloo", device=cpu, buffers=ops.allocate(specs, 0, 1, cpu),
+                      dtypes={k: v.dtype for k, v in specs.items()}, groups=[None], emit=lambda kind, p: None)
+    (step,) = ops.build_steps(s.ops[0], ctx)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    freed = [-e.cpu_memory_usage for e in prof.events() if e.name == "[memory]" and e.cpu_memory_usage <= -n]
+    assert sorted(freed) == sorted(size * n for size in sizes)
 
 
 def test_a_local_ops_temporaries_are_written_and_read_at_memory_speed():
