@@ -793,8 +793,8 @@ def calibrate(args) -> int:
         if line.startswith("#"):
             out.print(line, markup=False)
     out.print(
-        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s: "
-        f"written to {args.output}",
+        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
+        f"{'not measurable' if pages is None else f'{pages / 1e9:.2f} GB/s'}: written to {args.output}",
         markup=False,
     )
     return EXIT_OK
