@@ -3,9 +3,13 @@ it anew, against the same work into a kept tensor, per size, with glibc's defaul
 to keep its memory in the heap.
 
     python benchmarks/fresh_pages.py [--sizes 8,16,24,32,64,128] [--repeats 15]
+    python benchmarks/fresh_pages.py --faults 32
 
 Each setting runs in its own process (glibc reads MALLOC_* when the process starts), one intra-op thread as
-the bench's ranks run. Times are medians in ms; `ratio` is fresh / kept.
+the bench's ranks run. Times are medians in ms; `ratio` is fresh / kept. `--faults MIB` counts instead the
+minor page faults (getrusage: every thread of the process) per call of torch's Gloo collectives at 2 ranks
+on MIB-sized buffers: the pages of the temporaries torch writes, which the cost model charges
+(`Kind.gloo_temporaries`).
 """
 
 from __future__ import annotations
@@ -48,12 +52,53 @@ def measure(sizes: list[int], repeats: int) -> dict:
     return {mib: cases((mib << 20) // 4) for mib in sizes}
 
 
+def faults(rank: int, world: int, mib: int, port: int) -> None:
+    """One rank of `--faults`: rank 0 prints each collective's minor page faults per call (10 calls after 3)."""
+    import resource
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    n = (mib << 20) // 4
+    part, whole, out, whole2 = torch.ones(n // world), torch.zeros(n), torch.zeros(n // world), torch.zeros(n)
+    cases = {
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(whole, part),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(out, whole),
+        "all_reduce": lambda: dist.all_reduce(whole),
+        "all_to_all_single": lambda: dist.all_to_all_single(whole2, whole),
+        "whole * 2 (a local op)": lambda: whole * 2,
+    }
+    for name, fn in cases.items():
+        for _ in range(3):
+            fn()
+        dist.barrier()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(10):
+            fn()
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        if rank == 0:
+            print(f"| {name} | {mib} | {(after - before) / 10:.0f} | {(mib << 20) // os.sysconf('SC_PAGE_SIZE')} |")
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="8,16,24,32,64,128", help="MiB, comma-separated")
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--faults", type=int, metavar="MIB", help="count page faults of Gloo collectives instead")
+    ap.add_argument("--port", type=int, default=29533, help="--faults: the rendezvous port on 127.0.0.1")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.faults:
+        import torch.multiprocessing as mp
+
+        print("| call | MiB | minor page faults per call | pages in the buffer |")
+        print("|---|---:|---:|---:|")
+        mp.spawn(faults, args=(2, a.faults, a.port), nprocs=2)
+        return 0
     sizes = [int(s) for s in a.sizes.split(",")]
     if a.child:
         print(json.dumps(measure(sizes, a.repeats)))
