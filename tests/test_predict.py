@@ -713,6 +713,15 @@ def test_temporaries_at_the_mmap_threshold_pay_fresh_pages(mib):
     assert seconds(EXPR, 2, lower, n) - seconds(EXPR, 2, plain, n) == pytest.approx(2 * n / 2e9)
 
 
+def test_fresh_pages_are_not_shared_between_a_shared_hosts_ranks():
+    """Each rank faults its pages on its own core: on a `shared_node` host the page cost is one rank's, while
+    the copies share the memory bandwidth."""
+    n = 64 << 20
+    base = "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1e6\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
+    plain, paged = (parse(SourceFile("t.toml", base.format(extra))) for extra in ("", PAGES))
+    assert seconds(EXPR, 4, paged, n) - seconds(EXPR, 4, plain, n) == pytest.approx(2 * n / 2e9)
+
+
 def test_a_topology_without_the_page_rate_or_on_nccl_pays_no_fresh_pages():
     """No `page_fault_gbps`: temporaries cost their copies only, as before the key existed; on NCCL the tensors
     are on the GPU, whose caching allocator keeps its blocks."""

@@ -234,11 +234,12 @@ class Clocks(Observer):
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
         self.memory_bps = topo.memory_bps
-        # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks
+        # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks.
+        # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
+        # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
             self.memory_bps /= min(rpn, W)
-            self.page_bps = None if self.page_bps is None else self.page_bps / min(rpn, W)
         self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
