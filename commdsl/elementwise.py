@@ -129,6 +129,7 @@ BINARY = {
 """The arithmetic and comparison operators, shared by element expressions and per-rank integers."""
 
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+"""The comparison operators: their result is bool (torch's promotion, the temporaries torch makes, compile)."""
 
 
 def _binary(op: str, a, b):
