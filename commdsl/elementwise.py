@@ -56,6 +56,61 @@ def evaluate(e: Elem, read: Callable[[View], object], shape: tuple[int, ...], li
     raise ValueError(f"element expression {tag!r} is not allowed here")
 
 
+IN_PLACE = {"+=": "add_", "-=": "sub_", "*=": "mul_"}
+"""The compound assignments the runtime runs as torch's in-place method when the value is a view."""
+
+
+def in_place(op: str, value: Elem, target: View, dtype_of: Callable[[View], str]) -> bool:
+    """Whether the runtime runs `target op= value` as one in-place torch call (`x.chunk(k, p) += tmp`: one pass,
+    no temporaries): a view of the target's dtype (no promotion to mimic) that does not overlap it."""
+    return (
+        op in IN_PLACE and value[0] == "v" and not value[1].overlaps(target) and dtype_of(value[1]) == dtype_of(target)
+    )
+
+
+def temporaries(op: str, value: Elem, target: View, dtype_of: Callable[[View], str]) -> list[int]:
+    """Bytes per target element of each tensor torch allocates while the runtime computes `target op= value`
+    (runtime/ops.py `_compute`): one per `evaluate` step that makes an array (an operator or function with an
+    array operand, `-`/`~` of one, the index `i` as int64), the clone of `x = view`, and the result of a
+    compound assignment's `combine` before its copy into the target; none for an in-place update or a value
+    that is a scalar. A result's element size is the larger of its array operands' (bool for a comparison, at
+    least float32 for `/`): torch's promotion for a program's usual dtypes."""
+    from commdsl.dtypes import DTYPES
+
+    if in_place(op, value, target, dtype_of):
+        return []
+    out: list[int] = []
+
+    def walk(e: Elem) -> int:  # element size of e's array, 0 for a scalar
+        tag = e[0]
+        if tag == "v":
+            return DTYPES[dtype_of(e[1])].itemsize
+        if tag == "i":
+            out.append(8)
+            return 8
+        if tag == "u":
+            size = walk(e[2])
+            if size and e[1] != "+":
+                out.append(size)
+            return size
+        if tag in ("b", "f"):
+            sizes = [walk(a) for a in ((e[2], e[3]) if tag == "b" else e[2])]
+            if not any(sizes):
+                return 0
+            size = 1 if e[1] in COMPARISONS else max(max(sizes), 4 if e[1] == "/" else 1)
+            out.append(size)
+            return size
+        return 0  # a constant
+
+    size = walk(value)
+    if op == "=" and value[0] == "v":  # `x[1:3] = x[0:2]`: cloned first, as copy_ refuses overlapping views
+        out.append(size)
+    elif op != "=":  # combine(target, value): a new tensor, then copied into the target
+        target_size = DTYPES[dtype_of(target)].itemsize
+        out.append(max(size, target_size, 4 if op == "/=" else 1))
+    return out
+
+
 BINARY = {
     "+": operator.add,
     "-": operator.sub,
@@ -72,6 +127,9 @@ BINARY = {
     ">=": operator.ge,
 }
 """The arithmetic and comparison operators, shared by element expressions and per-rank integers."""
+
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+"""The comparison operators: their result is bool (torch's promotion, the temporaries torch makes, compile)."""
 
 
 def _binary(op: str, a, b):
@@ -116,7 +174,7 @@ def category(e: Elem, dtype_of: Callable[[View], str]) -> tuple[str, bool]:
         return category(e[2], dtype_of)
     if tag == "b":
         a, b = category(e[2], dtype_of), category(e[3], dtype_of)
-        if e[1] in ("==", "!=", "<", "<=", ">", ">="):
+        if e[1] in COMPARISONS:
             return "b", a[1] or b[1]
         if e[1] == "/":
             return "f", a[1] or b[1]

@@ -500,7 +500,7 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     assert len(measured) == 4  # 1K, 32K, 1M, 32M, each with its fitted time and error
     code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
     assert code == 0
-    assert np.isfinite(t.memory_bps)
+    assert np.isfinite(t.memory_bps) and (t.page_bps is None or t.page_bps > 0)
 
 
 
@@ -632,6 +632,129 @@ def test_local_ops_on_a_shared_host_share_its_memory():
     alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
                                        "bandwidth_gbps = 1\n"))
     assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)
+
+
+@pytest.mark.parametrize(("statement", "sizes"), [
+    ("x += y", []),  # torch's in-place add: one pass, nothing allocated
+    ("x += 1", [4]),  # torch.add(x, 1), then copied into x
+    ("x = y", [4]),  # cloned first (copy_ refuses overlapping views)
+    ("x = y * 2 + rank", [4, 4]),  # y * 2, then + rank
+    ("x = i", [8]),  # the index as int64
+    ("b = x > y", [1]),  # a bool tensor
+    ("x /= 2", [4]),
+    ("x = 3", []),  # a fill
+])
+def test_the_temporaries_torch_allocates_for_a_local_op(statement, sizes):
+    """Bytes per element of each temporary the runtime's `_compute` allocates (runtime/ops.py), as the model
+    lists them and as torch's profiler sees the runtime's step free them (blocks of at least the tensor)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from commdsl.elementwise import temporaries
+    from commdsl.expand import expand
+    from commdsl.runtime import ops
+
+    n = 100_000
+    text = (f"program t\nworld 1\ntensor x: float32[{n}] = 1\ntensor y: float32[{n}] = 2\ntensor b: bool[{n}]\n"
+            f"{statement}\n")
+    s = expand(load_program(SourceFile("t.comm", text)), world=1)
+    op = s.records[-1].at(0)
+    assert temporaries(op.op, op.value, op.target, lambda v: s.infos[v.tensor].dtype) == sizes
+    cpu = torch.device("cpu")
+    specs = s.tensors[0]
+    ctx = ops.Context(rank=0, backend="gloo", device=cpu, buffers=ops.allocate(specs, 0, 1, cpu),
+                      dtypes={k: v.dtype for k, v in specs.items()}, groups=[None], emit=lambda kind, p: None)
+    (step,) = ops.build_steps(s.ops[0], ctx)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    freed = [-e.cpu_memory_usage for e in prof.events() if e.name == "[memory]" and e.cpu_memory_usage <= -n]
+    assert sorted(freed) == sorted(size * n for size in sizes)
+
+
+def test_a_local_ops_temporaries_are_written_and_read_at_memory_speed():
+    """`x += 1` computes `torch.add(x, 1)` into a new tensor and copies it into x: besides the n bytes the
+    op counts, the temporary is written and read (2n); `x = y * 2 + rank` makes two (4n besides its 2n);
+    `x += y` of a view runs in place and makes none."""
+    n, mem = 1 << 20, 1e9
+    alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
+                                       "bandwidth_gbps = 1\n"))
+    one = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nx += 1\n"
+    two = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n]\ntensor y: float32[n] = 2\nx = y * 2 + rank\n"
+    assert seconds(LOCAL, 2, alone, n) == pytest.approx(2 * n / mem)
+    assert seconds(one, 2, alone, n) == pytest.approx(3 * n / mem)
+    assert seconds(two, 2, alone, n) == pytest.approx(6 * n / mem)
+
+
+def test_malloc_maps_a_tensor_from_its_padded_request():
+    """glibc pads posix_memalign(64, n)'s request by about 112 bytes before comparing it with the mmap threshold:
+    the MoE program's 33554424-byte tensor (32 MiB less 8) is mapped, one 256 bytes short is not."""
+    from commdsl.predict.cost import mapped
+
+    assert mapped(32 << 20, 32 << 20) and mapped((32 << 20) - 8, 32 << 20)
+    assert not mapped((32 << 20) - 256, 32 << 20) and not mapped(16 << 20, 32 << 20)
+    assert list(mapped(np.array([1 << 20, 64 << 20]), 32 << 20)) == [False, True]
+
+
+PAGES = "page_fault_gbps = 2\n"
+EXPR = "program e\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\ny = x * 2 + rank\n"
+
+
+@pytest.mark.parametrize("mib", [16, 64])
+def test_temporaries_at_the_mmap_threshold_pay_fresh_pages(mib):
+    """`y = x * 2 + rank` makes two temporaries of the target's size: at 64 MiB (at least glibc's 32 MiB mmap
+    threshold) each is mapped anew on every call and costs its bytes at `page_fault_gbps`; at 16 MiB they
+    reuse the heap's pages and cost nothing more. The same for a Gloo all-gather's flat temporary."""
+    n = mib << 20  # bytes of x, y and each temporary
+    plain, paged = topo(), topo(extra=PAGES)
+    fresh = 2 * n / 2e9 if mib >= 32 else 0.0
+    assert seconds(EXPR, 2, paged, n) - seconds(EXPR, 2, plain, n) == pytest.approx(fresh)
+    assert seconds(AG, 2, paged, n) - seconds(AG, 2, plain, n) == pytest.approx(fresh / 2)
+    lower = topo(extra=PAGES + "mmap_threshold_bytes = 1048576")  # malloc told to map from 1 MiB on
+    assert seconds(EXPR, 2, lower, n) - seconds(EXPR, 2, plain, n) == pytest.approx(2 * n / 2e9)
+
+
+def test_fresh_pages_are_not_shared_between_a_shared_hosts_ranks():
+    """Each rank faults its pages on its own core: on a `shared_node` host the page cost is one rank's, while
+    the copies share the memory bandwidth."""
+    n = 64 << 20
+    base = "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1e6\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
+    plain, paged = (parse(SourceFile("t.toml", base.format(extra))) for extra in ("", PAGES))
+    assert seconds(EXPR, 4, paged, n) - seconds(EXPR, 4, plain, n) == pytest.approx(2 * n / 2e9)
+
+
+def test_a_topology_without_the_page_rate_or_on_nccl_pays_no_fresh_pages():
+    """No `page_fault_gbps`: temporaries cost their copies only, as before the key existed; on NCCL the tensors
+    are on the GPU, whose caching allocator keeps its blocks."""
+    n = 64 << 20
+    t = topo()
+    assert t.page_bps is None and t.mmap_threshold == 32 << 20
+    assert seconds(EXPR, 2, t, n) == pytest.approx(6 * n / 1e15)  # 2n counted + 2 temporaries x 2n, at 1e6 GB/s
+    nccl = 'backend = "nccl"\n'
+    assert seconds(EXPR, 2, topo(extra=nccl + PAGES), n) == seconds(EXPR, 2, topo(extra=nccl), n)
+    assert all(load(name)[0].page_bps is None for name in ("dgx-h100", "dgx-a100"))
+
+
+def test_calibration_writes_the_page_rate_it_measures():
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    t = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", None, 2.5e9)))
+    assert t.page_bps == pytest.approx(2.5e9) and t.mmap_threshold == 32 << 20
+    text = calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", None, None)
+    assert "page_fault_gbps" not in text and parse(SourceFile("h.toml", text)).page_bps is None
+
+
+def test_page_fault_bandwidth_times_fresh_pages_beyond_a_kept_tensor(monkeypatch):
+    """A fresh 64 MiB tensor filled costs more than the same fill into a kept one (its pages are mapped anew):
+    the rate is positive, or None when malloc keeps its memory; the thread count is put back."""
+    import torch
+
+    from commdsl.predict import calibrate
+
+    before = torch.get_num_threads()
+    rate = calibrate.page_fault_bandwidth(repeats=2, threads=1)
+    assert rate is None or rate > 0
+    assert torch.get_num_threads() == before
 
 
 def test_mangled_topology_files_give_diagnostics_never_a_traceback():

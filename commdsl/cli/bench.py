@@ -781,8 +781,9 @@ def calibrate(args) -> int:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
+    pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, sharing)
+    text = cal.topology_text(f, memory, nproc, backend, command, sharing, pages)
     try:
         write_atomic(args.output, text)
     except FileError as e:
@@ -792,8 +793,8 @@ def calibrate(args) -> int:
         if line.startswith("#"):
             out.print(line, markup=False)
     out.print(
-        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s: "
-        f"written to {args.output}",
+        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
+        f"{'not measurable' if pages is None else f'{pages / 1e9:.2f} GB/s'}: written to {args.output}",
         markup=False,
     )
     return EXIT_OK

@@ -181,6 +181,11 @@ class Kind:
         local op: bytes written plus bytes read, so a copy of n bytes is 2n. `size` as in `cost`. None here."""
         return 0.0 * size
 
+    def gloo_temporaries(self, world: int, size) -> tuple:
+        """Bytes of each temporary tensor torch's Gloo backend allocates for one call of a member (`size` as in
+        `cost`): `commdsl predict` charges fresh pages for those malloc maps anew on every call. None here."""
+        return ()
+
 
 # ---- helpers the kinds share ----------------------------------------------------------------------
 

@@ -51,5 +51,9 @@ class AllGather(Kind):
         once (written and read: 2 × size). The list form runs the same work."""
         return 2.0 * size
 
+    def gloo_temporaries(self, world: int, size) -> tuple:
+        """The flat temporary of `newLikeFlat`: the whole output."""
+        return (size,)
+
 
 KIND = AllGather()

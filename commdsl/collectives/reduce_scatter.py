@@ -79,5 +79,9 @@ class ReduceScatter(Kind):
         .clone()`: `size` bytes read and written) and copies this rank's block out of the clone (size / world)."""
         return 2.0 * size + 2.0 * size / world
 
+    def gloo_temporaries(self, world: int, size) -> tuple:
+        """The clone of the whole input."""
+        return (size,)
+
 
 KIND = ReduceScatter()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from commdsl.collectives import KINDS
 from commdsl.dtypes import TOLERANCE
+from commdsl.elementwise import COMPARISONS, IN_PLACE
 from commdsl.p2p import form
 from commdsl.resolve import Program, step_group_names
 from commdsl.syntax import nodes as n
@@ -58,9 +59,7 @@ _PREC = {
 }  # fmt: skip
 _ATOM = 13
 _QUOTES = "\"'\\"  # a comment keeps them as they are
-_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 _REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg")
-_IN_PLACE = {"+=": "add_", "-=": "sub_", "*=": "mul_"}
 
 _HELPERS = {
     "number": '''
@@ -655,12 +654,12 @@ class _Writer:
             or not _reads_elements(value, scope, self.ndim)
             and (self.dtype[tensor] in TOLERANCE or isinstance(value, n.IntLit) and self.dtype[tensor] != "bool")
         )  # a number into a float tensor, or an integer literal into an integer one: no promotion to undo
-        if s.op in _IN_PLACE and same_kind:
+        if s.op in IN_PLACE and same_kind:
             rhs = self.elem(value, scope, target)
             # `x += y`; a view as `x.tensor_split(p)[k].add_(y)`, and in a function every target (`x += y` there
             # would make `x` a local of the function)
             named = isinstance(s.target, n.Name) and not self.in_function
-            self.emit(depth, f"{target} {s.op} {rhs}" if named else f"{target}.{_IN_PLACE[s.op]}({rhs})", line)
+            self.emit(depth, f"{target} {s.op} {rhs}" if named else f"{target}.{IN_PLACE[s.op]}({rhs})", line)
             return
         op = s.op[:-1]
         rhs = self.elem(value, scope, target, _PREC[op] + 1)
@@ -901,7 +900,7 @@ class _Writer:
 
     def binary(self, e: n.Binary, operand) -> tuple[str, int]:
         """`a OP b` with Python's precedence: left-associative, comparisons never chained, `**` right-associative."""
-        if e.op in _COMPARISONS:
+        if e.op in COMPARISONS:
             prec = _PREC["cmp"]
             return f"{operand(e.left, prec + 1)} {e.op} {operand(e.right, prec + 1)}", prec
         prec = _PREC[e.op]

@@ -5,7 +5,8 @@ timed by the bench itself (`bench.plan.build`, `bench.launch.run_plan`: the same
 hard timeout as every `commdsl bench`), so a calibration measures what a bench measures. One way is half
 the mean round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
 relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
-timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it).
+timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it), and so
+are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs beyond its copy).
 `topology_text` writes the TOML file `commdsl predict --topology` reads, with the measurements as comments.
 """
 
@@ -15,6 +16,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from commdsl.predict.topology import MMAP_THRESHOLD_MAX
 
 PINGPONG = """\
 # the calibration ping-pong of `commdsl bench --calibrate`: rank 0 and rank 1 send `x` there and back
@@ -135,8 +138,41 @@ def memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int | No
     return 2 * nbytes / best
 
 
+def page_fault_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int | None = None) -> float | None:
+    """Bytes per second at which this process gets fresh pages: `torch.empty(n).fill_(1)` of `nbytes` (above
+    glibc's mmap threshold, so mapped anew, faulted in and zeroed by the kernel, unmapped when freed) less the
+    same fill into a kept tensor, the best of `repeats` of each; `threads` as in `memory_bandwidth`. None when
+    a fresh tensor costs no more than a kept one (malloc told to keep its memory: `MALLOC_MMAP_THRESHOLD_` and
+    `MALLOC_TRIM_THRESHOLD_` set, mallopt(3))."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        n = nbytes // 4
+        kept = torch.zeros(n, dtype=torch.float32)
+        fresh = kept_time = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.empty(n, dtype=torch.float32).fill_(1)
+            t1 = time.perf_counter()
+            kept.fill_(1)
+            t2 = time.perf_counter()
+            fresh, kept_time = min(fresh, t1 - t0), min(kept_time, t2 - t1)
+    finally:
+        torch.set_num_threads(before)
+    return nbytes / (fresh - kept_time) if fresh > kept_time * 1.1 else None
+
+
 def topology_text(
-    f: Fit, memory_bps: float, nproc: int, backend: str, command: str, sharing: Sharing | None = None
+    f: Fit,
+    memory_bps: float,
+    nproc: int,
+    backend: str,
+    command: str,
+    sharing: Sharing | None = None,
+    page_bps: float | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
     messages share one bus (`shared_node`) unless `sharing` measured pairs of ranks running side by side;
@@ -178,6 +214,15 @@ def topology_text(
         ]
     lines += [
         f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted",
+    ]
+    if page_bps is None:
+        lines.append("# fresh pages cost nothing measurable here (malloc keeps its memory): not counted")
+    else:
+        lines += [
+            f"page_fault_gbps = {page_bps / 1e9:.4g}    # a fresh 64 MiB torch tensor filled, less a kept one",
+            f"mmap_threshold_bytes = {MMAP_THRESHOLD_MAX}    # glibc's largest mmap threshold (mallopt(3))",
+        ]
+    lines += [
         f'source = "measured with `{command}`"',
         "",
         "[intra]",

@@ -2,8 +2,9 @@
 
 The engine decides what happens (which send meets which receive, which calls make a collective, who
 waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
-world × sizes, seconds from a common start): a local op adds its bytes over memory bandwidth (on a
-`shared_node` host, the memory's share of one of its ranks: they compute at once); a send or
+world × sizes, seconds from a common start): a local op adds its bytes, and twice those of the temporaries
+torch makes for it, over memory bandwidth (on a `shared_node` host, the memory's share of one of its ranks:
+they compute at once), and the fresh pages of the temporaries malloc maps anew (`fresh_pages`); a send or
 receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
 sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
 its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commdsl.dtypes import DTYPES
+from commdsl.elementwise import temporaries
 from commdsl.engine import Calls, Model, Observer, Outcome, Posts, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
@@ -115,6 +117,16 @@ def op_bytes(rec, schedule: Schedule):
         item = DTYPES[schedule.infos[rec.target.tensor].dtype].itemsize
         return _numel(rec.target.numel) * item * (1 + len(rec.reads))
     return 0
+
+
+def mapped(nbytes, threshold: int):
+    """Does glibc's malloc map a torch CPU tensor of `nbytes` anew (and unmap it when freed)? c10's `alloc_cpu`
+    calls posix_memalign(64, n); glibc's `_int_memalign` asks `_int_malloc` for the padded size plus 64 + MINSIZE
+    (32) bytes, each size padded as `request2size` does (8 bytes of header, a multiple of 16), and `sysmalloc`
+    maps a request of at least the mmap threshold (malloc/malloc.c). So a tensor 8 bytes short of 32 MiB
+    (a swept size rounded to the program's shape) is mapped too."""
+    padded = np.floor((np.floor((np.asarray(nbytes, dtype=np.float64) + 23) / 16) * 16 + 96 + 23) / 16) * 16
+    return padded >= threshold
 
 
 def _uniform(b):
@@ -222,8 +234,13 @@ class Clocks(Observer):
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
         self.memory_bps = topo.memory_bps
+        # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks.
+        # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
+        # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
+        self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
             self.memory_bps /= min(rpn, W)
+        self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
         self.k = track if track is not None else sizes - 1
@@ -329,8 +346,12 @@ class Clocks(Observer):
         b = self.nbytes.rows(rec.id, pos)
         if self.track:
             start = self.T[ix, self.k].copy()
+        took = b / self.memory_bps
+        temps = self.local_temporaries(rec, b)
+        if temps:  # each written once and read once (2 x its bytes, as a copy counts), and perhaps fresh pages
+            took = took + 2 * sum(temps) / self.memory_bps + self.fresh_pages(temps)
         t = _rows(self.T, ix)
-        t += self.whole(b / self.memory_bps, t.shape) if b.ndim == 1 else b / self.memory_bps
+        t += self.whole(took, t.shape) if took.ndim == 1 else took
         if not isinstance(ix, slice):
             _set_rows(self.T, ix, t)
         if self.track:
@@ -628,6 +649,7 @@ class Clocks(Observer):
         )
         if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.memory_bps
+            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
@@ -635,6 +657,31 @@ class Clocks(Observer):
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
         return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def fresh_pages(self, temporaries) -> np.ndarray | float:
+        """Seconds a rank spends on the fresh pages of temporaries of these bytes (each a number or an array
+        like the op's bytes): those malloc maps (`mapped`) are new pages on every call, each faulted in and
+        zeroed by the kernel and unmapped on free, at `page_fault_gbps`; smaller ones reuse the heap's pages.
+        0 when the topology does not give the rate."""
+        if self.page_bps is None:
+            return 0.0
+        total: np.ndarray | float = 0.0
+        for b in temporaries:
+            total = total + np.where(mapped(b, self.topo.mmap_threshold), b, 0.0)
+        return total / self.page_bps
+
+    def local_temporaries(self, rec: ComputeRec, b: np.ndarray) -> list[np.ndarray]:
+        """Bytes of each temporary torch allocates for a local op whose bytes (as counted) are `b`: the target's
+        elements times each temporary's element size (`elementwise.temporaries`, from the op on its first
+        rank, kept per record)."""
+        sizes = self.temps.get(rec.id)
+        if sizes is None:
+            op, infos = rec.at(0), self.s.infos
+            sizes = self.temps[rec.id] = temporaries(op.op, op.value, op.target, lambda v: infos[v.tensor].dtype)
+        if not sizes:
+            return []
+        elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
+        return [elements * size for size in sizes]
 
     def net(self, gid: int) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β

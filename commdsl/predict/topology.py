@@ -5,6 +5,10 @@
     ranks_per_node = 8
     nics_per_node = 8           # NCCL runs one ring per NIC (its channels); rank r uses NIC r % nics
     memory_gbps = 3350          # local ops: bytes read and written over this bandwidth
+    page_fault_gbps = 2.5       # optional: bytes per second of fresh pages (a temporary malloc maps anew,
+                                # faulted in and zeroed by the kernel); absent: temporaries cost no pages
+    mmap_threshold_bytes = 33554432  # a temporary of at least this many bytes is fresh pages on every call
+                                # (glibc's malloc: DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit)
     shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
                                 # (Gloo over loopback: the copies go through the same cores), instead of
                                 # each rank having its own way in and out
@@ -47,6 +51,12 @@ from commdsl.diagnostics import CommdslError
 from commdsl.rules.sizes import InvalidTopology
 from commdsl.source import SourceFile
 
+MMAP_THRESHOLD_MAX = 32 << 20
+"""glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (malloc/malloc.c, mallopt(3) `M_MMAP_THRESHOLD`): malloc raises
+its mmap threshold to the size of each mapped chunk it frees, but never above this, so a block this large is
+mapped on every malloc and unmapped on every free (its pages fresh each time), unless malloc is told to keep
+its memory (`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_`)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,6 +81,8 @@ class TopologyFile(_Model):
     nics_per_node: int = Field(default=1, ge=1)
     nodes: int | None = Field(default=None, ge=1)
     memory_gbps: float = Field(default=10.0, gt=0)
+    page_fault_gbps: float | None = Field(default=None, gt=0)
+    mmap_threshold_bytes: int = Field(default=MMAP_THRESHOLD_MAX, ge=1)
     shared_node: bool = False
     duplex: bool = True
     tree: bool | None = None
@@ -100,6 +112,8 @@ class Topology:
     overrides: dict[tuple[int, int], tuple[float, float]]
     path: str
     duplex: bool = True  # False: a rank's sends and receives inside its node share one port
+    page_bps: float | None = None  # fresh pages, bytes per second (None: not counted)
+    mmap_threshold: int = MMAP_THRESHOLD_MAX  # bytes from which a temporary is fresh pages on every call
 
     @classmethod
     def from_model(cls, m: TopologyFile, path: str) -> Topology:
@@ -121,6 +135,8 @@ class Topology:
             {(o.src, o.dst): (o.alpha_us * 1e-6, o.bandwidth_gbps * 1e9) for o in m.link},
             path,
             m.duplex,
+            None if m.page_fault_gbps is None else m.page_fault_gbps * 1e9,
+            m.mmap_threshold_bytes,
         )
 
     def capacity(self) -> int | None:
@@ -138,6 +154,11 @@ class Topology:
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
             + ("; messages in a node share one bus" if self.shared_node else "")
             + ("; a rank's messages in and out share one way" if not self.duplex and not self.shared_node else "")
+            + (
+                f"; fresh pages {self.page_bps / 1e9:.3g} GB/s from {self.mmap_threshold} B"
+                if self.page_bps is not None
+                else ""
+            )
         )
 
 
@@ -218,6 +239,7 @@ ranks_per_node = 65536     # one host: every rank on one node
 nics_per_node = 1
 shared_node = true         # loopback copies share the same cores and memory
 memory_gbps = 17.14        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted
+page_fault_gbps = 2.5      # a fresh 64 MiB tensor filled less a kept one, 2026-11-25 (8 runs: 2.34-2.67)
 source = "`commdsl bench --calibrate --nproc 2 --sizes 1K:64M` on the development machine, 2026-11-24 (docs/predict.md)"
 
 [intra]

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from commdsl.collectives import KINDS
-from commdsl.elementwise import NUMPY, ArrayLib, evaluate
+from commdsl.elementwise import IN_PLACE, NUMPY, ArrayLib, evaluate, in_place
 from commdsl.p2p import ANY_SOURCE, form
 from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Read, Recv, Send, View, Wait
 from commdsl.simulate import judge
@@ -227,16 +227,10 @@ def _compute(op: Compute, index: int, ctx: Context) -> Step:
     target = ctx.view(op.target)
     lib, read, shape, value, kind = torch_lib(ctx.device), ctx.view, op.target.shape, op.value, op.op
     combine = {"+=": torch.add, "-=": torch.sub, "*=": torch.mul, "/=": torch.true_divide}.get(kind)
-    in_place = {"+=": "add_", "-=": "sub_", "*=": "mul_"}.get(kind)
-    if (
-        in_place
-        and value[0] == "v"
-        and not value[1].overlaps(op.target)
-        and ctx.dtypes[value[1].tensor] == ctx.dtypes[op.target.tensor]
-    ):
+    if in_place(kind, value, op.target, lambda v: ctx.dtypes[v.tensor]):
         # `x.chunk(k, world) += tmp`: one pass and no temporaries, where copy, add, copy back cost a ring
-        # all-reduce half its time (docs/benchmarks.md, Bench); same dtype, so no promotion to mimic
-        update, source = getattr(target, in_place), ctx.view(value[1])
+        # all-reduce half its time (docs/benchmarks.md, Bench)
+        update, source = getattr(target, IN_PLACE[kind]), ctx.view(value[1])
         return lambda: update(source)
 
     copy_first = kind == "=" and value[0] == "v"  # `x[1:3] = x[0:2]`: copy_ refuses overlapping views
