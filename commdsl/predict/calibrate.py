@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commdsl.predict.topology import MMAP_THRESHOLD_MAX
+from commdsl.values import distinct
 
 PINGPONG = """\
 # the calibration ping-pong of `commdsl bench --calibrate`: rank 0 and rank 1 send `x` there and back
@@ -81,7 +82,7 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
     """α, β of t = α + size/β, minimising Σ ((α + size/β − t) / t)²; α is kept ≥ 0."""
     s = np.asarray(sizes, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
-    if s.size < 2 or np.unique(s).size < 2:
+    if s.size < 2 or distinct(s).size < 2:
         raise ValueError("calibration needs at least two different sizes")
     A = np.stack([np.ones_like(s), s], axis=1) / t[:, None]
     (alpha, inv_beta), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)

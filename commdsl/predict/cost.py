@@ -41,7 +41,7 @@ from commdsl.engine import Calls, Model, Observer, Outcome, Posts, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
 from commdsl.schedule import CollectiveRec, ComputeRec, P2PRec, Schedule
-from commdsl.values import at
+from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
 """The most ops for which the critical path is kept (a node per op: about 24 bytes each)."""
@@ -316,7 +316,7 @@ class Clocks(Observer):
     def finish_requests(self, reqs: np.ndarray, end: np.ndarray, nodes: np.ndarray) -> None:
         if self.req_left is not None:  # a batch bound to a handle: its request ends with the last of its ops
             self.part_done(reqs, end, nodes)
-            reqs = np.unique(reqs[self.req_left[reqs] == 0])
+            reqs = distinct(reqs[self.req_left[reqs] == 0])
             end, nodes = self.req_end[reqs], self.req_end_node[reqs]
         else:
             self.req_end[reqs] = end
@@ -395,7 +395,7 @@ class Clocks(Observer):
             b = self.nbytes.rows(r0, sends.pos)
         else:
             b = np.empty_like(start)
-            for rid in np.unique(sends.rec).tolist():
+            for rid in distinct(sends.rec).tolist():
                 m = sends.rec == rid
                 b[m] = self.nbytes.rows(rid, sends.pos[m])
         n_ports = self.free.shape[0]
@@ -627,7 +627,7 @@ class Clocks(Observer):
         share = np.ones(starts.size, dtype=np.int64)
         if not self.topo.shared_node or starts.size < 2:
             return share
-        pairs = np.unique(np.stack([first, self.node[calls.rank]], axis=1), axis=0)  # (instance, node) once each
+        pairs = distinct(np.stack([first, self.node[calls.rank]], axis=1), axis=0)  # (instance, node) once each
         per_node = np.bincount(pairs[:, 1])
         np.maximum.at(share, pairs[:, 0], per_node[pairs[:, 1]])
         return share
