@@ -634,6 +634,23 @@ def test_local_ops_on_a_shared_host_share_its_memory():
     assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)
 
 
+STAGGERED = (
+    "program s\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n] = 2\n"
+    "for s in 0 .. world - 1:\n    on rank == s:\n        x += y\n    barrier\n"
+)
+
+
+def test_a_shared_hosts_memory_is_a_port_a_lone_computing_rank_has_to_itself():
+    """A pipeline's stages compute in turn: on a `shared_node` host the rank that computes while the others
+    wait gets all of the memory bandwidth (four turns of 2n bytes at 1 GB/s), where ranks that add at once
+    share it (above); the barriers cost only their latency here."""
+    n = 1 << 20
+    shared = parse(SourceFile("t.toml", "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1\n[intra]\n"
+                                        "alpha_us = 0\nbandwidth_gbps = 1e6\n"))
+    assert seconds(STAGGERED, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9, rel=1e-3)
+    assert seconds(LOCAL, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9)  # one op, all four at once
+
+
 @pytest.mark.parametrize(("statement", "sizes"), [
     ("x += y", []),  # torch's in-place add: one pass, nothing allocated
     ("x += 1", [4]),  # torch.add(x, 1), then copied into x

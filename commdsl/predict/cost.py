@@ -3,8 +3,9 @@
 The engine decides what happens (which send meets which receive, which calls make a collective, who
 waits for whom); this observer only says when. Each rank has a clock per predicted size (`T`, shape
 world × sizes, seconds from a common start): a local op adds its bytes, and twice those of the temporaries
-torch makes for it, over memory bandwidth (on a `shared_node` host, the memory's share of one of its ranks:
-they compute at once), and the fresh pages of the temporaries malloc maps anew (`fresh_pages`); a send or
+torch makes for it, over memory bandwidth (on a `shared_node` host the node's memory is a port as a link
+is: the ranks that compute at once share it, a later op waits until it is free), and the fresh pages of
+the temporaries malloc maps anew (`fresh_pages`); a send or
 receive is posted at the poster's clock, a matched pair starts when both are posted (Gloo's and NCCL's
 sends wait for their receive) and ends α + bytes/β later on the link it uses; a collective starts when
 its last member calls and lasts what its kind's `cost` says (`collectives/<kind>.py`) on the group's
@@ -233,13 +234,16 @@ class Clocks(Observer):
         nodes = int(self.node[-1]) + 1 if W else 0
         self.nic = self.node * nics + (np.arange(W) % rpn) % nics
         self.n_nics = nodes * nics
-        self.memory_bps = topo.memory_bps
+        self.memory_bps = topo.memory_bps  # a local op's; on a shared_node host, the node's memory port's
+        self.copy_bps = topo.memory_bps  # torch's copies around a collective, whose members all copy at once
         # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks.
         # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
         # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
-        if topo.shared_node and W:  # the host's ranks run their local ops at once: its memory is shared
-            self.memory_bps /= min(rpn, W)
+        if topo.shared_node and W:
+            self.copy_bps /= min(rpn, W)
+        # per node, when its memory is free of the local ops already timed (shared_node: see `memory_share`)
+        self.memory_free = np.zeros((nodes, sizes)) if topo.shared_node else None
         self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
         ports = 2 * W + 2 * self.n_nics + nodes
         self.free = np.zeros((ports, sizes))
@@ -346,16 +350,41 @@ class Clocks(Observer):
         b = self.nbytes.rows(rec.id, pos)
         if self.track:
             start = self.T[ix, self.k].copy()
-        took = b / self.memory_bps
         temps = self.local_temporaries(rec, b)
-        if temps:  # each written once and read once (2 x its bytes, as a copy counts), and perhaps fresh pages
-            took = took + 2 * sum(temps) / self.memory_bps + self.fresh_pages(temps)
-        t = _rows(self.T, ix)
-        t += self.whole(took, t.shape) if took.ndim == 1 else took
+        moved = b + 2 * sum(temps) if temps else b  # temporaries written once and read once, as a copy counts
+        t = _rows(self.T, ix)  # a view of T when ix is a slice
+        if self.memory_free is not None:
+            t = self.memory_share(G, t, moved)  # a new array
+        else:
+            took = moved / self.memory_bps
+            t += self.whole(took, t.shape) if took.ndim == 1 else took
+        if temps:
+            t += self.fresh_pages(temps)  # a rank's own core's work: not shared
         if not isinstance(ix, slice):
             _set_rows(self.T, ix, t)
+        elif self.memory_free is not None:
+            self.T[ix] = t
         if self.track:
             self.last[G] = self.add_nodes(rec.id, G, -1, self.last[G], start, self.T[ix, self.k])
+
+    def memory_share(self, G: np.ndarray, t: np.ndarray, moved: np.ndarray) -> np.ndarray:
+        """The clocks `t` of ranks G (each row a rank's, per size) after moving `moved` bytes each through their
+        node's memory on a shared_node host: the node's ranks that run this op at once share it as the ranks
+        of a ring step all add at once (processor sharing, `_shared`: four equal ones take four times as long),
+        and it starts when the node's memory is free of the local ops before it, as a port does for messages;
+        a pipeline stage that computes while the others wait has the memory to itself. (`bench --calibrate`
+        times one process alone: `memory_gbps` is one rank's whole.)"""
+        node = self.node[G]
+        if moved.ndim == 1 and (node == node[0]).all():  # one node, equal ops (an SPMD step): each takes them all
+            end = np.maximum(t, self.memory_free[node[0]])
+            end += moved * (G.size / self.memory_bps)
+            self.memory_free[node[0]] = end.max(axis=0)
+            return end
+        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, self.memory_free.shape[0])
+        end = np.maximum(t, self.memory_free[node])
+        end += eff / self.memory_bps
+        np.maximum.at(self.memory_free, node, end)
+        return end
 
     def posted(self, rows: Posts) -> None:
         self.settle(*self.members(rows.rank))
@@ -648,7 +677,7 @@ class Clocks(Observer):
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
         )
         if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
-            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.memory_bps
+            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.copy_bps
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link

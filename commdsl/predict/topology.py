@@ -11,7 +11,8 @@
                                 # (glibc's malloc: DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit)
     shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
                                 # (Gloo over loopback: the copies go through the same cores), instead of
-                                # each rank having its own way in and out
+                                # each rank having its own way in and out; and local ops share the node's
+                                # memory when they run at once
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
                                 # one thread per process moves both; a host with cores to spare)
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
