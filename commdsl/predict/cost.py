@@ -354,7 +354,7 @@ class Clocks(Observer):
         moved = b + 2 * sum(temps) if temps else b  # temporaries written once and read once, as a copy counts
         t = _rows(self.T, ix)  # a view of T when ix is a slice
         if self.memory_free is not None:
-            t = self.memory_share(G, t, moved)  # a new array
+            t = self.memory_share(self.memory_free, G, t, moved)  # a new array
         else:
             took = moved / self.memory_bps
             t += self.whole(took, t.shape) if took.ndim == 1 else took
@@ -367,23 +367,23 @@ class Clocks(Observer):
         if self.track:
             self.last[G] = self.add_nodes(rec.id, G, -1, self.last[G], start, self.T[ix, self.k])
 
-    def memory_share(self, G: np.ndarray, t: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    def memory_share(self, free: np.ndarray, G: np.ndarray, t: np.ndarray, moved: np.ndarray) -> np.ndarray:
         """The clocks `t` of ranks G (each row a rank's, per size) after moving `moved` bytes each through their
         node's memory on a shared_node host: the node's ranks that run this op at once share it as the ranks
         of a ring step all add at once (processor sharing, `_shared`: four equal ones take four times as long),
         and it starts when the node's memory is free of the local ops before it, as a port does for messages;
         a pipeline stage that computes while the others wait has the memory to itself. (`bench --calibrate`
-        times one process alone: `memory_gbps` is one rank's whole.)"""
+        times one process alone: `memory_gbps` is one rank's whole.) `free`: per node, when its memory is free."""
         node = self.node[G]
         if moved.ndim == 1 and (node == node[0]).all():  # one node, equal ops (an SPMD step): each takes them all
-            end = np.maximum(t, self.memory_free[node[0]])
+            end = np.maximum(t, free[node[0]])
             end += moved * (G.size / self.memory_bps)
-            self.memory_free[node[0]] = end.max(axis=0)
+            free[node[0]] = end.max(axis=0)
             return end
-        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, self.memory_free.shape[0])
-        end = np.maximum(t, self.memory_free[node])
+        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, free.shape[0])
+        end = np.maximum(t, free[node])
         end += eff / self.memory_bps
-        np.maximum.at(self.memory_free, node, end)
+        np.maximum.at(free, node, end)
         return end
 
     def posted(self, rows: Posts) -> None:
