@@ -253,6 +253,31 @@ def test_deadlock_is_refused_before_launch(tmp_path, no_orphans):
     assert "ranks (gloo" not in err  # nothing was launched
 
 
+def test_a_forked_worker_connects_only_once_its_siblings_are_forked(tmp_path):
+    """`worker.wait_for_siblings`: forking while the launcher's store thread holds glibc's resolver lock left a
+    worker blocked forever in its first connect, so a forked worker waits until every slot of the node holds a
+    live worker: it goes on at once when they do, after its limit when one never starts, and a slot left by a
+    dead worker (an earlier start's) does not count."""
+    from commdsl.runtime import progress
+    from commdsl.runtime.worker import wait_for_siblings
+
+    board = progress.Board(str(tmp_path / "progress"), 2, create=True)
+    progress.Slot(board.slots[0]).start(0)
+    t0 = time.monotonic()
+    wait_for_siblings(board, limit_s=0.2)  # slot 1 never claimed
+    assert time.monotonic() - t0 >= 0.2
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    board.slots[1][progress.PID] = dead.pid
+    t0 = time.monotonic()
+    wait_for_siblings(board, limit_s=0.2)
+    assert time.monotonic() - t0 >= 0.2
+    progress.Slot(board.slots[1]).start(1)  # a live worker (this process)
+    t0 = time.monotonic()
+    wait_for_siblings(board, limit_s=30)
+    assert time.monotonic() - t0 < 5
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(90)
 def test_hang_guard_names_every_rank(tmp_path, no_orphans):

@@ -44,6 +44,10 @@ class Job:
     run_dir: str
     close_fds: tuple[int, ...] = ()  # the launcher's listening sockets a forked worker inherits: closed at once
 
+    @property
+    def forked(self) -> bool:
+        return self.schedule is not None
+
 
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its launcher dies, so no worker outlives a killed launcher."""
@@ -98,7 +102,38 @@ def attach(job: Job) -> tuple[int, int, progress.Slot]:
     board = progress.Board(os.path.join(job.run_dir, "progress"), int(os.environ["LOCAL_WORLD_SIZE"]), create=False)
     slot = progress.Slot(board.slots[local_rank])
     slot.start(rank)
+    if job.forked:
+        wait_for_siblings(board)
     return rank, local_rank, slot
+
+
+SIBLINGS_LIMIT_S = 10.0
+
+
+def wait_for_siblings(board: progress.Board, limit_s: float = SIBLINGS_LIMIT_S) -> None:
+    """Under fork, touch the network only once every worker of this node has been forked. The launcher's store
+    thread looks up a connecting worker's address (c10d logs it: glibc's getnameinfo, under the resolver's
+    process-wide lock); a worker forked while it does inherits that lock held and blocks forever in its own
+    first connect. Seen about once in 100 in-process runs (the tests', the API's): every rank "stalled in
+    set-up", gdb showing the last-forked rank in `__resolv_context_get`. With every fork done before the first
+    connect, there is nothing to inherit. After `limit_s` it goes on: a worker that never starts is the hang
+    guard's to name."""
+    deadline = time.monotonic() + limit_s
+    while not all(_alive(slot[progress.PID]) for slot in board.slots) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _alive(pid: int) -> bool:
+    """A slot's worker has started (a slot left by a worker of an earlier start, dead since, does not count)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def local_entry(job: Job) -> None:
