@@ -37,6 +37,7 @@ from commdsl.source import SourceFile
 from commdsl.syntax import nodes as n
 from commdsl.syntax.parser import parse_tree
 from commdsl.syntax.transform import to_ast
+from commdsl.validation import FORBID_EXTRA
 from commdsl.values import INTEGER_OPS
 
 MAX_WORLD = 1 << 16
@@ -60,6 +61,8 @@ DATA_FUNC = "sum"
 @dataclass(frozen=True, kw_only=True)
 class Program:
     """A program whose names and kinds are consistent; still parametric in world size and params."""
+
+    __pydantic_config__ = {**FORBID_EXTRA, "arbitrary_types_allowed": True}  # its SourceFile is a plain class
 
     name: str
     path: str

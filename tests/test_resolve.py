@@ -299,6 +299,11 @@ def test_nodes_are_frozen_and_hashable():
     assert hash(send) == hash(dataclasses.replace(send)) and dataclasses.replace(send, tag=None) == send
 
 
+def test_a_loaded_program_validates_to_itself():
+    program = load(SourceFile.read(Path(__file__).resolve().parent.parent / "programs" / "ring_allreduce.comm"))
+    assert validate(program) == program
+
+
 def test_a_statement_union_validates_from_plain_data():
     data = dataclasses.asdict(n.Send(span=span(), buffer=name("x"), peer=name("right")))
     assert adapter(n.Stmt).validate_python(data).kind == "send"
