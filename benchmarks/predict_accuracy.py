@@ -2,7 +2,7 @@
 
     python benchmarks/predict_accuracy.py [--out DIR] [--iters 10] [--sizes 64K:64M] [--worlds 2,4]
 
-Calibrates first (`commdsl bench --calibrate --nproc 2 -o DIR/host.toml`), then for each program and world
+Calibrates first (`commdsl bench --calibrate --nproc N -o DIR/host.toml`, N the largest world), then for each program and world
 size measures it (`commdsl bench ... --json DIR/<name>-<N>-bench.json`) and predicts it on the calibrated
 topology (`commdsl predict ... --measured ... --json DIR/<name>-<N>-predict.json`), and prints one markdown
 table: size, measured and predicted time, error. Every command it runs is printed to stderr first.
@@ -62,7 +62,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     topo = a.topology or str(out / "host.toml")
     if not a.topology:
-        commdsl("bench", "--calibrate", "--nproc", "2", "--sizes", "1K:64M", "--iters", a.iters, "-o", topo)
+        nproc = str(max(int(w) for w in a.worlds.split(",")))  # as many ranks as the most it predicts: at 4 and
+        # more the calibration also times messages and adds at once (how much of the host they share)
+        commdsl("bench", "--calibrate", "--nproc", nproc, "--sizes", "1K:64M", "--iters", a.iters, "-o", topo)
     print("| program | N | size | measured (us) | predicted (us) | error |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, prog, param in CASES:

@@ -125,9 +125,8 @@ def _validation_error(source: SourceFile, err, rule: type[Rule], model: type, ta
             label="not a setting",
             help=f"{hint}the keys are {', '.join(f'`{k}`' for k in known)}",
         )
-    return rule.diagnostic(
-        f"{source.path}: `{where}`: {err['msg'][0].lower() + err['msg'][1:]}", span=span, label="here"
-    )
+    msg = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]  # without "Value error, "
+    return rule.diagnostic(f"{source.path}: `{where}`: {msg[0].lower() + msg[1:]}", span=span, label="here")
 
 
 def _known(model: type, loc: tuple) -> list[str]:

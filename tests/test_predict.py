@@ -68,6 +68,10 @@ def test_a_topology_file_in_full():
      "`link.1.bandwidth_gbps` is required", 5),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[[link]]\nsrc = 3\ndst = 3\nalpha_us = 1\n"
      "bandwidth_gbps = 1\n", "src and dst are the same rank", 7),
+    ("ranks_per_node = 8\nbus_gbps = 4\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
+     "`bus_gbps`: needs `shared_node = true`", 2),
+    ("ranks_per_node = 8\nshared_node = true\nnode_memory_gbps = 0\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
+     "`node_memory_gbps`: input should be greater than 0", 3),
 ])
 def test_bad_topology_is_an_n136_at_its_line(text, message, line):
     with pytest.raises(CommdslError) as e:
@@ -196,6 +200,29 @@ def test_a_batch_bound_to_a_handle_is_waited_until_its_slowest_op():
 def test_a_shared_node_bus_halves_a_pairwise_exchange():
     n = 1 << 20
     assert seconds(TWO_PAIRS, 4, topo(10, 1, extra="shared_node = true"), n) == pytest.approx(10e-6 + 2 * n / 1e9)
+
+
+@pytest.mark.parametrize(("bus_gbps", "each"), [(1, 4), (2, 2), (1.5, 4 / 1.5), (4, 1), (8, 1)])
+def test_a_bus_carries_its_bandwidth_over_the_messages_at_once(bus_gbps, each):
+    """`bus_gbps`: the bus's bandwidth for all its messages together, each still at most its link's: four
+    messages of a ring exchange at once each move at min(β, bus / 4) (a 1 GB/s link here)."""
+    n = 1 << 20
+    t = topo(10, 1, extra=f"shared_node = true\nbus_gbps = {bus_gbps}")
+    assert t.bus_capacity == pytest.approx(bus_gbps)
+    assert seconds(EXCHANGE, 4, t, n) == pytest.approx(10e-6 + each * n / 1e9)
+
+
+def test_messages_of_different_sizes_share_a_bus_of_capacity_two():
+    """Processor sharing with a capacity: on a bus carrying two messages at full speed, three messages of n, 2n
+    and 3n bytes first move at 2/3 speed each until the smallest is through (1.5n bytes of time), then the two
+    others at full speed: the largest ends after 1.5n + 2n = 3.5n."""
+    from commdsl.predict.cost import _shared
+
+    b = np.array([[1.0], [2.0], [3.0]])
+    eff = _shared(np.array([5, 5, 5]), b, 0, 8, capacity=2.0)
+    assert eff[:, 0] == pytest.approx([1.5, 2.5, 3.5])
+    assert _shared(np.array([5, 5, 5]), b, 0, 8)[:, 0] == pytest.approx([3.0, 5.0, 6.0])  # capacity 1
+    assert _shared(np.array([5, 5, 5]), b, 0, 8, capacity=3.0)[:, 0] == pytest.approx([1.0, 2.0, 3.0])
 
 
 EXCHANGE = """program exchange
@@ -496,7 +523,8 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     assert "alpha" in text and str(out) in text
     t, _ = load(str(out))
     assert t.backend == "gloo" and t.intra_alpha >= 0 and t.intra_beta > 0 and t.shared_node
-    measured = [line for line in out.read_text().splitlines() if re.match(r"#\s+\d+\s", line)]
+    assert t.bus_bps is None and 1 <= t.memory_capacity <= 2  # two ranks: pairs at once need four
+    measured = [line for line in out.read_text().splitlines() if re.match(r"#\s+\d+\s+[\d.]+\s+[\d.]+\s+[+-]", line)]
     assert len(measured) == 4  # 1K, 32K, 1M, 32M, each with its fitted time and error
     code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
     assert code == 0
@@ -504,21 +532,29 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
 
 
 
-def test_calibration_decides_from_pairs_at_once_whether_messages_share_a_bus():
-    """`--calibrate --nproc N` (N >= 4) times N/2 ping-pong pairs at once: nearer N/2 times one pair's time
-    is a bus shared by every message (`shared_node`), nearer one pair's is ranks side by side, each with one
-    way in and out (`duplex = false`); the measurement is written as a comment. Not measured: a bus."""
+def test_calibration_writes_how_much_of_the_host_things_at_once_get():
+    """`--calibrate --nproc N` (N >= 4) times N/2 ping-pong pairs at once against one pair, and every rank's add
+    at once against one rank's: `count` at once taking `count / capacity` times as long, the host's bus carries
+    `capacity` messages at full speed (`bus_gbps` = capacity × β) and its memory `capacity` adds (between 1:
+    one at a time, and `count`: side by side). Unmeasured (N < 4): one message at a time. Gloo's ranks send
+    and receive through one way (`duplex = false`)."""
     from commdsl.predict import calibrate
 
     f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
-    quiet = calibrate.Sharing(1 << 26, 4, 20.6e-3, 23.3e-3)  # the 16-core host: 4 pairs x1.13
-    busy = calibrate.Sharing(1 << 24, 2, 6.9e-3, 13.1e-3)  # the 2-core machine: 2 pairs x1.89
-    assert not quiet.bus and busy.bus
-    for sharing, shared in ((quiet, False), (busy, True), (None, True)):
-        text = calibrate.topology_text(f, 10e9, 8, "gloo", "cmd", sharing)
+    quiet = calibrate.AtOnce(1 << 26, 4, 20.6e-3, 23.3e-3)  # the 16-core host: 4 pairs x1.13
+    busy = calibrate.AtOnce(1 << 24, 2, 6.9e-3, 13.1e-3)  # the 2-core machine under load: 2 pairs x1.89
+    assert quiet.capacity == pytest.approx(4 * 20.6 / 23.3) and busy.capacity == pytest.approx(2 * 6.9 / 13.1)
+    assert calibrate.AtOnce(1, 2, 1.0, 3.0).capacity == 1.0 and calibrate.AtOnce(1, 2, 1.0, 0.9).capacity == 2.0
+    adds = calibrate.AtOnce(1 << 26, 4, 5.3e-3, 11.8e-3)
+    for pairs in (quiet, busy, None):
+        text = calibrate.topology_text(f, 10e9, 8, "gloo", "cmd", pairs, None, adds)
         t = parse(SourceFile("h.toml", text))
-        assert t.shared_node is shared and t.duplex is shared  # no bus: one way per rank
-        assert ("pairs at once" in text) is (sharing is not None)
+        assert t.shared_node and not t.duplex
+        assert t.bus_capacity == pytest.approx(1.0 if pairs is None else pairs.capacity, rel=1e-3)
+        assert t.memory_capacity == pytest.approx(adds.capacity, rel=1e-3)
+        assert ("pairs at once" in text) is (pairs is not None) and "4 ranks adding" in text
+    nccl = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "nccl", "cmd")))
+    assert nccl.duplex and nccl.node_memory_bps is None and nccl.bus_bps is None
 
 
 def test_calibration_times_only_the_ranks_that_ping_pong():
@@ -543,9 +579,11 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
                  "--backend", "gloo", "-o", str(out)])
     text, err = capfd.readouterr()
     assert code == 0, text + err
-    assert re.search(r"# 2 pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
+    assert re.search(r"# 2 ping-pong pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
+    assert re.search(r"# 4 ranks adding 67108864 bytes at once: [\d.]+ us against", out.read_text())
     t, _ = load(str(out))
-    assert t.intra_beta > 0 and t.duplex is t.shared_node
+    assert t.intra_beta > 0 and t.shared_node and not t.duplex
+    assert 1 <= t.bus_capacity <= 2 and 1 <= t.memory_capacity <= 4
 
 RS = """program rs
 world 1..
@@ -624,11 +662,17 @@ LOCAL = "program l\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor 
 
 def test_local_ops_on_a_shared_host_share_its_memory():
     """Every rank of a `shared_node` host adds at once: each gets its share of the memory bandwidth (1 GB/s
-    here); with a node per rank each has it all."""
+    here, the node's too unless `node_memory_gbps` says more; each rank still at most 1 GB/s); with a node per
+    rank each has it all."""
     n = 1 << 20
     shared = parse(SourceFile("t.toml", "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1\n[intra]\n"
                                         "alpha_us = 1\nbandwidth_gbps = 1\n"))
     assert seconds(LOCAL, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9)
+    for node_gbps, each in ((2, 2), (8, 1)):
+        more = parse(SourceFile("t.toml", f"ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1\n"
+                                          f"node_memory_gbps = {node_gbps}\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"))
+        assert more.memory_capacity == node_gbps
+        assert seconds(LOCAL, 4, more, n) == pytest.approx(each * 2 * n / 1e9)
     alone = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1\n[intra]\nalpha_us = 1\n"
                                        "bandwidth_gbps = 1\n"))
     assert seconds(LOCAL, 4, alone, n) == pytest.approx(2 * n / 1e9)

@@ -680,27 +680,49 @@ def _worker_threads(nproc: int) -> int | None:
     return 1 if nproc > 1 and "OMP_NUM_THREADS" not in os.environ else None
 
 
-def _host_sharing(args, f, size: int, nproc: int, backend: str):
-    """A `calibrate.Sharing` with 4 ranks or more (else None): do the host's messages share one bus?
-    `nproc // 2` ping-pong pairs at once at the largest size, against one pair's time there (`f`'s last
-    point). ValueError when a rank fails or hangs."""
+def _pairs_at_once(args, size: int, nproc: int, backend: str):
+    """A `calibrate.AtOnce` with 4 ranks or more (else None): `nproc // 2` ping-pong pairs at once
+    (`calibrate.PAIRS`) against one pair (`calibrate.PINGPONG`), one way, at the largest size. ValueError
+    when a rank fails or hangs."""
     from commdsl.predict import calibrate as cal
 
     if nproc < 4:
         return None
-    try:
-        together = _pairs_at_once(args, size, nproc, backend)
-    except RuntimeError as e:
-        raise ValueError(str(e)) from None
-    if together is None:
-        return None
-    measured, alone = f.points[-1]
-    return cal.Sharing(measured, nproc // 2, alone, together)
+    alone = ("<calibrate>", cal.PINGPONG, {})
+    together = ("<calibrate-pairs>", cal.PAIRS, {})
+    return _at_once(args, size, nproc, backend, nproc // 2, alone, together, per_time=0.5)
 
 
-def _pairs_at_once(args, size: int, nproc: int, backend: str) -> float | None:
-    """One-way seconds of `nproc // 2` ping-pong pairs at once (`calibrate.PAIRS`) at `size` bytes, measured
-    as the calibration's ping-pong is; RuntimeError when a rank fails or hangs."""
+def _adds_at_once(args, nproc: int, backend: str, size: int = 64 << 20):
+    """A `calibrate.AtOnce`: every rank's add (`calibrate.ADDS`) against rank 0's alone, on `size`-byte
+    tensors, timed by the bench as a program's local op is. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    alone = ("<calibrate-adds>", cal.ADDS, {"k": 1})
+    together = ("<calibrate-adds>", cal.ADDS, {"k": nproc})
+    return _at_once(args, size, nproc, backend, nproc, alone, together)
+
+
+def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
+    """`count` things at once against one alone, each benched `calibrate.AT_ONCE_ROUNDS` times in turn (a
+    launch's placement of ranks on cores varies more than its iterations do): the means of the rounds'
+    times, times `per_time` (a round trip's half for one way). None when a run timed nothing."""
+    from commdsl.predict import calibrate as cal
+
+    times: dict[str, list[float]] = {"alone": [], "together": []}
+    for _ in range(cal.AT_ONCE_ROUNDS):
+        for key, (name, text, params) in (("alone", alone), ("together", together)):
+            got = _timed_once(args, text, name, size, nproc, backend, params)
+            if got is None:
+                return None
+            times[key].append(got * per_time)
+    rounds = cal.AT_ONCE_ROUNDS
+    return cal.AtOnce(size, count, sum(times["alone"]) / rounds, sum(times["together"]) / rounds)
+
+
+def _timed_once(args, text: str, name: str, size: int, nproc: int, backend: str, params: dict) -> float | None:
+    """Seconds of one of the calibration's programs at `size` bytes (`calibrate.slowest`: the mean of the
+    slowest rank's time), benched as the ping-pong is; ValueError when a rank fails or hangs."""
     from commdsl.bench.identify import BenchError
     from commdsl.bench.launch import run_plan
     from commdsl.bench.plan import Refused, build, program_variant
@@ -709,17 +731,17 @@ def _pairs_at_once(args, size: int, nproc: int, backend: str) -> float | None:
     from commdsl.runtime.launch import LaunchError
     from commdsl.source import SourceFile
 
-    pairs = load(SourceFile("<calibrate-pairs>", cal.PAIRS))
+    program = load(SourceFile(name, text))
     with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
         try:
-            variant = program_variant(pairs, nproc, "n", {}, None)
+            variant = program_variant(program, nproc, "n", params, None)
             plan = build([variant], [size], nproc, backend, args.iters, args.warmup, False, out_dir, [])
             measured = run_plan(plan, args.timeout, args.verbose)
         except (BenchError, Refused, LaunchError) as e:
-            raise RuntimeError(str(e)) from None
+            raise ValueError(str(e)) from None
         if measured.hang or measured.failures or measured.interrupted:
-            raise RuntimeError("a rank hung or failed in the pairs at once (rerun with -v)")
-        got = cal.one_way(plan, measured.results)
+            raise ValueError(f"a rank hung or failed in {name[1:-1]} (rerun with -v)")
+        got = cal.slowest(plan, measured.results)
     return got[0] if got else None
 
 
@@ -776,14 +798,15 @@ def calibrate(args) -> int:
         return EXIT_FAILURE
     try:
         f = cal.fit([r.size for r in table], cal.one_way(plan, measured.results))
-        sharing = _host_sharing(args, f, sizes[-1], nproc, backend)
+        pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
+        adds = _adds_at_once(args, nproc, backend)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
     pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, sharing, pages)
+    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds)
     try:
         write_atomic(args.output, text)
     except FileError as e:

@@ -7,7 +7,11 @@ the mean round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β 
 relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
 timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it), and so
 are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs beyond its copy).
-`topology_text` writes the TOML file `commdsl predict --topology` reads, with the measurements as comments.
+
+One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
+at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
+every rank adding at once (`ADDS`) against one rank. `topology_text` writes the TOML file
+`commdsl predict --topology` reads, with the measurements as comments.
 """
 
 from __future__ import annotations
@@ -54,20 +58,43 @@ on rank % 2 == 1:
 """
 
 
+ADDS = """\
+# the third step of `commdsl bench --calibrate`: the ranks below `k` add at once, the others wait
+program calibrate_adds
+world 1..
+param n = 1024
+param k = 1
+
+tensor x: float32[n] = rank
+tensor y: float32[n] = 1
+
+on rank < k:
+    x += y
+"""
+
+
+AT_ONCE_ROUNDS = 3
+"""How many times `bench --calibrate` benches each of one thing alone and several at once, in turn: on the
+2-core machine one launch's two pairs at once took 1.45×, 1.78× and 1.81× one pair's time, minutes apart, with
+20 iterations each, so the rounds' mean is worth more than one launch's many iterations."""
+
+
 @dataclass(frozen=True)
-class Sharing:
-    """One pair's one-way time and that of `pairs` pairs ping-ponging at once, at `size` bytes."""
+class AtOnce:
+    """Seconds of one thing alone (a ping-pong pair's one way, a rank's add) and of `count` of them at once,
+    at `size` bytes each: the host's capacity for them."""
 
     size: int
-    pairs: int
+    count: int
     alone: float  # seconds
     together: float  # seconds
 
     @property
-    def bus(self) -> bool:
-        """Do the host's messages share one bus? Pairs at once take nearer `pairs` times one pair's time
-        (serialised) than one pair's (side by side): the midpoint between the two decides."""
-        return self.together / self.alone >= (1 + self.pairs) / 2
+    def capacity(self) -> float:
+        """How many of them the host runs at once at full speed: `count` at once take `count / capacity`
+        times one's time (processor sharing), so capacity = count · alone / together, between 1 (one at a
+        time: `count` at once take `count` times as long) and `count` (side by side: no slower than one)."""
+        return min(float(self.count), max(1.0, self.count * self.alone / self.together))
 
 
 @dataclass(frozen=True)
@@ -100,6 +127,12 @@ def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
     rank's round trip. The mean, as the bench reports and `predict` predicts it: on a shared machine some
     iterations wait for a core, and what a message costs on average includes those waits (docs/predict.md:
     calibrating by the median predicted both measured campaigns worse)."""
+    return [t / 2 for t in slowest(plan, results)]
+
+
+def slowest(plan, results: dict[int, dict[int, dict]]) -> list[float]:
+    """Seconds of each measured case: the mean over the timed iterations of the slowest rank's time, among
+    the ranks that timed something."""
     out = []
     for number in range(len(plan.cases)):
         per_rank = results.get(number, {})
@@ -109,8 +142,8 @@ def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
         got = [per_rank[r]["durations_ns"] for r in range(plan.world) if len(per_rank[r]["durations_ns"])]
         if not got:
             continue
-        trips = np.max(np.array(got, dtype=np.float64), axis=0)
-        out.append(float(np.mean(trips)) / 2 * 1e-9)
+        times = np.max(np.array(got, dtype=np.float64), axis=0)
+        out.append(float(np.mean(times)) * 1e-9)
     return out
 
 
@@ -172,13 +205,16 @@ def topology_text(
     nproc: int,
     backend: str,
     command: str,
-    sharing: Sharing | None = None,
+    pairs: AtOnce | None = None,
     page_bps: float | None = None,
+    adds: AtOnce | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
-    messages share one bus (`shared_node`) unless `sharing` measured pairs of ranks running side by side;
-    then each rank has one way for its messages in and out (`duplex = false`: Gloo's TCP transport moves
-    a process's bytes on one loop thread, gloo/transport/tcp/loop.cc)."""
+    ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
+    (`bus_gbps`; not measured below 4 ranks: one at a time assumed), its ranks' adds a memory of
+    `adds.capacity` adds at full speed (`node_memory_gbps`). On Gloo a rank's messages in and out share one
+    way (`duplex = false`: its TCP transport moves a process's bytes on one loop thread, gloo/transport/tcp/
+    loop.cc)."""
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
@@ -188,34 +224,42 @@ def topology_text(
     for size, sec in f.points:
         got = f.alpha + size / f.beta
         lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
-    lines += [
-        f"# largest error of the fit: {f.worst * 100:.1f} %",
-    ]
-    if sharing is None:
-        lines.append("# whether messages share one bus was not measured (--nproc 4 or more does): assumed")
-        bus = True
+    lines.append(f"# largest error of the fit: {f.worst * 100:.1f} %")
+    if pairs is None:
+        lines.append(
+            "# messages at once were not measured (--nproc 4 or more does): one at full speed at a time assumed"
+        )
     else:
         lines.append(
-            f"# {sharing.pairs} pairs at once, {sharing.size} bytes: {sharing.together * 1e6:.1f} us one way against"
-            f" {sharing.alone * 1e6:.1f} us for one pair alone (x{sharing.together / sharing.alone:.2f})"
+            f"# {pairs.count} ping-pong pairs at once, {pairs.size} bytes: {pairs.together * 1e6:.1f} us one way"
+            f" against {pairs.alone * 1e6:.1f} us for one pair alone (x{pairs.together / pairs.alone:.2f}):"
+            f" {pairs.capacity:.2f} messages at full speed at once"
         )
-        bus = sharing.bus
+    if adds is not None:
+        lines.append(
+            f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
+            f" {adds.alone * 1e6:.1f} us for one rank alone (x{adds.together / adds.alone:.2f}):"
+            f" {adds.capacity:.2f} adds at full speed at once"
+        )
     lines += [
         'name = "calibrated"',
         f'backend = "{backend}"',
         "ranks_per_node = 65536    # one host: every rank of this machine on one node",
         "nics_per_node = 1",
+        "shared_node = true        # one host: its ranks share its cores and memory",
     ]
-    if bus:
-        lines.append("shared_node = true        # one host: its messages share the same cores and memory")
-    else:
-        lines += [
-            "shared_node = false       # pairs of ranks ran side by side: no bus shared by every message",
-            "duplex = false            # a rank's messages in and out share its one Gloo loop thread",
-        ]
-    lines += [
-        f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted",
-    ]
+    if pairs is not None:
+        lines.append(
+            f"bus_gbps = {pairs.capacity * f.beta / 1e9:.4g}    # its messages together: beta x {pairs.capacity:.2f}"
+        )
+    if backend == "gloo":
+        lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")
+    lines.append(f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted")
+    if adds is not None:
+        lines.append(
+            f"node_memory_gbps = {adds.capacity * memory_bps / 1e9:.4g}"
+            f"    # its ranks' adds together: memory x {adds.capacity:.2f}"
+        )
     if page_bps is None:
         lines.append("# fresh pages cost nothing measurable here (malloc keeps its memory): not counted")
     else:

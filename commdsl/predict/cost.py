@@ -13,11 +13,14 @@ slowest ring hop. What a rank waits for (its blocking op, its batch, the request
 `D`, and the rank's clock catches up with it when it next does anything (`settle`): a blocked rank does
 nothing until the engine releases it, so that is exactly when it resumes.
 
-Links are shared. A rank has an egress and an ingress port inside its node, a node has `nics_per_node`
-NICs each way; a message uses its sender's egress and its receiver's ingress. Messages the engine
-matches in one step that share a port share its bandwidth as processor sharing does (two equal ones
-each get half: each takes 2·bytes/β), and a port stays busy until its last message ends, so a later
-message on it waits (`free`). Collectives are costed by formula and do not take part in the sharing.
+Links are shared. A rank has an egress and an ingress port inside its node (one port for both when it is
+not duplex), a node has `nics_per_node` NICs each way and, on a `shared_node` host, a bus that every
+message inside it crosses; a message uses its sender's egress, its receiver's ingress and its node's bus.
+Messages the engine matches in one step that share a port share its bandwidth as processor sharing does
+(two equal ones each get half: each takes 2·bytes/β; a bus carries `Topology.bus_capacity` messages at
+full speed, `_shared`), a message is as slow as its busiest port, and a port stays busy until its last
+message ends, so a later message on it waits (`free`). Collectives are costed by formula and do not take
+part in the sharing.
 
 All sizes run in one pass (the schedule's records must be the same at every size: `Bytes` checks),
 so the world-4096 ring is one engine run, not eight, each step one messages × sizes array per clock
@@ -200,6 +203,7 @@ class Route:
     alphas: np.ndarray | None = None
     own: bool = False  # every message has its two ports to itself (`Clocks.held`)
     joint: bool = False  # a port is one message's way out and another's way in (a rank that is not duplex)
+    bus: tuple[np.ndarray | slice, np.ndarray] | None = None  # the messages crossing their node's bus, its port
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
     # adding a whole one (numpy's inner loop runs over the few sizes): so both are made whole, once.
@@ -241,7 +245,7 @@ class Clocks(Observer):
         # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         if topo.shared_node and W:
-            self.copy_bps /= min(rpn, W)
+            self.copy_bps *= min(1.0, topo.memory_capacity / min(rpn, W))
         # per node, when its memory is free of the local ops already timed (shared_node: see `memory_share`)
         self.memory_free = np.zeros((nodes, sizes)) if topo.shared_node else None
         self.temps: dict[int, list[int]] = {}  # per local op record: its temporaries' element sizes
@@ -250,7 +254,7 @@ class Clocks(Observer):
         self.k = track if track is not None else sizes - 1
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
-        self.group_net: dict[int, tuple[float, float]] = {}
+        self.group_net: dict[tuple[int, int], tuple[float, float]] = {}
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
@@ -372,15 +376,17 @@ class Clocks(Observer):
         node's memory on a shared_node host: the node's ranks that run this op at once share it as the ranks
         of a ring step all add at once (processor sharing, `_shared`: four equal ones take four times as long),
         and it starts when the node's memory is free of the local ops before it, as a port does for messages;
-        a pipeline stage that computes while the others wait has the memory to itself. (`bench --calibrate`
-        times one process alone: `memory_gbps` is one rank's whole.) `free`: per node, when its memory is free."""
+        a pipeline stage that computes while the others wait has the memory to itself. `memory_gbps` is one
+        rank's, `node_memory_gbps` all of them at once (`Topology.memory_capacity`; `bench --calibrate` times
+        both). `free`: per node, when its memory is free."""
         node = self.node[G]
-        if moved.ndim == 1 and (node == node[0]).all():  # one node, equal ops (an SPMD step): each takes them all
+        capacity = self.topo.memory_capacity
+        if moved.ndim == 1 and (node == node[0]).all():  # one node, equal ops (an SPMD step): all share at once
             end = np.maximum(t, free[node[0]])
-            end += moved * (G.size / self.memory_bps)
+            end += moved * (max(1.0, G.size / capacity) / self.memory_bps)
             free[node[0]] = end.max(axis=0)
             return end
-        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, free.shape[0])
+        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, free.shape[0], capacity)
         end = np.maximum(t, free[node])
         end += eff / self.memory_bps
         np.maximum.at(free, node, end)
@@ -439,6 +445,11 @@ class Clocks(Observer):
             se = full if way.e.distinct else _shared(way.e.at, full, k, n_ports)
             si = full if way.i.distinct else _shared(way.i.at, full, k, n_ports)
             eff = se if si is full else si if se is full else np.maximum(se, si)
+        if way.bus is not None:  # and their node's bus, shared by every message crossing it
+            sel, bus = way.bus
+            eff = np.array(np.broadcast_to(eff, start.shape))
+            on_bus = _shared(bus, np.broadcast_to(b, start.shape)[sel], k, n_ports, self.topo.bus_capacity)
+            eff[sel] = np.maximum(eff[sel], on_bus)
         start_k = start[:, k].copy() if self.track else start[:0, 0]
         begin = start  # a new array (np.maximum above): worked on in place from here
         begin += way.alpha if np.ndim(way.alpha) == 0 else way.alpha_full(start.shape[1])
@@ -449,6 +460,9 @@ class Clocks(Observer):
             self.put_back()
             busy = _rows(self.free, way.e.ix)
             busy = np.maximum(busy, _rows(self.free, way.i.ix), out=None if isinstance(way.e.ix, slice) else busy)
+            if way.bus is not None:
+                sel, bus = way.bus
+                busy[sel] = np.maximum(busy[sel], np.take(self.free, bus, axis=0))
         np.maximum(begin, busy, out=begin)
         end = begin
         end += way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
@@ -491,6 +505,9 @@ class Clocks(Observer):
                     _set_rows(self.free, side.ix, end)
             else:
                 np.maximum.at(self.free, side.at, end)
+        if way.bus is not None:
+            sel, bus = way.bus
+            np.maximum.at(self.free, bus, end[sel])
 
     def whole(self, row: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """`row` (one value per size) repeated for every rank: adding it whole is several times faster than
@@ -530,7 +547,7 @@ class Clocks(Observer):
         if got is not None and np.array_equal(got.src, src) and np.array_equal(got.dst, dst):
             self.remember(src, dst, got)
             return got
-        alpha, beta, e, i = self.links(src, dst)
+        alpha, beta, e, i, bus = self.links(src, dst)
         W, n_ports = self.W, self.free.shape[0]
         one = M > 0 and bool((alpha == alpha[0]).all() and (beta == beta[0]).all())
         ports = [_index(e, n_ports), _index(i, n_ports)]
@@ -551,7 +568,10 @@ class Clocks(Observer):
             ranks[1],
         )
         apart = _distinct(np.concatenate([e, i]), n_ports)
-        got.own = ports[0].distinct and ports[1].distinct and apart
+        if bus is not None and (bus >= 0).any():
+            sel = slice(None) if (bus >= 0).all() else np.flatnonzero(bus >= 0)
+            got.bus = (sel, bus[sel])
+        got.own = ports[0].distinct and ports[1].distinct and apart and got.bus is None
         got.joint = not apart and bool((i != e).all())
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
@@ -567,16 +587,23 @@ class Clocks(Observer):
 
     def flush(self) -> None:
         """Put every kept pattern's load on its ports and forget the patterns."""
+        bus_bps = self.topo.bus_capacity * self.topo.intra_beta
         for way in self.routes.values():
-            for side, counted in ((way.e, 1), (way.i, way.i_counted)):  # a shared bus (e == i) counts once
+            for side, counted in ((way.e, 1), (way.i, way.i_counted)):  # a way both in and out counts once
                 n = side.at.shape
                 np.add.at(self.port_bytes, side.at, np.broadcast_to(way.load * counted, n))
                 np.add.at(self.port_busy, side.at, np.broadcast_to(way.busy * counted, n))
+            if way.bus is not None:
+                sel, bus = way.bus
+                load = np.broadcast_to(way.load, way.src.shape)[sel]
+                np.add.at(self.port_bytes, bus, load)
+                np.add.at(self.port_busy, bus, load / bus_bps)
         self.routes.clear()
         self.recent = None
 
     def links(self, src: np.ndarray, dst: np.ndarray):
-        """α and β of each message (from its node pair and the overrides) and its two ports."""
+        """α and β of each message (from its node pair and the overrides), its two ports, and the bus port of
+        its node (shared_node, a message inside a node; else −1)."""
         topo, W = self.topo, self.W
         same = self.node[src] == self.node[dst]
         alpha = np.where(same, topo.intra_alpha, topo.inter_alpha)
@@ -585,13 +612,11 @@ class Clocks(Observer):
             for (a, z), (al, be) in topo.overrides.items():
                 m = (src == a) & (dst == z)
                 alpha[m], beta[m] = al, be
-        if topo.shared_node:  # one bus per node for every message inside it
-            e = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], 2 * W + self.nic[src])
-            i = np.where(same, e, 2 * W + self.n_nics + self.nic[dst])
-        else:  # a rank's way out and way in; one way for both when it is not duplex
-            e = np.where(same, src, 2 * W + self.nic[src])
-            i = np.where(same, dst if not topo.duplex else W + dst, 2 * W + self.n_nics + self.nic[dst])
-        return alpha, beta, e, i
+        # a rank's way out and way in; one way for both when it is not duplex
+        e = np.where(same, src, 2 * W + self.nic[src])
+        i = np.where(same, dst if not topo.duplex else W + dst, 2 * W + self.n_nics + self.nic[dst])
+        bus = np.where(same, 2 * W + 2 * self.n_nics + self.node[src], -1) if topo.shared_node else None
+        return alpha, beta, e, i, bus
 
     def called(self, rec, G, pos, me) -> None:
         self.settle(G)
@@ -671,8 +696,7 @@ class Clocks(Observer):
         p = len(self.s.groups[gid].ranks)
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
-        alpha, beta = self.net(gid)
-        beta /= share
+        alpha, beta = self.net(gid, share)
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
         )
@@ -682,7 +706,7 @@ class Clocks(Observer):
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
-        _, _, e, _ = self.links(ranks, nxt)
+        _, _, e, _, _ = self.links(ranks, nxt)
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
         return np.broadcast_to(dur, (self.T.shape[1],))
@@ -712,27 +736,33 @@ class Clocks(Observer):
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
         return [elements * size for size in sizes]
 
-    def net(self, gid: int) -> tuple[float, float]:
+    def net(self, gid: int, share: int = 1) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
-        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node); with
-        `shared_node` a hop inside a node gets its share of the node's bus."""
-        got = self.group_net.get(gid)
+        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node). A hop
+        inside a node: half its link when a rank's sends and receives share one way (every member sends to
+        the next and receives from the last at once); with `shared_node`, its share of the node's bus, which
+        every member's hop crosses at once, with those of the `share` instances running at once
+        (`bus_share`)."""
+        got = self.group_net.get((gid, share))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
-            alpha, beta, _, _ = self.links(ranks, np.roll(ranks, -1))
+            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1))
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
                 per_node = np.bincount(self.node[ranks]).max()
-                if self.topo.shared_node:  # every member's step crosses the one bus at once
-                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / per_node, beta)
-                elif not self.topo.duplex:  # a member sends to the next and receives from the last at once
-                    beta = np.where(self.node[ranks] == self.node[np.roll(ranks, -1)], beta / 2, beta)
+                inside = self.node[ranks] == self.node[np.roll(ranks, -1)]
+                link = beta
+                if not self.topo.duplex:
+                    beta = np.where(inside, link / 2, beta)
+                if self.topo.shared_node:
+                    bus = link * (self.topo.bus_capacity / (per_node * share))
+                    beta = np.where(inside, np.minimum(beta, bus), beta)
                 if self.topo.backend == "nccl":
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
                 got = (float(alpha.max()), float(beta.min()))
-            self.group_net[gid] = got
+            self.group_net[(gid, share)] = got
         return got
 
     def waited(self, reqs) -> None:
@@ -838,13 +868,16 @@ def _members(a: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(np.bincount(a, minlength=n))
 
 
-def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int) -> np.ndarray:
-    """Bytes each message effectively moves when the messages on one port share it fairly from a common
-    start: with the port's messages sorted by size, message q finishes after Σ_{j<q} b_j + (count − q)·b_q
-    bytes have gone through (processor sharing); a message alone on its port moves its own bytes."""
+def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int, capacity: float = 1.0) -> np.ndarray:
+    """Bytes each message effectively moves (at its full speed) when the messages on one port share it fairly
+    from a common start. The port carries `capacity` messages at full speed at once: m at once each move at
+    min(1, capacity / m) of it. With the port's messages sorted by size, message q finishes after
+    Σ_{j≤q} (b_j − b_{j−1}) · max(1, m_j / capacity) bytes, m_j the messages still moving while the j-th
+    smallest finishes (processor sharing; with capacity 1: Σ_{j<q} b_j + m_q·b_q). A message alone on a port
+    of capacity ≥ 1 moves its own bytes."""
     M = ports.size
     if _distinct(ports, n):
-        return b
+        return b if capacity >= 1 else b / capacity
     order = np.lexsort((b[:, k], ports))
     ps, bs = ports[order], b[order]
     new = np.r_[True, ps[1:] != ps[:-1]]
@@ -852,12 +885,11 @@ def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int) -> np.ndarray:
     gstart = np.maximum.accumulate(np.where(new, idx, 0))
     gnum = np.cumsum(new) - 1
     gend = gstart + np.bincount(gnum)[gnum]
-    cs = np.cumsum(bs, axis=0)
+    grown = bs - np.where(new[:, None], 0.0, np.roll(bs, 1, axis=0))  # b_j − b_{j−1} within a port's messages
+    cs = np.cumsum(grown * np.maximum(1.0, (gend - idx) / capacity)[:, None], axis=0)
     base = np.where((gstart > 0)[:, None], cs[np.maximum(gstart - 1, 0)], 0.0)
-    before = cs - bs - base
-    eff = before + (gend - idx)[:, None] * bs
     out = np.empty_like(b)
-    out[order] = eff
+    out[order] = cs - base
     return out
 
 

@@ -9,10 +9,13 @@
                                 # faulted in and zeroed by the kernel); absent: temporaries cost no pages
     mmap_threshold_bytes = 33554432  # a temporary of at least this many bytes is fresh pages on every call
                                 # (glibc's malloc: DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit)
-    shared_node = false         # true: every message inside a node shares one bus of `[intra]` bandwidth
-                                # (Gloo over loopback: the copies go through the same cores), instead of
-                                # each rank having its own way in and out; and local ops share the node's
-                                # memory when they run at once
+    shared_node = false         # true: every message inside a node also crosses one bus of the node
+                                # (Gloo over loopback: the copies go through the same cores), and local
+                                # ops that run at once share the node's memory
+    # bus_gbps = 900            # only with shared_node: the bus's bandwidth, all its messages together
+                                # (each still at most its link's); default: [intra]'s (one at full speed)
+    # node_memory_gbps = 6700   # only with shared_node: the node's memory, all its ranks' local ops
+                                # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
                                 # one thread per process moves both; a host with cores to spare)
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
@@ -45,7 +48,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from commdsl import tomlfile
 from commdsl.diagnostics import CommdslError
@@ -85,12 +88,21 @@ class TopologyFile(_Model):
     page_fault_gbps: float | None = Field(default=None, gt=0)
     mmap_threshold_bytes: int = Field(default=MMAP_THRESHOLD_MAX, ge=1)
     shared_node: bool = False
+    bus_gbps: float | None = Field(default=None, gt=0)
+    node_memory_gbps: float | None = Field(default=None, gt=0)
     duplex: bool = True
     tree: bool | None = None
     source: str = ""
     intra: LinkClass
     inter: LinkClass | None = None
     link: tuple[LinkOverride, ...] = ()
+
+    @field_validator("bus_gbps", "node_memory_gbps")
+    @classmethod
+    def _only_shared(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not info.data.get("shared_node"):
+            raise ValueError("needs `shared_node = true` (it is what a node's ranks share)")
+        return value
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,19 @@ class Topology:
     duplex: bool = True  # False: a rank's sends and receives inside its node share one port
     page_bps: float | None = None  # fresh pages, bytes per second (None: not counted)
     mmap_threshold: int = MMAP_THRESHOLD_MAX  # bytes from which a temporary is fresh pages on every call
+    bus_bps: float | None = None  # shared_node: the node bus's bandwidth, its messages together (None: intra β)
+    node_memory_bps: float | None = None  # shared_node: the node's memory, its ranks together (None: memory_bps)
+
+    @property
+    def bus_capacity(self) -> float:
+        """How many intra-node messages the bus carries at once at full speed (its bandwidth over one
+        message's): m at once each move at min(1, capacity / m) of full speed."""
+        return 1.0 if self.bus_bps is None else self.bus_bps / self.intra_beta
+
+    @property
+    def memory_capacity(self) -> float:
+        """How many ranks' local ops the node's memory runs at once at full speed, as `bus_capacity`."""
+        return 1.0 if self.node_memory_bps is None else self.node_memory_bps / self.memory_bps
 
     @classmethod
     def from_model(cls, m: TopologyFile, path: str) -> Topology:
@@ -138,6 +163,8 @@ class Topology:
             m.duplex,
             None if m.page_fault_gbps is None else m.page_fault_gbps * 1e9,
             m.mmap_threshold_bytes,
+            None if m.bus_gbps is None else m.bus_gbps * 1e9,
+            None if m.node_memory_gbps is None else m.node_memory_gbps * 1e9,
         )
 
     def capacity(self) -> int | None:
@@ -154,7 +181,13 @@ class Topology:
             f"α {self.intra_alpha * 1e6:.3g} µs, β {self.intra_beta / 1e9:.3g} GB/s; {inter}; "
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
             + ("; messages in a node share one bus" if self.shared_node else "")
-            + ("; a rank's messages in and out share one way" if not self.duplex and not self.shared_node else "")
+            + (f" of {self.bus_bps / 1e9:.3g} GB/s" if self.shared_node and self.bus_bps is not None else "")
+            + (
+                f"; its ranks' local ops share {self.node_memory_bps / 1e9:.3g} GB/s of memory"
+                if self.shared_node and self.node_memory_bps is not None
+                else ""
+            )
+            + ("; a rank's messages in and out share one way" if not self.duplex else "")
             + (
                 f"; fresh pages {self.page_bps / 1e9:.3g} GB/s from {self.mmap_threshold} B"
                 if self.page_bps is not None
