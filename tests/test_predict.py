@@ -210,6 +210,19 @@ def test_a_bus_carries_its_bandwidth_over_the_messages_at_once(bus_gbps, each):
     t = topo(10, 1, extra=f"shared_node = true\nbus_gbps = {bus_gbps}")
     assert t.bus_capacity == pytest.approx(bus_gbps)
     assert seconds(EXCHANGE, 4, t, n) == pytest.approx(10e-6 + each * n / 1e9)
+    assert f"one bus of {bus_gbps:.3g} GB/s" in t.describe()
+
+
+def test_a_built_in_ring_on_a_bus_gets_its_share_of_it():
+    """Every member's hop of a built-in ring crosses the bus at once: min(β, bus / members) per hop, and at
+    most half the link when a rank's sends and receives share one way."""
+    n, world = 1 << 20, 4
+    ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    latency = 2 * (world - 1) * 10e-6
+    for extra, hop_gbps in (("", 1 / 4), ("\nbus_gbps = 2", 2 / 4), ("\nbus_gbps = 8", 1), ("\nbus_gbps = 8\nduplex = false", 1 / 2)):
+        t = topo(10, 1, extra="shared_node = true" + extra)
+        want = latency + 2 * (world - 1) / world * n / (hop_gbps * 1e9)
+        assert seconds(ring, world, t, n) == pytest.approx(want), extra
 
 
 def test_messages_of_different_sizes_share_a_bus_of_capacity_two():

@@ -266,21 +266,24 @@ alpha_us = 6.6          # NCCL tuning.cc hwLat[NET][Ring][Simple]
 bandwidth_gbps = 25     # one ConnectX-6 HDR 200 Gb/s NIC per GPU: 25 GB/s each way
 """,
     "localhost-gloo": """\
-# Gloo over loopback TCP on the commdsl development machine (2 cores, shared with other work), one host
+# Gloo over loopback TCP on the commdsl development machine (2 cores), one host: the median of five quiet calibrations
 name = "localhost-gloo"
 backend = "gloo"
 ranks_per_node = 65536     # one host: every rank on one node
 nics_per_node = 1
 shared_node = true         # loopback copies share the same cores and memory
-memory_gbps = 17.14        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted
-page_fault_gbps = 2.5      # a fresh 64 MiB tensor filled less a kept one, 2026-11-25 (8 runs: 2.34-2.67)
-source = "`commdsl bench --calibrate --nproc 2 --sizes 1K:64M` on the development machine, 2026-11-24 (docs/predict.md)"
+bus_gbps = 3.337           # its messages together: beta x 1.28 (seven pairs-at-once calibrations: x 1.11-1.49)
+duplex = false             # a rank's messages in and out share its one Gloo loop thread
+memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted (five calibrations: 21.8-25.5)
+node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
+page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
+source = "median of five quiet `bench --calibrate` runs, 2026-11-25 (benchmarks/figures/predict-quiet-median.toml)"
 
 [intra]
-alpha_us = 1334            # fitted one-way latency of the bench's ping-pong under load (idle: 20-40 us)
-bandwidth_gbps = 3.7       # fitted one-way bandwidth
+alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
+bandwidth_gbps = 2.607     # (the five fits alone: 1.97-3.82 GB/s)
 """,
 }
 """Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
-and this development machine from the calibration run recorded in docs/predict.md (benchmarks/figures/
-predict-host.toml is that run's file, measurements included)."""
+and this development machine from the five quiet calibrations recorded in docs/predict.md (benchmarks/figures/
+predict-quiet-median.toml is their median, measurements included)."""
