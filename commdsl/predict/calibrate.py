@@ -74,9 +74,11 @@ on rank < k:
 
 
 AT_ONCE_ROUNDS = 3
-"""How many times `bench --calibrate` benches each of one thing alone and several at once, in turn: on the
-2-core machine one launch's two pairs at once took 1.45×, 1.78× and 1.81× one pair's time, minutes apart, with
-20 iterations each, so the rounds' mean is worth more than one launch's many iterations."""
+"""How many times `bench --calibrate` benches one thing alone and several at once, in turn, so that a slow
+spell of the host weighs on both sides of the ratio: on the quiet 2-core machine one launch's two pairs at
+once took 1.45×, 1.78× and 1.81× one pair's time minutes apart (20 iterations each), and a whole ping-pong
+sweep can run at half speed (64 MiB one way: 43.5 ms in one calibration, 17.8 and 20.9 ms in the two around
+it)."""
 
 
 @dataclass(frozen=True)
