@@ -722,11 +722,21 @@ def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
 
 def _timed_once(args, text: str, name: str, size: int, nproc: int, backend: str, params: dict) -> float | None:
     """Seconds of one of the calibration's programs at `size` bytes (`calibrate.slowest`: the mean of the
-    slowest rank's time), benched as the ping-pong is; ValueError when a rank fails or hangs."""
+    slowest rank's time); ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    plan, results = _bench_calibration(args, text, name, [size], nproc, backend, params)
+    got = cal.slowest(plan, results)
+    return got[0] if got else None
+
+
+def _bench_calibration(args, text: str, name: str, sizes: list[int], nproc: int, backend: str, params: dict):
+    """One of the calibration's programs (`text`, named `name`) benched over `sizes` as every `commdsl bench`
+    is (the same workers, hang guard and timeout): its plan and the per-rank results. ValueError when it
+    cannot be benched or a rank fails or hangs."""
     from commdsl.bench.identify import BenchError
     from commdsl.bench.launch import run_plan
     from commdsl.bench.plan import Refused, build, program_variant
-    from commdsl.predict import calibrate as cal
     from commdsl.resolve import load
     from commdsl.runtime.launch import LaunchError
     from commdsl.source import SourceFile
@@ -735,28 +745,21 @@ def _timed_once(args, text: str, name: str, size: int, nproc: int, backend: str,
     with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
         try:
             variant = program_variant(program, nproc, "n", params, None)
-            plan = build([variant], [size], nproc, backend, args.iters, args.warmup, False, out_dir, [])
+            plan = build([variant], sizes, nproc, backend, args.iters, args.warmup, False, out_dir, [])
             measured = run_plan(plan, args.timeout, args.verbose)
         except (BenchError, Refused, LaunchError) as e:
             raise ValueError(str(e)) from None
-        if measured.hang or measured.failures or measured.interrupted:
-            raise ValueError(f"a rank hung or failed in {name[1:-1]} (rerun with -v)")
-        got = cal.slowest(plan, measured.results)
-    return got[0] if got else None
+    if measured.hang or measured.failures or measured.interrupted:
+        raise ValueError(f"a rank hung or failed in {name[1:-1]} (rerun with -v)")
+    return plan, measured.results
 
 
 def calibrate(args) -> int:
     """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, write the topology file."""
-    from commdsl.bench.identify import BenchError
-    from commdsl.bench.launch import run_plan
-    from commdsl.bench.plan import Refused, build, program_variant
     from commdsl.bench.results import rows
     from commdsl.bench.sizes import parse_sweep
     from commdsl.predict import calibrate as cal
-    from commdsl.resolve import load
     from commdsl.runtime.envinfo import EnvError, choose_backend
-    from commdsl.runtime.launch import LaunchError
-    from commdsl.source import SourceFile
 
     if args.file or args.collective or args.compare:
         raise UsageError("--calibrate times its own ping-pong: give no FILE, --collective or --compare")
@@ -780,24 +783,17 @@ def calibrate(args) -> int:
     except EnvError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    program = load(SourceFile("<calibrate>", cal.PINGPONG))
-    with tempfile.TemporaryDirectory(prefix="commdsl-calibrate-") as out_dir:
-        try:
-            variant = program_variant(program, nproc, "n", {}, None)
-            plan = build([variant], sizes, nproc, backend, args.iters, args.warmup, False, out_dir, [])
-            measured = run_plan(plan, args.timeout, args.verbose)
-        except (BenchError, Refused, LaunchError) as e:
-            err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
-            return EXIT_FAILURE
-        if measured.hang or measured.failures or measured.interrupted:
-            err.print("[bold red]error[/]: calibration failed: a rank hung or failed (rerun with -v)")
-            return EXIT_FAILURE
-        table = rows(plan, measured.results)
+    try:
+        plan, results = _bench_calibration(args, cal.PINGPONG, "<calibrate>", sizes, nproc, backend, {})
+    except ValueError as e:
+        err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
+        return EXIT_FAILURE
+    table = rows(plan, results)
     if len(table) < 2:
         err.print("[bold red]error[/]: calibration failed: fewer than two sizes were measured")
         return EXIT_FAILURE
     try:
-        f = cal.fit([r.size for r in table], cal.one_way(plan, measured.results))
+        f = cal.fit([r.size for r in table], cal.one_way(plan, results))
         pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
         adds = _adds_at_once(args, nproc, backend)
     except ValueError as e:

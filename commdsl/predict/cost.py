@@ -587,7 +587,7 @@ class Clocks(Observer):
 
     def flush(self) -> None:
         """Put every kept pattern's load on its ports and forget the patterns."""
-        bus_bps = self.topo.bus_capacity * self.topo.intra_beta
+        bus_bps = self.topo.bus_bps or self.topo.intra_beta
         for way in self.routes.values():
             for side, counted in ((way.e, 1), (way.i, way.i_counted)):  # a way both in and out counts once
                 n = side.at.shape
