@@ -454,6 +454,6 @@ def test_iteration_spread_is_over_the_slowest_rank_of_each_iteration():
     from commdsl.bench.results import iteration_spread
 
     spread = iteration_spread([[1000, 5000, 3000], [2000, 1000, 3000]])  # iterations: 2, 5, 3 µs
-    assert spread["min_us"] == 2.0 and spread["max_us"] == 5.0
+    assert spread["min_us"] == 2.0 and spread["max_us"] == 5.0 and spread["median_us"] == 3.0
     assert abs(spread["stdev_us"] - 1.247219) < 1e-5
     assert iteration_spread([]) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from commdsl.bench import busbw as bw
@@ -83,14 +84,18 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
 
 
 def iteration_spread(durations_ns: list[list[int]]) -> dict[str, float]:
-    """min, max and (population) stdev in µs of an iteration's time, the slowest rank's in each iteration: what
-    the mean hides (a warm-up that was too short, a noisy neighbour)."""
+    """min, median, max and (population) stdev in µs of an iteration's time, the slowest rank's in each
+    iteration: what the mean hides (a warm-up that was too short, a noisy neighbour, a few iterations that
+    waited for a core)."""
     per_iteration = [max(ns) / 1e3 for ns in zip(*durations_ns)] if durations_ns else []
     if not per_iteration:
         return {}
-    mean = sum(per_iteration) / len(per_iteration)
-    stdev = (sum((t - mean) ** 2 for t in per_iteration) / len(per_iteration)) ** 0.5
-    return {"min_us": min(per_iteration), "max_us": max(per_iteration), "stdev_us": stdev}
+    return {
+        "min_us": min(per_iteration),
+        "median_us": statistics.median(per_iteration),
+        "max_us": max(per_iteration),
+        "stdev_us": statistics.pstdev(per_iteration),
+    }
 
 
 def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
