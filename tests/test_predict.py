@@ -480,6 +480,65 @@ def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     assert code == 2 and "does not complete at world 2" in err
 
 
+SIZED_BY_N = """program b
+world 2..8
+param n = 8
+tensor steps: int64[1] = rank + 1
+tensor grads: float32[n] = rank + 1
+all_reduce grads
+all_reduce steps op max
+expect grads == world * (world + 1) / 2
+expect steps == world
+"""
+
+
+@pytest.mark.parametrize("verb", ["predict", "bench"])
+def test_the_sweep_is_sized_by_a_tensor_the_param_sizes(verb, tmp_path, capsys):
+    """`steps` is proved an all_reduce max as much as `grads` an all_reduce sum, but only `grads` grows with
+    `n`: sized by `steps`, predict extrapolated `n` past what a tensor may hold and failed with a KeyError
+    (programs/bucketed_allreduce.comm), and bench refused every size."""
+    from commdsl.bench.plan import program_variant
+
+    program = load_program(SourceFile("b.comm", SIZED_BY_N))
+    v = variant_for(program, 4, "n", {}, None) if verb == "predict" else program_variant(program, 2, "n", {}, None)
+    assert (v.measure.kind, v.measure.tensor) == ("all_reduce", "grads")
+    assert v.measure.redop == "sum"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (  # no tensor follows the param
+            SIZED_BY_N.replace("float32[n]", "float32[4]"),
+            "no tensor changes size with `n`, so sweeping it sizes nothing; --param NAME picks",
+        ),
+        (  # the author's pragma names one that does not
+            "# bench: all_reduce steps op max\n" + SIZED_BY_N,
+            "the rows would be sized by `steps` (declared at line 1), which does not change size with `n`",
+        ),
+    ],
+)
+def test_a_sweep_the_param_cannot_size_is_refused(text, message, tmp_path, capsys):
+    path = tmp_path / "b.comm"
+    path.write_text(text)
+    for argv in (["predict", str(path), "--world", "4", "--topology", "dgx-h100"], ["bench", str(path), "--nproc", "2"]):
+        code = main([*argv, "--sizes", "1K"])
+        _, err = capsys.readouterr()
+        assert code == 2 and message in " ".join(err.split()), err
+
+
+def test_a_size_the_declarations_refuse_is_a_diagnostic(tmp_path, capsys):
+    """x grows as n³, and the sweep scales `n` as if it grew as n (bench's rule): 1 GiB asks for an `n` whose x
+    has more elements than a tensor may hold, which is said at the declaration, not a KeyError."""
+    path = tmp_path / "cube.comm"
+    path.write_text("program c\nworld 2\nparam n = 2\ntensor x: float32[n * n * n] = 1\nall_reduce x\nexpect x == 2\n")
+    code = main(["predict", str(path), "--world", "2", "--topology", "dgx-h100", "--sizes", "1G"])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "refusing to predict c: the checks found errors at world size 2 with `n = " in err
+    assert "cube.comm:4:" in out + err and "over the limit" in out + err
+
+
 def test_world_4096_ring_is_predicted(tmp_path):
     wide = tmp_path / "ring.comm"
     wide.write_text(Path(RING).read_text().replace("world 1..16", "world 1.."))

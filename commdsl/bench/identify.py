@@ -89,8 +89,9 @@ def pragma(program: Program) -> Measure | None:
     return found[1] if found else None
 
 
-def prove(program: Program, world: int, params: dict) -> Measure | None:
-    """The built-in collective the program's final expects show it computes at `world`, or None."""
+def prove(program: Program, world: int, params: dict, sized: set[str] | None = None) -> Measure | None:
+    """The built-in collective the program's final expects show it computes at `world`, or None. `sized`: the
+    tensors a sweep can size (`plan.sized_by`), the only ones it may measure (None: any)."""
     schedule = expand(program, world, params)
     sim = simulate(schedule)
     if not sim.ok or world < 2:
@@ -99,7 +100,8 @@ def prove(program: Program, world: int, params: dict) -> Measure | None:
     names = [
         name
         for name, spec in specs[0].items()
-        if all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)
+        if (sized is None or name in sized)
+        and all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)
     ]
     covered = {
         (r, op.view.tensor)

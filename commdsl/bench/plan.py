@@ -21,7 +21,7 @@ from commdsl.bench.identify import BenchError, Measure, pragma, prove
 from commdsl.checker import analyse_schedule
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES
-from commdsl.expand import expand, resolve_params
+from commdsl.expand import Expander, expand, resolve_params
 from commdsl.resolve import Program, load
 from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, P2PRec, PrintRec, Schedule
 from commdsl.source import SourceFile
@@ -106,12 +106,14 @@ def program_variant(
     largest tensor with busbw = algbw. BenchError when it cannot be swept at this world size."""
     check_sweepable(program, world, param, params, "--nproc")
     try:
-        measure = pragma(program) or prove(program, world, params) or _largest(program, world, params)
+        sized = sized_by(program, world, param, params)
+        measure = pragma(program) or prove(program, world, params, sized) or largest(program, world, params, sized)
         if dtype is not None:
             program = with_dtype(program, measure.tensor, dtype)
-            measure = pragma(program) or prove(program, world, params) or measure
+            measure = pragma(program) or prove(program, world, params, sized) or measure
     except CommdslError as e:
         raise Refused(Variant(program.name, program, Measure(None, ""), param, params), -1, e.diagnostics) from None
+    check_sized(program, measure, param, sized)
     return Variant(program.name, program, measure, param, params, baseline, in_place(expand(program, world, params)))
 
 
@@ -158,12 +160,56 @@ def check_sweepable(program: Program, world: int, param: str, params: dict, worl
         raise BenchError(f"--set {param}=…: `{param}` is the param the sweep sets; leave it out")
 
 
-def _largest(program: Program, world: int, params: dict) -> Measure:
-    specs = expand(program, world, params).tensors[0]
+def tensor_specs(program: Program, world: int, params: dict) -> dict[str, tuple[int, str]]:
+    """Rank 0's tensors (elements, dtype) at `world`, from the declarations alone (no statement expanded);
+    CommdslError when a declaration fails there (a negative shape, more elements than a tensor may have)."""
+    ex = Expander(program, world, resolve_params(program, params))
+    ex.setup()
+    ex.setup_tensors()
+    if ex.errors:
+        raise CommdslError([d for d, _ in ex.errors.values()])
+    return {name: (info.spec(0).numel, info.spec(0).dtype) for name, info in ex.infos.items()}
+
+
+def sized_by(program: Program, world: int, param: str, params: dict) -> set[str] | None:
+    """Rank 0's tensors whose number of elements changes with `param` (at its value and at twice it): the only
+    ones a sweep of `param` can size (`steps: int64[1]` beside `bucket: float32[n]` is not one). None when
+    that cannot be told (the param is not a positive integer, or twice it does not declare)."""
+    value = resolve_params(program, params)[param]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    at = tensor_specs(program, world, {**params, param: value})
+    try:
+        twice = tensor_specs(program, world, {**params, param: 2 * value})
+    except CommdslError:
+        return None
+    return {name for name, (numel, _) in at.items() if name in twice and twice[name][0] != numel}
+
+
+def largest(program: Program, world: int, params: dict, sized: set[str] | None) -> Measure:
+    """Rank 0's largest tensor among those the sweep can size: what a program that proves no collective is
+    measured by (busbw = algbw)."""
+    specs = tensor_specs(program, world, params)
+    specs = {name: spec for name, spec in specs.items() if sized is None or name in sized}
     if not specs:
+        return Measure(None, "")  # check_sized says why
+    return Measure(None, max(specs, key=lambda t: specs[t][0] * DTYPES[specs[t][1]].itemsize))
+
+
+def check_sized(program: Program, measure: Measure, param: str, sized: set[str] | None) -> None:
+    """BenchError unless sweeping `param` changes the size of the tensor the rows are measured by."""
+    if not measure.tensor:
+        if sized == set():
+            raise BenchError(
+                f"{program.path}: no tensor changes size with `{param}`, so sweeping it sizes nothing; "
+                "--param NAME picks the param that sets the size"
+            )
         raise BenchError(f"{program.path}: rank 0 has no tensor to size the sweep by")
-    name = max(specs, key=lambda t: specs[t].numel * DTYPES[specs[t].dtype].itemsize)
-    return Measure(None, name)
+    if sized is not None and measure.tensor not in sized:
+        raise BenchError(
+            f"{program.path}: the rows would be sized by `{measure.tensor}` ({measure.how}), which does not "
+            f"change size with `{param}`; --param NAME picks the param that sets its size"
+        )
 
 
 def with_dtype(program: Program, tensor: str, dtype: str) -> Program:

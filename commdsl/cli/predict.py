@@ -152,6 +152,7 @@ def run(args) -> int:
     if isinstance(variant, int):
         return variant
     from commdsl.bench.identify import BenchError
+    from commdsl.bench.plan import Refused
     from commdsl.predict import sweep
 
     try:
@@ -159,6 +160,13 @@ def run(args) -> int:
     except BenchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
+    except Refused as e:
+        print_diagnostics(e.diagnostics, {variant.program.path: variant.program.source}, args.format, out, err)
+        err.print(
+            f"refusing to predict {escape(variant.label)}: the checks found errors at world size {args.world}"
+            f" with `{variant.param} = {e.value}`"
+        )
+        return EXIT_FINDINGS
     except CommdslError as e:
         print_diagnostics(e.diagnostics, {variant.program.path: variant.program.source}, args.format, out, err)
         return EXIT_FINDINGS

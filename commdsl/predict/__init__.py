@@ -17,12 +17,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commdsl.bench import busbw as bw
-from commdsl.bench.identify import BenchError, Measure, pragma, prove
-from commdsl.bench.plan import Variant, check_sweepable, measured_dtype, with_dtype
+from commdsl.bench.identify import BenchError, pragma, prove
+from commdsl.bench.plan import (
+    Refused,
+    Variant,
+    check_sized,
+    check_sweepable,
+    largest,
+    measured_dtype,
+    sized_by,
+    tensor_specs,
+    with_dtype,
+)
 from commdsl.bench.results import Row, Summary
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import DTYPES
-from commdsl.expand import Expander, expand, resolve_params
+from commdsl.expand import expand, resolve_params
 from commdsl.predict.cost import Bytes, Timing, predict
 from commdsl.predict.topology import Topology
 from commdsl.resolve import Program
@@ -57,12 +67,13 @@ def variant_for(program: Program, world: int, param: str, params: dict, dtype: s
         first = pragma(program)
         if first is not None:
             program = with_dtype(program, first.tensor, dtype)
+    sized = sized_by(program, world, param, params)
     measure = pragma(program)
     if measure is None:
         proofs = [world] if world <= PROOF_WORLD else [w for w in range(2, PROOF_WORLD + 1) if program.accepts(w)]
         for proof in proofs:
             try:
-                measure = prove(program, proof, params)
+                measure = prove(program, proof, params, sized)
                 break
             except CommdslError:  # not a size these params fit (`local` must divide it): the next one
                 if proof == world:
@@ -70,24 +81,9 @@ def variant_for(program: Program, world: int, param: str, params: dict, dtype: s
         else:
             measure = None
     if measure is None:
-        specs = tensor_specs(program, world, params)
-        if not specs:
-            raise BenchError(f"{program.path}: rank 0 has no tensor to size the sweep by")
-        name = max(specs, key=lambda t: specs[t][0] * DTYPES[specs[t][1]].itemsize)
-        measure = Measure(None, name)
+        measure = largest(program, world, params, sized)
+    check_sized(program, measure, param, sized)
     return Variant(program.name, program, measure, param, params)
-
-
-def tensor_specs(program: Program, world: int, params: dict) -> dict[str, tuple[int, str]]:
-    """Rank 0's tensors (elements, dtype) at `world`, from the declarations alone (no statement expanded)."""
-    ex = Expander(program, world, resolve_params(program, params))
-    ex.setup()
-    ex.setup_tensors()
-    out = {}
-    for name, info in ex.infos.items():
-        spec = info.spec(0)
-        out[name] = (spec.numel, spec.dtype)
-    return out
 
 
 def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
@@ -95,7 +91,10 @@ def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
     (`bench.plan._fit`: scale the default, correct once), on the declarations only."""
 
     def size_at(value: int) -> int:
-        numel, dtype = tensor_specs(v.program, world, {**v.params, v.param: value})[v.measure.tensor]
+        try:
+            numel, dtype = tensor_specs(v.program, world, {**v.params, v.param: value})[v.measure.tensor]
+        except CommdslError as e:  # a size the declarations refuse (more elements than a tensor may have)
+            raise Refused(v, value, e.diagnostics) from None
         return numel * DTYPES[dtype].itemsize
 
     base_value = resolve_params(v.program, v.params)[v.param]
