@@ -333,6 +333,19 @@ def test_buffers_in_flight_keep_their_names(capsys, tmp_path):
     assert first and second and first.group(1) != second.group(1)  # two receives in flight, two buffers
 
 
+def test_single_collectives_keep_their_tensors_and_handles(capsys, tmp_path):
+    """Through the API wrappers, as every other collective: named after the script's tensors, with their
+    handles (caught only at the c10d op, they were `b0`, `b1` and blocking)."""
+    out = tmp_path / "s.comm"
+    args = ["trace", str(SCRIPTS / "single_collectives.py"), "--world", "2", "--emit", "comm", "-o", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert re.search(r"^h\d+ = reduce_scatter grads into shard", text, re.M), text
+    assert re.search(r"^h\d+ = all_gather shard into params", text, re.M), text
+    assert text.count("wait h") == 2
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(240)
 def test_emitted_programs_run_and_bench_on_gloo(capsys, tmp_path, no_orphans):

@@ -854,11 +854,13 @@ _API = {
     "reduce": _collective("reduce"),
     "all_gather": _collective("all_gather"),
     "all_gather_into_tensor": _collective("all_gather"),
+    "all_gather_single": _collective("all_gather"),  # torch 2.13's name for it (the old one now warns)
     "_all_gather_base": _collective("all_gather"),
     "gather": _collective("gather"),
     "scatter": _collective("scatter"),
     "reduce_scatter": _collective("reduce_scatter"),
     "reduce_scatter_tensor": _collective("reduce_scatter"),
+    "reduce_scatter_single": _collective("reduce_scatter"),  # torch 2.13's name for it
     "_reduce_scatter_base": _collective("reduce_scatter"),
     "all_to_all_single": _collective("all_to_all"),
     "all_to_all": _collective("all_to_all"),
