@@ -33,13 +33,19 @@ class AllGather(Kind):
 
         if op.outputs_listed:
             return lambda a: dist.all_gather(outs, ins[0], group=group, async_op=a)
+        # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single
+        single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
-        return lambda a: dist.all_gather_into_tensor(out, inp, group=group, async_op=a)
+        return lambda a: single(out, inp, group=group, async_op=a)
+
+    python_prelude = (  # one line: torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single
+        "all_gather_single = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor"
+    )
 
     def script_call(self, node, ins, outs, red, root, size, splits):
         if node.outputs_listed:
             return "dist.all_gather", [f"[{', '.join(outs)}]", ins[0]]
-        return "dist.all_gather_into_tensor", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
+        return "all_gather_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
 
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world

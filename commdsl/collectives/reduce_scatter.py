@@ -51,8 +51,7 @@ class ReduceScatter(Kind):
         out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
         return lambda a: single(out, inp, red, group=group, async_op=a)
 
-    python_prelude = (
-        "# torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single\n"
+    python_prelude = (  # one line: torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
         "reduce_scatter_single = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor"
     )
 
