@@ -114,7 +114,8 @@ def cast(values: np.ndarray, dtype: str) -> np.ndarray:
         values = np.trunc(values)
         values = np.where(np.isfinite(values), values, 0)
         return values.astype(np.int64).astype(d.numpy) if values.size else values.astype(d.numpy)
-    out = values.astype(d.numpy)
+    with np.errstate(over="ignore"):  # a value beyond the dtype's range is inf, as torch's copy makes it, silently
+        out = values.astype(d.numpy)
     return bfloat16_round(out) if dtype == "bfloat16" else out
 
 

@@ -246,3 +246,15 @@ def test_groups_made_as_steps_reduce_among_their_members():
         4,
     )
     assert [int(sim.tensors[r]["x"][0]) for r in range(4)] == [1, 1, 5, 5]
+
+
+def test_values_beyond_the_dtype_become_inf_without_a_warning():
+    """1001 all-reduces of `rank` at world 8 pass float32's range: inf, as torch's copy makes it, and no
+    NumPy RuntimeWarning on the user's terminal (`commdsl sim` printed one)."""
+    import warnings
+
+    text = "program long\nworld 8\ntensor x: float32[4] = rank\nfor s in 0 .. 1000:\n    all_reduce x\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim = simulate(expand(load(SourceFile("long.comm", text)), 8))
+    assert np.isinf(sim.tensors[0]["x"]).all()
