@@ -472,6 +472,18 @@ def test_usage_errors(argv, message, capsys):
     assert code == 2 and message in out + err
 
 
+def test_a_world_beyond_the_topology_says_how_many_it_holds(tmp_path, capsys):
+    small = tmp_path / "small.toml"
+    small.write_text("nodes = 1\nranks_per_node = 2\n[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n")
+    try:
+        code = main(["predict", RING, "--world", "4", "--topology", str(small)])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"--world 4: the topology ({small}) holds 2 ranks: 1 node of 2; raise `nodes` or leave it out" in out + err
+
+
 def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     bad = tmp_path / "d.comm"
     bad.write_text("program d\nworld 2\nparam n = 4\ntensor x: float32[n] = 1\nsend x to 1 - rank\nrecv x from 1 - rank\n")

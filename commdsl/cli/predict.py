@@ -146,7 +146,10 @@ def run(args) -> int:
 
         topo = dataclasses.replace(topo, tree=False)
     if topo.capacity() is not None and args.world > topo.capacity():
-        raise UsageError(f"--world {args.world}: topology {topo.name} holds {topo.capacity()} ranks")
+        raise UsageError(
+            f"--world {args.world}: the topology ({args.topology}) holds {topo.capacity()} ranks: "
+            f"{topo.nodes} node{'s' * (topo.nodes != 1)} of {topo.ranks_per_node}; raise `nodes` or leave it out"
+        )
     measured = _read_measured(args.measured) if args.measured else None
     variant = _variant(args, out, err)
     if isinstance(variant, int):
