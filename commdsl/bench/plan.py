@@ -91,6 +91,11 @@ class Refused(Exception):
         super().__init__(variant.label)
         self.variant, self.value, self.diagnostics = variant, value, diagnostics
 
+    def summary(self, verb: str, world: int) -> str:
+        """The line after its diagnostics: `verb` (bench, predict) refused, at which world and param value."""
+        at = f" with `{self.variant.param} = {self.value}`" if self.value >= 0 else ""
+        return f"refusing to {verb} {self.variant.label}: the checks found errors at world size {world}{at}"
+
 
 def builtin_variant(b: Builtin, baseline: bool = False, label: str | None = None) -> Variant:
     program = load(SourceFile(b.path, b.text))

@@ -308,10 +308,7 @@ def run(args) -> int:
         except Refused as e:
             sources = {**loaded.sources, e.variant.program.path: e.variant.program.source}
             print_diagnostics(e.diagnostics, sources, args.format, out, err)
-            at = f" with `{e.variant.param} = {e.value}`" if e.value >= 0 else ""
-            err.print(
-                f"refusing to bench {escape(e.variant.label)}: the checks found errors at world size {cfg.nproc}{at}"
-            )
+            err.print(escape(e.summary("bench", cfg.nproc)))
             return EXIT_FINDINGS
         for note in notes:
             err.print(f"note: {escape(note)}")

@@ -165,10 +165,7 @@ def run(args) -> int:
         return EXIT_FAILURE
     except Refused as e:
         print_diagnostics(e.diagnostics, {variant.program.path: variant.program.source}, args.format, out, err)
-        err.print(
-            f"refusing to predict {escape(variant.label)}: the checks found errors at world size {args.world}"
-            f" with `{variant.param} = {e.value}`"
-        )
+        err.print(escape(e.summary("predict", args.world)))
         return EXIT_FINDINGS
     except CommdslError as e:
         print_diagnostics(e.diagnostics, {variant.program.path: variant.program.source}, args.format, out, err)
