@@ -452,3 +452,18 @@ def test_a_batch_waited_after_other_calls_is_bound_to_a_handle(capsys, tmp_path)
     assert trace(capsys, "batch_overlap.py", "--world", "3")[:2] == (0, [])
     code, diags, _ = trace(capsys, "batch_overlap.py", "--world", "3", "--", "--forget")
     assert [(d["code"], at(d)) for d in diags] == [("R501", ("batch_overlap.py", 14))]
+
+
+def test_aliased_calls_keep_their_tensors(capsys, tmp_path):
+    """A collective called through an alias (`total = all_reduce`, `broadcast = dist.broadcast`, an
+    object's attribute) is still named after the script's tensors: the alias is looked up in the calling
+    frame (before, only a call spelled with the function's own name was, and these were `b0`, `b1`...)."""
+    out = tmp_path / "a.comm"
+    args = ["trace", str(SCRIPTS / "aliased_calls.py"), "--world", "2", "--emit", "comm", "-o", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert re.search(r"^all_reduce grads\b", text, re.M), text
+    assert re.search(r"^broadcast grads from 0\b", text, re.M), text
+    assert re.search(r"^all_gather shard into params\b", text, re.M), text
+    assert not re.search(r"\bb\d+\b", text), text

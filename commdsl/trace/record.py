@@ -95,11 +95,17 @@ def _is_user_file(filename: str) -> bool:
     return not path.startswith(_LIBRARY_DIRS)
 
 
-def user_site() -> Site:
-    """The innermost frame of the user's own code on the stack: the line and columns of the call in it."""
+def user_frame() -> Any:
+    """The innermost frame of the user's own code on the stack (None when there is none)."""
     frame: Any = sys._getframe(1)
     while frame is not None and not _is_user_file(frame.f_code.co_filename):
         frame = frame.f_back
+    return frame
+
+
+def user_site(frame: Any = None) -> Site:
+    """The line and columns of the call in the user's innermost frame (`frame`, when the caller has it)."""
+    frame = frame if frame is not None else user_frame()
     if frame is None:
         return Site("<unknown>", 1, 1, 1, 1)
     info: Any = inspect.getframeinfo(frame, context=0)
@@ -120,12 +126,13 @@ def _chars(path: str, line: int, byte_col: int) -> int:
     return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace")) if text else byte_col
 
 
-_CALL_TEXTS: dict[tuple, tuple[str, list[str], dict[str, str]] | None] = {}
+_CALL_TEXTS: dict[tuple, tuple[list[str], list[str], dict[str, str]] | None] = {}
 
 
-def _call_texts(site: Site) -> tuple[str, list[str], dict[str, str]] | None:
-    """The call written at `site`: its callee's last name, and its positional and keyword arguments' source
-    text (None when the site is not one call, or it passes `*args`)."""
+def _call_texts(site: Site) -> tuple[list[str], list[str], dict[str, str]] | None:
+    """The call written at `site`: its callee's dotted names (`["dist", "all_reduce"]`; [] when it is not a
+    plain name or attribute chain), and its positional and keyword arguments' source text (None when the
+    site is not one call, or it passes `*args`)."""
     key = (site.path, site.line, site.column, site.end_line, site.end_column)
     if key in _CALL_TEXTS:
         return _CALL_TEXTS[key]
@@ -142,8 +149,7 @@ def _call_texts(site: Site) -> tuple[str, list[str], dict[str, str]] | None:
         except SyntaxError:
             node = None
         if isinstance(node, ast.Call) and not any(isinstance(x, ast.Starred) for x in node.args):
-            f = node.func
-            callee = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            callee = _dotted(node.func)
             positional = [ast.get_source_segment(text, x) or "" for x in node.args]
             keywords = {k.arg: ast.get_source_segment(text, k.value) or "" for k in node.keywords if k.arg}
             found = (callee, positional, keywords)
@@ -151,11 +157,39 @@ def _call_texts(site: Site) -> tuple[str, list[str], dict[str, str]] | None:
     return found
 
 
-def _labels(name: str, site: Site, args: tuple, kwargs: dict) -> dict[int, str]:
+def _dotted(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return base + [node.attr] if base else []
+    return []
+
+
+def _resolve(names: list[str], frame: Any) -> object:
+    """What the dotted names mean in `frame`, read without running any code (no property or `__getattr__`
+    of the script's runs); None when a name is not there."""
+    missing = object()
+    value = frame.f_locals.get(names[0], frame.f_globals.get(names[0], missing))
+    for attr in names[1:]:
+        if value is missing:
+            break
+        try:
+            value = inspect.getattr_static(value, attr, missing)
+        except Exception:  # noqa: BLE001 - an object that refuses introspection: unresolved
+            return None
+    return None if value is missing else value
+
+
+def _labels(name: str, functions: tuple, site: Site, frame: Any, args: tuple, kwargs: dict) -> dict[int, str]:
     """id(tensor) → the expression the script passed it as (`grad`, `buf[0:8]`, `outs` for each tensor of a
-    list), when the call at `site` is this function's own call; {} otherwise (DDP's internal broadcast)."""
+    list), when the call at `site` is this function's own call: by its name, or through an alias the
+    user's `frame` binds to one of `functions` (`rs = dist.reduce_scatter_single; rs(out, x)`); {} otherwise
+    (DDP's internal broadcast, called from the line `model(x)`)."""
     texts = _call_texts(site)
-    if texts is None or texts[0] != name:
+    if texts is None or not texts[0]:
+        return {}
+    if texts[0][-1] != name and (frame is None or not any(_resolve(texts[0], frame) is f for f in functions)):
         return {}
     out: dict[int, str] = {}
     pairs = list(zip(args, texts[1])) + [(v, texts[2].get(k, "")) for k, v in kwargs.items()]
@@ -328,9 +362,11 @@ def _wrap_api(name: str, original, handler):
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        site = user_site()
+        frame = user_frame()
+        site = user_site(frame)
         st.inside += 1
-        st.labels = _labels(name, site, args, kwargs)
+        st.labels = _labels(name, (wrapper, original), site, frame, args, kwargs)
+        del frame  # a frame kept alive keeps every local of the script's
         try:
             return handler(original, a, site)
         except Exception as e:
