@@ -117,11 +117,24 @@ def write_atomic(
     """Replace `path` with `data` in one step: a temporary file in the same directory, flushed, then renamed.
 
     A symbolic link is followed (the file it names is replaced, the link stays). An existing file keeps
-    its permission bits; a new one gets the usual 0666 minus the umask. Raises FileError, leaving
-    `path` as it was, when `path` is one of `inputs` or anything fails."""
+    its permission bits; a new one gets the usual 0666 minus the umask. Something that is not a regular
+    file (`/dev/null`, `/dev/stdout`, a FIFO) is written to as it is: renaming over it would replace a
+    device with a file. Raises FileError, leaving `path` as it was, when `path` is one of `inputs` or
+    anything fails."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     check_not_input(path, inputs, flag)
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        special = False
+    if special:
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise FileError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
+        return
     target = os.path.realpath(os.fspath(path))
     directory, name = os.path.split(target)
     try:

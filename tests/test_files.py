@@ -85,6 +85,22 @@ def test_write_atomic_replaces_the_file_in_one_step(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
 
 
+def test_write_atomic_writes_into_what_is_not_a_regular_file(tmp_path):
+    """`--json /dev/stdout`, `-o /dev/null`, a FIFO: written to, never renamed over (as root, a rename over
+    /dev/null replaced the device with a file; /dev/stdout, a link into /proc, could not be written at all)."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_atomic(fifo, "rows")
+    reader.join(timeout=10)
+    assert got == [b"rows"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
 def test_write_atomic_follows_a_symlink(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("old")
