@@ -55,6 +55,23 @@ class Model:
 GLOO = Model("gloo", early_release=True, member_meets=True)
 NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
+
+def post_streams(rows: Posts) -> list[tuple]:
+    """NCCL: each post's stream. torch runs an unbatched send or receive on a communicator of its own for the
+    pair of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md)."""
+    lo, hi = np.minimum(rows.src, rows.dst), np.maximum(rows.src, rows.dst)
+    batched = rows.via != rows.rec
+    return [
+        ("main", g, r) if b else ("pair", g, a, z, r)
+        for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(), batched.tolist())
+    ]
+
+
+def call_streams(gid: np.ndarray, rank: np.ndarray) -> list[tuple]:
+    """NCCL: each collective call's stream, its group's communicator on the calling rank (a batch's too)."""
+    return [("main", int(g), int(r)) for g, r in zip(np.broadcast_to(gid, rank.shape).tolist(), rank.tolist())]
+
+
 # bad parameters
 PEER_OUT_OF_RANGE, SELF, NOT_MEMBER, PEER_NOT_IN_GROUP, ROOT_NOT_IN_GROUP = range(5)
 
@@ -223,6 +240,14 @@ class Observer:
 
     def waited(self, reqs: np.ndarray) -> None: ...
 
+    def started(self, ops: Posts | Calls, after: int) -> None:
+        """NCCL: `ops` (posts or collective calls), queued on their stream behind async request `after`,
+        start now that it has completed (`Model.streams`)."""
+
+    def met(self, members: np.ndarray, waiting: np.ndarray) -> None:
+        """Gloo: every one of `members` has called its `new_group`; `waiting` (those of them still in it)
+        go on (`Model.member_meets`)."""
+
 
 class Both(Observer):
     """Feeds one engine run to two observers (the simulator's data and the checker's accesses; an observer and the
@@ -259,6 +284,14 @@ class Both(Observer):
     def waited(self, reqs):
         self.a.waited(reqs)
         self.b.waited(reqs)
+
+    def started(self, ops, after):
+        self.a.started(ops, after)
+        self.b.started(ops, after)
+
+    def met(self, members, waiting):
+        self.a.met(members, waiting)
+        self.b.met(members, waiting)
 
 
 @dataclass(frozen=True)
@@ -590,6 +623,7 @@ class Engine:
             if self.making[k][members].all():
                 if self.clocks is not None:
                     self.clocks.group_made(k, members, waiting)
+                self.obs.met(members, waiting)
                 self.remaining[waiting] -= 1
             else:
                 still.append((k, g, waiting))
@@ -644,7 +678,7 @@ class Engine:
             rows = Posts.concat(chunks)
             self.obs.posted(rows)
             if self.model.streams:
-                rows = self.admit(rows, self.p2p_streams(rows))
+                rows = self.admit(rows, post_streams(rows))
             if len(rows):
                 self.fresh.append(rows)
         return done
@@ -822,16 +856,6 @@ class Engine:
                 break
 
     # ---- NCCL streams ------------------------------------------------------------------------------
-    def p2p_streams(self, rows: Posts) -> list[tuple]:
-        """Each post's stream: torch runs an unbatched send or receive on a communicator of its own for the pair
-        of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md)."""
-        lo, hi = np.minimum(rows.src, rows.dst), np.maximum(rows.src, rows.dst)
-        batched = rows.via != rows.rec
-        return [
-            ("main", g, r) if b else ("pair", g, a, z, r)
-            for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(), batched.tolist())
-        ]
-
     def admit(self, rows, streams: list[tuple]):
         """The rows that start now; the others wait for the ops before them on their stream. A running async op
         holds its stream until it completes; a blocking op (or a batch) holds its rank, so nothing of that rank
@@ -869,6 +893,7 @@ class Engine:
         while queue:
             entry = queue[0]
             (self.fresh if isinstance(entry[1], Posts) else self.fresh_calls).append(entry[1])
+            self.obs.started(entry[1], q)
             if entry[0] >= 0:
                 entry[1] = None
                 self.stream_of[entry[0]] = key
@@ -972,7 +997,7 @@ class Engine:
         self.calls_seen += m
         if self.model.streams:
             calls = self.fresh_calls.pop()
-            calls = self.admit(calls, [("main", int(g), int(r)) for g, r in zip(calls.gid, calls.rank)])
+            calls = self.admit(calls, call_streams(calls.gid, calls.rank))
             if len(calls):
                 self.fresh_calls.append(calls)
         return None if void is None else void.astype(np.int64)

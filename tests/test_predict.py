@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from commdsl.bench.identify import BenchError
 from commdsl.cli.main import main
 from commdsl.diagnostics import CommdslError
 from commdsl.predict import sweep, variant_for
@@ -490,6 +491,114 @@ def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     code = main(["predict", str(bad), "--world", "2", "--topology", "dgx-h100", "--sizes", "1K"])
     _, err = capsys.readouterr()
     assert code == 2 and "does not complete at world 2" in err
+
+
+ISEND_CYCLE = """program c
+world 2
+param n = 1024
+tensor x: float32[n] = rank
+tensor z: float32[n]
+h = isend x to 1 - rank
+recv z from 1 - rank
+wait h
+"""
+
+
+def test_a_program_that_hangs_only_on_nccl_is_predicted_only_on_gloo(capsys):
+    """On NCCL the isend and the recv between one pair run in issue order on one stream, so both ranks' recvs
+    wait behind isends their peer never receives: the checker's D402 on nccl. predict runs the checker's model of
+    the topology's backend: it refuses on an NCCL topology and names the check that says why."""
+    assert seconds(ISEND_CYCLE, 2, topo(10, 1), 1 << 20) == pytest.approx(10e-6 + (1 << 20) / 1e9)
+    with pytest.raises(BenchError, match=r"does not complete at world 2 on nccl .* --backend nccl` says why"):
+        seconds(ISEND_CYCLE, 2, topo(10, 1, extra='backend = "nccl"'), 1 << 20)
+
+
+ISENDS_IN_ORDER = """program o
+world 2
+param n = 1024
+tensor big: float32[n] = 1
+tensor small: float32[n / 1024] = 2
+on rank == 0:
+    h = isend big to 1
+    g = isend small to 1
+    wait g
+    wait h
+else:
+    a = irecv big from 0
+    b = irecv small from 0
+    wait a
+    wait b
+"""
+
+
+def test_nccl_runs_a_pairs_async_sends_one_after_another():
+    """Two isends to one peer: on Gloo they share the link (the small one ends first, the big one after the
+    bytes of both); on NCCL the second waits on the stream for the first and then has the link to itself."""
+    n = 1 << 20
+    big, small = n, n // 1024
+    assert seconds(ISENDS_IN_ORDER, 2, topo(10, 1), n) == pytest.approx(10e-6 + (big + small) / 1e9)
+    nccl = topo(10, 1, extra='backend = "nccl"')
+    assert seconds(ISENDS_IN_ORDER, 2, nccl, n) == pytest.approx(2 * 10e-6 + (big + small) / 1e9)
+    path = predict_text(ISENDS_IN_ORDER, 2, nccl, n).paths[0]
+    assert [step["line"] for step in path] == [7, 8]
+
+
+COLLECTIVE_BEHIND_A_BATCH = """program q
+world 2
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n]
+tensor s: float32[4] = 1
+b = batch:
+    send x to 1 - rank
+    recv y from 1 - rank
+all_reduce s
+wait b
+"""
+
+
+def test_on_nccl_a_collective_waits_on_the_stream_for_an_async_batch():
+    """An async batch and the collective after it run on the group's one stream: on NCCL the all_reduce starts
+    when the batch ends; on Gloo it runs beside it."""
+    n = 1 << 20
+    gloo = seconds(COLLECTIVE_BEHIND_A_BATCH, 2, topo(10, 1), n)
+    nccl = seconds(COLLECTIVE_BEHIND_A_BATCH, 2, topo(10, 1, extra='backend = "nccl"'), n)
+    exchange = 10e-6 + n / 1e9
+    assert gloo == pytest.approx(exchange)
+    assert nccl > exchange and nccl == pytest.approx(exchange + seconds(COLLECTIVE_BEHIND_A_BATCH.replace(
+        "b = batch:\n    send x to 1 - rank\n    recv y from 1 - rank\n", "").replace("wait b\n", ""), 2,
+        topo(10, 1, extra='backend = "nccl"'), n))
+
+
+NEW_GROUP_LATE = """program g
+world 2
+param n = 1024
+tensor x: float32[n] = 1
+on rank == 0:
+    x += 1
+    x += 1
+    x += 1
+pair = new_group [0, 1]
+x += 1
+"""
+
+
+def test_on_gloo_new_group_returns_when_its_last_member_has_called_it():
+    """Gloo connects a new group's members in its constructor: rank 1 leaves `new_group` only once rank 0,
+    three local ops later, has called it too. NCCL's groups are made lazily: rank 1 goes on at once."""
+    def host(backend: str) -> Topology:
+        text = f'ranks_per_node = 2\nmemory_gbps = 1\nbackend = "{backend}"\n[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n'
+        return parse(SourceFile("t.toml", text))
+
+    one_op = 3 * (4 << 20) / 1e9  # x += 1: x, and its temporary written and read
+    program = load_program(SourceFile("p.comm", NEW_GROUP_LATE))
+    v = variant_for(program, 2, "n", {}, None)
+    gloo = sweep(v, 2, [4 << 20], host("gloo"))
+    assert gloo.rows[0].time_us * 1e-6 == pytest.approx(4 * one_op)
+    nccl = sweep(v, 2, [4 << 20], host("nccl"))
+    assert nccl.rows[0].time_us * 1e-6 == pytest.approx(4 * one_op)  # rank 0 is last either way
+    assert float(gloo.timing.rank_seconds[1, 0]) == pytest.approx(4 * one_op)
+    assert float(nccl.timing.rank_seconds[1, 0]) == pytest.approx(one_op)
 
 
 SIZED_BY_N = """program b

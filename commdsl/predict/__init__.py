@@ -149,7 +149,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
             f"bytes are scaled from it (exact when the shapes are linear in `{v.param}`)"
         )
     timing = predict(top, topo, nbytes, S, deadline=deadline)
-    _completes(v, world, timing)
+    _completes(v, world, topo, timing)
     found = {S - 1: timing.path} if timing.path is not None else {}
     if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
         for k in range(S - 1):
@@ -157,14 +157,16 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     return _prediction(v, world, topo, fitted, top, timing, found, notes)
 
 
-def _completes(v: Variant, world: int, timing: Timing) -> None:
+def _completes(v: Variant, world: int, topo: Topology, timing: Timing) -> None:
+    """Refuse to time what would not finish on the topology's backend (the engine ran the checker's model of
+    it: on NCCL, a rank's point-to-point ops in issue order)."""
     outcome = timing.outcome
     if not outcome.completed or len(outcome.unmatched) or outcome.bad:
         stuck = ", ".join(str(r) for r in outcome.stalled[:8].tolist())
         raise BenchError(
-            f"{v.program.path}: does not complete at world {world}"
+            f"{v.program.path}: does not complete at world {world} on {topo.backend}"
             + (f" (ranks {stuck} stop)" if stuck else "")
-            + f"; `commdsl check {v.program.path} --world {world}` says why"
+            + f"; `commdsl check {v.program.path} --world {world} --backend {topo.backend}` says why"
         )
 
 
@@ -174,7 +176,7 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
     runs = []
     for s in schedules:
         t = predict(s, topo, Bytes([s], np.ones((1, 1))), 1, deadline=deadline)
-        _completes(v, world, t)
+        _completes(v, world, topo, t)
         runs.append(t)
     last = runs[-1]
     timing = Timing(

@@ -41,7 +41,7 @@ import numpy as np
 
 from commdsl.dtypes import DTYPES
 from commdsl.elementwise import temporaries
-from commdsl.engine import Calls, Model, Observer, Outcome, Posts, run_engine
+from commdsl.engine import GLOO, NCCL, Calls, Observer, Outcome, Posts, call_streams, post_streams, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
 from commdsl.schedule import CollectiveRec, ComputeRec, P2PRec, Schedule
@@ -57,9 +57,6 @@ _MIX = np.random.default_rng(17)
 
 CACHE_VALUES = 16_000_000
 """The most byte counts (ops × sizes) `Bytes` keeps between calls (128 MB)."""
-
-GLOO_TIMING = Model("gloo", early_release=True)
-NCCL_TIMING = Model("nccl", tags=False)  # tags ignored; its streams' issue order is not modelled
 
 
 class Bytes:
@@ -268,6 +265,10 @@ class Clocks(Observer):
         self.row: tuple[np.ndarray, np.ndarray] | None = None
         self.recent: tuple[np.ndarray, np.ndarray, Route] | None = None  # see `remember`
         self.held: tuple[Route, np.ndarray] | None = None  # see `hold`
+        # NCCL runs a rank's ops on one communicator in issue order (`engine.NCCL.streams`): per stream, the
+        # async request issued on it last; an op issued after it starts no sooner than it ends (`follow`)
+        self.streams = topo.backend == "nccl"
+        self.stream_last: dict[tuple, int] = {}
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -395,12 +396,16 @@ class Clocks(Observer):
     def posted(self, rows: Posts) -> None:
         self.settle(*self.members(rows.rank))
         if rows.const("req") == -1:  # none async
+            if self.stream_last:
+                self.follow(rows.rank, rows.req, post_streams(rows))
             return
         q = rows.req
         a = q >= 0
         if a.any():
             self.req_post[q[a]] = self.T[rows.rank[a]]
             self.req_post_node[q[a]] = self.last[rows.rank[a]]
+        if self.streams:
+            self.follow(rows.rank, q, post_streams(rows))
 
     def post_time(self, rows: Posts, ix) -> tuple[np.ndarray, np.ndarray]:
         """When each row was posted (rows × sizes; a view of T when `ix`, the rows' ranks, is a slice and
@@ -620,10 +625,14 @@ class Clocks(Observer):
 
     def called(self, rec, G, pos, me) -> None:
         self.settle(G)
+        q = None
         if rec.req is not None:
             q = at(rec.req, pos, G.size).astype(np.int64)
             self.req_post[q] = self.T[G]
             self.req_post_node[q] = self.last[G]
+        if self.streams and (q is not None or self.stream_last):
+            reqs = np.full(G.size, -1, dtype=np.int64) if q is None else q
+            self.follow(G, reqs, call_streams(at(rec.gid, pos, G.size), G))
 
     def call_time(self, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
         t = np.take(self.T, calls.rank, axis=0)
@@ -776,6 +785,46 @@ class Clocks(Observer):
             self.wait_for(ranks[done], self.req_end[q], self.req_end_node[q])
         self.req_waiting[reqs[~done]] = True
 
+    def follow(self, ranks: np.ndarray, reqs: np.ndarray, streams: list[tuple]) -> None:
+        """NCCL: ops just issued (their ranks, requests and streams) start no sooner than the async op issued
+        before them on their stream ends, when it has (one still running holds its stream: the engine queues
+        what comes after it and says when it starts, `started`); an async one is now its stream's last."""
+        behind: dict[int, list[int]] = {}
+        for j, (key, q) in enumerate(zip(streams, reqs.tolist())):
+            before = self.stream_last.get(key, -1)
+            if before >= 0 and self.req_done[before]:
+                behind.setdefault(before, []).append(j)
+            if q >= 0:
+                self.stream_last[key] = q
+        for before, rows in behind.items():
+            self.after(ranks[rows], reqs[rows], before)
+
+    def started(self, ops: Posts | Calls, after: int) -> None:
+        self.after(ops.rank, ops.req, after)
+
+    def after(self, ranks: np.ndarray, reqs: np.ndarray, before: int) -> None:
+        """Ops (their ranks and requests) that wait on their stream for async request `before` count from its
+        end: an async op as if posted then, a blocking one's rank waits for it (it is blocked in the op)."""
+        end, node = self.req_end[before], int(self.req_end_node[before])
+        a = reqs >= 0
+        if a.any():
+            q = distinct(reqs[a])
+            if self.track:
+                later = self.req_post[q, self.k] < end[self.k]
+                self.req_post_node[q[later]] = node
+            self.req_post[q] = np.maximum(self.req_post[q], end)
+        if not a.all():
+            blocked = distinct(ranks[~a])
+            self.wait_for(blocked, np.broadcast_to(end, (blocked.size, end.size)), np.full(blocked.size, node))
+            self.settle(blocked)
+
+    def met(self, members: np.ndarray, waiting: np.ndarray) -> None:
+        """Gloo: a `new_group` returns to its members once the last of them has called it."""
+        self.settle(members)
+        last = int(members[np.argmax(self.T[members, self.k])])
+        end = np.broadcast_to(self.T[last], (waiting.size, self.T.shape[1]))
+        self.wait_for(waiting, end, np.full(waiting.size, self.last[last]))
+
     # ---- the end -------------------------------------------------------------------------------------
     def critical_path(self, rank: int) -> list[dict] | None:
         if not self.track:
@@ -907,7 +956,7 @@ def predict(
     clocks = Clocks(schedule, topo, nbytes, sizes, track)
     if track is None:
         clocks.k = k
-    model = NCCL_TIMING if topo.backend == "nccl" else GLOO_TIMING
+    model = NCCL if topo.backend == "nccl" else GLOO  # the checker's: what completes, and who waits for whom
     outcome = run_engine(schedule, model, clocks, deadline=deadline)
     clocks.put_back()
     clocks.flush()
