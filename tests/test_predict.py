@@ -570,6 +570,27 @@ def test_on_nccl_a_collective_waits_on_the_stream_for_an_async_batch():
         topo(10, 1, extra='backend = "nccl"'), n))
 
 
+ASYNC_BUCKETS = """program d
+world 2..
+param n = 1024
+tensor a: float32[n] = 1
+tensor b: float32[n] = 1
+h = all_reduce a
+g = all_reduce b
+wait h
+wait g
+"""
+
+
+def test_on_nccl_async_collectives_of_one_group_run_one_after_another():
+    """DDP's bucket all_reduces, async: one communicator, one stream, so the second starts when the first ends
+    (before, both were priced as if each had the network to itself at once)."""
+    n = 1 << 20
+    nccl = topo(10, 1, extra='backend = "nccl"')
+    one = seconds(ASYNC_BUCKETS.replace("g = all_reduce b\n", "").replace("wait g\n", ""), 4, nccl, n)
+    assert seconds(ASYNC_BUCKETS, 4, nccl, n) == pytest.approx(2 * one)
+
+
 NEW_GROUP_LATE = """program g
 world 2
 param n = 1024
