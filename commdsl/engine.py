@@ -251,7 +251,8 @@ class Observer:
 
 class Both(Observer):
     """Feeds one engine run to two observers (the simulator's data and the checker's accesses; an observer and the
-    ordering's clocks, which follow messages and collectives only: `locals_too=False`)."""
+    ordering's clocks, which follow messages and collectives only: `locals_too=False`, and take group meetings
+    from the engine itself, `Clocks.group_made`)."""
 
     def __init__(self, a: Observer, b: Observer, locals_too: bool = True):
         self.a, self.b, self.locals_too = a, b, locals_too
@@ -287,11 +288,13 @@ class Both(Observer):
 
     def started(self, ops, after):
         self.a.started(ops, after)
-        self.b.started(ops, after)
+        if self.locals_too:
+            self.b.started(ops, after)
 
     def met(self, members, waiting):
         self.a.met(members, waiting)
-        self.b.met(members, waiting)
+        if self.locals_too:
+            self.b.met(members, waiting)
 
 
 @dataclass(frozen=True)
