@@ -57,15 +57,19 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 """The longest duration a flag or setting may give (`--timeout`, `--max-time`): a week (a finite value keeps
 every deadline computable)."""
 TIME_LIMIT = 600.0
-"""Seconds one `check`/`lint` of one program may take, by default (`--max-time`)."""
+"""Seconds one `check`/`lint` or `predict` of one program may take, by default (`--max-time`)."""
 
 
 class Deadline:
-    """The moment a check must have ended by; `None` seconds is no limit."""
+    """The moment a check (or a prediction: `work`) must have ended by; `None` seconds is no limit.
+    `smaller`: what the user can make smaller instead of raising the limit."""
 
-    def __init__(self, seconds: float | None):
+    def __init__(
+        self, seconds: float | None, work: str = "check", smaller: str = "check a smaller world size with `--world`"
+    ):
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
+        self.work, self.smaller = work, smaller
 
     def passed(self) -> bool:
         return self.at is not None and time.monotonic() > self.at
@@ -82,10 +86,10 @@ class TimeLimitReached(Exception):
 def time_limit(deadline: Deadline, span, where: str) -> TimeLimitReached:
     return TimeLimitReached(
         TimeLimitExceeded.diagnostic(
-            f"the check reached its time limit of {deadline.seconds:g} s while {where}",
+            f"the {deadline.work} reached its time limit of {deadline.seconds:g} s while {where}",
             span=span,
             label="it had got this far",
-            help="raise the limit with `--max-time`, or check a smaller world size with `--world`",
+            help=f"raise the limit with `--max-time`, or {deadline.smaller}",
         )
     )
 

@@ -493,6 +493,16 @@ def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     assert code == 2 and "does not complete at world 2" in err
 
 
+
+def test_a_prediction_past_its_time_limit_is_an_n134_at_the_statement(tmp_path, capsys):
+    """A sweep of a param that sets loop counts too can expand millions of ops per size (interleaved_1f1b's
+    `rounds` to 16 MiB ran for half an hour): predict stops at `--max-time`, as check does, and says where."""
+    code = main(["predict", RING, "--world", "16", "--topology", "dgx-h100", "--max-time", "0.000001"])
+    out, err = capsys.readouterr()
+    text = " ".join((out + err).split())
+    assert code == 2 and "error[N134]: the prediction reached its time limit of 1e-06 s while" in text
+    assert "predict fewer sizes (`--sizes`) or a smaller world (`--world`)" in text
+
 ISEND_CYCLE = """program c
 world 2
 param n = 1024

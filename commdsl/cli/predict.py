@@ -29,8 +29,10 @@ from commdsl.cli.common import (
     load_files,
     parse_sets,
     print_diagnostics,
+    seconds,
 )
 from commdsl.files import FileError, check_output
+from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached
 
 
 def add_parser(sub):
@@ -90,6 +92,13 @@ def add_parser(sub):
     )
     p.add_argument(
         "--links", type=integer("--links", 0), default=8, metavar="K", help="show the K busiest links (default: 8)"
+    )
+    p.add_argument(
+        "--max-time",
+        type=seconds("--max-time"),
+        default=env_default("max_time", None),
+        metavar="S",
+        help=f"stop predicting after S seconds, with N134 (default: {TIME_LIMIT:g})",
     )
     add_program_flags(p)
     add_output_flags(p)
@@ -158,8 +167,14 @@ def run(args) -> int:
     from commdsl.bench.plan import Refused
     from commdsl.predict import sweep
 
+    deadline = Deadline(
+        args.max_time or TIME_LIMIT, "prediction", "predict fewer sizes (`--sizes`) or a smaller world (`--world`)"
+    )
     try:
-        pred = sweep(variant, args.world, sizes, topo)
+        pred = sweep(variant, args.world, sizes, topo, deadline=deadline)
+    except TimeLimitReached as stop:
+        print_diagnostics([stop.diagnostic], {variant.program.path: variant.program.source}, args.format, out, err)
+        return EXIT_FAILURE
     except BenchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE

@@ -614,7 +614,9 @@ class TimeLimitExceeded(Rule):
 
     Reports that checking a program at one world size took longer than the time limit (600 s by default,
     `--max-time` to change it), and where the check had got to: the statement being expanded, or the op
-    the first unfinished rank was at. The world sizes checked before it keep their findings.
+    the first unfinished rank was at. The world sizes checked before it keep their findings. `commdsl
+    predict` stops the same way, with the same limit and flag: a sweep of a param that sets loop counts
+    as well as sizes can expand millions of ops per size.
 
     ## Why is this bad?
 
