@@ -456,7 +456,7 @@ def test_a_batch_waited_after_other_calls_is_bound_to_a_handle(capsys, tmp_path)
 
 def test_aliased_calls_keep_their_tensors(capsys, tmp_path):
     """A collective called through an alias (`total = all_reduce`, `broadcast = dist.broadcast`, an
-    object's attribute) is still named after the script's tensors: the alias is looked up in the calling
+    object's attribute, a function's result) is still named after the script's tensors: the alias is looked up in the calling
     frame (before, only a call spelled with the function's own name was, and these were `b0`, `b1`...)."""
     out = tmp_path / "a.comm"
     args = ["trace", str(SCRIPTS / "aliased_calls.py"), "--world", "2", "--emit", "comm", "-o", str(out)]
@@ -466,4 +466,5 @@ def test_aliased_calls_keep_their_tensors(capsys, tmp_path):
     assert re.search(r"^all_reduce grads\b", text, re.M), text
     assert re.search(r"^broadcast grads from 0\b", text, re.M), text
     assert re.search(r"^all_gather shard into params\b", text, re.M), text
+    assert re.search(r"^all_reduce shard\b", text, re.M), text  # `backend().all_reduce`: by its name
     assert not re.search(r"\bb\d+\b", text), text

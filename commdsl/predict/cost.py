@@ -397,7 +397,7 @@ class Clocks(Observer):
         self.settle(*self.members(rows.rank))
         if rows.const("req") == -1:  # none async
             if self.stream_last:
-                self.follow(rows.rank, rows.req, post_streams(rows))
+                self.follow(rows.rank, rows.column("req"), post_streams(rows))
             return
         q = rows.req
         a = q >= 0

@@ -130,9 +130,8 @@ _CALL_TEXTS: dict[tuple, tuple[list[str], list[str], dict[str, str]] | None] = {
 
 
 def _call_texts(site: Site) -> tuple[list[str], list[str], dict[str, str]] | None:
-    """The call written at `site`: its callee's dotted names (`["dist", "all_reduce"]`; [] when it is not a
-    plain name or attribute chain), and its positional and keyword arguments' source text (None when the
-    site is not one call, or it passes `*args`)."""
+    """The call written at `site`: its callee's dotted names (`_dotted`), and its positional and keyword
+    arguments' source text (None when the site is not one call, or it passes `*args`)."""
     key = (site.path, site.line, site.column, site.end_line, site.end_column)
     if key in _CALL_TEXTS:
         return _CALL_TEXTS[key]
@@ -158,19 +157,20 @@ def _call_texts(site: Site) -> tuple[list[str], list[str], dict[str, str]] | Non
 
 
 def _dotted(node: ast.expr) -> list[str]:
+    """`dist.all_reduce` → ["dist", "all_reduce"]; a part that is not a name is "" (`group().all_reduce` →
+    ["", "all_reduce"]: its last name still tells, but it cannot be looked up)."""
     if isinstance(node, ast.Name):
         return [node.id]
     if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return base + [node.attr] if base else []
-    return []
+        return _dotted(node.value) + [node.attr]
+    return [""]
 
 
 def _resolve(names: list[str], frame: Any) -> object:
     """What the dotted names mean in `frame`, read without running any code (no property or `__getattr__`
     of the script's runs); None when a name is not there."""
     missing = object()
-    value = frame.f_locals.get(names[0], frame.f_globals.get(names[0], missing))
+    value = frame.f_locals.get(names[0], frame.f_globals.get(names[0], missing)) if names[0] else missing
     for attr in names[1:]:
         if value is missing:
             break
@@ -187,7 +187,7 @@ def _labels(name: str, functions: tuple, site: Site, frame: Any, args: tuple, kw
     user's `frame` binds to one of `functions` (`rs = dist.reduce_scatter_single; rs(out, x)`); {} otherwise
     (DDP's internal broadcast, called from the line `model(x)`)."""
     texts = _call_texts(site)
-    if texts is None or not texts[0]:
+    if texts is None:
         return {}
     if texts[0][-1] != name and (frame is None or not any(_resolve(texts[0], frame) is f for f in functions)):
         return {}

@@ -1,5 +1,6 @@
-"""Collectives called through names the script gave them: a local alias, an import `as`, and an object's
-attribute. Each call's buffers are still the script's own tensors, named as the script passed them."""
+"""Collectives called through names the script gave them: a local alias, an import `as`, an object's
+attribute, and a function's result. Each call's buffers are still the script's own tensors, named as the
+script passed them."""
 
 import torch
 import torch.distributed as dist
@@ -9,6 +10,10 @@ from torch.distributed import all_reduce as total
 class Comm:
     def __init__(self):
         self.gather = dist.all_gather_into_tensor
+
+
+def backend():
+    return dist
 
 
 dist.init_process_group("gloo")
@@ -21,4 +26,5 @@ shard = grads[0:4].clone()
 params = torch.empty(4 * world)
 comm = Comm()
 comm.gather(params, shard)
+backend().all_reduce(shard)
 dist.destroy_process_group()
