@@ -8,6 +8,8 @@ the commit that does so names the fix that moved the verdict.
   to the default bound), for programs/ and programs/bad/.
 * `sim/<stem>.json`: for programs/, the final tensors of every rank at each declared world size up to
   `SIM_MAX_WORLD`, with the elements a `reduce` left undefined as `null`.
+* `predict/<stem>.json`: for programs/, `commdsl predict`'s times on a Gloo and an NCCL preset, or why it
+  refused (pinned when predict took the checker's engine models: only four NCCL rows moved, to refusals).
 """
 
 from __future__ import annotations
@@ -127,3 +129,48 @@ def spmd_verdicts() -> str:
 def test_spmd_program_verdicts_are_pinned(bless: bool):
     """600 generated SPMD programs (tests/spmd_programs.py): findings and a digest of the final tensors."""
     _compare(GOLDEN / "spmd.jsonl", spmd_verdicts(), bless)
+
+
+PREDICT_TOPOLOGIES = ("localhost-gloo", "dgx-h100")
+PREDICT_SIZES = [64 << 10, 1 << 20, 16 << 20]
+SIZE_PARAMS = {  # the param that sets the message size where it is not `n` (the others set loop counts too)
+    "fsdp_step": "shard",
+    "hsdp_step": "shard",
+    "interleaved_1f1b": "width",
+    "moe_all_to_all": "hidden",
+    "moe_dispatch": "hidden",
+    "pipeline_1f1b": "width",
+    "ring_attention": "block",
+    "ulysses_attention": "dim",
+    "zero_bubble_pipeline": "width",
+}
+
+
+def predict_json(path: Path) -> str:
+    """`commdsl predict`'s rows (times to the bit), or why it refused, on a Gloo and an NCCL preset at the
+    program's smallest world size of at least 4 (else its largest)."""
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.plan import Refused
+    from commdsl.predict import sweep, variant_for
+    from commdsl.predict.topology import load as load_topology
+
+    program = load(_source(path))
+    worlds = program.world_sizes(8)
+    world = next((w for w in worlds if w >= 4), worlds[-1])
+    param = SIZE_PARAMS.get(path.stem, "n")
+    out: dict[str, object] = {"world": world, "param": param}
+    for name in PREDICT_TOPOLOGIES:
+        topo, _ = load_topology(name)
+        try:
+            pred = sweep(variant_for(program, world, param, {}, None), world, PREDICT_SIZES, topo, paths=False)
+            out[name] = [[r.size, r.time_us] for r in pred.rows]
+        except (BenchError, Refused) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return json.dumps(out, indent=1) + "\n"
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
+def test_predicted_rows_are_pinned(path: Path, bless: bool):
+    """The cost model's answer for every shipped program (issue 17): a change to the model shows up here as
+    a diff of times, and a program it newly refuses (or times) as a changed entry."""
+    _compare(GOLDEN / "predict" / f"{path.stem}.json", predict_json(path), bless)
