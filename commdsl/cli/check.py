@@ -12,6 +12,7 @@ from commdsl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     UsageError,
+    add_max_time_flag,
     add_output_flags,
     add_program_flags,
     add_settings_flags,
@@ -22,7 +23,6 @@ from commdsl.cli.common import (
     parse_sets,
     print_diagnostics,
     project_settings,
-    seconds,
     text_consoles,
 )
 from commdsl.diagnostics import CommdslError
@@ -60,13 +60,7 @@ def add_parser(sub):
             default=env_default("max_world", None),
             help=f"bound for open ranges such as `world 2..` (default: {OPEN_WORLD_BOUND})",
         )
-        p.add_argument(
-            "--max-time",
-            type=seconds("--max-time"),
-            default=env_default("max_time", None),
-            metavar="S",
-            help=f"stop checking a program after S seconds, with N134 (default: {TIME_LIMIT:g})",
-        )
+        add_max_time_flag(p, "checking a program")
         p.add_argument("--select", help="comma-separated codes or prefixes to report (e.g. P,D401)")
         p.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
         p.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")

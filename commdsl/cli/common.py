@@ -15,7 +15,7 @@ from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.diagnostics.render import FORMATS, emit, use_color
 from commdsl.expand import parse_param_value
 from commdsl.files import FileError
-from commdsl.limits import MAX_TIMEOUT_S
+from commdsl.limits import MAX_TIMEOUT_S, TIME_LIMIT
 from commdsl.resolve import Program, load
 from commdsl.source import SourceFile
 
@@ -302,6 +302,17 @@ def print_diagnostics(diags: list[Diagnostic], sources, fmt: str, out: Out, err:
             parts = [f"{errors} error{'s' * (errors != 1)}"] if errors else []
             parts += [f"{warnings} warning{'s' * (warnings != 1)}"] if warnings else []
             err.print(f"Found {' and '.join(parts)}.")
+
+
+def add_max_time_flag(p: argparse.ArgumentParser, stops: str) -> None:
+    """`--max-time S`: the time limit of `check` and `predict`, after which they stop with N134."""
+    p.add_argument(
+        "--max-time",
+        type=seconds("--max-time"),
+        default=env_default("max_time", None),
+        metavar="S",
+        help=f"stop {stops} after S seconds, with N134 (default: {TIME_LIMIT:g})",
+    )
 
 
 def env_default(flag: str, default, torchrun: str | None = None):

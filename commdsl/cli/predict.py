@@ -21,6 +21,7 @@ from commdsl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     UsageError,
+    add_max_time_flag,
     add_output_flags,
     add_program_flags,
     consoles,
@@ -29,7 +30,6 @@ from commdsl.cli.common import (
     load_files,
     parse_sets,
     print_diagnostics,
-    seconds,
 )
 from commdsl.files import FileError, check_output
 from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached
@@ -93,13 +93,7 @@ def add_parser(sub):
     p.add_argument(
         "--links", type=integer("--links", 0), default=8, metavar="K", help="show the K busiest links (default: 8)"
     )
-    p.add_argument(
-        "--max-time",
-        type=seconds("--max-time"),
-        default=env_default("max_time", None),
-        metavar="S",
-        help=f"stop predicting after S seconds, with N134 (default: {TIME_LIMIT:g})",
-    )
+    add_max_time_flag(p, "predicting")
     add_program_flags(p)
     add_output_flags(p)
     p.set_defaults(handler=run)
