@@ -29,6 +29,14 @@ def trace(capsys, script: str, *args: str) -> tuple[int, list[dict], str]:
     return code, (json.loads(out) if out.strip() else []), err
 
 
+def emitted(capsys, tmp_path: Path, script: str, world: str) -> str:
+    """The program `trace --emit comm` writes for `script` at `world` (the trace must succeed)."""
+    out = tmp_path / "emitted.comm"
+    assert main(["trace", str(SCRIPTS / script), "--world", world, "--emit", "comm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    return out.read_text()
+
+
 def at(d: dict) -> tuple[str, int]:
     return Path(d["path"]).name, d["line"]
 
@@ -324,11 +332,7 @@ def test_failure_after_an_object_collective_says_what_was_made_up(capsys):
 
 
 def test_buffers_in_flight_keep_their_names(capsys, tmp_path):
-    out = tmp_path / "d.comm"
-    args = ["trace", str(SCRIPTS / "dropped_buffers.py"), "--world", "3", "--emit", "comm", "-o", str(out)]
-    assert main(args) == 0
-    capsys.readouterr()
-    text = out.read_text()
+    text = emitted(capsys, tmp_path, "dropped_buffers.py", "3")
     first, second = re.search(r"h0 = irecv (\S+) from", text), re.search(r"h2 = irecv (\S+) from", text)
     assert first and second and first.group(1) != second.group(1)  # two receives in flight, two buffers
 
@@ -336,11 +340,7 @@ def test_buffers_in_flight_keep_their_names(capsys, tmp_path):
 def test_single_collectives_keep_their_tensors_and_handles(capsys, tmp_path):
     """Through the API wrappers, as every other collective: named after the script's tensors, with their
     handles (caught only at the c10d op, they were `b0`, `b1` and blocking)."""
-    out = tmp_path / "s.comm"
-    args = ["trace", str(SCRIPTS / "single_collectives.py"), "--world", "2", "--emit", "comm", "-o", str(out)]
-    assert main(args) == 0
-    capsys.readouterr()
-    text = out.read_text()
+    text = emitted(capsys, tmp_path, "single_collectives.py", "2")
     assert re.search(r"^h\d+ = reduce_scatter grads into shard", text, re.M), text
     assert re.search(r"^h\d+ = all_gather shard into params", text, re.M), text
     assert text.count("wait h") == 2
@@ -456,13 +456,10 @@ def test_a_batch_waited_after_other_calls_is_bound_to_a_handle(capsys, tmp_path)
 
 def test_aliased_calls_keep_their_tensors(capsys, tmp_path):
     """A collective called through an alias (`total = all_reduce`, `broadcast = dist.broadcast`, an
-    object's attribute, a function's result) is still named after the script's tensors: the alias is looked up in the calling
-    frame (before, only a call spelled with the function's own name was, and these were `b0`, `b1`...)."""
-    out = tmp_path / "a.comm"
-    args = ["trace", str(SCRIPTS / "aliased_calls.py"), "--world", "2", "--emit", "comm", "-o", str(out)]
-    assert main(args) == 0
-    capsys.readouterr()
-    text = out.read_text()
+    object's attribute, a function's result) is still named after the script's tensors: the alias is looked
+    up in the calling frame (before, only a call spelled with the function's own name was, and these were
+    `b0`, `b1`...)."""
+    text = emitted(capsys, tmp_path, "aliased_calls.py", "2")
     assert re.search(r"^all_reduce grads\b", text, re.M), text
     assert re.search(r"^broadcast grads from 0\b", text, re.M), text
     assert re.search(r"^all_gather shard into params\b", text, re.M), text
