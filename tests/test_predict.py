@@ -485,6 +485,34 @@ def test_a_world_beyond_the_topology_says_how_many_it_holds(tmp_path, capsys):
     assert f"--world 4: the topology ({small}) holds 2 ranks: 1 node of 2; raise `nodes` or leave it out" in out + err
 
 
+@pytest.mark.parametrize("declared", ["world 4", "world [4]", "world 4..4"])
+def test_without_world_a_program_that_declares_one_size_is_predicted_at_it(declared, tmp_path, capsys):
+    prog = tmp_path / "one.comm"
+    body = "param n = 4\ntensor x: float32[n] = rank + 1\nall_reduce x\nexpect x == 10\n"
+    prog.write_text(f"program one\n{declared}\n{body}")
+    code = main(["predict", str(prog), "--topology", "dgx-h100", "--sizes", "1K", "--json", str(tmp_path / "p.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert out.startswith("# commdsl predict: 4 ranks, PREDICTED")
+    assert json.loads((tmp_path / "p.json").read_text())["world"] == 4
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([RING], "ring_allreduce.comm runs at world sizes 1..16: give --world N"),
+        (["--collective", "all_reduce"], "--collective all_reduce needs --world N"),
+    ],
+)
+def test_without_world_several_sizes_or_a_built_in_is_a_usage_error(argv, message, capsys):
+    try:
+        code = main(["predict", *argv, "--topology", "dgx-h100"])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2 and message in out + err
+
+
 def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     bad = tmp_path / "d.comm"
     bad.write_text("program d\nworld 2\nparam n = 4\ntensor x: float32[n] = 1\nsend x to 1 - rank\nrecv x from 1 - rank\n")

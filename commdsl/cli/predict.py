@@ -54,7 +54,12 @@ def add_parser(sub):
         choices=COLLECTIVES,
         help=f"predict a built-in instead of a program: {', '.join(COLLECTIVES)}",
     )
-    p.add_argument("--world", type=integer("--world", 1, 1 << 20), required=True, metavar="N", help="ranks (required)")
+    p.add_argument(
+        "--world",
+        type=integer("--world", 1, 1 << 20),
+        metavar="N",
+        help="ranks (default: the one world size the program declares; required with --collective)",
+    )
     p.add_argument(
         "--topology",
         required=True,
@@ -105,6 +110,8 @@ def _check_args(args) -> list[int]:
 
     if (args.file is None) == (args.collective is None):
         raise UsageError("give either a program FILE or --collective NAME, not both" if args.file else "give a FILE")
+    if args.collective and args.world is None:
+        raise UsageError(f"--collective {args.collective} needs --world N: the ranks to predict for")
     if args.dtype is not None and args.dtype not in DTYPES:
         raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
     if args.collective == "sendrecv" and args.world < 2:
@@ -148,15 +155,15 @@ def run(args) -> int:
         import dataclasses
 
         topo = dataclasses.replace(topo, tree=False)
+    measured = _read_measured(args.measured) if args.measured else None
+    variant = _variant(args, out, err)
+    if isinstance(variant, int):
+        return variant
     if topo.capacity() is not None and args.world > topo.capacity():
         raise UsageError(
             f"--world {args.world}: the topology ({args.topology}) holds {topo.capacity()} ranks: "
             f"{topo.nodes} node{'s' * (topo.nodes != 1)} of {topo.ranks_per_node}; raise `nodes` or leave it out"
         )
-    measured = _read_measured(args.measured) if args.measured else None
-    variant = _variant(args, out, err)
-    if isinstance(variant, int):
-        return variant
     from commdsl.bench.identify import BenchError
     from commdsl.bench.plan import Refused
     from commdsl.predict import sweep
@@ -192,6 +199,8 @@ def run(args) -> int:
 
 
 def _variant(args, out, err):
+    """The variant to predict, loading the program; sets `args.world` to the program's one declared size
+    when `--world` is not given."""
     from commdsl.bench.identify import BenchError
     from commdsl.diagnostics import CommdslError
     from commdsl.predict import variant_for
@@ -209,8 +218,13 @@ def _variant(args, out, err):
     if loaded.diagnostics:
         print_diagnostics(loaded.diagnostics, loaded.sources, args.format, out, err)
         return EXIT_FINDINGS
+    program = loaded.programs[0]
+    if args.world is None:
+        args.world = program.only_world()
+        if args.world is None:
+            raise UsageError(f"{args.file} runs at world sizes {program.describe_world()}: give --world N")
     try:
-        return variant_for(loaded.programs[0], args.world, args.param, parse_sets(args.set), args.dtype)
+        return variant_for(program, args.world, args.param, parse_sets(args.set), args.dtype)
     except BenchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
