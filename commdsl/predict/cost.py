@@ -44,7 +44,7 @@ from commdsl.elementwise import temporaries
 from commdsl.engine import GLOO, NCCL, Calls, Observer, Outcome, Posts, call_streams, post_streams, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
-from commdsl.schedule import CollectiveRec, ComputeRec, P2PRec, Schedule
+from commdsl.schedule import Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -269,6 +269,13 @@ class Clocks(Observer):
         # async request issued on it last; an op issued after it starts no sooner than it ends (`follow`)
         self.streams = topo.backend == "nccl"
         self.stream_last: dict[tuple, int] = {}
+        # Gloo runs a process group's collectives on two worker threads per process, taking them from one
+        # queue in issue order (torch's ProcessGroupGloo: `threads = 2`): per group, when each member's two
+        # threads are free (members × 2 × sizes), their path nodes, and the thread each member's latest call took
+        self.threads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = (
+            {} if topo.backend == "gloo" else None
+        )
+        self.flat_bytes: dict[int, np.ndarray] = {}  # per group: its `coalesced:` block's bytes so far (`flattened`)
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -669,13 +676,16 @@ class Clocks(Observer):
 
     def completed(self, calls: Calls, starts, counts) -> None:
         t, node = self.call_time(calls)
-        start = np.maximum.reduceat(t, starts, axis=0)
         first = np.repeat(np.arange(starts.size), counts)
-        latest = np.zeros(starts.size, dtype=np.int64)
-        order = np.argsort(t[:, self.k], kind="stable")  # the latest caller of each instance: the path goes through it
-        latest[first[order]] = order
         share = self.bus_share(calls, starts, first)
         dur = np.stack([self.duration(calls, int(s), int(c), int(k)) for s, c, k in zip(starts, counts, share)])
+        if self.threads is not None:
+            start, latest = self.on_threads(calls, starts, counts, t, node, dur)
+        else:
+            start = np.maximum.reduceat(t, starts, axis=0)
+            latest = np.zeros(starts.size, dtype=np.int64)
+            order = np.argsort(t[:, self.k], kind="stable")  # each instance's latest caller: the path goes through it
+            latest[first[order]] = order
         end = start + dur
         nodes = self.add_nodes(
             calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
@@ -683,6 +693,46 @@ class Clocks(Observer):
         staying = calls.released == 0
         idx = np.flatnonzero(staying)
         self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
+
+    def on_threads(self, calls: Calls, starts, counts, t, node, dur) -> tuple[np.ndarray, np.ndarray]:
+        """Gloo: (each instance's start, its latest member's row) when a member runs its call on one of its two
+        threads of the group, the first free, and starts no sooner (`t`, `node`: the calls' times and path
+        nodes, moved to the thread's where it frees later). Instances go in issue order, each taking its
+        members' threads until it ends: a third async collective waits for the first to end (measured: a
+        1-element `all_reduce` issued behind two of 256 MiB ended with the first of them). A `coalesced:`
+        block is one call: its later collectives follow the earlier on the same thread. A barrier starts once
+        both threads are free (torch's Gloo barrier waits for all earlier work of its group). Members that
+        left a rooted collective early (`released`) are left out."""
+        assert self.threads is not None
+        k, sizes = self.k, self.T.shape[1]
+        ids = self.count + np.arange(starts.size, dtype=np.int64) if self.track else np.full(starts.size, -1)
+        start = np.empty((starts.size, sizes))
+        latest = np.empty(starts.size, dtype=np.int64)
+        for i, (s, c) in enumerate(zip(starts.tolist(), counts.tolist())):
+            rows = np.arange(s, s + c)[calls.released[s : s + c] == 0]
+            gid, me = int(calls.gid[s]), calls.me[rows]
+            if gid not in self.threads:
+                p = len(self.s.groups[gid].ranks)
+                self.threads[gid] = (np.zeros((p, 2, sizes)), np.full((p, 2), -1), np.zeros((p, sizes), dtype=bool))
+            free, nodes, took = self.threads[gid]
+            rec = self.s.records[int(calls.rec[s])]
+            assert isinstance(rec, CollectiveRec)
+            if rec.block is not None and rec.block.index > 0:
+                thread = took[me]  # the thread its block's first collective took
+            else:
+                thread = free[me, 1] < free[me, 0]  # the first to free, per size
+            which = (me[:, None], thread.astype(np.int64), np.arange(sizes))
+            ready = free[me].max(axis=1) if rec.kind.name == "barrier" else free[which]
+            later = ready[:, k] > t[rows, k]
+            t[rows] = np.maximum(t[rows], ready)
+            node[rows] = np.where(later, nodes[me, thread[:, k].astype(np.int64)], node[rows])
+            start[i] = t[s : s + c].max(axis=0)
+            latest[i] = s + int(np.argmax(t[s : s + c, k]))
+            end = start[i] + dur[i]
+            free[which] = end
+            nodes[me, thread[:, k].astype(np.int64)] = ids[i]
+            took[me] = thread
+        return start, latest
 
     def bus_share(self, calls: Calls, starts: np.ndarray, first: np.ndarray) -> np.ndarray:
         """Per instance, how many of the instances completing together use one of its nodes' buses
@@ -706,12 +756,16 @@ class Clocks(Observer):
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid, share)
+        if self.threads is not None and rec.block is not None and rec.block.index > 0:
+            alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
         )
         if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.copy_bps
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
+            if rec.block is not None and rec.kind.name == "all_reduce":
+                dur = dur + self.flattened(gid, rec.block, b)
         ranks = calls.rank[s : s + c]
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
@@ -719,6 +773,15 @@ class Clocks(Observer):
         np.add.at(self.port_bytes, e, load)
         np.add.at(self.port_busy, e, load / beta)
         return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def flattened(self, gid: int, block: Coalesced, b: np.ndarray) -> np.ndarray:
+        """Seconds Gloo's `allreduce_coalesced` adds for a block's member of `b` bytes: it copies the block's
+        tensors into one new tensor and back after (`flattenDenseTensors`, then `copy_` per tensor), and that
+        tensor's fresh pages when the block's bytes together are mapped (charged at its last member)."""
+        total = b if block.index == 0 else self.flat_bytes[gid] + b
+        self.flat_bytes[gid] = total
+        seconds = 4 * b / self.copy_bps
+        return seconds + self.fresh_pages([total]) if block.last else seconds
 
     def fresh_pages(self, temporaries) -> np.ndarray | float:
         """Seconds a rank spends on the fresh pages of temporaries of these bytes (each a number or an array

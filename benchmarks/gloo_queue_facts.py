@@ -1,0 +1,93 @@
+"""How torch's Gloo backend queues a process group's collectives: the facts `commdsl predict` models
+(docs/predict.md, "Gloo's worker threads" and "Coalesced blocks on Gloo"), measured with plain torch.
+
+    timeout 300 python benchmarks/gloo_queue_facts.py threads     # a small all_reduce behind 0-3 big async ones
+    timeout 300 python benchmarks/gloo_queue_facts.py coalesced   # a coalesced block against the same calls alone
+
+`threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
+and which of the big ones had ended by then. With two worker threads per group it waits for the first big
+one once two are in flight. `coalesced`: the median of 15 calls of `all_reduce` on 8 and 16 MiB (and 3
+elements) in a `_coalescing_manager` block, the same three blocking one by one, and one `all_reduce` of
+their 24 MiB. Two ranks on 127.0.0.1, one intra-op thread each (as `commdsl bench`).
+"""
+
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threads(rank: int) -> None:
+    small = torch.ones(1)
+    for k in range(4):
+        big = [torch.ones(64 << 20) for _ in range(k)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        handles = [dist.all_reduce(b, async_op=True) for b in big]
+        dist.all_reduce(small, async_op=True).wait()
+        ended = time.perf_counter() - t0
+        done = [h.is_completed() for h in handles]
+        for h in handles:
+            h.wait()
+        if rank == 0:
+            print(
+                f"{k} of 256 MiB in flight: the small one ended at {ended * 1e3:.1f} ms; big ones ended by then: {done}"
+            )
+
+
+def coalesced(rank: int) -> None:
+    n = 1 << 22
+    a, b, c = torch.ones(n // 2), torch.ones(n), torch.ones(3)
+    flat = torch.ones(3 * n // 2 + 3)
+
+    def block():
+        with dist._coalescing_manager():
+            for t in (a, b, c):
+                dist.all_reduce(t)
+
+    def one_by_one():
+        for t in (a, b, c):
+            dist.all_reduce(t)
+
+    for name, call in (
+        ("coalesced 8 + 16 MiB", block),
+        ("the three blocking", one_by_one),
+        ("one of 24 MiB", lambda: dist.all_reduce(flat)),
+    ):
+        for _ in range(3):
+            call()
+        dist.barrier()
+        times = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        if rank == 0:
+            print(f"{name}: median {sorted(times)[7] * 1e3:.1f} ms")
+
+
+def worker(rank: int, world: int, port: int, scenario: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        {"threads": threads, "coalesced": coalesced}[scenario](rank)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1] if len(sys.argv) > 1 else ""
+    if scenario not in ("threads", "coalesced"):
+        sys.exit("usage: gloo_queue_facts.py threads|coalesced")
+    mp.spawn(worker, args=(2, free_port(), scenario), nprocs=2)
