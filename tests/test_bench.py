@@ -93,6 +93,34 @@ def test_expects_prove_the_collective(text, expected):
 
 
 @pytest.mark.parametrize("text", [
+    # the expect stands before a barrier
+    "tensor x: float32[4] = rank + 1\nall_reduce x\nexpect x == world * (world + 1) / 2\nbarrier\n",
+    # ... before the wait of an async op that writes another tensor (DDP's buckets, then its step counter)
+    "tensor x: float32[4] = rank + 1\ntensor s: int64[1] = 1\nh = all_reduce s op max\nall_reduce x\n"
+    "expect x == world * (world + 1) / 2\nwait h\nexpect s == 1\n",
+    # ... and after the wait of an async all_reduce of its own
+    "tensor x: float32[4] = rank + 1\nh = all_reduce x\nwait h\nexpect x == world * (world + 1) / 2\nbarrier\n",
+])
+def test_an_expect_that_nothing_overwrites_proves_the_collective(text):
+    """The bench proved a collective only from the expects a program ends with: one ending in a barrier, or in
+    the wait of another op, was measured with busbw = algbw (programs/bucketed_allreduce.comm)."""
+    m = prove(program("program p\nworld 2..\n" + text), 4, {})
+    assert m is not None and (m.kind, m.tensor, m.redop) == ("all_reduce", "x", "sum")
+
+
+@pytest.mark.parametrize("text", [
+    # x is written after its expect: by a local op, by a collective (that leaves the value as it was), by an
+    # async receive whose wait comes later
+    "tensor x: float32[4] = rank + 1\nall_reduce x\nexpect x == world * (world + 1) / 2\nx += 1\nbarrier\n",
+    "tensor x: float32[4] = rank + 1\nall_reduce x\nexpect x == world * (world + 1) / 2\nbroadcast x from 0\nbarrier\n",
+    "tensor x: float32[4] = rank + 1\ntensor y: float32[4]\nall_reduce x\nexpect x == world * (world + 1) / 2\n"
+    "y = x\nh = batch:\n    send y to (rank + 1) % world\n    recv x from (rank + world - 1) % world\nbarrier\nwait h\n",
+])
+def test_an_expect_on_a_tensor_written_after_it_proves_nothing(text):
+    assert prove(program("program p\nworld 2..\n" + text), 4, {}) is None
+
+
+@pytest.mark.parametrize("text", [
     "tensor x: float32[4] = 1\nbarrier\nexpect x == 1\n",  # nothing moved: equal to its initial value
     "tensor x: float32[4] = rank + 1\nall_reduce x\nx = rank\nexpect x == rank\n",  # the final expect shows no all_reduce
     "tensor x: float32[4] = rank + 1\nall_reduce x\nbarrier\n",  # no expect at all

@@ -4,8 +4,9 @@ Two ways, the first that answers wins:
 
 * a pragma the author writes, in the statement's own words:
   `# bench: all_reduce x op sum`, `# bench: broadcast x from 0`, `# bench: all_gather out`, `# bench: sendrecv x`;
-* a proof from the `expect`s the program ends with: simulated at the bench's world size, a final `==`
-  expect covers a whole tensor on every rank that a built-in would write, and the value it holds there is
+* a proof from the program's final `expect`s (those it ends with; where they prove nothing, every one on a
+  tensor nothing writes after it): simulated at the bench's world size, a final `==` expect covers a whole
+  tensor on every rank that a built-in would write, and the value it holds there is
   exactly what that built-in computes from the program's initial tensors (and not simply the initial
   value); simulated once more with scrambled integers in the built-in's input, the program still computes
   what the built-in would, so the program's own data cannot make the match a coincidence. The
@@ -30,7 +31,7 @@ from commdsl.bench.busbw import KINDS
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand
 from commdsl.resolve import Program
-from commdsl.schedule import Expect, Print, Schedule
+from commdsl.schedule import Batch, Collective, Compute, Expect, Print, Recv, Schedule, Wait
 from commdsl.simulate import close, initial_value, simulate
 
 PRAGMA = re.compile(r"^\s*#\s*bench\s*:(.*)$")
@@ -103,28 +104,31 @@ def prove(program: Program, world: int, params: dict, sized: set[str] | None = N
         if (sized is None or name in sized)
         and all(name in s and s[name].numel == spec.numel and s[name].dtype == spec.dtype for s in specs)
     ]
-    covered = {
-        (r, op.view.tensor)
-        for r, ops in enumerate(schedule.ops)
-        for op in _final_checks(ops)
-        if type(op) is Expect
-        and op.cmp == "=="
-        and op.view.offset == 0
-        and op.view.numel == specs[r][op.view.tensor].numel
-    }
+
+    def covered(trailing: bool) -> set[tuple[int, str]]:
+        return {
+            (r, op.view.tensor)
+            for r, ops in enumerate(schedule.ops)
+            for op in _final_checks(ops, trailing)
+            if op.cmp == "==" and op.view.offset == 0 and op.view.numel == specs[r][op.view.tensor].numel
+        }
+
     init = [{name: initial_value(s[name], r, world) for name in names} for r, s in enumerate(specs)]
     final = [{name: sim.tensors[r][name].reshape(-1) for name in names} for r in range(world)]
-    for kind, src, dst, redop, root, expected in _candidates(names, specs[0], world):
-        ranks = (root,) if kind in ("reduce", "gather") else range(world)
-        dtype = specs[0][dst].dtype
-        if not all((r, dst) in covered and _close(final[r][dst], expected(init, r), dtype) for r in ranks):
-            continue
-        if all(_close(final[r][dst], init[r][dst], dtype) for r in ranks):
-            continue  # the expected value is what the tensor held anyway: nothing is shown
-        if not _holds_for_other_data(schedule, src, dst, ranks, expected):
-            continue  # the program's data made it look so (`x = rank` is also a `reduce x op min` at rank 1)
-        tensor = dst if kind in ("all_reduce", "reduce", "broadcast", "all_gather", "gather") else src
-        return Measure(kind, tensor, redop, root, "proved by its expects")
+    at_end = covered(trailing=True)
+    anywhere = covered(trailing=False)
+    for promised in (at_end, anywhere) if anywhere != at_end else (at_end,):
+        for kind, src, dst, redop, root, expected in _candidates(names, specs[0], world):
+            ranks = (root,) if kind in ("reduce", "gather") else range(world)
+            dtype = specs[0][dst].dtype
+            if not all((r, dst) in promised and _close(final[r][dst], expected(init, r), dtype) for r in ranks):
+                continue
+            if all(_close(final[r][dst], init[r][dst], dtype) for r in ranks):
+                continue  # the expected value is what the tensor held anyway: nothing is shown
+            if not _holds_for_other_data(schedule, src, dst, ranks, expected):
+                continue  # the program's data made it look so (`x = rank` is also a `reduce x op min` at rank 1)
+            tensor = dst if kind in ("all_reduce", "reduce", "broadcast", "all_gather", "gather") else src
+            return Measure(kind, tensor, redop, root, "proved by its expects")
     return None
 
 
@@ -152,14 +156,44 @@ def _holds_for_other_data(schedule: Schedule, src: str, dst: str, ranks, expecte
     return all(_close(sim.tensors[r][dst].reshape(-1), expected(init, r), dtype) for r in ranks)
 
 
-def _final_checks(ops):
-    """The `expect`s (and `print`s) a rank's op list ends with: what the program promises at the end."""
-    out = []
-    for op in reversed(ops):
-        if type(op) not in (Expect, Print):
-            break
-        out.append(op)
-    return out
+def _final_checks(ops, trailing: bool) -> list[Expect]:
+    """The `expect`s of a rank that the program ends with (`trailing`), or else every one whose tensor nothing
+    writes after it (before a `barrier`, or before the `wait` of an async op on other tensors): what the
+    program promises its tensors hold at the end. An async op writes until its `wait`; one never waited for,
+    until the end."""
+    if trailing:
+        end = len(ops)
+        while end and type(ops[end - 1]) in (Expect, Print):
+            end -= 1
+        return [op for op in ops[end:] if type(op) is Expect]
+    last: dict[str, int] = {}  # tensor → where it is last written
+    pending: dict[int, list[str]] = {}  # async request → the tensors it writes
+    for pos, op in enumerate(ops):
+        written = _writes(op)
+        req = getattr(op, "req", None)
+        if req is not None:
+            pending.setdefault(req, []).extend(written)
+        else:
+            last.update((t, pos) for t in written)
+        if type(op) is Wait:
+            for q in list(pending) if op.all else op.reqs:
+                last.update((t, pos) for t in pending.pop(q, ()))
+    last.update((t, len(ops)) for tensors in pending.values() for t in tensors)
+    return [op for pos, op in enumerate(ops) if type(op) is Expect and last.get(op.view.tensor, -1) < pos]
+
+
+def _writes(op) -> list[str]:
+    """The tensors an op writes."""
+    match op:
+        case Compute():
+            return [op.target.tensor]
+        case Recv():
+            return [op.view.tensor]
+        case Batch():
+            return [p.view.tensor for p in op.ops if type(p) is Recv]
+        case Collective():
+            return [v.tensor for v in op.outputs]
+    return []
 
 
 def _close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> bool:
