@@ -655,6 +655,11 @@ def test_on_gloo_a_third_async_collective_waits_for_a_worker_thread():
     assert seconds(THREE_ASYNC, 2, gloo, n) == pytest.approx(two + seconds(small, 2, gloo, n))
     path = predict_text(THREE_ASYNC, 2, gloo, n).paths[0]
     assert [step["line"] for step in path] == [7, 9]
+    # each group has threads of its own: two pairs at once take as long as one
+    pairs = THREE_ASYNC.replace("world 2..", "world [2, 4, 8]\ngroup pair = split by rank // 2")
+    for a in "abc":
+        pairs = pairs.replace(f"all_reduce {a}\n", f"all_reduce {a} in pair\n")
+    assert seconds(pairs, 8, gloo, n) == pytest.approx(seconds(THREE_ASYNC, 2, gloo, n))
 
 
 BARRIER_BEHIND_ASYNC = """program b

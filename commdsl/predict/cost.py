@@ -270,11 +270,15 @@ class Clocks(Observer):
         self.streams = topo.backend == "nccl"
         self.stream_last: dict[tuple, int] = {}
         # Gloo runs a process group's collectives on two worker threads per process, taking them from one
-        # queue in issue order (torch's ProcessGroupGloo: `threads = 2`): per group, when each member's two
-        # threads are free (members × 2 × sizes), their path nodes, and the thread each member's latest call took
-        self.threads: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = (
-            {} if topo.backend == "gloo" else None
-        )
+        # queue in issue order (torch's ProcessGroupGloo: `threads = 2`; `on_threads`): per group its members'
+        # rows (from `thread_base`, made when the group first calls) of when each thread is free, its path
+        # node, and which thread the member's latest call took
+        self.gloo_threads = topo.backend == "gloo"
+        self.thread_base = np.full(len(schedule.groups), -1, dtype=np.int64)
+        self.thread_free = np.zeros((0, 2, sizes))
+        self.thread_node = np.zeros((0, 2), dtype=np.int64)
+        self.thread_took = np.zeros((0, sizes), dtype=bool)
+        self.thread_used = 0
         self.flat_bytes: dict[int, np.ndarray] = {}  # per group: its `coalesced:` block's bytes so far (`flattened`)
 
     # ---- the path graph ------------------------------------------------------------------------------
@@ -679,13 +683,12 @@ class Clocks(Observer):
         first = np.repeat(np.arange(starts.size), counts)
         share = self.bus_share(calls, starts, first)
         dur = np.stack([self.duration(calls, int(s), int(c), int(k)) for s, c, k in zip(starts, counts, share)])
-        if self.threads is not None:
-            start, latest = self.on_threads(calls, starts, counts, t, node, dur)
-        else:
-            start = np.maximum.reduceat(t, starts, axis=0)
-            latest = np.zeros(starts.size, dtype=np.int64)
-            order = np.argsort(t[:, self.k], kind="stable")  # each instance's latest caller: the path goes through it
-            latest[first[order]] = order
+        if self.gloo_threads:
+            self.on_threads(calls, starts, counts, t, node, dur)
+        start = np.maximum.reduceat(t, starts, axis=0)
+        latest = np.zeros(starts.size, dtype=np.int64)
+        order = np.argsort(t[:, self.k], kind="stable")  # the latest caller of each instance: the path goes through it
+        latest[first[order]] = order
         end = start + dur
         nodes = self.add_nodes(
             calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
@@ -694,45 +697,58 @@ class Clocks(Observer):
         idx = np.flatnonzero(staying)
         self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
 
-    def on_threads(self, calls: Calls, starts, counts, t, node, dur) -> tuple[np.ndarray, np.ndarray]:
-        """Gloo: (each instance's start, its latest member's row) when a member runs its call on one of its two
-        threads of the group, the first free, and starts no sooner (`t`, `node`: the calls' times and path
-        nodes, moved to the thread's where it frees later). Instances go in issue order, each taking its
-        members' threads until it ends: a third async collective waits for the first to end (measured: a
-        1-element `all_reduce` issued behind two of 256 MiB ended with the first of them). A `coalesced:`
-        block is one call: its later collectives follow the earlier on the same thread. A barrier starts once
-        both threads are free (torch's Gloo barrier waits for all earlier work of its group). Members that
-        left a rooted collective early (`released`) are left out."""
-        assert self.threads is not None
+    def on_threads(self, calls: Calls, starts, counts, t, node, dur) -> None:
+        """Gloo: a member runs its call on the first free of its two threads of the group and starts no
+        sooner (`t`, `node`: the calls' times and path nodes, moved to the thread's where it frees later);
+        the call holds the thread until its instance ends. So a third async collective waits for the first
+        to end (measured: a 1-element `all_reduce` behind two of 256 MiB ended with the first). A `coalesced:`
+        block is one call: its later collectives follow the first on its thread. A barrier starts once both
+        threads are free (torch's Gloo barrier waits for every earlier collective of its group). Members
+        that left a rooted collective early (`released`) are left out. Instances of one group are taken in
+        issue order, a group's first of this batch with every other group's first (a wave), and so on."""
         k, sizes = self.k, self.T.shape[1]
         ids = self.count + np.arange(starts.size, dtype=np.int64) if self.track else np.full(starts.size, -1)
-        start = np.empty((starts.size, sizes))
-        latest = np.empty(starts.size, dtype=np.int64)
-        for i, (s, c) in enumerate(zip(starts.tolist(), counts.tolist())):
-            rows = np.arange(s, s + c)[calls.released[s : s + c] == 0]
-            gid, me = int(calls.gid[s]), calls.me[rows]
-            if gid not in self.threads:
-                p = len(self.s.groups[gid].ranks)
-                self.threads[gid] = (np.zeros((p, 2, sizes)), np.full((p, 2), -1), np.zeros((p, sizes), dtype=bool))
-            free, nodes, took = self.threads[gid]
-            rec = self.s.records[int(calls.rec[s])]
-            assert isinstance(rec, CollectiveRec)
-            if rec.block is not None and rec.block.index > 0:
-                thread = took[me]  # the thread its block's first collective took
-            else:
-                thread = free[me, 1] < free[me, 0]  # the first to free, per size
-            which = (me[:, None], thread.astype(np.int64), np.arange(sizes))
-            ready = free[me].max(axis=1) if rec.kind.name == "barrier" else free[which]
-            later = ready[:, k] > t[rows, k]
-            t[rows] = np.maximum(t[rows], ready)
-            node[rows] = np.where(later, nodes[me, thread[:, k].astype(np.int64)], node[rows])
-            start[i] = t[s : s + c].max(axis=0)
-            latest[i] = s + int(np.argmax(t[s : s + c, k]))
-            end = start[i] + dur[i]
-            free[which] = end
-            nodes[me, thread[:, k].astype(np.int64)] = ids[i]
-            took[me] = thread
-        return start, latest
+        records = [self.s.records[r] for r in calls.rec[starts].tolist()]
+        follows = np.array([r.block is not None and r.block.index > 0 for r in records])
+        barrier = np.array([r.kind.name == "barrier" for r in records])
+        gids = calls.gid[starts]  # sorted by (group, seq): a group's instances are adjacent
+        run = np.maximum.accumulate(np.where(np.r_[True, gids[1:] != gids[:-1]], np.arange(gids.size), 0))
+        wave = np.arange(gids.size) - run
+        everything = np.arange(sizes)
+        for w in range(int(wave.max()) + 1):
+            inst = np.flatnonzero(wave == w)
+            c = counts[inst]
+            row = np.repeat(starts[inst] - (np.cumsum(c) - c), c) + np.arange(int(c.sum()))
+            of = np.repeat(np.arange(inst.size), c)
+            keep = calls.released[row] == 0
+            r, i = row[keep], inst[of[keep]]
+            th = self.thread_rows(calls.gid[r], calls.me[r])
+            free = self.thread_free[th]
+            took = np.where(follows[i][:, None], self.thread_took[th], free[:, 1] < free[:, 0])
+            pick = took.astype(np.int64)
+            ready = np.where(barrier[i][:, None], free.max(axis=1), np.take_along_axis(free, pick[:, None], 1)[:, 0])
+            later = ready[:, k] > t[r, k]
+            t[r] = np.maximum(t[r], ready)
+            node[r] = np.where(later, self.thread_node[th, pick[:, k]], node[r])
+            end = np.maximum.reduceat(t[row], np.cumsum(c) - c, axis=0)[of[keep]] + dur[i]
+            self.thread_free[th[:, None], pick, everything] = end
+            self.thread_node[th, pick[:, k]] = ids[i]
+            self.thread_took[th] = took
+
+    def thread_rows(self, gid: np.ndarray, me: np.ndarray) -> np.ndarray:
+        """The rows of members `me` of groups `gid` in the thread arrays, made for a group's first call (the
+        arrays grow by doubling: a program may make many groups)."""
+        new = distinct(gid[self.thread_base[gid] < 0])
+        if new.size:
+            size = np.array([len(self.s.groups[g].ranks) for g in new.tolist()], dtype=np.int64)
+            self.thread_base[new] = self.thread_used + np.cumsum(size) - size
+            self.thread_used += int(size.sum())
+            if self.thread_used > len(self.thread_free):
+                grow = max(self.thread_used, 2 * len(self.thread_free)) - len(self.thread_free)
+                self.thread_free = np.concatenate([self.thread_free, np.zeros((grow, *self.thread_free.shape[1:]))])
+                self.thread_node = np.concatenate([self.thread_node, np.full((grow, 2), -1, dtype=np.int64)])
+                self.thread_took = np.concatenate([self.thread_took, np.zeros((grow, self.thread_took.shape[1]), bool)])
+        return self.thread_base[gid] + me
 
     def bus_share(self, calls: Calls, starts: np.ndarray, first: np.ndarray) -> np.ndarray:
         """Per instance, how many of the instances completing together use one of its nodes' buses
@@ -756,7 +772,7 @@ class Clocks(Observer):
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid, share)
-        if self.threads is not None and rec.block is not None and rec.block.index > 0:
+        if self.gloo_threads and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
