@@ -157,6 +157,41 @@ def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
 
 
+OUTSIDE_THE_GROUP = [
+    # (statements, lint's note, how the real run ends: the raising rank's error or None when it completes)
+    ("on rank == 2:\n    send x to 0 in pair\n", "torch raises on rank 2: `ValueError: Invalid process group specified`",
+     "rank 2 raised ValueError: Invalid process group specified"),
+    ("on rank == 0:\n    send x to 3 in pair\n", "torch raises on rank 0: `ValueError: Global rank 3 is not part of group`",
+     "rank 0 raised ValueError: Global rank 3 is not part of group"),
+    ("on rank == 3:\n    recv x from 0 in pair\n", "torch skips the receive on rank 3 (a UserWarning); its buffer keeps its value",
+     None),
+    ("on rank == 3:\n    h = irecv x from 0 in pair\n    wait h\n",
+     "returns None for its request: the `wait` on it raises there",
+     "rank 3 raised AttributeError: 'NoneType' object has no attribute 'wait'"),
+    ("all_reduce x in pair\n", "torch skips the call on rank 2 (a UserWarning: `Running all_reduce on global rank 2 "
+     "which does not belong to the given group`); its buffers keep their values there", None),
+    ("h = all_reduce x in pair\nwait h\n", "returns None for its request: the `wait` on it raises there",
+     "raised AttributeError: 'NoneType' object has no attribute 'wait'"),
+]
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("statements, note, ending", OUTSIDE_THE_GROUP)
+def test_what_lint_says_of_an_op_outside_its_group_is_what_torch_does(statements, note, ending, tmp_path, capfd,
+                                                                      no_orphans):
+    """P210 and C310 say what torch does with the op (they said a non-member's call "hangs or corrupts the
+    group", and a non-member's send "only warns"): the real run, launched despite the error, does it."""
+    path = write(tmp_path, "g.comm", "program g\nworld 4\ntensor x: float32[4] = rank\ngroup pair = [0, 1]\n" + statements)
+    code, out, err = run_here(["lint", path, "--color", "never"], capfd)
+    assert code == 1 and note in " ".join((out + err).split()), out + err
+    code, out, err = run_here(["run", path, "--nproc", "4", "--no-check", "--timeout", "60", "--color", "never"], capfd)
+    if ending is None:
+        assert code == 0 and "every rank matches the simulator" in out, out + err
+    else:
+        assert code == 1 and ending in out + err, out + err
+
+
 NEW_GROUP_IN_BRANCHES = """\
 program branches
 world 4

@@ -514,7 +514,9 @@ class GroupNonmember(Rule):
 
     torch does not run a collective on a non-member: it warns (`Running all_reduce on global rank 2 which
     does not belong to the given group.`) and returns at once, leaving the buffer as it was. The program
-    then reads that buffer as if it held the result. Guard the call with `on` so that only members issue it.
+    then reads that buffer as if it held the result. An async call returns None instead of a request there,
+    so its `wait` raises (measured on Gloo, torch 2.13; the members complete the collective among themselves
+    either way). Guard the call with `on` so that only members issue it.
 
     ## Example
 
@@ -547,11 +549,19 @@ class GroupNonmember(Rule):
             if problem != NOT_MEMBER or not isinstance(ctx.record(rid), CollectiveRec):
                 continue
             op = ctx.op(rid, pos)
+            skipped = (
+                f"torch skips the call on rank {rank} (a UserWarning: `Running {op.kind} on global rank {rank} "
+                "which does not belong to the given group`)"
+            )
+            if op.req is None:
+                note = f"{skipped}; its buffers keep their values there"
+            else:
+                note = f"{skipped} and returns None for its request: the `wait` on it raises there"
             yield cls.diagnostic(
                 f"rank {rank} calls `{op.kind}` on group `{op.group.name}`, which it is not in",
                 span=op.span,
                 label=f"members are {rank_list(op.group.ranks)}",
-                notes=(Note(message="the members never see this call: it hangs or corrupts the group"),),
+                notes=(Note(message=note),),
                 help="guard the call with `on` so only members issue it",
             )
 

@@ -370,10 +370,11 @@ def _wait(op: Wait, index: int, ctx: Context) -> Step:
 
     def step():
         for r in ids:
-            work = reqs.get(r)
-            if work is None:
+            if r not in reqs:
                 raise RuntimeError(f"request {r} was never posted")
-            # a second wait is torch's too: a no-op, or on Gloo's send and recv a timeout (R502)
+            work = reqs[r]
+            # a second wait is torch's too: a no-op, or on Gloo's send and recv a timeout (R502); torch's request
+            # from a rank outside the op's group is None, whose wait raises AttributeError here as in a script
             for w in work if isinstance(work, list) else (work,):  # a batch's request is its list of works
                 w.wait()
 
