@@ -1,14 +1,18 @@
-"""How torch's Gloo backend queues a process group's collectives: the facts `commdsl predict` models
-(docs/predict.md, "Gloo's worker threads" and "Coalesced blocks on Gloo"), measured with plain torch.
+"""How torch's Gloo backend queues a process group's collectives, measured with plain torch: the facts
+`commdsl predict` models (docs/predict.md, "Gloo's worker threads" and "Coalesced blocks on Gloo") and the
+checker's barrier (docs/backend-support.md#async-ops).
 
     timeout 300 python benchmarks/gloo_queue_facts.py threads     # a small all_reduce behind 0-3 big async ones
     timeout 300 python benchmarks/gloo_queue_facts.py coalesced   # a coalesced block against the same calls alone
+    timeout 300 python benchmarks/gloo_queue_facts.py barrier     # does a barrier end an async all_reduce?
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
 one once two are in flight. `coalesced`: the median of 15 calls of `all_reduce` on 8 and 16 MiB (and 3
 elements) in a `_coalescing_manager` block, the same three blocking one by one, and one `all_reduce` of
-their 24 MiB. Two ranks on 127.0.0.1, one intra-op thread each (as `commdsl bench`).
+their 24 MiB. `barrier`: whether an async 256 MiB `all_reduce` has ended when a barrier returns, with the
+barrier on the all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). Two ranks on
+127.0.0.1, one intra-op thread each (as `commdsl bench`).
 """
 
 import os
@@ -76,18 +80,36 @@ def coalesced(rank: int) -> None:
             print(f"{name}: median {sorted(times)[7] * 1e3:.1f} ms")
 
 
+def barrier(rank: int) -> None:
+    other = dist.new_group([0, 1])  # the same ranks, another process group
+    for label, group in (("its group", None), ("another group", other)):
+        x = torch.ones(64 << 20)
+        dist.barrier()
+        t0 = time.perf_counter()
+        handle = dist.all_reduce(x, async_op=True)
+        if rank == 1:
+            time.sleep(0.05)
+        dist.barrier(group=group)
+        returned, ended = time.perf_counter() - t0, handle.is_completed()
+        handle.wait()
+        if rank == 0:
+            print(f"barrier on {label}: returned at {returned * 1e3:.0f} ms; the all_reduce had ended: {ended}")
+
+
 def worker(rank: int, world: int, port: int, scenario: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        {"threads": threads, "coalesced": coalesced}[scenario](rank)
+        SCENARIOS[scenario](rank)
     finally:
         dist.destroy_process_group()
 
 
+SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier}
+
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
-    if scenario not in ("threads", "coalesced"):
-        sys.exit("usage: gloo_queue_facts.py threads|coalesced")
+    if scenario not in SCENARIOS:
+        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)}")
     mp.spawn(worker, args=(2, free_port(), scenario), nprocs=2)

@@ -90,6 +90,28 @@ def test_async_collectives_hold_their_buffers_until_the_wait():
                                 (1, 6, 5, False, True, "x"), (1, 10, 9, True, True, "z"), (1, 11, 9, False, True, "z")]
 
 
+GROUPED = "world 2\ngroup solo = split by rank\ntensor x: float32[4] = rank\ntensor z: float32[4]\n"  # lines 1-4
+
+
+@pytest.mark.parametrize("body, want", [
+    # 5: async all_reduce of x; 6: a barrier of its group ends it on the rank: reading x at 7 is no race
+    ("h = all_reduce x\nbarrier\nz = x\nwait h\n", []),
+    # an async barrier ends it at its wait (8): the read at 9 is safe, the one at 7, before, races
+    ("h = all_reduce x\nb = barrier\nz = x\nwait b\nz = x\nwait h\n", [(r, 7, 5, False, True, "x") for r in (0, 1)]),
+    # a barrier of another group does not end it
+    ("h = all_reduce x\nbarrier in solo\nz = x\nwait h\n", [(r, 7, 5, False, True, "x") for r in (0, 1)]),
+    # nor point-to-point ops, which torch's Gloo runs outside the group's queue
+    ("h = isend x to 1 - rank\nrecv z from 1 - rank\nbarrier\nx = 1\nwait h\n",
+     [(r, 8, 5, True, False, "x") for r in (0, 1)]),
+])
+def test_a_barrier_ends_the_groups_earlier_async_collectives(body, want):
+    """torch's Gloo barrier waits for every earlier collective of its group (measured: a 256 MiB all_reduce
+    was complete when the barrier returned; with the barrier on another group it was not): a read after it
+    is no race, where R503 said the result "depends on timing"."""
+    s, access = track(GROUPED + body)
+    assert races(s, access) == want
+
+
 def test_a_batch_bound_to_a_handle_holds_its_buffers_until_the_wait():
     # 5-7: the batch sends x, receives y; 8: reading x is fine, 9: writing it races with the send, 10: reading y
     # races with the receive; after `wait b` (11) nothing does

@@ -157,6 +157,28 @@ def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
 
 
+BARRIER_ENDS_ASYNC = """\
+program barrier_ends
+world 2
+tensor x: float32[4194304] = rank + 1
+h = all_reduce x
+barrier
+expect x == 3
+wait h
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_a_read_after_a_barrier_sees_the_groups_async_collective_ended(tmp_path, capfd, no_orphans):
+    """The checker takes a barrier to end its group's earlier async collectives on the rank (Gloo's barrier
+    waits for them): the program passes the checks, and on real Gloo the 16 MiB all_reduce has ended when
+    the expect reads it, without its `wait`."""
+    path = write(tmp_path, "b.comm", BARRIER_ENDS_ASYNC)
+    code, out, err = run_here(["run", path, "--nproc", "2", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 0 and "expect at line 6: passed on 2 of 2 ranks" in out, out + err
+
+
 OUTSIDE_THE_GROUP = [
     # (statements, lint's note, how the real run ends: the raising rank's error or None when it completes)
     ("on rank == 2:\n    send x to 0 in pair\n", "torch raises on rank 2: `ValueError: Invalid process group specified`",

@@ -73,6 +73,12 @@ class Access(Observer):
         self.undefined_reads: list[UndefinedRead] = []
         self.dead_stores: list[DeadStore] = []
         self.receivers: dict[int, int] = {}  # collective record id → ranks it left a result on (lints only)
+        # a barrier ends an earlier async collective of its group on its rank (`barrier_ends`): per (group,
+        # rank), those requests, some maybe waited already; per async barrier, those its `wait` ends
+        self.group_reqs: dict[tuple[int, int], list[int]] = {}
+        self.barrier_reqs: dict[int, list[int]] = {}
+        barriers = [r.id for r in schedule.records if isinstance(r, CollectiveRec) and r.kind.name == "barrier"]
+        self.barriers = np.array(barriers, dtype=np.int64)
 
     # ---- element arrays ------------------------------------------------------------------------------
     def indices(self, v, G: np.ndarray, pos) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +283,36 @@ class Access(Observer):
                         self.open_window(v, g, p, False, o, reqs)
                 for v in rec.outputs if (writes or undefined) else ():
                     self.open_window(v, g, p, True, o, reqs)
+        if rec.req is not None:
+            self.in_group(rec, G, pos)
+
+    def in_group(self, rec: CollectiveRec, G, pos) -> None:
+        """Remember async collective calls by group and rank for the barrier that ends them; an async barrier
+        takes those before it, which its `wait` ends."""
+        gids = np.broadcast_to(at(rec.gid, pos, G.size), G.shape).tolist()
+        for g, r, q in zip(gids, G.tolist(), np.broadcast_to(at(rec.req, pos, G.size), G.shape).tolist()):
+            if rec.kind.name == "barrier":
+                self.barrier_reqs[q] = self.group_reqs.pop((g, r), [])
+                continue
+            earlier = self.group_reqs.setdefault((g, r), [])
+            if len(earlier) >= 64:  # most are long waited: keep those still in flight
+                earlier[:] = [e for e in earlier if e in self.windows]
+            earlier.append(q)
+
+    def completed(self, calls, starts, counts) -> None:
+        """A blocking barrier's members go on with every earlier collective of its group ended on their rank."""
+        if not self.group_reqs or not self.barriers.size:
+            return
+        for j in np.flatnonzero((calls.req < 0) & np.isin(calls.rec, self.barriers)).tolist():
+            self.barrier_ends(self.group_reqs.pop((int(calls.gid[j]), int(calls.rank[j])), []))
+
+    def barrier_ends(self, reqs: list[int]) -> None:
+        """torch's barrier returns once the rank's earlier collectives on its group have ended (Gloo's waits for
+        every earlier work of the group, measured; NCCL's synchronizes the stream they ran on): their buffers
+        are no longer in flight, though their requests are not yet waited."""
+        for q in reqs:
+            for t, idx, writes in self.windows.pop(q, ()):
+                self.close(t, idx, writes)
 
     def result_left(self, rec: CollectiveRec, g, p, o) -> None:
         """Mark the outputs `rec` wrote on ranks `g` as results not yet read (L705), and count those ranks."""
@@ -294,3 +330,4 @@ class Access(Observer):
         for q in reqs.tolist():
             for t, idx, writes in self.windows.pop(q, ()):
                 self.close(t, idx, writes)
+            self.barrier_ends(self.barrier_reqs.pop(q, []))

@@ -279,7 +279,9 @@ class BufferInFlight(Rule):
     Reports a buffer read or written while an async op on it is still in flight: writing a buffer an
     `isend` is sending from, reading or writing one an `irecv` (or an async collective) is writing into,
     before the request is waited. The ops of a batch bound to a handle (`b = batch:`) are in flight until
-    `wait b`; two ops of one batch on overlapping elements race too.
+    `wait b`; two ops of one batch on overlapping elements race too. A `barrier` of an async collective's
+    group ends it on the rank (torch's barrier waits for the group's earlier collectives): after it, its
+    buffers are no longer in flight.
 
     ## Why is this bad?
 
