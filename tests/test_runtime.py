@@ -157,6 +157,23 @@ def test_prints_grouped_by_rank_and_trace(tmp_path, capfd, no_orphans):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
 
 
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("tag, raised", [
+    (-1, "RuntimeError: Tag must be nonnegative"),
+    (2**31, "TypeError: send(): incompatible function arguments"),
+])
+def test_a_tag_lint_calls_out_of_range_raises_in_torch(tag, raised, tmp_path, capfd, no_orphans):
+    """P212 says which tags torch or Gloo refuses: the real run, launched despite it, raises just so."""
+    text = f"program t\nworld 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\nbatch:\n" \
+           f"    send x to 1 - rank tag {tag}\n    recv y from 1 - rank tag {tag}\n"
+    path = write(tmp_path, "t.comm", text)
+    code, out, err = run_here(["lint", path, "--color", "never"], capfd)
+    assert code == 1 and "P212" in out + err and raised.split(":")[0] in out + err, out + err
+    code, out, err = run_here(["run", path, "--nproc", "2", "--no-check", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 1 and raised in out + err, out + err
+
+
 BARRIER_ENDS_ASYNC = """\
 program barrier_ends
 world 2

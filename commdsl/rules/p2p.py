@@ -14,7 +14,7 @@ from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
 from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import Rule
-from commdsl.schedule import P2PRec, Schedule
+from commdsl.schedule import BatchRec, P2PRec, Schedule
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -858,6 +858,85 @@ class _Side:
         self.rank = int(rows.rank[k])
         op = ctx.op(rows.rec[k], rows.pos[k])
         self.span, self.view, self.dtype = op.span, op.view, op.dtype
+
+
+TAG_MAX = 2**31 - 1
+"""The largest tag torch passes on: its bindings take the tag as a C++ `int`."""
+
+
+class TagOutOfRange(Rule):
+    """a tag that torch or the backend refuses: negative on Gloo, above 2^31 - 1 anywhere
+
+    ## What it does
+
+    Reports a send or receive (blocking, async or in a `batch`) whose tag is above 2147483647 (2^31 - 1) on
+    any backend, or negative on Gloo, naming the first rank that uses it.
+
+    ## Why is this bad?
+
+    torch hands the tag to the process group as a C++ `int`: a larger one fails in Python, `TypeError:
+    send(): incompatible function arguments` (or `recv()`), before anything is sent. Gloo also refuses a
+    negative tag, `RuntimeError: Tag must be nonnegative`. Either way the rank raises and its peer waits.
+    NCCL ignores tags (`P207`), so a negative one runs there. Measured on Gloo, torch 2.13: -1 raises on both
+    ranks, 2147483647 is delivered, 2147483648 raises.
+
+    ## Example
+
+    ```comm
+    program tags
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        send x to 1 tag -1
+    else:
+        recv x from 0 tag -1
+    ```
+
+    ## Use instead
+
+    ```comm
+    program tags
+    world 2
+    tensor x: float32[4] = rank
+    on rank == 0:
+        send x to 1 tag 1
+    else:
+        recv x from 0 tag 1
+    ```
+    """
+
+    code = "P212"
+    name = "tag-out-of-range"
+    about_backends = True
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        for rec in ctx.schedule.records:
+            for op in rec.ops if isinstance(rec, BatchRec) else (rec,):
+                if not isinstance(op, P2PRec) or op.span in seen:
+                    continue
+                tags = np.broadcast_to(np.asarray(op.tag, dtype=np.int64), op.ranks.shape)
+                negative = ctx.backend == "gloo"
+                bad = (tags > TAG_MAX) | ((tags < 0) if negative else False)
+                if not bad.any():
+                    continue
+                seen.add(op.span)
+                k = int(np.argmax(bad))
+                tag, rank = int(tags[k]), int(op.ranks[k])
+                call = "send" if op.is_send else "recv_anysource" if op.from_any else "recv"  # the binding torch calls
+                if tag > TAG_MAX:
+                    problem = "above 2^31 - 1"
+                    what = f"torch raises `TypeError: {call}(): incompatible function arguments`"
+                else:
+                    problem, what = "negative", "Gloo raises `RuntimeError: Tag must be nonnegative`"
+                yield cls.diagnostic(
+                    f"`{op.word}` on rank {rank} has tag {tag}, {problem}",
+                    span=op.span,
+                    label=f"tag {tag}",
+                    notes=(Note(message=what),),
+                    help=f"use a tag from 0 to {TAG_MAX}",
+                )
 
 
 def _mismatched_pairs(ctx: Context):

@@ -88,6 +88,7 @@ RULES: tuple[type[Rule], ...] = (
     p2p.P2pWithSelf,
     p2p.PeerNotInGroup,
     p2p.MessageRace,
+    p2p.TagOutOfRange,
     collectives.CollectiveKindMismatch,
     collectives.CollectiveOrderSwap,
     collectives.RootMismatch,
