@@ -93,6 +93,11 @@ class Kind:
     reducing: bool = False  # takes `op REDOP`
     coalescable: bool = False  # its one-tensor form is what torch's `_coalescing_manager` records, not runs
     root_sends: bool = False  # the root is the source (broadcast, scatter), not the destination
+    # the overlap of a member's input and output that torch and the backends run in place (C318): "same" (one
+    # buffer), "input-block" (the input is the member's own block of the output), "output-block" (the output
+    # is its own block of the input), None (no overlap at all)
+    in_place: str | None = "same"
+    gloo_copies: bool = False  # torch's Gloo copies through a temporary: any overlap comes out right there
 
     # ---- syntax ---------------------------------------------------------------------------------
     def statement(self, *parts) -> dict:

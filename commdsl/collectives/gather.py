@@ -10,6 +10,8 @@ from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, ch
 class Gather(Kind):
     name = "gather"
     form = "gather {ins} into {outs} to {root}"
+    in_place = "input-block"
+    gloo_copies = True  # measured: an input on another block of the root's output came out right
     bench = (
         "tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]",
         "gather x into y to {root}",

@@ -8,6 +8,8 @@ from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, ev
 class ReduceScatter(Kind):
     name = "reduce_scatter"
     form = "reduce_scatter {ins} into {outs}{redop}"
+    in_place = "output-block"
+    gloo_copies = True  # clones its whole input before the all-reduce
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "reduce_scatter x into y op {op}",

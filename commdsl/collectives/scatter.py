@@ -21,6 +21,7 @@ from commdsl.collectives import (
 class Scatter(Kind):
     name = "scatter"
     form = "scatter {ins} into {outs} from {root}"
+    in_place = "output-block"
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "scatter x into y from {root}",

@@ -1061,3 +1061,129 @@ def _groups_made(s) -> list[list[tuple[int, int]]]:
 
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+class OverlappingBuffers(Rule):
+    """a collective whose input and output overlap where torch does not run it in place
+
+    ## What it does
+
+    Reports a collective whose input and output share elements on a rank, unless they are the form torch and
+    the backends run in place: one buffer (`all_reduce x`, `broadcast x`, `reduce x`), the input as the
+    member's own block of the output (`all_gather x.chunk(rank, world) into x`, `gather` at the root), or the
+    output as its own block of the input (`reduce_scatter x into x.chunk(rank, world)`, `scatter` at the
+    root). `all_to_all` has no in-place form. Names the first rank where the buffers overlap.
+
+    ## Why is this bad?
+
+    The backend reads the input while it writes the output, so what lands depends on the order of its
+    copies and messages, not on the program: an `all_to_all x into x` leaves wrong blocks that differ from
+    run to run. Give the output a buffer of its own, or use the in-place form.
+
+    ## Example
+
+    ```comm
+    program shuffle
+    world 4
+    tensor x: float32[8] = rank * 8 + i
+    all_to_all x into x
+    ```
+
+    ## Use instead
+
+    ```comm
+    program shuffle
+    world 4
+    tensor x: float32[8] = rank * 8 + i
+    tensor y: float32[8]
+    all_to_all x into y
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13, world 4): `all_to_all x into x`, and an `all_to_all` whose input and
+    output halves overlap, leave wrong blocks that differ from run to run; a `scatter` whose root output
+    overlaps a block it sends hands the receiver what the block held before the root's copy, which the
+    simulator does not model. torch's Gloo runs `all_gather`, `gather` and `reduce_scatter` through a
+    temporary, so any overlap comes out right there (measured); NCCL runs them in place only at the
+    member's own block (NCCL's documentation, *In-place operations*), so for these three the finding is
+    made under `nccl` only.
+    """
+
+    code = "C318"
+    name = "overlapping-buffers"
+    backend_doc = "in-place"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()
+        for rec in ctx.schedule.records:
+            if not isinstance(rec, CollectiveRec) or rec.span in seen:
+                continue
+            if rec.kind.gloo_copies and ctx.backend == "gloo":
+                continue
+            found = _overlap(ctx, rec)
+            if found is None:
+                continue
+            seen.add(rec.span)
+            rank, tensor = found
+            when = {
+                "same": "on one buffer",
+                "input-block": "when the input is the member's own block of the output (`y.chunk(rank, world)`)",
+                "output-block": "when the output is the member's own block of the input (`x.chunk(rank, world)`)",
+            }.get(rec.kind.in_place or "")
+            order = "what lands depends on the order of the backend's copies and messages"
+            why = (
+                f"`{rec.kind.name}` has no in-place form: {order}"
+                if when is None
+                else (f"torch runs `{rec.kind.name}` in place only {when}; otherwise {order}")
+            )
+            yield cls.diagnostic(
+                f"`{rec.kind.name}` on rank {rank} reads and writes overlapping elements of `{tensor}`",
+                span=rec.span,
+                label="input and output overlap",
+                notes=(Note(message=why),),
+                help="give the output a buffer of its own"
+                if rec.kind.in_place is None
+                else "use the in-place form or separate buffers",
+            )
+
+
+def _overlap(ctx: Context, rec: CollectiveRec) -> tuple[int, str] | None:
+    """(the first rank, the tensor) where the input `rec` reads overlaps the output it writes other than in
+    its kind's in-place form; None where nowhere."""
+    ranks = rec.ranks
+    n = ranks.size
+    roots = np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == ranks
+    for is_root in (True, False):
+        reads, writes, _ = rec.kind.roles(is_root)
+        mine = roots == is_root
+        if not (reads and writes and mine.any()):
+            continue
+        for iv in rec.inputs:
+            for ov in rec.outputs:
+                if iv.tensor != ov.tensor:
+                    continue
+                io, inn, oo, on = (
+                    np.broadcast_to(np.asarray(a, dtype=np.int64), (n,))
+                    for a in (iv.offset, iv.numel, ov.offset, ov.numel)
+                )
+                hit = mine & (io < oo + on) & (oo < io + inn) & (inn > 0) & (on > 0)
+                for k in np.flatnonzero(hit).tolist():
+                    if not _in_place(ctx, rec, k, int(io[k]), int(inn[k]), int(oo[k]), int(on[k])):
+                        return int(ranks[k]), iv.tensor
+    return None
+
+
+def _in_place(ctx: Context, rec: CollectiveRec, k: int, io: int, inn: int, oo: int, on: int) -> bool:
+    """Whether rank `rec.ranks[k]`'s overlapping input (offset, elements) and output are its kind's in-place form."""
+    form = rec.kind.in_place
+    if form == "same":
+        return io == oo and inn == on
+    if form is None:
+        return False
+    members = ctx.schedule.groups[int(item(rec.gid, k))].ranks
+    me, size = list(members).index(int(rec.ranks[k])), len(members)
+    if form == "input-block":
+        return io == oo + me * inn and on == size * inn
+    return oo == io + me * on and inn == size * on

@@ -877,8 +877,6 @@ class TagOutOfRange(Rule):
     torch hands the tag to the process group as a C++ `int`: a larger one fails in Python, `TypeError:
     send(): incompatible function arguments` (or `recv()`), before anything is sent. Gloo also refuses a
     negative tag, `RuntimeError: Tag must be nonnegative`. Either way the rank raises and its peer waits.
-    NCCL ignores tags (`P207`), so a negative one runs there. Measured on Gloo, torch 2.13: -1 raises on both
-    ranks, 2147483647 is delivered, 2147483648 raises.
 
     ## Example
 
@@ -903,11 +901,17 @@ class TagOutOfRange(Rule):
     else:
         recv x from 0 tag 1
     ```
+
+    ## Backend notes
+
+    Measured on Gloo, torch 2.13: tag -1 raises on both ranks, 2147483647 is delivered, 2147483648 raises, in
+    a `batch` too. NCCL ignores tags (`P207`), so a negative one runs there; the `int` limit is torch's own
+    and holds on every backend.
     """
 
     code = "P212"
     name = "tag-out-of-range"
-    about_backends = True
+    backend_doc = "p2p-matching"
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:

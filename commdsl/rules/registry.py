@@ -106,6 +106,7 @@ RULES: tuple[type[Rule], ...] = (
     coalesced.CoalescedMixedReduceOps,
     coalesced.CoalescedMismatch,
     coalesced.CoalescedReadsEarlierOutput,
+    collectives.OverlappingBuffers,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,
