@@ -639,6 +639,14 @@ class Schedule:
     def sequences(self) -> Sequences:
         return Sequences.of(self)
 
+    def p2p_records(self) -> Iterator[P2PRec]:
+        """Every send and receive record, the ops of each batch among them."""
+        for rec in self.records:
+            if isinstance(rec, P2PRec):
+                yield rec
+            elif isinstance(rec, BatchRec):
+                yield from rec.ops
+
     def sequence(self, rank: int) -> np.ndarray:
         """The records rank steps through, in order (ids)."""
         s = self.sequences

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from commdsl.diagnostics import Diagnostic, Note
 from commdsl.dtypes import DTYPES
 from commdsl.rules import Rule
-from commdsl.schedule import BatchRec, CollectiveRec, P2PRec
+from commdsl.schedule import CollectiveRec
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -219,17 +219,16 @@ class NcclRecvFromAny(Rule):
         if ctx.backend != "nccl":
             return
         seen = set()
-        for rec in ctx.schedule.records:
-            for op in rec.ops if isinstance(rec, BatchRec) else (rec,):
-                if isinstance(op, P2PRec) and op.from_any and op.span not in seen:
-                    seen.add(op.span)
-                    yield cls.diagnostic(
-                        f"`{op.word} from any` is not supported by nccl",
-                        span=op.span,
-                        label="no source rank",
-                        notes=(Note(message="NCCL raises `ProcessGroupNCCL does not support recvAnysource`"),),
-                        help="name the source rank",
-                    )
+        for op in ctx.schedule.p2p_records():
+            if op.from_any and op.span not in seen:
+                seen.add(op.span)
+                yield cls.diagnostic(
+                    f"`{op.word} from any` is not supported by nccl",
+                    span=op.span,
+                    label="no source rank",
+                    notes=(Note(message="NCCL raises `ProcessGroupNCCL does not support recvAnysource`"),),
+                    help="name the source rank",
+                )
 
 
 def _reducing(ctx: Context) -> Iterator[CollectiveRec]:

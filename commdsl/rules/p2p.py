@@ -14,7 +14,7 @@ from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
 from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import Rule
-from commdsl.schedule import BatchRec, P2PRec, Schedule
+from commdsl.schedule import P2PRec, Schedule
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -916,31 +916,29 @@ class TagOutOfRange(Rule):
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
-        for rec in ctx.schedule.records:
-            for op in rec.ops if isinstance(rec, BatchRec) else (rec,):
-                if not isinstance(op, P2PRec) or op.span in seen:
-                    continue
-                tags = np.broadcast_to(np.asarray(op.tag, dtype=np.int64), op.ranks.shape)
-                negative = ctx.backend == "gloo"
-                bad = (tags > TAG_MAX) | ((tags < 0) if negative else False)
-                if not bad.any():
-                    continue
-                seen.add(op.span)
-                k = int(np.argmax(bad))
-                tag, rank = int(tags[k]), int(op.ranks[k])
-                call = "send" if op.is_send else "recv_anysource" if op.from_any else "recv"  # the binding torch calls
-                if tag > TAG_MAX:
-                    problem = "above 2^31 - 1"
-                    what = f"torch raises `TypeError: {call}(): incompatible function arguments`"
-                else:
-                    problem, what = "negative", "Gloo raises `RuntimeError: Tag must be nonnegative`"
-                yield cls.diagnostic(
-                    f"`{op.word}` on rank {rank} has tag {tag}, {problem}",
-                    span=op.span,
-                    label=f"tag {tag}",
-                    notes=(Note(message=what),),
-                    help=f"use a tag from 0 to {TAG_MAX}",
-                )
+        for op in ctx.schedule.p2p_records():
+            if op.span in seen:
+                continue
+            tags = np.broadcast_to(np.asarray(op.tag, dtype=np.int64), op.ranks.shape)
+            bad = (tags > TAG_MAX) | ((tags < 0) & (ctx.backend == "gloo"))  # NCCL ignores tags (P207)
+            if not bad.any():
+                continue
+            seen.add(op.span)
+            k = int(np.argmax(bad))
+            tag, rank = int(tags[k]), int(op.ranks[k])
+            call = "send" if op.is_send else "recv_anysource" if op.from_any else "recv"  # the binding torch calls
+            if tag > TAG_MAX:
+                problem = "above 2^31 - 1"
+                what = f"torch raises `TypeError: {call}(): incompatible function arguments`"
+            else:
+                problem, what = "negative", "Gloo raises `RuntimeError: Tag must be nonnegative`"
+            yield cls.diagnostic(
+                f"`{op.word}` on rank {rank} has tag {tag}, {problem}",
+                span=op.span,
+                label=f"tag {tag}",
+                notes=(Note(message=what),),
+                help=f"use a tag from 0 to {TAG_MAX}",
+            )
 
 
 def _mismatched_pairs(ctx: Context):
