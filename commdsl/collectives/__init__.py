@@ -98,6 +98,7 @@ class Kind:
     # is its own block of the input), None (no overlap at all)
     in_place: str | None = "same"
     gloo_copies: bool = False  # torch's Gloo copies through a temporary: any overlap comes out right there
+    listed_copies: bool = False  # its list form goes through a flat temporary on every backend (`newLikeFlat`)
 
     # ---- syntax ---------------------------------------------------------------------------------
     def statement(self, *parts) -> dict:

@@ -12,6 +12,7 @@ class AllGather(Kind):
     form = "all_gather {ins} into {outs}"
     in_place = "input-block"
     gloo_copies = True  # gathers into a flat temporary (`newLikeFlat`), then copies it out
+    listed_copies = True
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
     # as nccl-tests' in-place: this rank's input is its own block of the output
     bench_in_place = ("tensor y: {t}[n // world * world] = " + DATA, "all_gather y.chunk(rank, world) into y", "y")

@@ -10,6 +10,7 @@ class ReduceScatter(Kind):
     form = "reduce_scatter {ins} into {outs}{redop}"
     in_place = "output-block"
     gloo_copies = True  # clones its whole input before the all-reduce
+    listed_copies = True
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "reduce_scatter x into y op {op}",

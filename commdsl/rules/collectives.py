@@ -1107,7 +1107,8 @@ class OverlappingBuffers(Rule):
     simulator does not model. torch's Gloo runs `all_gather`, `gather` and `reduce_scatter` through a
     temporary, so any overlap comes out right there (measured); NCCL runs them in place only at the
     member's own block (NCCL's documentation, *In-place operations*), so for these three the finding is
-    made under `nccl` only.
+    made under `nccl` only, and not for the list forms of `all_gather` and `reduce_scatter`, which torch
+    runs through a flat temporary on NCCL too (`newLikeFlat` in PGNCCL).
     """
 
     code = "C318"
@@ -1152,6 +1153,8 @@ class OverlappingBuffers(Rule):
 def _overlap(ctx: Context, rec: CollectiveRec) -> tuple[int, str] | None:
     """(the first rank, the tensor) where the input `rec` reads overlaps the output it writes other than in
     its kind's in-place form; None where nowhere."""
+    if rec.kind.listed_copies and (rec.inputs_listed or rec.outputs_listed):
+        return None
     ranks = rec.ranks
     n = ranks.size
     roots = np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == ranks
