@@ -440,3 +440,29 @@ def test_overlaps_outside_the_in_place_form_are_c318(statement, backends, first)
             assert found and found[0].startswith(f"`{statement.split()[0]}` on rank {first} reads and writes"), found
         else:
             assert found == []
+
+
+# ---- C319: on NCCL, an op on one group while an async op on another is in flight --------------------------------
+
+
+def _across(body: str, backend: str = "nccl") -> list[tuple[int, list[int]]]:
+    from commdsl.checker import CheckOptions, check_program
+
+    text = ("program a\nworld 4\ngroup pair = split by rank // 2\ntensor x: float32[4] = rank\n"
+            f"tensor y: float32[4] = rank\n{body}")  # the body starts at line 6
+    found = check_program(load(SourceFile("a.comm", text)), CheckOptions(backends=(backend,)))
+    return [(d.span.line, [lab.span.line for lab in d.labels]) for d in found if d.code == "C319"]
+
+
+@pytest.mark.parametrize("body, want", [
+    ("h = all_reduce x in pair\nall_reduce y\nwait h\n", [(7, [6])]),        # the world while the pair's runs
+    ("h = all_reduce x in pair\nwait h\nall_reduce y\n", []),                # waited first
+    ("h = all_reduce x in pair\nall_reduce y in pair\nwait h\n", []),        # one group: one stream, in order
+    ("h = all_reduce x in pair\nwait all\nall_reduce y\n", []),              # `wait all` ends it too
+    ("h = batch:\n    send x to rank ^ 1\n    recv y from rank ^ 1\nall_reduce y in pair\nwait h\n",
+     [(9, [6])]),                                                            # a batch on the world is in flight
+    ("h = isend x to rank ^ 1\nall_reduce y in pair\nrecv y from rank ^ 1\nwait h\n", []),  # P2P: its own
+])
+def test_an_op_on_another_group_while_an_async_one_is_in_flight_is_c319_on_nccl(body, want):
+    assert _across(body) == want
+    assert _across(body, "gloo") == []  # Gloo's groups have threads of their own

@@ -15,7 +15,7 @@ from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, ROOT_NOT_IN_GROUP
 from commdsl.rules import Rule, rank_list
 from commdsl.rules.coalesced import place
-from commdsl.schedule import CollectiveRec, NewGroupRec
+from commdsl.schedule import BatchRec, CollectiveRec, NewGroupRec, P2PRec, WaitRec
 from commdsl.values import item
 
 if TYPE_CHECKING:
@@ -1190,3 +1190,128 @@ def _in_place(ctx: Context, rec: CollectiveRec, k: int, io: int, inn: int, oo: i
     if form == "input-block":
         return io == oo + me * inn and on == size * inn
     return oo == io + me * on and inn == size * on
+
+
+class AsyncAcrossGroups(Rule):
+    """on NCCL, an op on one group while an async op on another is still in flight
+
+    ## What it does
+
+    Checked when the program's backends include `nccl`. Reports a rank that issues an op on a group (a
+    collective, a `batch`, a send or receive) while an async collective or `batch` it issued on another
+    group is not yet waited, naming both lines.
+
+    ## Why is this bad?
+
+    Each process group is its own NCCL communicator, with its own CUDA stream: the two ops run on the GPU
+    at once, and NCCL does not promise progress for communicators used concurrently. Where two ranks issue
+    the ops in different orders, each GPU can sit in one kernel waiting for the other rank's, which is
+    stuck behind the other kernel: a hang that depends on how many thread blocks the GPU can hold.
+    torch's `new_group` documentation: "Once one or more async ops have been issued on one process group,
+    they must be synchronized with other cuda streams by calling `work.wait()` before using another
+    process group." `wait` first, or issue both ops on one group.
+
+    ## Example
+
+    ```comm
+    program overlap
+    world 4
+    backend nccl
+    group pair = split by rank // 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = rank
+    h = all_reduce x in pair
+    all_reduce y
+    wait h
+    ```
+
+    ## Use instead
+
+    ```comm
+    program overlap
+    world 4
+    backend nccl
+    group pair = split by rank // 2
+    tensor x: float32[4] = rank
+    tensor y: float32[4] = rank
+    h = all_reduce x in pair
+    wait h
+    all_reduce y
+    ```
+
+    ## Backend notes
+
+    From torch's documentation (`new_group`, "Safe concurrent usage", torch 2.13) and NCCL's (*Using
+    multiple NCCL communicators concurrently*); not measured here (no GPU). Gloo runs each group's
+    collectives on threads of its own, so the pattern is safe there and not reported. Unbatched sends and
+    receives are counted as ops on their group but not as in flight: torch runs them on communicators of
+    their own per pair of ranks.
+    """
+
+    code = "C319"
+    name = "async-across-groups"
+    severity = "warning"
+    backend_doc = "nccl-streams"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        if ctx.backend != "nccl":
+            return
+        s = ctx.schedule
+        for rank, earlier, later in _across_groups(s):
+            first, then = s.records[earlier], s.records[later]
+            yield cls.diagnostic(
+                f"rank {rank} uses group `{_group_name(s, then, rank)}` while its async "
+                f"`{_op_word(first)}` on group `{_group_name(s, first, rank)}` is still in flight",
+                span=then.span,
+                label=f"on `{_group_name(s, then, rank)}`",
+                labels=(Label(span=first.span, message="not yet waited"),),
+                help="`wait` the request first, or issue both ops on one group",
+            )
+
+
+def _across_groups(s) -> Iterator[tuple[int, int, int]]:
+    """(rank, record of the async op in flight, record of the op on another group), once per pair of statements;
+    nothing when no async collective or batch exists or every op uses one group."""
+    grouped = [r for r in s.records if isinstance(r, (CollectiveRec, BatchRec, P2PRec))]
+    if not any(r.req is not None and not isinstance(r, P2PRec) for r in grouped):
+        return
+    if len({_gid(r, k) for r in grouped for k in range(r.ranks.size)}) < 2:
+        return
+    seen: set[tuple] = set()
+    for rank in range(s.world):
+        pending: dict[int, tuple[int, int]] = {}  # request → (group, record) of async ops in flight
+        for rid in s.sequence(rank).tolist():
+            rec = s.records[rid]
+            k = int(np.searchsorted(rec.ranks, rank))
+            if isinstance(rec, WaitRec):
+                if rec.all:
+                    pending.clear()
+                for q in rec.reqs[rec.starts[k] : rec.starts[k + 1]].tolist():
+                    pending.pop(q, None)
+                continue
+            if not isinstance(rec, (CollectiveRec, BatchRec, P2PRec)):
+                continue
+            g = _gid(rec, k)
+            for other, earlier in pending.values():
+                key = (s.records[earlier].span, rec.span)
+                if other != g and key not in seen:
+                    seen.add(key)
+                    yield rank, earlier, rid
+                    break
+            if rec.req is not None and not isinstance(rec, P2PRec):
+                pending[int(item(rec.req, k))] = (g, rid)
+
+
+def _gid(rec: CollectiveRec | BatchRec | P2PRec, k: int) -> int:
+    """The group of the op `rec` runs on rank `rec.ranks[k]` (a batch: its first op's; the world is 0)."""
+    g = rec.ops[0].gid if isinstance(rec, BatchRec) else rec.gid
+    return 0 if g is None else int(item(g, k))
+
+
+def _group_name(s, rec, rank: int) -> str:
+    return s.groups[_gid(rec, int(np.searchsorted(rec.ranks, rank)))].name
+
+
+def _op_word(rec: CollectiveRec | BatchRec) -> str:
+    return "batch" if isinstance(rec, BatchRec) else rec.kind.name

@@ -107,6 +107,7 @@ RULES: tuple[type[Rule], ...] = (
     coalesced.CoalescedMismatch,
     coalesced.CoalescedReadsEarlierOutput,
     collectives.OverlappingBuffers,
+    collectives.AsyncAcrossGroups,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,
