@@ -16,7 +16,7 @@ from commdsl.engine import NOT_MEMBER, ROOT_NOT_IN_GROUP
 from commdsl.rules import Rule, rank_list
 from commdsl.rules.coalesced import place
 from commdsl.schedule import BatchRec, CollectiveRec, NewGroupRec, P2PRec, WaitRec
-from commdsl.values import item
+from commdsl.values import distinct, item
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -1172,24 +1172,29 @@ def _overlap(ctx: Context, rec: CollectiveRec) -> tuple[int, str] | None:
                     for a in (iv.offset, iv.numel, ov.offset, ov.numel)
                 )
                 hit = mine & (io < oo + on) & (oo < io + inn) & (inn > 0) & (on > 0)
-                for k in np.flatnonzero(hit).tolist():
-                    if not _in_place(ctx, rec, k, int(io[k]), int(inn[k]), int(oo[k]), int(on[k])):
-                        return int(ranks[k]), iv.tensor
+                hit &= ~_in_place(ctx, rec, io, inn, oo, on)
+                if hit.any():
+                    return int(ranks[np.argmax(hit)]), iv.tensor
     return None
 
 
-def _in_place(ctx: Context, rec: CollectiveRec, k: int, io: int, inn: int, oo: int, on: int) -> bool:
-    """Whether rank `rec.ranks[k]`'s overlapping input (offset, elements) and output are its kind's in-place form."""
+def _in_place(ctx: Context, rec: CollectiveRec, io, inn, oo, on) -> np.ndarray:
+    """Per rank of `rec`, whether its input (offsets, elements) and output are its kind's in-place form."""
     form = rec.kind.in_place
     if form == "same":
-        return io == oo and inn == on
+        return (io == oo) & (inn == on)
     if form is None:
-        return False
-    members = ctx.schedule.groups[int(item(rec.gid, k))].ranks
-    me, size = list(members).index(int(rec.ranks[k])), len(members)
+        return np.zeros(io.size, dtype=bool)
+    ranks = rec.ranks
+    gids = np.broadcast_to(np.asarray(rec.gid, dtype=np.int64), ranks.shape)
+    me, size = np.empty(ranks.size, dtype=np.int64), np.empty(ranks.size, dtype=np.int64)
+    for g in distinct(gids).tolist():
+        sel = gids == g
+        members = np.asarray(ctx.schedule.groups[g].ranks)  # ascending
+        me[sel], size[sel] = np.searchsorted(members, ranks[sel]), members.size
     if form == "input-block":
-        return io == oo + me * inn and on == size * inn
-    return oo == io + me * on and inn == size * on
+        return (io == oo + me * inn) & (on == size * inn)
+    return (oo == io + me * on) & (inn == size * on)
 
 
 class AsyncAcrossGroups(Rule):
