@@ -83,7 +83,7 @@ def test_ctrl_c_during_a_run_stops_every_worker(tmp_path, no_orphans):
     assert len([p for p in carrying(no_orphans) if p != proc.pid]) >= 2, "the workers never started"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err  # once 1 under CI load (2026-11-27), not reproduced in 40 tries: its stderr
     assert "interrupted: every worker was stopped" in err
     assert not [p for p in carrying(no_orphans) if running(p)]
 
