@@ -119,10 +119,9 @@ class Program:
     def only_world(self) -> int | None:
         """The world size when the program declares exactly one (`world 2`, `world [8]`, `world 4..4`), else None:
         the size a command may assume when none is given."""
-        w = self.world
-        if w is None or w.open:
+        if self.world is None or self.world.open:
             return None
-        sizes = set(w.sizes) if w.sizes else set(range(w.lo, w.hi + 1))
+        sizes = set(self.world_sizes())
         return sizes.pop() if len(sizes) == 1 else None
 
     def describe_world(self) -> str:

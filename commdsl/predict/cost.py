@@ -772,7 +772,7 @@ class Clocks(Observer):
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         alpha, beta = self.net(gid, share)
-        if self.gloo_threads and rec.block is not None and rec.block.index > 0:
+        if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         dur = np.asarray(
             rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64

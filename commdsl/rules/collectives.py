@@ -1281,7 +1281,7 @@ def _across_groups(s) -> Iterator[tuple[int, int, int]]:
     grouped = [r for r in s.records if isinstance(r, (CollectiveRec, BatchRec, P2PRec))]
     if not any(r.req is not None and not isinstance(r, P2PRec) for r in grouped):
         return
-    if len({_gid(r, k) for r in grouped for k in range(r.ranks.size)}) < 2:
+    if len(set().union(*(_groups_of(r) for r in grouped))) < 2:
         return
     seen: set[tuple] = set()
     for rank in range(s.world):
@@ -1308,10 +1308,20 @@ def _across_groups(s) -> Iterator[tuple[int, int, int]]:
                 pending[int(item(rec.req, k))] = (g, rid)
 
 
-def _gid(rec: CollectiveRec | BatchRec | P2PRec, k: int) -> int:
-    """The group of the op `rec` runs on rank `rec.ranks[k]` (a batch: its first op's; the world is 0)."""
+def _gid_of(rec: CollectiveRec | BatchRec | P2PRec):
+    """The group ids of `rec`'s op, a number or one per rank (a batch: its first op's; the world is 0)."""
     g = rec.ops[0].gid if isinstance(rec, BatchRec) else rec.gid
-    return 0 if g is None else int(item(g, k))
+    return 0 if g is None else g
+
+
+def _gid(rec: CollectiveRec | BatchRec | P2PRec, k: int) -> int:
+    """The group of the op `rec` runs on rank `rec.ranks[k]`."""
+    return int(item(_gid_of(rec), k))
+
+
+def _groups_of(rec: CollectiveRec | BatchRec | P2PRec) -> set[int]:
+    """Every group `rec`'s op runs on, over its ranks."""
+    return set(distinct(np.atleast_1d(np.asarray(_gid_of(rec), dtype=np.int64))).tolist())
 
 
 def _group_name(s, rec, rank: int) -> str:
