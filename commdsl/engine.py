@@ -424,7 +424,11 @@ class Engine:
         self.queues: dict[tuple, deque] = {}  # NCCL stream → [request, ops not started] entries; the first runs
         self.stream_of: dict[int, tuple] = {}  # request of a running async op → its stream
         self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
-        self.uneven = np.array([bool(getattr(r, "in_splits", ())) for r in schedule.records], dtype=bool)
+        # calls whose sizes differ per peer (uneven splits or lists: `Kind.contribution` -1), compared member by
+        # member by the checker
+        self.uneven = np.array(
+            [bool(np.any(np.asarray(getattr(r, "contribution", 0)) < 0)) for r in schedule.records], dtype=bool
+        )
 
     # ---- the rounds ------------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -1130,7 +1134,7 @@ class Engine:
         if (
             rec.req is not None
             or rec.ranks.size != G.size
-            or rec.in_splits
+            or self.uneven[rec.id]
             or isinstance(rec.gid, np.ndarray)
             or isinstance(rec.root, np.ndarray)
             or isinstance(rec.scale, np.ndarray)
@@ -1248,7 +1252,7 @@ class Engine:
         return arrived, int(np.searchsorted(np.asarray(self.s.groups[gid].ranks), root))
 
     def finish_instances(self, rows: Calls, starts: np.ndarray, counts: np.ndarray) -> None:
-        bad_inst = self.uneven[rows.rec[starts]]  # split sizes are compared member by member (checker, C312)
+        bad_inst = self.uneven[rows.rec[starts]]  # compared member by member by the checker (C312, C306)
         differ = self.disagreeing(rows, starts, counts)
         if differ is not None:
             bad_inst[distinct(np.searchsorted(starts, np.flatnonzero(differ), side="right") - 1)] = True

@@ -245,7 +245,33 @@ def test_all_gather_fit():
     assert problem(call("all_gather", 3, [4], [4, 4], listed_out=True)) == \
         ([True, True], {0: "the output list has 2 buffers for a group of 3", 1: "the output list has 2 buffers for a group of 3"})
     assert problem(call("all_gather", 2, [4], [4, np.array([4, 5])], listed_out=True)) == \
-        ([False, True], {1: "each output buffer must hold 4 elements (the input), one holds 5"})
+        ([False, True], {1: "the member's own output buffer (entry 1) must hold 4 elements (the input), it holds 5"})
+
+
+def test_a_list_of_uneven_sizes_fits_when_each_members_own_entry_holds_its_part():
+    """An all-gather-v (torch's NCCL runs it as one broadcast per member): rank r gathers entry j of member j's
+    size, its own entry its own input's; the members' agreement on the others is C306's, member by member."""
+    ins = [np.array([1, 2, 3])]
+    assert problem(call("all_gather", 3, ins, [1, 2, 3], listed_out=True)) is None
+    assert problem(call("all_gather", 3, ins, [1, 2, np.array([3, 3, 4])], listed_out=True)) == \
+        ([False, False, True], {2: "the member's own output buffer (entry 2) must hold 3 elements (the input), it holds 4"})
+    assert problem(call("reduce_scatter", 3, [1, 2, 3], ins, listed_in=True)) is None
+    assert problem(call("reduce_scatter", 3, [np.array([2, 1, 1]), 2, 3], ins, listed_in=True)) == \
+        ([True, False, False], {0: "the member's own input buffer (entry 0) must hold 1 elements (the output), it holds 2"})
+
+
+def test_uneven_lists_contribute_minus_one_and_are_compared_member_by_member():
+    kind = KINDS["all_gather"]
+    assert np.asarray(kind.contribution(call("all_gather", 2, [4], [4, 4], listed_out=True))).tolist() == [4, 4]
+    assert np.asarray(kind.contribution(call("all_gather", 2, [np.array([1, 2])], [1, 2], listed_out=True))).tolist() == [-1, -1]
+    two = instance(2, [[np.zeros(1)], [np.zeros(2)]])
+    two.outputs_listed = [True, True]
+    two.output_numel = [[1, 2], [1, 2]]
+    assert kind.members_disagree(two) is None
+    two.output_numel = [[1, 3], [1, 2]]
+    assert kind.members_disagree(two) == (1, 0)  # member 1 gives 2 elements, member 0's entry for it holds 3
+    two.outputs_listed, two.output_numel = [True, False], [[1, 2], [4]]
+    assert kind.members_disagree(two) == (0, 1)  # an uneven list against the one-tensor form
 
 
 def test_gather_fit_holds_at_the_root_only():
@@ -466,3 +492,71 @@ def _across(body: str, backend: str = "nccl") -> list[tuple[int, list[int]]]:
 def test_an_op_on_another_group_while_an_async_one_is_in_flight_is_c319_on_nccl(body, want):
     assert _across(body) == want
     assert _across(body, "gloo") == []  # Gloo's groups have threads of their own
+
+
+def test_uneven_lists_apply_as_nccls_broadcasts_and_reduces():
+    """The simulator runs an all-gather-v and a reduce-scatter-v as the NCCL fallback does: entry j is member
+    j's input (all_gather), member j's output is the sum of every member's entry j (reduce_scatter)."""
+    xs = [np.arange(j + 1, dtype=np.float32) + 10 * j for j in range(3)]
+    out = KINDS["all_gather"].apply(instance(3, [[x] for x in xs], listed_out=True))
+    for m in range(3):
+        equal(out[m], xs)
+    parts = [[np.full(j + 1, r + 1, dtype=np.float32) for j in range(3)] for r in range(3)]
+    out = KINDS["reduce_scatter"].apply(instance(3, parts, redop="sum", listed_in=True))
+    for j in range(3):
+        equal(out[j], [np.full(j + 1, 6, dtype=np.float32)])
+
+
+# ---- list forms: shapes (C320) and uneven sizes (NCCL's all-gather-v) ------------------------------------------
+
+
+def _codes(text: str, backend: str) -> list[tuple[str, str]]:
+    """(code, message) of every finding of a world-3 program under one backend."""
+    from commdsl.checker import CheckOptions, check_program
+
+    found = check_program(load(SourceFile("l.comm", "program l\nworld 3\n" + text)), CheckOptions(backends=(backend,)))
+    return [(d.code, d.message) for d in found]
+
+
+UNEVEN = """\
+tensor x: float32[rank + 1] = rank
+tensor a: float32[1]
+tensor b: float32[2]
+tensor c: float32[3]
+all_gather x into [a, b, c]
+expect a == 0
+expect b == 1
+expect c == 2
+tensor y: float32[rank + 1]
+reduce_scatter [a, b, c] into y
+expect y == 3 * rank
+"""
+
+
+def test_uneven_lists_check_clean_and_simulate_on_nccl_and_are_c320_on_gloo():
+    """torch's NCCL runs them (one broadcast, one reduce per member): clean, and the simulator's results pass
+    the program's expects. torch's Gloo raises on every rank (measured): C320 at both statements."""
+    assert _codes(UNEVEN, "nccl") == []
+    assert _codes(UNEVEN, "gloo") == [
+        ("C320", "`all_gather` on rank 0: buffer 1 of the output list, `b`, has shape [2], the input `x` [1]"),
+        ("C320", "`reduce_scatter` on rank 0: buffer 1 of the input list, `b`, has shape [2], the output `y` [1]"),
+    ]
+
+
+def test_members_whose_uneven_lists_disagree_are_c306_naming_both():
+    text = ("tensor x: float32[rank + 1] = rank\ntensor a: float32[1]\ntensor b: float32[2 + rank // 2]\n"
+            "tensor c: float32[3]\nall_gather x into [a, b, c]\n")
+    assert _codes(text, "nccl") == [("C306", "`all_gather`: rank 1's input holds 2 elements, rank 2's buffer for it 3")]
+
+
+@pytest.mark.parametrize("statement, backends", [
+    ("gather x into [a, a, a] to 0", ("gloo", "nccl")),  # PGNCCL's gather compares shapes too
+    ("scatter [a, a, a] into x from 1", ("gloo", "nccl")),
+    ("all_gather x into [a, a, a]", ("gloo",)),  # PGNCCL's all_gather compares element counts only
+    ("reduce_scatter [a, a, a] into x", ("gloo",)),
+])
+def test_a_list_buffer_of_another_shape_is_c320_where_torch_compares_shapes(statement, backends):
+    text = f"tensor x: float32[4] = rank\ntensor a: float32[2, 2]\n{statement}\n"
+    for backend in ("gloo", "nccl"):
+        found = [c for c, _ in _codes(text, backend)]
+        assert found == (["C320"] if backend in backends else []), (backend, found)

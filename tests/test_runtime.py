@@ -174,6 +174,24 @@ def test_a_tag_lint_calls_out_of_range_raises_in_torch(tag, raised, tmp_path, ca
     assert code == 1 and raised in out + err, out + err
 
 
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lists", ["[a, b]", "[s0, s1]"])
+def test_a_list_the_checker_calls_c320_raises_in_torch_on_gloo(lists, tmp_path, capfd, no_orphans):
+    """C320 says which list buffers torch's Gloo refuses: buffers of the input's element count but another
+    shape, and an all-gather-v's uneven sizes (which NCCL runs). The real run, launched despite it, raises so."""
+    text = ("program l\nworld 2\ntensor x: float32[2 + rank * 2] = rank\ntensor a: float32[2, 1]\n"
+            "tensor b: float32[2, 1]\ntensor s0: float32[2]\ntensor s1: float32[4]\n"
+            f"all_gather x into {lists}\n")
+    if lists == "[a, b]":
+        text = text.replace("float32[2 + rank * 2]", "float32[2]")
+    path = write(tmp_path, "l.comm", text)
+    code, out, err = run_here(["lint", path, "--color", "never"], capfd)
+    assert code == 1 and "C320" in out + err, out + err
+    code, out, err = run_here(["run", path, "--nproc", "2", "--no-check", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 1 and "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size" in out + err, out + err
+
+
 BARRIER_ENDS_ASYNC = """\
 program barrier_ends
 world 2

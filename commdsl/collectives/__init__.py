@@ -25,7 +25,7 @@ import numpy as np
 from commdsl.values import at, item
 
 if TYPE_CHECKING:
-    from commdsl.schedule import CollectiveRec
+    from commdsl.schedule import CollectiveRec, VView
 
 REDUCE_OPS = ("sum", "product", "min", "max", "band", "bor", "bxor", "avg", "premul_sum")
 DATA = "(rank + i) % 5 + 1"
@@ -99,6 +99,9 @@ class Kind:
     in_place: str | None = "same"
     gloo_copies: bool = False  # torch's Gloo copies through a temporary: any overlap comes out right there
     listed_copies: bool = False  # its list form goes through a flat temporary on every backend (`newLikeFlat`)
+    # the backends whose torch call compares the shape of every buffer of its list form with the one tensor's
+    # and raises where one differs (C320), though the elements would fit
+    listed_shapes: tuple[str, ...] = ()
 
     # ---- syntax ---------------------------------------------------------------------------------
     def statement(self, *parts) -> dict:
@@ -113,8 +116,15 @@ class Kind:
         return None
 
     def contribution(self, call: Call):
-        """Elements each rank contributes per peer: every member must agree (C306)."""
+        """Elements each rank contributes per peer: every member must agree (C306). -1 on a rank whose sizes
+        differ per peer (uneven splits or lists): the members are then compared one by one instead
+        (`members_disagree`)."""
         return call.numel(call.rec.inputs) if call.rec.inputs else 0
+
+    def listed(self, rec: CollectiveRec) -> tuple[VView, tuple[VView, ...], bool] | None:
+        """(the one tensor, the buffers of the list, whether the list is the output) of a call in its list form,
+        None in its one-tensor form or for a kind without one."""
+        return None
 
     def roles(self, is_root: bool) -> tuple[bool, bool, bool]:
         """(reads its inputs, writes its outputs, leaves its outputs undefined) for a member."""
@@ -131,7 +141,7 @@ class Kind:
         """The members (group indices, not yet arrived) that member `me` waits for on Gloo."""
         return np.flatnonzero(~arrived)
 
-    rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one
+    rule = None  # the Rule of this kind's own disagreement (`members_disagree`), if it has one; else C306 (sizes)
 
     def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
         """Two members (indices) whose calls cannot meet for a reason of this kind's own (C312), or None."""
@@ -196,9 +206,13 @@ class Kind:
 # ---- helpers the kinds share ----------------------------------------------------------------------
 
 
-def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, where=None) -> Problem | None:
+def parts_problem(
+    call: Call, part, bufs, listed: bool, whole: str, each: str, where=None, uneven: bool = False
+) -> Problem | None:
     """A buffer that holds `size` parts of `part` elements: one tensor of size × part, or a list of size
-    tensors of part each. `where` limits the rule to some ranks (a root)."""
+    tensors of part each. `where` limits the rule to some ranks (a root). `uneven`: the list's buffers may
+    differ in size, one per member (torch's NCCL runs such a list as one broadcast or reduce per member), and
+    only the member's own must hold `part`."""
     n = call.count
     size = at(call.size, None, n)
     part = at(part, None, n)
@@ -207,8 +221,12 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
         bad = size != count
         numels = [at(b.numel, None, n) for b in bufs]
         wrong = np.zeros(n, dtype=bool)
-        for x in numels:
-            wrong |= x != part
+        if uneven and count:
+            own = np.stack(numels)[np.clip(at(call.me, None, n), 0, count - 1), np.arange(n)]
+            wrong |= own != part
+        else:
+            for x in numels:
+                wrong |= x != part
         mask = bad | wrong
         if where is not None:
             mask &= where
@@ -216,6 +234,12 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
         def message(k: int) -> str:
             if bad[k]:
                 return f"the {whole} list has {count} buffers for a group of {size[k]}"
+            if uneven:
+                me = int(at(call.me, None, n)[k])
+                return (
+                    f"the member's own {whole} buffer (entry {me}) must hold {part[k]} elements (the {each}), "
+                    f"it holds {int(numels[me][k])}"
+                )
             first = next(int(x[k]) for x in numels if x[k] != part[k])
             return f"each {whole} buffer must hold {part[k]} elements (the {each}), one holds {first}"
 
@@ -230,6 +254,32 @@ def parts_problem(call: Call, part, bufs, listed: bool, whole: str, each: str, w
         mask,
         lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} needs {size[k] * part[k]}",
     )
+
+
+def list_contribution(call: Call, bufs, listed: bool, part):
+    """`part` (a kind's contribution), or -1 on the ranks whose list `bufs` holds buffers of different sizes:
+    those are compared member by member (`list_disagreement`)."""
+    if not listed or len(bufs) < 2:
+        return part
+    numels = np.stack([at(b.numel, None, call.count) for b in bufs])
+    return np.where((numels != numels[0]).any(axis=0), -1, at(part, None, call.count))
+
+
+def list_disagreement(own: list[int], lists: list[tuple[int, ...] | None]) -> tuple[int, int] | None:
+    """The first (j, m) where member m's list entry j does not hold member j's own size `own[j]` (member j's
+    input of an `all_gather`, its output of a `reduce_scatter`), or a member m in the one-tensor form
+    (`lists[m]` None: j is a member with an uneven list), when some member's list is uneven; None otherwise
+    (the members' contributions are then compared as for any collective)."""
+    uneven = [m for m, sizes in enumerate(lists) if sizes is not None and len(set(sizes)) > 1]
+    if not uneven:
+        return None
+    for m, sizes in enumerate(lists):
+        if sizes is None:
+            return uneven[0], m
+        for j, (n, want) in enumerate(zip(sizes, own)):
+            if n != want:
+                return j, m
+    return None
 
 
 def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:

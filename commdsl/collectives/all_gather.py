@@ -1,10 +1,25 @@
-"""`all_gather x into y` (y holds size × x, member j's x at block j) or `all_gather x into [a, b, ...]`."""
+"""`all_gather x into y` (y holds size × x, member j's x at block j) or `all_gather x into [a, b, ...]`.
+
+In the list form, entry j receives member j's `x`; the entries may differ in size (an all-gather-v), each
+the size of its member's `x`: torch's NCCL then runs one broadcast per member (`ProcessGroupNCCL::allgather`
+falls back to `_broadcast_oop` in a coalesced group). Gloo requires every entry to have `x`'s shape (C320).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, parts_problem
+from commdsl.collectives import (
+    DATA,
+    Call,
+    Instance,
+    Kind,
+    Outputs,
+    Problem,
+    list_contribution,
+    list_disagreement,
+    parts_problem,
+)
 
 
 class AllGather(Kind):
@@ -22,9 +37,43 @@ class AllGather(Kind):
         outs, listed = dst
         return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "group": group}
 
+    listed_shapes = ("gloo",)  # measured: `invalid tensor size at index j`; PGNCCL compares element counts
+
     def fit(self, call: Call) -> Problem | None:
+        rec = call.rec
         return parts_problem(
-            call, call.numel(call.rec.inputs), call.rec.outputs, call.rec.outputs_listed, "output", "input"
+            call, call.numel(rec.inputs), rec.outputs, rec.outputs_listed, "output", "input", uneven=True
+        )
+
+    def contribution(self, call: Call):
+        return list_contribution(call, call.rec.outputs, call.rec.outputs_listed, call.numel(call.rec.inputs))
+
+    def listed(self, rec):
+        return (rec.inputs[0], rec.outputs, True) if rec.outputs_listed else None
+
+    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
+        lists = [tuple(n) if listed else None for n, listed in zip(inst.output_numel, inst.outputs_listed)]
+        return list_disagreement([x[0].size for x in inst.inputs], lists)
+
+    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
+        lists = [tuple(v.numel for v in op.outputs) if op.outputs_listed else None for op in ops]
+        return list_disagreement([op.inputs[0].numel for op in ops], lists)
+
+    def disagreement(self, rank_a, a, rank_b, b, pair):
+        j, m = pair
+        if not b.outputs_listed:
+            return (
+                f"`all_gather`: rank {rank_a} gathers into a list of uneven buffers, rank {rank_b} into one tensor",
+                f"rank {rank_a}'s uneven list",
+                f"rank {rank_b}'s one tensor",
+                "gather into lists of the same sizes on every member",
+            )
+        return (
+            f"`all_gather`: rank {rank_a}'s input holds {a.inputs[0].numel} elements, "
+            f"rank {rank_b}'s buffer for it {b.outputs[j].numel}",
+            f"rank {rank_a}'s input",
+            f"rank {rank_b}'s buffer for rank {rank_a}",
+            "entry j of every member's list must hold member j's input",
         )
 
     def apply(self, inst: Instance) -> Outputs:

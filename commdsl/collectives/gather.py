@@ -23,6 +23,7 @@ class Gather(Kind):
         "y",
     )
     rooted = True
+    listed_shapes = ("gloo", "nccl")  # Gloo measured (`invalid tensor size`); PGNCCL: `assertTypeAndSizesMatch`
 
     def statement(self, src, dst, root, group):
         outs, listed = dst
@@ -38,6 +39,9 @@ class Gather(Kind):
             "input",
             where=call.is_root,
         )
+
+    def listed(self, rec):
+        return (rec.inputs[0], rec.outputs, True) if rec.outputs_listed else None
 
     def roles(self, is_root):
         return (True, True, False) if is_root else (True, False, False)

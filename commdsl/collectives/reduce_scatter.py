@@ -1,8 +1,26 @@
-"""`reduce_scatter x into y op REDOP`: member j's `y` is the reduction of block j of every member's `x`."""
+"""`reduce_scatter x into y op REDOP`: member j's `y` is the reduction of block j of every member's `x`.
+
+In the list form (`reduce_scatter [a, b, ...] into y`), entry j goes to member j; the entries may differ in size
+(a reduce-scatter-v), each the size of its member's `y`: torch's NCCL then runs one reduce per member
+(`ProcessGroupNCCL::reduce_scatter` falls back to `_reduce_oop` in a coalesced group). Gloo requires every entry
+to have `y`'s shape (C320).
+"""
 
 from __future__ import annotations
 
-from commdsl.collectives import DATA, Call, Instance, Kind, Outputs, Problem, even_parts, parts_problem, reduce_arrays
+from commdsl.collectives import (
+    DATA,
+    Call,
+    Instance,
+    Kind,
+    Outputs,
+    Problem,
+    even_parts,
+    list_contribution,
+    list_disagreement,
+    parts_problem,
+    reduce_arrays,
+)
 
 
 class ReduceScatter(Kind):
@@ -29,13 +47,44 @@ class ReduceScatter(Kind):
         ins, listed = src
         return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "redop": redop, "group": group}
 
+    listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`
+
     def fit(self, call: Call) -> Problem | None:
+        rec = call.rec
         return parts_problem(
-            call, call.numel(call.rec.outputs), call.rec.inputs, call.rec.inputs_listed, "input", "output"
+            call, call.numel(rec.outputs), rec.inputs, rec.inputs_listed, "input", "output", uneven=True
         )
 
     def contribution(self, call: Call):
-        return call.numel(call.rec.outputs)
+        return list_contribution(call, call.rec.inputs, call.rec.inputs_listed, call.numel(call.rec.outputs))
+
+    def listed(self, rec):
+        return (rec.outputs[0], rec.inputs, False) if rec.inputs_listed else None
+
+    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
+        lists = [tuple(x.size for x in xs) if listed else None for xs, listed in zip(inst.inputs, inst.inputs_listed)]
+        return list_disagreement([n[0] for n in inst.output_numel], lists)
+
+    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
+        lists = [tuple(v.numel for v in op.inputs) if op.inputs_listed else None for op in ops]
+        return list_disagreement([op.outputs[0].numel for op in ops], lists)
+
+    def disagreement(self, rank_a, a, rank_b, b, pair):
+        j, m = pair
+        if not b.inputs_listed:
+            return (
+                f"`reduce_scatter`: rank {rank_a} reduces a list of uneven buffers, rank {rank_b} one tensor",
+                f"rank {rank_a}'s uneven list",
+                f"rank {rank_b}'s one tensor",
+                "reduce lists of the same sizes on every member",
+            )
+        return (
+            f"`reduce_scatter`: rank {rank_a}'s output holds {a.outputs[0].numel} elements, "
+            f"rank {rank_b}'s buffer for it {b.inputs[j].numel}",
+            f"rank {rank_a}'s output",
+            f"rank {rank_b}'s buffer for rank {rank_a}",
+            "entry j of every member's list must hold member j's output",
+        )
 
     def apply(self, inst: Instance) -> Outputs:
         per_rank = [x if listed else even_parts(x[0], inst.size) for x, listed in zip(inst.inputs, inst.inputs_listed)]

@@ -33,6 +33,7 @@ class Scatter(Kind):
         "x",
     )
     rooted = True
+    listed_shapes = ("gloo", "nccl")  # Gloo measured (`invalid tensor size`); PGNCCL: `assertTypeAndSizesMatch`
     root_sends = True
 
     def statement(self, src, dst, root, group):
@@ -52,6 +53,9 @@ class Scatter(Kind):
 
     def contribution(self, call: Call):
         return call.numel(call.rec.outputs)
+
+    def listed(self, rec):
+        return (rec.outputs[0], rec.inputs, False) if rec.inputs_listed else None
 
     def roles(self, is_root):
         return (True, True, False) if is_root else (False, True, False)

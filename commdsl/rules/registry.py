@@ -108,6 +108,7 @@ RULES: tuple[type[Rule], ...] = (
     coalesced.CoalescedReadsEarlierOutput,
     collectives.OverlappingBuffers,
     collectives.AsyncAcrossGroups,
+    collectives.ListShapeMismatch,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,
