@@ -112,6 +112,32 @@ def test_a_barrier_ends_the_groups_earlier_async_collectives(body, want):
     assert races(s, access) == want
 
 
+def nccl_ordered(s, access) -> list[tuple]:
+    return sorted((r.rank, line(s, r.op), line(s, r.inflight)) for r in access.races if r.nccl_ordered)
+
+
+@pytest.mark.parametrize("body, gloo, nccl_ordered_lines", [
+    # 5: async all_reduce of x; 6: a blocking all_reduce of its group; 7: reading x races on Gloo (two worker
+    # threads), not on NCCL (the blocking call makes the rank's stream wait for it, behind x's on the group's)
+    ("h = all_reduce x\nall_reduce z\nz = x\nwait h\n", [(7, 5)], [(7, 5)]),
+    # a later collective of the group on the same buffer: beside it on Gloo, after it on NCCL's one stream
+    ("h = all_reduce x\nall_reduce x\nwait h\n", [(6, 5)], [(6, 5)]),
+    # a blocking collective of another group orders nothing: a race on both
+    ("h = all_reduce x\nall_reduce z in solo\nz = x\nwait h\n", [(7, 5)], []),
+    # nor does an async one of the group, for work outside the group's stream (7 races with both)
+    ("h = all_reduce x\nk = all_reduce z\nz = x\nwait k\nwait h\n", [(7, 5), (7, 6)], []),
+])
+def test_nccl_orders_a_groups_async_collective_before_the_ranks_later_work_after_a_blocking_one(
+    body, gloo, nccl_ordered_lines
+):
+    """Gloo runs a group's collectives on two threads (measured), so both are races there; NCCL runs them on the
+    group's stream in issue order, and a blocking collective makes the rank's current stream wait for it
+    (torch's `WorkNCCL::synchronize`): R503 under nccl skips the races marked `nccl_ordered`."""
+    s, access = track(GROUPED + body)
+    assert sorted({(ln, op) for _, ln, op, *_ in races(s, access)}) == gloo
+    assert sorted({(ln, op) for _, ln, op in nccl_ordered(s, access)}) == nccl_ordered_lines
+
+
 def test_a_batch_bound_to_a_handle_holds_its_buffers_until_the_wait():
     # 5-7: the batch sends x, receives y; 8: reading x is fine, 9: writing it races with the send, 10: reading y
     # races with the receive; after `wait b` (11) nothing does
@@ -209,3 +235,14 @@ def test_the_ranks_a_collective_leaves_a_result_on(body, want):
 def test_dead_stores_are_lint_only():
     s, access = track(HEADER + "all_reduce x\nx = 1\n", lints=False)
     assert dead(s, access) == [] and access.unread == {} and access.receivers == {}
+
+
+def test_r503_after_a_blocking_collective_of_the_group_is_gloos_only():
+    from commdsl.checker import CheckOptions, check_program
+
+    text = ("program o\nworld 2\ntensor x: float32[4] = rank\ntensor y: float32[4]\ntensor z: float32[4]\n"
+            "h = all_reduce x\nall_reduce y\nz = x\nwait h\n")
+    found = check_program(load(SourceFile("o.comm", text)), CheckOptions(backends=("gloo", "nccl")))
+    assert [d.code for d in found] == ["R503"]
+    assert "only on gloo (checked for gloo, nccl)" in [n.message for n in found[0].notes]
+    assert check_program(load(SourceFile("o.comm", text)), CheckOptions(backends=("nccl",))) == []

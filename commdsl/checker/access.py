@@ -34,6 +34,7 @@ class Race:
     window_writes: bool  # the in-flight op writes the elements
     tensor: str
     same_batch: bool = False  # both ops are in one batch
+    nccl_ordered: bool = False  # NCCL's stream order runs the in-flight collective first (`Access.nccl_order`)
 
 
 @dataclass(frozen=True, order=True)
@@ -76,6 +77,13 @@ class Access(Observer):
         # a barrier ends an earlier async collective of its group on its rank (`barrier_ends`): per (group,
         # rank), those requests, some maybe waited already; per async barrier, those its `wait` ends
         self.group_reqs: dict[tuple[int, int], list[int]] = {}
+        # NCCL's stream order (`nccl_order`): per (group, rank), the async collective calls not yet
+        # followed by a blocking collective of the group; per rank, those that were; while a collective's own
+        # accesses are made, per rank, the calls before it on its group's stream
+        self.group_ops: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (request, op id)
+        self.nccl_done: dict[int, set[int]] = {}
+        self.same_stream: dict[int, set[int]] = {}
+        self.ops_groups: set[int] = set()  # the groups of `group_ops` entries
         self.barrier_reqs: dict[int, list[int]] = {}
         barriers = [r.id for r in schedule.records if isinstance(r, CollectiveRec) and r.kind.name == "barrier"]
         self.barriers = np.array(barriers, dtype=np.int64)
@@ -151,7 +159,9 @@ class Access(Observer):
         for k in distinct(owner[busy]):
             first = idx[np.flatnonzero(busy & (owner == k))[0]]
             window_writes = not (writes and self.reading[t][first] > 0)  # a writer meets readers first
-            self.races.append(Race(int(G[k]), int(op_ids[k]), int(self.owner[t][first]), writes, window_writes, t))
+            rank, inflight = int(G[k]), int(self.owner[t][first])
+            ordered = inflight in self.nccl_done.get(rank, ()) or inflight in self.same_stream.get(rank, ())
+            self.races.append(Race(rank, int(op_ids[k]), inflight, writes, window_writes, t, nccl_ordered=ordered))
 
     def overwrite(self, t: str, idx, owner, G, op_ids) -> None:
         """A write over unread collective results: a dead store when it overwrites all of one; one it
@@ -257,47 +267,84 @@ class Access(Observer):
 
     def called(self, rec: CollectiveRec, G, pos, me):
         ops = rec.base + pos
+        gids = self.stream_groups(rec, G, pos)
+        if gids:
+            self.same_stream = {
+                r: {o for _, o in c} for g, r in zip(gids, G.tolist()) if (c := self.group_ops.get((g, r)))
+            }
         root = np.zeros(G.size, dtype=bool) if rec.root is None else (at(rec.root, pos, G.size) == G)
         for is_root in (True, False):
             sel = root == is_root
-            if not sel.any():
-                continue
-            g, p, o = G[sel], pos[sel], ops[sel]
-            reads, writes, undefined = rec.kind.roles(is_root)
+            if sel.any():
+                self.member_access(rec, is_root, G[sel], pos[sel], ops[sel])
+        self.same_stream = {}
+        if rec.req is not None:
+            self.in_group(rec, G, pos, ops)
+        elif gids:
+            self.nccl_order(gids, G)
+
+    def member_access(self, rec: CollectiveRec, is_root: bool, g, p, o) -> None:
+        """The accesses of members `g` (all roots, or none) of a collective call, and an async one's windows."""
+        reads, writes, undefined = rec.kind.roles(is_root)
+        if reads:
+            for v in rec.inputs:
+                self.access(v, g, p, False, o)
+        if writes:
+            for v in rec.outputs:
+                self.access(v, g, p, True, o)
+        if undefined:
+            for v in rec.outputs:
+                idx, owner = self.indices(v, g, p)
+                self._table(self.undef, v.tensor, -1)[idx] = o[owner]
+        if writes and self.lints:
+            self.result_left(rec, g, p, o)
+        if rec.req is not None:
+            reqs = at(rec.req, p, g.size)
             if reads:
                 for v in rec.inputs:
-                    self.access(v, g, p, False, o)
-            if writes:
-                for v in rec.outputs:
-                    self.access(v, g, p, True, o)
-            if undefined:
-                for v in rec.outputs:
-                    idx, owner = self.indices(v, g, p)
-                    self._table(self.undef, v.tensor, -1)[idx] = o[owner]
-            if writes and self.lints:
-                self.result_left(rec, g, p, o)
-            if rec.req is not None:
-                reqs = at(rec.req, p, g.size)
-                if reads:
-                    for v in rec.inputs:
-                        self.open_window(v, g, p, False, o, reqs)
-                for v in rec.outputs if (writes or undefined) else ():
-                    self.open_window(v, g, p, True, o, reqs)
-        if rec.req is not None:
-            self.in_group(rec, G, pos)
+                    self.open_window(v, g, p, False, o, reqs)
+            for v in rec.outputs if (writes or undefined) else ():
+                self.open_window(v, g, p, True, o, reqs)
 
-    def in_group(self, rec: CollectiveRec, G, pos) -> None:
-        """Remember async collective calls by group and rank for the barrier that ends them; an async barrier
-        takes those before it, which its `wait` ends."""
+    def stream_groups(self, rec: CollectiveRec, G, pos) -> list[int]:
+        """Each rank's group of the call, where an async collective of one of them is remembered for NCCL's
+        stream order; [] otherwise (most calls: the per-rank walk is then skipped)."""
+        if not self.ops_groups:
+            return []
+        gids = np.broadcast_to(at(rec.gid, pos, G.size), G.shape)
+        if self.ops_groups.isdisjoint(distinct(gids).tolist()):
+            return []
+        return gids.tolist()
+
+    def in_group(self, rec: CollectiveRec, G, pos, ops) -> None:
+        """Remember async collective calls by group and rank for the barrier that ends them (an async barrier
+        takes those before it, which its `wait` ends) and for NCCL's stream order (`nccl_order`)."""
         gids = np.broadcast_to(at(rec.gid, pos, G.size), G.shape).tolist()
-        for g, r, q in zip(gids, G.tolist(), np.broadcast_to(at(rec.req, pos, G.size), G.shape).tolist()):
+        reqs = np.broadcast_to(at(rec.req, pos, G.size), G.shape).tolist()
+        for g, r, q, o in zip(gids, G.tolist(), reqs, ops.tolist()):
             if rec.kind.name == "barrier":
                 self.barrier_reqs[q] = self.group_reqs.pop((g, r), [])
                 continue
             earlier = self.group_reqs.setdefault((g, r), [])
+            calls = self.group_ops.setdefault((g, r), [])
             if len(earlier) >= 64:  # most are long waited: keep those still in flight
                 earlier[:] = [e for e in earlier if e in self.windows]
+            if len(calls) >= 64:
+                calls[:] = [c for c in calls if c[0] in self.windows]
             earlier.append(q)
+            calls.append((q, o))
+            self.ops_groups.add(g)
+
+    def nccl_order(self, gids: list[int], G: np.ndarray) -> None:
+        """On NCCL a group's collectives run on one stream in issue order, and a blocking one makes the rank's
+        current stream wait for it (torch's `WorkNCCL::synchronize`): the rank's later work runs after every
+        earlier async collective of the group, waited or not. A race with such a collective is Gloo's only
+        (`Race.nccl_ordered`; Gloo runs a group's collectives on two threads, measured), as is one between two
+        collectives of a group, the later of which `same_stream` marks while its accesses are made."""
+        for g, r in zip(gids, G.tolist()):
+            calls = self.group_ops.pop((g, r), None)
+            if calls:
+                self.nccl_done.setdefault(r, set()).update(o for _, o in calls)
 
     def completed(self, calls, starts, counts) -> None:
         """A blocking barrier's members go on with every earlier collective of its group ended on their rank."""

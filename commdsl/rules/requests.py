@@ -281,7 +281,8 @@ class BufferInFlight(Rule):
     before the request is waited. The ops of a batch bound to a handle (`b = batch:`) are in flight until
     `wait b`; two ops of one batch on overlapping elements race too. A `barrier` of an async collective's
     group ends it on the rank (torch's barrier waits for the group's earlier collectives): after it, its
-    buffers are no longer in flight.
+    buffers are no longer in flight. On NCCL any later blocking collective of the group does, and a later
+    collective of the group runs after it (one stream, in issue order).
 
     ## Why is this bad?
 
@@ -321,8 +322,11 @@ class BufferInFlight(Rule):
 
     On Gloo an `isend` or `irecv` is posted at once and the transport reads or writes its buffer on its own
     thread whenever the peer is ready; an async collective runs on one of the process group's worker
-    threads. On NCCL the op runs on its communicator's stream, and only `wait` makes the rank's later work
-    wait for it. On both, the ops of one `batch` run together.
+    threads, two per group, so a later collective of the group may run beside it (measured). On NCCL the op
+    runs on its communicator's stream: `wait` makes the rank's later work wait for it, and so, for an async
+    collective, does any later blocking collective of its group (torch's `WorkNCCL::synchronize` makes the
+    current stream wait for that one, which ran after it on the group's stream); a later collective of the
+    group runs after it too. From torch's sources, not measured. On both, the ops of one `batch` run together.
     """
 
     code = "R503"
@@ -333,6 +337,8 @@ class BufferInFlight(Rule):
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
         seen = set()
         for race in sorted(ctx.access.races):
+            if race.nccl_ordered and ctx.backend == "nccl":
+                continue  # NCCL's stream order runs the in-flight collective first
             rec, _ = ctx.locate(race.op)
             w_rec, w_pos = ctx.locate(race.inflight)
             key = (rec.span, w_rec.span)
@@ -369,8 +375,9 @@ def _in_flight(backend: str, window, batched: bool) -> str:
         )
     if backend == "nccl":
         return (
-            "on NCCL the op runs on its own stream and only `wait` orders the rank's later work after it: the "
-            "two run concurrently, and the result depends on timing"
+            "on NCCL the op runs on its communicator's stream, and only `wait` (or, for a collective, a later "
+            "blocking collective of its group) orders the rank's later work after it: the two run concurrently, "
+            "and the result depends on timing"
         )
     if type(window) is Collective:
         return "on Gloo the collective runs on a worker thread until it ends: the result depends on timing"
