@@ -140,7 +140,7 @@ def test_r501_says_what_becomes_of_an_unwaited_op(stmt, backend, start):
 def test_r503_says_why_it_is_a_race_and_names_a_batch_as_a_batch():
     text = HEAD + "h = isend x to 1 - rank\nx = 5\nrecv y[0:4] from 1 - rank\nwait h\n"
     assert one(text, "R503", "gloo")[1][0].startswith("on Gloo the transport reads or writes the buffer")
-    assert one(text, "R503", "nccl")[1][0].startswith("on NCCL the op runs on its own stream")
+    assert one(text, "R503", "nccl")[1][0].startswith("on NCCL the op runs on its communicator's stream")
     batch = HEAD + "batch:\n    send x[0:2] to 1 - rank\n    recv x[1:3] from 1 - rank\n"
     d, notes = one(batch, "R503", "gloo")
     assert d.labels[0].message == "in the same batch" and notes[0].startswith("the ops of a batch run together")
