@@ -28,6 +28,7 @@ class AllGather(Kind):
     in_place = "input-block"
     gloo_copies = True  # gathers into a flat temporary (`newLikeFlat`), then copies it out
     listed_copies = True
+    listed_shapes = ("gloo",)  # measured: `invalid tensor size at index j`; PGNCCL compares element counts
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
     # as nccl-tests' in-place: this rank's input is its own block of the output
     bench_in_place = ("tensor y: {t}[n // world * world] = " + DATA, "all_gather y.chunk(rank, world) into y", "y")
@@ -36,8 +37,6 @@ class AllGather(Kind):
     def statement(self, src, dst, group):
         outs, listed = dst
         return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "group": group}
-
-    listed_shapes = ("gloo",)  # measured: `invalid tensor size at index j`; PGNCCL compares element counts
 
     def fit(self, call: Call) -> Problem | None:
         rec = call.rec

@@ -29,6 +29,7 @@ class ReduceScatter(Kind):
     in_place = "output-block"
     gloo_copies = True  # clones its whole input before the all-reduce
     listed_copies = True
+    listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "reduce_scatter x into y op {op}",
@@ -46,8 +47,6 @@ class ReduceScatter(Kind):
     def statement(self, src, dst, redop, group):
         ins, listed = src
         return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "redop": redop, "group": group}
-
-    listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`
 
     def fit(self, call: Call) -> Problem | None:
         rec = call.rec

@@ -1388,8 +1388,9 @@ class ListShapeMismatch(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()  # once per statement (a loop's, or a traced script's per-rank records, share it)
         for rec in ctx.schedule.records:
-            if not isinstance(rec, CollectiveRec) or ctx.backend not in rec.kind.listed_shapes:
+            if not isinstance(rec, CollectiveRec) or ctx.backend not in rec.kind.listed_shapes or rec.span in seen:
                 continue
             listed = rec.kind.listed(rec)
             if listed is None:
@@ -1397,6 +1398,7 @@ class ListShapeMismatch(Rule):
             found = _shape_mismatch(rec, *listed)
             if found is None:
                 continue
+            seen.add(rec.span)
             k, j = found
             one, bufs, output = listed
             side, other = ("output", "input") if output else ("input", "output")
