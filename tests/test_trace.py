@@ -465,3 +465,13 @@ def test_aliased_calls_keep_their_tensors(capsys, tmp_path):
     assert re.search(r"^all_gather shard into params\b", text, re.M), text
     assert re.search(r"^all_reduce shard\b", text, re.M), text  # `backend().all_reduce`: by its name
     assert not re.search(r"\bb\d+\b", text), text
+
+
+def test_an_all_gather_v_traces_clean_on_nccl_and_is_c320_on_gloo(capsys):
+    """torch's fake process group copies the input into every buffer of the list, which failed on uneven sizes
+    (the script's own error, said the trace); the recorder now hands it buffers of the input's shape."""
+    code, diags, err = trace(capsys, "all_gather_v.py", "--world", "3")
+    assert code == 0 and diags == [], (diags, err)
+    code, diags, err = trace(capsys, "all_gather_v.py", "--world", "3", "--backend", "gloo")
+    assert code == 1 and [d["code"] for d in diags] == ["C320", "C320"], (diags, err)  # once per line, not per rank
+    assert [at(d)[1] for d in diags] == [11, 13]

@@ -185,4 +185,22 @@ def check_emitted(
         )
     except CommdslError as e:
         diags = e.diagnostics
-    return [mapper.diagnostic(d) for d in diags if d.code not in UNSOUND_ON_TRACES]
+    return _once_per_place([mapper.diagnostic(d) for d in diags if d.code not in UNSOUND_ON_TRACES])
+
+
+def _once_per_place(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """The first of the findings of one code at the same script lines. A script whose ranks call with different
+    sizes is emitted one statement per rank, so a finding the checker makes once per statement came once per
+    rank on the one line of the script."""
+
+    def at(span: Span | None):
+        return None if span is None else (span.path, span.start, span.end)
+
+    seen: set[tuple] = set()
+    kept = []
+    for d in diags:
+        key = (d.code, at(d.span), tuple(at(lab.span) for lab in d.labels))
+        if key not in seen:
+            seen.add(key)
+            kept.append(d)
+    return kept
