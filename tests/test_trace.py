@@ -475,3 +475,12 @@ def test_an_all_gather_v_traces_clean_on_nccl_and_is_c320_on_gloo(capsys):
     code, diags, err = trace(capsys, "all_gather_v.py", "--world", "3", "--backend", "gloo")
     assert code == 1 and [d["code"] for d in diags] == ["C320", "C320"], (diags, err)  # once per line, not per rank
     assert [at(d)[1] for d in diags] == [11, 13]
+
+
+def test_an_all_to_all_of_uneven_lists_traces_as_its_split_sizes(capsys, tmp_path):
+    """The fake process group copies input j into output j of `all_to_all`'s lists, which failed on uneven
+    sizes; the recorder hands it outputs shaped as the inputs, and the lists become one exchange's splits."""
+    code, diags, err = trace(capsys, "all_to_all_v.py", "--world", "3")
+    assert code == 0 and diags == [], (diags, err)
+    program = emitted(capsys, tmp_path, "all_to_all_v.py", "3")
+    assert "splits [2 * n, 2 * n, 2 * n], [n, 2 * n, 3 * n]" in program, program

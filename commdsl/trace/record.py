@@ -555,21 +555,27 @@ def _collective(kind: str):
 
 
 def _stand_ins(kind: str, a: dict):
-    """(the arguments for torch's fake process group, what to do after it, or None). The fake copies the input
-    into every buffer of `all_gather`'s list, which fails for the uneven sizes torch's NCCL takes (one
-    broadcast per member): it gets buffers of the input's shape instead, copied into the script's where the
-    elements fit. The others keep what they held: the fake's data is made up either way."""
-    outs = a.get("tensor_list")
-    if kind != "all_gather" or outs is None or all(o.shape == a["tensor"].shape for o in outs):
+    """(the arguments for torch's fake process group, what to do after it, or None). The fake copies this
+    rank's input into every buffer of `all_gather`'s output list, and input j into output j of `all_to_all`'s,
+    which fails for the uneven sizes torch's NCCL takes (one broadcast per member; one send and receive per
+    pair): it gets outputs shaped as those inputs instead, copied into the script's where the elements fit.
+    The others keep what they held: the fake's data is made up either way."""
+    if kind == "all_gather" and "tensor_list" in a:
+        key, outs, shaped = "tensor_list", a["tensor_list"], [a["tensor"]] * len(a["tensor_list"])
+    elif kind == "all_to_all" and "output_tensor_list" in a:
+        key, outs, shaped = "output_tensor_list", a["output_tensor_list"], a["input_tensor_list"]
+    else:
         return a, None
-    stand_in = [torch.empty_like(a["tensor"]) for _ in outs]
+    if len(outs) == len(shaped) and all(o.shape == x.shape for o, x in zip(outs, shaped)):
+        return a, None
+    stand_in = [torch.empty_like(x) for x in shaped]
 
     def copy_back() -> None:
         for out, got in zip(outs, stand_in):
             if out.numel() == got.numel():
                 out.copy_(got.view_as(out))
 
-    return dict(a, tensor_list=stand_in), copy_back
+    return dict(a, **{key: stand_in}), copy_back
 
 
 def _barrier(original, a, site):
