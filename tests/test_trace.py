@@ -473,8 +473,8 @@ def test_an_all_gather_v_traces_clean_on_nccl_and_is_c320_on_gloo(capsys):
     code, diags, err = trace(capsys, "all_gather_v.py", "--world", "3")
     assert code == 0 and diags == [], (diags, err)
     code, diags, err = trace(capsys, "all_gather_v.py", "--world", "3", "--backend", "gloo")
-    assert code == 1 and [d["code"] for d in diags] == ["C320", "C320"], (diags, err)  # once per line, not per rank
-    assert [at(d)[1] for d in diags] == [11, 13]
+    assert code == 1 and [d["code"] for d in diags] == ["C320"], (diags, err)  # once per line, not once per rank
+    assert at(diags[0])[1] == 11  # Gloo runs the reduce-scatter-v at 13 (measured)
 
 
 def test_an_all_to_all_of_uneven_lists_traces_as_its_split_sizes(capsys, tmp_path):

@@ -102,6 +102,7 @@ class Kind:
     # the backends whose torch call compares the shape of every buffer of its list form with the one tensor's
     # and raises where one differs (C320), though the elements would fit
     listed_shapes: tuple[str, ...] = ()
+    listed_shape_own_only: bool = False  # ... only the member's own entry of the list (the others may be any size)
 
     # ---- syntax ---------------------------------------------------------------------------------
     def statement(self, *parts) -> dict:

@@ -2,8 +2,8 @@
 
 In the list form (`reduce_scatter [a, b, ...] into y`), entry j goes to member j; the entries may differ in size
 (a reduce-scatter-v), each the size of its member's `y`: torch's NCCL then runs one reduce per member
-(`ProcessGroupNCCL::reduce_scatter` falls back to `_reduce_oop` in a coalesced group). Gloo requires every entry
-to have `y`'s shape (C320).
+(`ProcessGroupNCCL::reduce_scatter` falls back to `_reduce_oop` in a coalesced group), and Gloo runs it too
+(measured), requiring only the member's own entry to have `y`'s shape (C320).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class ReduceScatter(Kind):
     in_place = "output-block"
     gloo_copies = True  # clones its whole input before the all-reduce
     listed_copies = True
-    listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`
+    listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`,
+    listed_shape_own_only = True  # for i the member's own entry only: Gloo runs a reduce-scatter-v (measured)
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "reduce_scatter x into y op {op}",

@@ -1186,6 +1186,14 @@ def _in_place(ctx: Context, rec: CollectiveRec, io, inn, oo, on) -> np.ndarray:
         return (io == oo) & (inn == on)
     if form is None:
         return np.zeros(io.size, dtype=bool)
+    me, size = _group_index(ctx, rec)
+    if form == "input-block":
+        return (io == oo + me * inn) & (on == size * inn)
+    return (oo == io + me * on) & (inn == size * on)
+
+
+def _group_index(ctx: Context, rec: CollectiveRec) -> tuple[np.ndarray, np.ndarray]:
+    """(each rank's index in its group of `rec`, that group's size), by rank of `rec`."""
     ranks = rec.ranks
     gids = np.broadcast_to(np.asarray(rec.gid, dtype=np.int64), ranks.shape)
     me, size = np.empty(ranks.size, dtype=np.int64), np.empty(ranks.size, dtype=np.int64)
@@ -1193,9 +1201,7 @@ def _in_place(ctx: Context, rec: CollectiveRec, io, inn, oo, on) -> np.ndarray:
         sel = gids == g
         members = np.asarray(ctx.schedule.groups[g].ranks)  # ascending
         me[sel], size[sel] = np.searchsorted(members, ranks[sel]), members.size
-    if form == "input-block":
-        return (io == oo + me * inn) & (on == size * inn)
-    return (oo == io + me * on) & (inn == size * on)
+    return me, size
 
 
 class AsyncAcrossGroups(Rule):
@@ -1341,13 +1347,15 @@ class ListShapeMismatch(Rule):
     Reports a list form (`all_gather x into [a, b]`, `gather … into [a, b]`, `scatter [a, b] into …`,
     `reduce_scatter [a, b] into …`) with a buffer whose shape is not the one tensor's on the other side (the
     input of a gather, the output of a scatter), under a backend whose torch call compares them: Gloo for all
-    four, NCCL for `gather` and `scatter`. Names the first rank and the buffer.
+    four (for `reduce_scatter`, the member's own entry only), NCCL for `gather` and `scatter`. Names the
+    first rank and the buffer.
 
     ## Why is this bad?
 
     The elements fit, so the program reads as right, but torch's backend compares each buffer's shape with
     the tensor's and raises before anything moves: a `[2, 2]` buffer for a `[4]` input is refused. On Gloo
-    this includes the lists of uneven sizes that NCCL runs (an all-gather-v: one broadcast per member).
+    this includes the `all_gather` lists of uneven sizes that NCCL runs (an all-gather-v: one broadcast per
+    member).
 
     ## Example
 
@@ -1376,10 +1384,11 @@ class ListShapeMismatch(Rule):
     Measured on Gloo (torch 2.13, world 2): `all_gather`, `gather` and `scatter` raise `RuntimeError:
     ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected (4), got (2, 2))` (`::gather`,
     `::scatter`) on the ranks that hold the list, and `reduce_scatter` raises `RuntimeError: … Check failed:
-    outputs[0].sizes().vec() == inputs[0][i].sizes().vec()`; an `all_gather` into buffers of uneven sizes
-    raises the same on every rank. NCCL (torch's sources, not measured): `gather` and `scatter` raise
-    `ValueError` (`assertTypeAndSizesMatch`); `all_gather` and `reduce_scatter` compare element counts only,
-    and run a list of uneven sizes as one broadcast (reduce) per member.
+    outputs[0].sizes().vec() == inputs[0][i].sizes().vec()` where the member's own entry differs (its other
+    entries may have any shape and size: a reduce-scatter-v runs, with the right sums); an `all_gather` into
+    buffers of uneven sizes raises on every rank. NCCL (torch's sources, not measured): `gather` and `scatter`
+    raise `ValueError` (`assertTypeAndSizesMatch`); `all_gather` and `reduce_scatter` compare element counts
+    only, and run a list of uneven sizes as one broadcast (reduce) per member.
     """
 
     code = "C320"
@@ -1395,7 +1404,7 @@ class ListShapeMismatch(Rule):
             listed = rec.kind.listed(rec)
             if listed is None:
                 continue
-            found = _shape_mismatch(rec, *listed)
+            found = _shape_mismatch(ctx, rec, *listed)
             if found is None:
                 continue
             seen.add(rec.span)
@@ -1403,24 +1412,27 @@ class ListShapeMismatch(Rule):
             one, bufs, output = listed
             side, other = ("output", "input") if output else ("input", "output")
             mine, want = bufs[j].at(k), one.at(k)
-            uneven = any(b.at(k).numel != want.numel for b in bufs)
+            own = rec.kind.listed_shape_own_only
+            which = "the member's own buffer" if own else "every buffer"
+            uneven = not own and any(b.at(k).numel != want.numel for b in bufs)
             yield cls.diagnostic(
                 f"`{rec.kind.name}` on rank {int(rec.ranks[k])}: buffer {j} of the {side} list, `{mine.tensor}`, "
                 f"has shape {list(mine.shape)}, the {other} `{want.tensor}` {list(want.shape)}",
                 span=rec.span,
-                label=f"{_BACKEND_NAMES[ctx.backend]} requires the {other}'s shape for every buffer",
-                help="pad every member's part to one size (uneven lists run on NCCL only)"
+                label=f"{_BACKEND_NAMES[ctx.backend]} requires the {other}'s shape for {which}",
+                help="pad every member's part to one size (NCCL runs uneven lists)"
                 if uneven
-                else f"give every buffer of the list the {other}'s shape, or declare the {other} with theirs",
+                else f"give {which} of the list the {other}'s shape, or the {other} the buffers' shape",
             )
 
 
 _BACKEND_NAMES = {"gloo": "Gloo", "nccl": "NCCL"}
 
 
-def _shape_mismatch(rec: CollectiveRec, one, bufs, output: bool) -> tuple[int, int] | None:
+def _shape_mismatch(ctx: Context, rec: CollectiveRec, one, bufs, output: bool) -> tuple[int, int] | None:
     """(the first index into `rec.ranks`, the buffer) where a buffer of the list has another shape than `one`,
-    among the ranks whose call holds the list (a gather's or scatter's root); None where none does."""
+    among the ranks whose call holds the list (a gather's or scatter's root), and only the rank's own entry of
+    it where the backend compares that alone (`Kind.listed_shape_own_only`); None where none does."""
     n = rec.ranks.size
     roots = np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == rec.ranks
     holds = np.array([rec.kind.roles(bool(r))[1 if output else 0] for r in (False, True)])[roots.astype(np.int64)]
@@ -1432,6 +1444,8 @@ def _shape_mismatch(rec: CollectiveRec, one, bufs, output: bool) -> tuple[int, i
         for d, e in zip(b.shape, one.shape):
             bad[j] |= np.broadcast_to(np.asarray(d) != np.asarray(e), (n,))
     bad &= holds
+    if rec.kind.listed_shape_own_only:
+        bad &= np.arange(len(bufs))[:, None] == _group_index(ctx, rec)[0][None, :]
     ranks = np.flatnonzero(bad.any(axis=0))
     if not ranks.size:
         return None

@@ -1,5 +1,5 @@
 """An all-gather-v: each rank gathers every rank's uneven shard into a list sized per rank, then reduce-scatters
-the list back (torch's NCCL runs both as one broadcast, one reduce, per rank; Gloo refuses the sizes)."""
+the list back (torch's NCCL runs both as one broadcast, one reduce, per rank; Gloo refuses the all-gather-v)."""
 
 import torch
 import torch.distributed as dist
