@@ -213,6 +213,15 @@ def test_list_buffers_gloo_accepts_run_on_gloo(tmp_path, capfd, no_orphans):
     assert code == 0, out + err
 
 
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_a_batch_the_checker_calls_p213_raises_in_torch(capfd, no_orphans):
+    """P213: torch refuses a batch whose ops are on two groups; the real run, launched despite it, raises so."""
+    path = str(ROOT / "programs" / "bad" / "batch_across_groups.comm")
+    code, out, err = run_here(["run", path, "--nproc", "2", "--no-check", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 1 and "ValueError: All ops need to use the same group." in out + err, out + err
+
+
 BARRIER_ENDS_ASYNC = """\
 program barrier_ends
 world 2

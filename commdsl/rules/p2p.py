@@ -14,7 +14,7 @@ from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
 from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import Rule
-from commdsl.schedule import P2PRec, Schedule
+from commdsl.schedule import BatchRec, P2PRec, Schedule
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
@@ -939,6 +939,114 @@ class TagOutOfRange(Rule):
                 notes=(Note(message=what),),
                 help=f"use a tag from 0 to {TAG_MAX}",
             )
+
+
+class BatchAcrossGroups(Rule):
+    """a `batch` whose sends and receives are on different groups
+
+    ## What it does
+
+    Reports a `batch:` in which one rank's ops name different groups (`in g` on some, another group or the
+    world on others), naming the first such rank and two of its ops.
+
+    ## Why is this bad?
+
+    torch runs a batch on one process group: `batch_isend_irecv` checks that every op uses the same one and
+    raises `ValueError: All ops need to use the same group.` before anything is posted, on every backend. The
+    rank stops there and its peers wait for messages that never come. Split the batch into one per group, or
+    name the peers in one group.
+
+    ## Example
+
+    ```comm
+    program mixed
+    world 2
+    group g = split by 0
+    tensor x: float32[4] = rank
+    tensor y: float32[4]
+    on rank == 0:
+        batch:
+            send x to 1 in g
+            recv y from 1
+    else:
+        batch:
+            recv y from 0 in g
+            send x to 0
+    ```
+
+    ## Use instead
+
+    ```comm
+    program mixed
+    world 2
+    group g = split by 0
+    tensor x: float32[4] = rank
+    tensor y: float32[4]
+    on rank == 0:
+        batch:
+            send x to 1 in g
+            recv y from 1 in g
+    else:
+        batch:
+            recv y from 0 in g
+            send x to 0 in g
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo, torch 2.13: both ranks raise the `ValueError` (torch's `_check_p2p_op_list`, in Python,
+    before the backend is called: NCCL the same). The world named or left out is one group to torch.
+    """
+
+    code = "P213"
+    name = "batch-across-groups"
+    backend_doc = "batches"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        s = ctx.schedule
+        seen = set()
+        for rec in s.records:
+            if not isinstance(rec, BatchRec) or rec.span in seen or len(rec.ops) < 2:
+                continue
+            found = _groups_differ(rec, s.world)
+            if found is None:
+                continue
+            seen.add(rec.span)
+            rank, first, other, g1, g2 = found
+            name1, name2 = s.groups[g1].name, s.groups[g2].name
+            yield cls.diagnostic(
+                f"rank {rank}'s `batch` has ops on `{name1}` and on `{name2}`",
+                span=other.span,
+                label=f"on `{name2}`",
+                labels=(Label(span=first.span, message=f"on `{name1}`"),),
+                notes=(Note(message="torch raises `ValueError: All ops need to use the same group.`"),),
+                help="put the ops of one group in a batch of their own, or use one group for all of them",
+            )
+
+
+def _groups_differ(rec: BatchRec, world: int) -> tuple[int, P2PRec, P2PRec, int, int] | None:
+    """(rank, its first op, an op on another group, their groups) for the lowest rank of `rec` whose ops in the
+    batch name two groups; None where each rank's ops share one."""
+    scalars = {op.gid for op in rec.ops if not isinstance(op.gid, np.ndarray)}
+    if len(scalars) == 1 and all(not isinstance(op.gid, np.ndarray) for op in rec.ops):
+        return None  # one group on every rank: the common case, without a pass over the ranks
+    first_gid = np.full(world, -1, dtype=np.int64)
+    first_op = np.zeros(world, dtype=np.int64)
+    found = None
+    for i, op in enumerate(rec.ops):
+        gids = np.broadcast_to(np.asarray(0 if op.gid is None else op.gid, dtype=np.int64), op.ranks.shape)
+        known = first_gid[op.ranks]
+        clash = (known >= 0) & (known != gids)
+        if clash.any():
+            k = int(np.argmax(clash))
+            rank = int(op.ranks[k])
+            if found is None or rank < found[0]:
+                found = (rank, rec.ops[int(first_op[rank])], op, int(known[k]), int(gids[k]))
+        new = known < 0
+        first_gid[op.ranks[new]] = gids[new]
+        first_op[op.ranks[new]] = i
+    return found
 
 
 def _mismatched_pairs(ctx: Context):

@@ -89,6 +89,7 @@ RULES: tuple[type[Rule], ...] = (
     p2p.PeerNotInGroup,
     p2p.MessageRace,
     p2p.TagOutOfRange,
+    p2p.BatchAcrossGroups,
     collectives.CollectiveKindMismatch,
     collectives.CollectiveOrderSwap,
     collectives.RootMismatch,
