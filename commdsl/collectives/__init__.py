@@ -207,6 +207,91 @@ class Kind:
 # ---- helpers the kinds share ----------------------------------------------------------------------
 
 
+class UnevenList(Kind):
+    """A kind whose list form may hold buffers of uneven sizes, entry j the size of member j's part (the
+    all-gather-v, `all_gather`'s output list; the reduce-scatter-v, `reduce_scatter`'s input list): torch's
+    NCCL runs it as one broadcast (reduce) per member. A member's own entry must hold its part (`fit`,
+    N131); such calls contribute -1 and the members are compared one by one (`members_disagree`, C306)."""
+
+    list_is_output: bool = True  # the list is the output (the one tensor, the part, is the input)
+    verb: str = ""  # what a member does with its list, for the messages: "gathers into"
+
+    def _sides(self, x) -> tuple:
+        """(the one tensor's views, the list's views, whether the call is in its list form) of a record or op."""
+        if self.list_is_output:
+            return x.inputs, x.outputs, x.outputs_listed
+        return x.outputs, x.inputs, x.inputs_listed
+
+    def fit(self, call: Call) -> Problem | None:
+        one, bufs, listed = self._sides(call.rec)
+        part, whole = ("input", "output") if self.list_is_output else ("output", "input")
+        return parts_problem(call, call.numel(one), bufs, listed, whole, part, uneven=True)
+
+    def contribution(self, call: Call):
+        one, bufs, listed = self._sides(call.rec)
+        part = call.numel(one)
+        if not listed or len(bufs) < 2:
+            return part
+        numels = np.stack([at(b.numel, None, call.count) for b in bufs])
+        return np.where((numels != numels[0]).any(axis=0), -1, at(part, None, call.count))
+
+    def listed(self, rec):
+        one, bufs, listed = self._sides(rec)
+        return (one[0], bufs, self.list_is_output) if listed else None
+
+    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
+        if self.list_is_output:
+            own = [x[0].size for x in inst.inputs]
+            lists = [tuple(n) if listed else None for n, listed in zip(inst.output_numel, inst.outputs_listed)]
+        else:
+            own = [n[0] for n in inst.output_numel]
+            lists = [
+                tuple(x.size for x in xs) if listed else None for xs, listed in zip(inst.inputs, inst.inputs_listed)
+            ]
+        return _list_disagreement(own, lists)
+
+    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
+        sides = [self._sides(op) for op in ops]
+        lists = [tuple(v.numel for v in bufs) if listed else None for _, bufs, listed in sides]
+        return _list_disagreement([one[0].numel for one, _, _ in sides], lists)
+
+    def disagreement(self, rank_a, a, rank_b, b, pair):
+        j, _ = pair
+        one_a, _, _ = self._sides(a)
+        _, bufs_b, listed_b = self._sides(b)
+        part = "input" if self.list_is_output else "output"
+        if not listed_b:
+            return (
+                f"`{self.name}`: rank {rank_a} {self.verb} a list of uneven buffers, rank {rank_b} one tensor",
+                f"rank {rank_a}'s uneven list",
+                f"rank {rank_b}'s one tensor",
+                "use lists of the same sizes on every member",
+            )
+        return (
+            f"`{self.name}`: rank {rank_a}'s {part} holds {one_a[0].numel} elements, "
+            f"rank {rank_b}'s buffer for it {bufs_b[j].numel}",
+            f"rank {rank_a}'s {part}",
+            f"rank {rank_b}'s buffer for rank {rank_a}",
+            f"entry j of every member's list must hold member j's {part}",
+        )
+
+
+def _list_disagreement(own: list[int], lists: list[tuple[int, ...] | None]) -> tuple[int, int] | None:
+    """The first (j, m) where member m's list entry j does not hold member j's own size `own[j]`, or a member
+    m in the one-tensor form (`lists[m]` None: j is then a member with an uneven list), when some member's list
+    is uneven; None otherwise (the members' contributions are then compared as for any collective)."""
+    uneven = [m for m, sizes in enumerate(lists) if sizes is not None and len(set(sizes)) > 1]
+    if not uneven:
+        return None
+    for m, sizes in enumerate(lists):
+        if sizes is None:
+            return uneven[0], m
+        for j, (n, want) in enumerate(zip(sizes, own)):
+            if n != want:
+                return j, m
+    return None
+
+
 def parts_problem(
     call: Call, part, bufs, listed: bool, whole: str, each: str, where=None, uneven: bool = False
 ) -> Problem | None:
@@ -255,32 +340,6 @@ def parts_problem(
         mask,
         lambda k: f"the {whole} has {total[k]} elements; a group of {size[k]} × {part[k]} needs {size[k] * part[k]}",
     )
-
-
-def list_contribution(call: Call, bufs, listed: bool, part):
-    """`part` (a kind's contribution), or -1 on the ranks whose list `bufs` holds buffers of different sizes:
-    those are compared member by member (`list_disagreement`)."""
-    if not listed or len(bufs) < 2:
-        return part
-    numels = np.stack([at(b.numel, None, call.count) for b in bufs])
-    return np.where((numels != numels[0]).any(axis=0), -1, at(part, None, call.count))
-
-
-def list_disagreement(own: list[int], lists: list[tuple[int, ...] | None]) -> tuple[int, int] | None:
-    """The first (j, m) where member m's list entry j does not hold member j's own size `own[j]` (member j's
-    input of an `all_gather`, its output of a `reduce_scatter`), or a member m in the one-tensor form
-    (`lists[m]` None: j is a member with an uneven list), when some member's list is uneven; None otherwise
-    (the members' contributions are then compared as for any collective)."""
-    uneven = [m for m, sizes in enumerate(lists) if sizes is not None and len(set(sizes)) > 1]
-    if not uneven:
-        return None
-    for m, sizes in enumerate(lists):
-        if sizes is None:
-            return uneven[0], m
-        for j, (n, want) in enumerate(zip(sizes, own)):
-            if n != want:
-                return j, m
-    return None
 
 
 def reduce_arrays(arrays: list[np.ndarray], redop: str, scale: float | None) -> np.ndarray:

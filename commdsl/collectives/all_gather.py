@@ -9,20 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from commdsl.collectives import (
-    DATA,
-    Call,
-    Instance,
-    Kind,
-    Outputs,
-    Problem,
-    list_contribution,
-    list_disagreement,
-    parts_problem,
-)
+from commdsl.collectives import DATA, Instance, Outputs, UnevenList
 
 
-class AllGather(Kind):
+class AllGather(UnevenList):
     name = "all_gather"
     form = "all_gather {ins} into {outs}"
     in_place = "input-block"
@@ -33,47 +23,12 @@ class AllGather(Kind):
     # as nccl-tests' in-place: this rank's input is its own block of the output
     bench_in_place = ("tensor y: {t}[n // world * world] = " + DATA, "all_gather y.chunk(rank, world) into y", "y")
     coalescable = True  # all_gather_into_tensor
+    list_is_output = True
+    verb = "gathers into"
 
     def statement(self, src, dst, group):
         outs, listed = dst
         return {"inputs": (src,), "outputs": outs, "outputs_listed": listed, "group": group}
-
-    def fit(self, call: Call) -> Problem | None:
-        rec = call.rec
-        return parts_problem(
-            call, call.numel(rec.inputs), rec.outputs, rec.outputs_listed, "output", "input", uneven=True
-        )
-
-    def contribution(self, call: Call):
-        return list_contribution(call, call.rec.outputs, call.rec.outputs_listed, call.numel(call.rec.inputs))
-
-    def listed(self, rec):
-        return (rec.inputs[0], rec.outputs, True) if rec.outputs_listed else None
-
-    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
-        lists = [tuple(n) if listed else None for n, listed in zip(inst.output_numel, inst.outputs_listed)]
-        return list_disagreement([x[0].size for x in inst.inputs], lists)
-
-    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
-        lists = [tuple(v.numel for v in op.outputs) if op.outputs_listed else None for op in ops]
-        return list_disagreement([op.inputs[0].numel for op in ops], lists)
-
-    def disagreement(self, rank_a, a, rank_b, b, pair):
-        j, m = pair
-        if not b.outputs_listed:
-            return (
-                f"`all_gather`: rank {rank_a} gathers into a list of uneven buffers, rank {rank_b} into one tensor",
-                f"rank {rank_a}'s uneven list",
-                f"rank {rank_b}'s one tensor",
-                "gather into lists of the same sizes on every member",
-            )
-        return (
-            f"`all_gather`: rank {rank_a}'s input holds {a.inputs[0].numel} elements, "
-            f"rank {rank_b}'s buffer for it {b.outputs[j].numel}",
-            f"rank {rank_a}'s input",
-            f"rank {rank_b}'s buffer for rank {rank_a}",
-            "entry j of every member's list must hold member j's input",
-        )
 
     def apply(self, inst: Instance) -> Outputs:
         parts = [x[0] for x in inst.inputs]

@@ -8,22 +8,10 @@ In the list form (`reduce_scatter [a, b, ...] into y`), entry j goes to member j
 
 from __future__ import annotations
 
-from commdsl.collectives import (
-    DATA,
-    Call,
-    Instance,
-    Kind,
-    Outputs,
-    Problem,
-    even_parts,
-    list_contribution,
-    list_disagreement,
-    parts_problem,
-    reduce_arrays,
-)
+from commdsl.collectives import DATA, Instance, Outputs, UnevenList, even_parts, reduce_arrays
 
 
-class ReduceScatter(Kind):
+class ReduceScatter(UnevenList):
     name = "reduce_scatter"
     form = "reduce_scatter {ins} into {outs}{redop}"
     in_place = "output-block"
@@ -44,47 +32,12 @@ class ReduceScatter(Kind):
     )
     reducing = True
     coalescable = True  # reduce_scatter_tensor
+    list_is_output = False
+    verb = "reduces"
 
     def statement(self, src, dst, redop, group):
         ins, listed = src
         return {"inputs": ins, "inputs_listed": listed, "outputs": (dst,), "redop": redop, "group": group}
-
-    def fit(self, call: Call) -> Problem | None:
-        rec = call.rec
-        return parts_problem(
-            call, call.numel(rec.outputs), rec.inputs, rec.inputs_listed, "input", "output", uneven=True
-        )
-
-    def contribution(self, call: Call):
-        return list_contribution(call, call.rec.inputs, call.rec.inputs_listed, call.numel(call.rec.outputs))
-
-    def listed(self, rec):
-        return (rec.outputs[0], rec.inputs, False) if rec.inputs_listed else None
-
-    def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
-        lists = [tuple(x.size for x in xs) if listed else None for xs, listed in zip(inst.inputs, inst.inputs_listed)]
-        return list_disagreement([n[0] for n in inst.output_numel], lists)
-
-    def members_disagree_ops(self, ops: list) -> tuple[int, int] | None:
-        lists = [tuple(v.numel for v in op.inputs) if op.inputs_listed else None for op in ops]
-        return list_disagreement([op.outputs[0].numel for op in ops], lists)
-
-    def disagreement(self, rank_a, a, rank_b, b, pair):
-        j, m = pair
-        if not b.inputs_listed:
-            return (
-                f"`reduce_scatter`: rank {rank_a} reduces a list of uneven buffers, rank {rank_b} one tensor",
-                f"rank {rank_a}'s uneven list",
-                f"rank {rank_b}'s one tensor",
-                "reduce lists of the same sizes on every member",
-            )
-        return (
-            f"`reduce_scatter`: rank {rank_a}'s output holds {a.outputs[0].numel} elements, "
-            f"rank {rank_b}'s buffer for it {b.inputs[j].numel}",
-            f"rank {rank_a}'s output",
-            f"rank {rank_b}'s buffer for rank {rank_a}",
-            "entry j of every member's list must hold member j's output",
-        )
 
     def apply(self, inst: Instance) -> Outputs:
         per_rank = [x if listed else even_parts(x[0], inst.size) for x, listed in zip(inst.inputs, inst.inputs_listed)]
