@@ -267,8 +267,9 @@ class UnevenList(Kind):
                 f"rank {rank_b}'s one tensor",
                 "use lists of the same sizes on every member",
             )
+        n = one_a[0].numel
         return (
-            f"`{self.name}`: rank {rank_a}'s {part} holds {one_a[0].numel} elements, "
+            f"`{self.name}`: rank {rank_a}'s {part} holds {n} element{'s' * (n != 1)}, "
             f"rank {rank_b}'s buffer for it {bufs_b[j].numel}",
             f"rank {rank_a}'s {part}",
             f"rank {rank_b}'s buffer for rank {rank_a}",
