@@ -126,13 +126,24 @@ def nccl_ordered(s, access) -> list[tuple]:
     ("h = all_reduce x\nall_reduce z in solo\nz = x\nwait h\n", [(7, 5)], []),
     # nor does an async one of the group, for work outside the group's stream (7 races with both)
     ("h = all_reduce x\nk = all_reduce z\nz = x\nwait k\nwait h\n", [(7, 5), (7, 6)], []),
+    # a batch of the group runs on its stream too: after the async all_reduce (its send of x at 7), and, blocking,
+    # before the rank's later work (the read of x at 9; 8 races with 7 inside the batch, on both)
+    ("h = all_reduce x\nbatch:\n    send x to 1 - rank\n    recv z from 1 - rank\nwait h\n", [(7, 5)], [(7, 5)]),
+    ("h = all_reduce x\nbatch:\n    send z to 1 - rank\n    recv z from 1 - rank\nz = x\nwait h\n",
+     [(8, 7), (9, 5)], [(9, 5)]),
+    # an async batch of the group, then a blocking all_reduce of it: both of the batch's buffers are through by 9
+    ("b = batch:\n    send z to 1 - rank\n    recv x from 1 - rank\nall_reduce z\nz = x\nwait b\n",
+     [(8, 6), (9, 6), (9, 7)], [(8, 6), (9, 6), (9, 7)]),
+    # ... but not without it
+    ("b = batch:\n    send z to 1 - rank\n    recv x from 1 - rank\nz = x\nwait b\n", [(8, 6), (8, 7)], []),
 ])
-def test_nccl_orders_a_groups_async_collective_before_the_ranks_later_work_after_a_blocking_one(
+def test_nccl_orders_a_groups_async_ops_before_the_ranks_later_work_after_a_blocking_one(
     body, gloo, nccl_ordered_lines
 ):
-    """Gloo runs a group's collectives on two threads (measured), so both are races there; NCCL runs them on the
-    group's stream in issue order, and a blocking collective makes the rank's current stream wait for it
-    (torch's `WorkNCCL::synchronize`): R503 under nccl skips the races marked `nccl_ordered`."""
+    """Gloo runs a group's collectives on two threads (measured) and a batch's ops as separate sends and
+    receives, so these are races there; NCCL runs a group's collectives and batches on its stream in issue
+    order, and a blocking one makes the rank's current stream wait for it (torch's `WorkNCCL::synchronize`):
+    R503 under nccl skips the races marked `nccl_ordered`."""
     s, access = track(GROUPED + body)
     assert sorted({(ln, op) for _, ln, op, *_ in races(s, access)}) == gloo
     assert sorted({(ln, op) for _, ln, op in nccl_ordered(s, access)}) == nccl_ordered_lines

@@ -77,9 +77,9 @@ class Access(Observer):
         # a barrier ends an earlier async collective of its group on its rank (`barrier_ends`): per (group,
         # rank), those requests, some maybe waited already; per async barrier, those its `wait` ends
         self.group_reqs: dict[tuple[int, int], list[int]] = {}
-        # NCCL's stream order (`nccl_order`): per (group, rank), the async collective calls not yet
-        # followed by a blocking collective of the group; per rank, those that were; while a collective's own
-        # accesses are made, per rank, the calls before it on its group's stream
+        # NCCL's stream order (`nccl_order`): per (group, rank), the async collectives and batch ops not yet
+        # followed by a blocking collective or batch of the group; per rank, those that were; while an op of the
+        # group's stream makes its accesses, per rank, the ops before it there
         self.group_ops: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (request, op id)
         self.nccl_done: dict[int, set[int]] = {}
         self.same_stream: dict[int, set[int]] = {}
@@ -237,13 +237,21 @@ class Access(Observer):
             G, pos = rows.rank[a:b], rows.pos[a:b]
             ops = rec.base + pos
             writes = not rec.is_send
+            gids = self.stream_groups(rows.gid[a:b]) if rec.batched else []  # a batch runs on its group's stream
+            self.same_stream = self.ahead_on_stream(gids, G)
             self.access(rec.view, G, pos, writes, ops)
+            self.same_stream = {}
             if rec.batched:
                 for other in earlier:
                     self.batch_overlap(other, (rec, G, pos, writes, ops))
                 earlier.append((rec, G, pos, writes, ops))
             if rec.req is not None:  # async, or in a batch bound to a handle: in flight until waited
                 windows.append((rec.view, G, pos, writes, ops, rows.req[a:b]))
+                if rec.batched:
+                    for g, r, q, o in zip(rows.gid[a:b].tolist(), G.tolist(), rows.req[a:b].tolist(), ops.tolist()):
+                        self.on_stream(g, r, q, o)
+            elif gids:  # a blocking batch: the rank's later work runs after it, as after a blocking collective
+                self.nccl_order(gids, G)
         for window in windows:  # after the batch's own accesses, which `batch_overlap` judges
             self.open_window(*window)
 
@@ -267,11 +275,8 @@ class Access(Observer):
 
     def called(self, rec: CollectiveRec, G, pos, me):
         ops = rec.base + pos
-        gids = self.stream_groups(rec, G, pos)
-        if gids:
-            self.same_stream = {
-                r: {o for _, o in c} for g, r in zip(gids, G.tolist()) if (c := self.group_ops.get((g, r)))
-            }
+        gids = self.stream_groups(np.broadcast_to(at(rec.gid, pos, G.size), G.shape)) if self.ops_groups else []
+        self.same_stream = self.ahead_on_stream(gids, G)
         root = np.zeros(G.size, dtype=bool) if rec.root is None else (at(rec.root, pos, G.size) == G)
         for is_root in (True, False):
             sel = root == is_root
@@ -306,15 +311,17 @@ class Access(Observer):
             for v in rec.outputs if (writes or undefined) else ():
                 self.open_window(v, g, p, True, o, reqs)
 
-    def stream_groups(self, rec: CollectiveRec, G, pos) -> list[int]:
-        """Each rank's group of the call, where an async collective of one of them is remembered for NCCL's
+    def stream_groups(self, gids: np.ndarray) -> list[int]:
+        """The calling ranks' groups (`gids`), where an async op on one of their streams is remembered for NCCL's
         stream order; [] otherwise (most calls: the per-rank walk is then skipped)."""
-        if not self.ops_groups:
-            return []
-        gids = np.broadcast_to(at(rec.gid, pos, G.size), G.shape)
-        if self.ops_groups.isdisjoint(distinct(gids).tolist()):
+        if not self.ops_groups or self.ops_groups.isdisjoint(distinct(gids).tolist()):
             return []
         return gids.tolist()
+
+    def ahead_on_stream(self, gids: list[int], G: np.ndarray) -> dict[int, set[int]]:
+        """Per rank of G, the async ops still remembered on its group's stream (`group_ops`): a collective or a
+        batch of the group runs after them there, so its own accesses do not race with theirs on NCCL."""
+        return {r: {o for _, o in c} for g, r in zip(gids, G.tolist()) if (c := self.group_ops.get((g, r)))}
 
     def in_group(self, rec: CollectiveRec, G, pos, ops) -> None:
         """Remember async collective calls by group and rank for the barrier that ends them (an async barrier
@@ -326,21 +333,27 @@ class Access(Observer):
                 self.barrier_reqs[q] = self.group_reqs.pop((g, r), [])
                 continue
             earlier = self.group_reqs.setdefault((g, r), [])
-            calls = self.group_ops.setdefault((g, r), [])
             if len(earlier) >= 64:  # most are long waited: keep those still in flight
                 earlier[:] = [e for e in earlier if e in self.windows]
-            if len(calls) >= 64:
-                calls[:] = [c for c in calls if c[0] in self.windows]
             earlier.append(q)
-            calls.append((q, o))
-            self.ops_groups.add(g)
+            self.on_stream(g, r, q, o)
+
+    def on_stream(self, g: int, r: int, q: int, o: int) -> None:
+        """Rank r's async op `o` (request `q`: a collective, or an op of a batch bound to a handle) runs on group
+        g's stream on NCCL, for `nccl_order`."""
+        calls = self.group_ops.setdefault((g, r), [])
+        if len(calls) >= 64:  # most are long waited: keep those still in flight
+            calls[:] = [c for c in calls if c[0] in self.windows]
+        calls.append((q, o))
+        self.ops_groups.add(g)
 
     def nccl_order(self, gids: list[int], G: np.ndarray) -> None:
-        """On NCCL a group's collectives run on one stream in issue order, and a blocking one makes the rank's
-        current stream wait for it (torch's `WorkNCCL::synchronize`): the rank's later work runs after every
-        earlier async collective of the group, waited or not. A race with such a collective is Gloo's only
-        (`Race.nccl_ordered`; Gloo runs a group's collectives on two threads, measured), as is one between two
-        collectives of a group, the later of which `same_stream` marks while its accesses are made."""
+        """On NCCL a group's collectives and batches run on one stream in issue order, and a blocking one makes
+        the rank's current stream wait for it (torch's `WorkNCCL::synchronize`): the rank's later work runs after
+        every earlier async op of the group, waited or not. A race with such an op is Gloo's only
+        (`Race.nccl_ordered`; Gloo runs a group's collectives on two threads, measured, and a batch's ops as
+        separate sends and receives), as is one between two ops of a group's stream, the later of which
+        `same_stream` marks while its accesses are made."""
         for g, r in zip(gids, G.tolist()):
             calls = self.group_ops.pop((g, r), None)
             if calls:

@@ -281,8 +281,8 @@ class BufferInFlight(Rule):
     before the request is waited. The ops of a batch bound to a handle (`b = batch:`) are in flight until
     `wait b`; two ops of one batch on overlapping elements race too. A `barrier` of an async collective's
     group ends it on the rank (torch's barrier waits for the group's earlier collectives): after it, its
-    buffers are no longer in flight. On NCCL any later blocking collective of the group does, and a later
-    collective of the group runs after it (one stream, in issue order).
+    buffers are no longer in flight. On NCCL any later blocking collective or `batch` of the group does, and a
+    later collective or batch of the group runs after it (one stream, in issue order).
 
     ## Why is this bad?
 
@@ -324,9 +324,10 @@ class BufferInFlight(Rule):
     thread whenever the peer is ready; an async collective runs on one of the process group's worker
     threads, two per group, so a later collective of the group may run beside it (measured). On NCCL the op
     runs on its communicator's stream: `wait` makes the rank's later work wait for it, and so, for an async
-    collective, does any later blocking collective of its group (torch's `WorkNCCL::synchronize` makes the
-    current stream wait for that one, which ran after it on the group's stream); a later collective of the
-    group runs after it too. From torch's sources, not measured. On both, the ops of one `batch` run together.
+    collective or batch, does any later blocking collective or batch of its group (torch's
+    `WorkNCCL::synchronize` makes the current stream wait for that one, which ran after it on the group's
+    stream); a later collective or batch of the group runs after it too. From torch's sources, not measured.
+    On both, the ops of one `batch` run together.
     """
 
     code = "R503"
@@ -375,9 +376,9 @@ def _in_flight(backend: str, window, batched: bool) -> str:
         )
     if backend == "nccl":
         return (
-            "on NCCL the op runs on its communicator's stream, and only `wait` (or, for a collective, a later "
-            "blocking collective of its group) orders the rank's later work after it: the two run concurrently, "
-            "and the result depends on timing"
+            "on NCCL the op runs on its communicator's stream, and only `wait` (or, for a collective or a batch, "
+            "a later blocking collective or batch of its group) orders the rank's later work after it: the two "
+            "run concurrently, and the result depends on timing"
         )
     if type(window) is Collective:
         return "on Gloo the collective runs on a worker thread until it ends: the result depends on timing"
