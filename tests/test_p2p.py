@@ -43,3 +43,23 @@ def test_forms_by_direction_and_blocking():
 
 def test_delivered_is_the_shorter_side():
     assert delivered(np.array([4, 8, 2]), np.array([8, 4, 2])).tolist() == [4, 4, 2]
+
+
+@pytest.mark.parametrize("groups, found", [
+    (("in pairs", "in pairs"), []),  # one group per rank (its pair), the same for both ops: fine
+    (("", ""), []),                  # the world, named by no `in`
+    (("in pairs", ""), ["rank 0's `batch` has ops on `pairs[0]` and on `world`"]),
+    (("in pairs", "in halves"), ["rank 0's `batch` has ops on `pairs[0]` and on `halves[10]`"]),
+])
+def test_p213_a_batch_on_two_groups_per_rank(groups, found):
+    """torch's batch_isend_irecv refuses ops on two groups (measured: `ValueError: All ops need to use the same
+    group.`); split groups differ per rank, and a rank's ops are compared with each other."""
+    from commdsl.checker import CheckOptions, check_program
+    from commdsl.resolve import load
+    from commdsl.source import SourceFile
+
+    text = ("program b\nworld 4\ngroup pairs = split by rank // 2\ngroup halves = split by rank // 2 + 10\n"
+            "tensor x: float32[4] = rank\ntensor y: float32[4]\nlet peer = rank + 1 - 2 * (rank % 2)\n"
+            f"batch:\n    send x to peer {groups[0]}\n    recv y from peer {groups[1]}\n")
+    diags = check_program(load(SourceFile("b.comm", text)), CheckOptions())
+    assert [d.message for d in diags if d.code == "P213"] == found

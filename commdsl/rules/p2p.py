@@ -1028,14 +1028,14 @@ class BatchAcrossGroups(Rule):
 def _groups_differ(rec: BatchRec, world: int) -> tuple[int, P2PRec, P2PRec, int, int] | None:
     """(rank, its first op, an op on another group, their groups) for the lowest rank of `rec` whose ops in the
     batch name two groups; None where each rank's ops share one."""
-    scalars = {op.gid for op in rec.ops if not isinstance(op.gid, np.ndarray)}
-    if len(scalars) == 1 and all(not isinstance(op.gid, np.ndarray) for op in rec.ops):
+    groups = [0 if op.gid is None else op.gid for op in rec.ops]  # None: the world, group 0
+    if not any(isinstance(g, np.ndarray) for g in groups) and len(set(groups)) == 1:
         return None  # one group on every rank: the common case, without a pass over the ranks
     first_gid = np.full(world, -1, dtype=np.int64)
     first_op = np.zeros(world, dtype=np.int64)
     found = None
-    for i, op in enumerate(rec.ops):
-        gids = np.broadcast_to(np.asarray(0 if op.gid is None else op.gid, dtype=np.int64), op.ranks.shape)
+    for i, (op, g) in enumerate(zip(rec.ops, groups)):
+        gids = np.broadcast_to(np.asarray(g, dtype=np.int64), op.ranks.shape)
         known = first_gid[op.ranks]
         clash = (known >= 0) & (known != gids)
         if clash.any():
