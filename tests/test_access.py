@@ -257,4 +257,3 @@ def test_r503_after_a_blocking_collective_of_the_group_is_gloos_only():
     assert [d.code for d in found] == ["R503"]
     assert "only on gloo (checked for gloo, nccl)" in [n.message for n in found[0].notes]
     assert check_program(load(SourceFile("o.comm", text)), CheckOptions(backends=("nccl",))) == []
-
