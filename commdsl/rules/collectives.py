@@ -877,14 +877,13 @@ def _first_differing(column: np.ndarray) -> int | None:
 def _sizes(ctx: Context, c, group):
     first = _Member(ctx, c, 0)
     kind = ctx.record(c.rec[0]).kind
-    members = [ctx.op(c.rec[k], c.pos[k]) for k in range(len(c))] if (c.contribution < 0).any() else []
-    pair = kind.members_disagree_ops(members) if members else None
-    if pair is not None:
+    if (c.contribution < 0).any():  # sizes that differ per peer: the members are compared one by one
+        pair = kind.members_disagree_ops([ctx.op(c.rec[k], c.pos[k]) for k in range(len(c))])
+        if pair is None:
+            return None
         a, b = _Member(ctx, c, pair[0]), _Member(ctx, c, pair[1])
         message, label_a, label_b, help = kind.disagreement(a.rank, a.op, b.rank, b.op, pair)
         return (kind.rule.code if kind.rule else "C306", _pair(message, a, b, label_a, label_b, help))
-    if (c.contribution < 0).any():
-        return None  # sizes that differ per peer, and every member's agree (`members_disagree_ops`)
     odd = _first_differing(c.contribution)
     if odd is None:
         return None
@@ -1158,7 +1157,7 @@ def _overlap(ctx: Context, rec: CollectiveRec) -> tuple[int, str] | None:
         return None
     ranks = rec.ranks
     n = ranks.size
-    roots = np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == ranks
+    roots = _roots(rec)
     for is_root in (True, False):
         reads, writes, _ = rec.kind.roles(is_root)
         mine = roots == is_root
@@ -1177,6 +1176,12 @@ def _overlap(ctx: Context, rec: CollectiveRec) -> tuple[int, str] | None:
                 if hit.any():
                     return int(ranks[np.argmax(hit)]), iv.tensor
     return None
+
+
+def _roots(rec: CollectiveRec) -> np.ndarray:
+    """Per rank of `rec`, whether it is the call's root (none for a kind without one)."""
+    n = rec.ranks.size
+    return np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == rec.ranks
 
 
 def _in_place(ctx: Context, rec: CollectiveRec, io, inn, oo, on) -> np.ndarray:
@@ -1434,7 +1439,7 @@ def _shape_mismatch(ctx: Context, rec: CollectiveRec, one, bufs, output: bool) -
     among the ranks whose call holds the list (a gather's or scatter's root), and only the rank's own entry of
     it where the backend compares that alone (`Kind.listed_shape_own_only`); None where none does."""
     n = rec.ranks.size
-    roots = np.zeros(n, dtype=bool) if rec.root is None else np.broadcast_to(np.asarray(rec.root), (n,)) == rec.ranks
+    roots = _roots(rec)
     holds = np.array([rec.kind.roles(bool(r))[1 if output else 0] for r in (False, True)])[roots.astype(np.int64)]
     bad = np.zeros((len(bufs), n), dtype=bool)
     for j, b in enumerate(bufs):
