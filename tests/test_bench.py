@@ -342,6 +342,21 @@ def test_sweep_with_check_and_every_output(tmp_path, capfd, no_orphans):
 
 @pytest.mark.gloo
 @pytest.mark.timeout(90)
+def test_all_on_one_rank_is_every_collective_but_sendrecv(tmp_path, capfd, no_orphans):
+    """One GPU is NCCL at world 1: `--collective all --nproc 1` benches every collective one rank can run
+    (sendrecv needs two), where it once stopped at a usage error (seen on a lent H200)."""
+    out_json = tmp_path / "b.json"
+    code, out, err = run_here(["bench", "--collective", "all", "--nproc", "1", "--sizes", "1K:1K", "--iters", "2",
+                               "--warmup", "1", "--backend", "gloo", "--json", str(out_json)], capfd)
+    assert code == 0, out + err
+    from commdsl.bench.builtin import COLLECTIVES
+
+    measured = {r["collective"] for r in json.loads(out_json.read_text())["rows"]}
+    assert measured == set(COLLECTIVES) - {"sendrecv"}
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
 def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans):
     report = tmp_path / "ring.json"
     code, out, err = run_here(["bench", RING, "--nproc", "4", "--compare", "builtin", "--sizes", "1K:2K",

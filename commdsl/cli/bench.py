@@ -142,14 +142,16 @@ def add_parser(sub):
 
 
 def _collectives(args) -> list[str]:
-    """The built-ins `--collective` names (repeated or comma-separated, `all` for every one), in order, once each."""
+    """The built-ins `--collective` names (repeated or comma-separated, `all` for every one), in order, once each.
+    `all` on one rank leaves out `sendrecv`, which needs two (`--nproc 1 --backend nccl` is one GPU's whole bench)."""
     from commdsl.bench.builtin import COLLECTIVES
 
+    one_rank = args.nproc is not None and int(args.nproc) < 2
     kinds: list[str] = []
     for item in args.collective or []:
         for name in filter(None, (s.strip() for s in item.split(","))):
             if name == "all":
-                kinds.extend(k for k in COLLECTIVES if k not in kinds)
+                kinds.extend(k for k in COLLECTIVES if k not in kinds and not (one_rank and k == "sendrecv"))
             elif name not in COLLECTIVES:
                 raise UsageError(f"--collective {name}: not one of {', '.join(COLLECTIVES)}, all")
             elif name not in kinds:
