@@ -103,7 +103,8 @@ if __name__ == "__main__":
         torch.cuda.set_device(0)
         torch.set_default_device("cuda:0")
     dist.init_process_group(backend, rank=0, world_size=1)
-    print(f"# torch {torch.__version__}, {backend}" + (f", NCCL {torch.cuda.nccl.version()}" if backend == "nccl" else ""))
+    nccl = f", NCCL {torch.cuda.nccl.version()}" if backend == "nccl" else ""
+    print(f"# torch {torch.__version__}, {backend}{nccl}")
     for case in CASES:
         tr(case.__name__, case)
     dist.destroy_process_group()
