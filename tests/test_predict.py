@@ -1032,6 +1032,26 @@ def test_a_shared_hosts_memory_is_a_port_a_lone_computing_rank_has_to_itself():
     assert seconds(LOCAL, 4, shared, n) == pytest.approx(4 * 2 * n / 1e9)  # one op, all four at once
 
 
+APART = (
+    "program a\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n] = 2\n"
+    "on rank == 0:\n    x += y\non rank == 1:\n    x += y\n"
+)
+
+
+@pytest.mark.parametrize(("node_gbps", "adds"), [(None, 2), (1.5, 4 / 3), (2, 1), (8, 1)])
+def test_a_shared_hosts_memory_runs_as_many_ops_at_once_as_it_has_room_for(node_gbps, adds):
+    """Two ranks' adds written as two statements run at once as much as one statement on both does: a node
+    memory with room for `capacity` adds at full speed queues the second only past that (one add's room: one
+    after the other, as a port; 1.5: each at 3/4 of full speed; 2 or more: both at full speed). The 16-core
+    host's pipeline at N = 2 was predicted 57 % slow when its memory (3.4 adds at once) queued every stage's
+    add behind the other stage's (docs/predict.md)."""
+    n = 1 << 20
+    extra = "" if node_gbps is None else f"node_memory_gbps = {node_gbps}\n"
+    shared = parse(SourceFile("t.toml", f"ranks_per_node = 2\nshared_node = true\nmemory_gbps = 1\n{extra}[intra]\n"
+                                        "alpha_us = 0\nbandwidth_gbps = 1e6\n"))
+    assert seconds(APART, 2, shared, n) == pytest.approx(adds * 2 * n / 1e9, rel=1e-3)
+
+
 @pytest.mark.parametrize(("statement", "sizes"), [
     ("x += y", []),  # torch's in-place add: one pass, nothing allocated
     ("x += 1", [4]),  # torch.add(x, 1), then copied into x

@@ -387,22 +387,25 @@ class Clocks(Observer):
         """The clocks `t` of ranks G (each row a rank's, per size) after moving `moved` bytes each through their
         node's memory on a shared_node host: the node's ranks that run this op at once share it as the ranks
         of a ring step all add at once (processor sharing, `_shared`: four equal ones take four times as long),
-        and it starts when the node's memory is free of the local ops before it, as a port does for messages;
-        a pipeline stage that computes while the others wait has the memory to itself. `memory_gbps` is one
-        rank's, `node_memory_gbps` all of them at once (`Topology.memory_capacity`; `bench --calibrate` times
-        both). `free`: per node, when its memory is free."""
+        and the node's memory also drains the local ops timed before it, at its whole bandwidth: an op ends no
+        sooner than its own bytes at one rank's speed, nor than the memory's backlog and its own bytes at the
+        node's. With room for one add (the 2-core machine) ops of different ranks queue as at a port; with
+        room for 3.4 (the 16-core host) two pipeline stages' adds run side by side, and a stage that computes
+        while the others wait has the memory to itself. `memory_gbps` is one rank's, `node_memory_gbps` all
+        of them at once (`Topology.memory_capacity`; `bench --calibrate` times both). `free`: per node, when
+        its memory has drained the ops timed so far."""
         node = self.node[G]
         capacity = self.topo.memory_capacity
+        drain = max(1.0, capacity) * self.memory_bps
         if moved.ndim == 1 and (node == node[0]).all():  # one node, equal ops (an SPMD step): all share at once
-            end = np.maximum(t, free[node[0]])
-            end += moved * (max(1.0, G.size / capacity) / self.memory_bps)
-            free[node[0]] = end.max(axis=0)
-            return end
+            eff = moved * max(1.0, G.size / capacity)
+            queued = np.maximum(t, free[node[0]]) + moved * (G.size / drain)
+            free[node[0]] = queued.max(axis=0)
+            return np.maximum(t + eff / self.memory_bps, queued)
         eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, free.shape[0], capacity)
-        end = np.maximum(t, free[node])
-        end += eff / self.memory_bps
-        np.maximum.at(free, node, end)
-        return end
+        queued = np.maximum(t, free[node]) + eff / drain
+        np.maximum.at(free, node, queued)
+        return np.maximum(t + eff / self.memory_bps, queued)
 
     def posted(self, rows: Posts) -> None:
         self.settle(*self.members(rows.rank))
