@@ -48,7 +48,7 @@ CASES = [  # (name, program args, size param args)
 def commdsl(*args: str) -> None:
     cmd = [sys.executable, "-m", "commdsl", *args]
     print("$ commdsl " + " ".join(args), file=sys.stderr, flush=True)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, timeout=900)
 
 
