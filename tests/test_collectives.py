@@ -564,6 +564,26 @@ def test_a_list_buffer_of_another_shape_is_c320_where_torch_compares_shapes(stat
         assert found == (["C320"] if backend in backends else []), (backend, found)
 
 
+@pytest.mark.parametrize("decls, statement, gloo", [
+    ("tensor y: float32[3, 4]", "all_gather x into y", True),  # torch's stacked form: NCCL only
+    ("tensor y: float32[6, 2]", "all_gather x into y", True),
+    ("tensor y: float32[12]", "all_gather x into y", False),
+    ("tensor y: float32[3, 4]", "all_gather y.chunk(rank, world) into y", False),  # rows of [1, 4]
+    ("tensor y: float32[3, 4]\ntensor v: float32[1, 4]", "all_gather v into y", False),
+    ("tensor y: float32[12]", "reduce_scatter y into x", False),
+    ("tensor y: float32[3, 4]", "reduce_scatter y into x", True),
+    ("tensor y: float32[3, 4]", "reduce_scatter y into y.chunk(rank, world)", False),
+    ("tensor y: float32[12]\ntensor v: float32[2, 2]", "reduce_scatter y into v", True),
+])
+def test_a_whole_buffer_not_shaped_as_the_parts_side_by_side_is_c321_on_gloo(decls, statement, gloo):
+    """Gloo chunks `all_gather_into_tensor`'s output (`reduce_scatter_tensor`'s input) along dimension 0 and
+    compares each chunk with the part (measured); NCCL compares element counts only (measured at world 1)."""
+    text = f"tensor x: float32[4] = rank\n{decls}\n{statement}\n"
+    for backend in ("gloo", "nccl"):
+        found = [c for c, _ in _codes(text, backend)]
+        assert found == (["C321"] if gloo and backend == "gloo" else []), (backend, found)
+
+
 def test_gloo_reduce_scatter_compares_only_the_members_own_entry():
     """Measured: with its own entry of the output's shape, a member may pass the others in any shape."""
     assert _codes("tensor x: float32[4] = rank\ntensor a: float32[2, 2]\n"

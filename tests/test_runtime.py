@@ -174,6 +174,41 @@ def test_a_tag_lint_calls_out_of_range_raises_in_torch(tag, raised, tmp_path, ca
     assert code == 1 and raised in out + err, out + err
 
 
+FLAT = "program f\nworld 2\ntensor x: float32[4] = rank + 1\n"
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("decls, statement, raised", [
+    # torch's documented stacked output, which NCCL runs (pytorch#178798)
+    ("tensor y: float32[world, 4]\n", "all_gather x into y", "ProcessGroupGloo::allgather: invalid tensor size"),
+    ("tensor y: float32[4, 2]\n", "all_gather x into y", "ProcessGroupGloo::allgather: invalid tensor size"),
+    ("tensor y: float32[1, 2]\n", "reduce_scatter x into y", "outputShape[0] * worldSize == inputShape[0]"),
+])
+def test_a_flat_buffer_the_checker_calls_c321_raises_in_torch_on_gloo(decls, statement, raised, tmp_path, capfd,
+                                                                        no_orphans):
+    """C321 says which whole buffers torch's Gloo refuses: the real run, launched despite it, passes the
+    tensors as declared, as a torch script would, and raises so (it flattened them before, and passed)."""
+    path = write(tmp_path, "f.comm", FLAT + decls + statement + "\n")
+    code, out, err = run_here(["lint", path, "--color", "never"], capfd)
+    assert code == 1 and "C321" in out + err, out + err
+    code, out, err = run_here(["run", path, "--nproc", "2", "--no-check", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 1 and raised in out + err, out + err
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_whole_buffers_of_rows_side_by_side_run_on_gloo(tmp_path, capfd, no_orphans):
+    """The shapes C321 accepts run on Gloo with more than one dimension, in place too."""
+    text = ("program rows\nworld 2\ntensor x: float32[1, 4] = rank + 1\ntensor y: float32[world, 4]\n"
+            "all_gather x into y\nexpect y == i // 4 + 1\nall_gather y.chunk(rank, world) into y\n"
+            "expect y == i // 4 + 1\ntensor z: float32[world * 2, 2] = 1\ntensor w: float32[2, 2]\n"
+            "reduce_scatter z into w\nexpect w == world\n")
+    path = write(tmp_path, "rows.comm", text)
+    code, out, err = run_here(["run", path, "--nproc", "2", "--timeout", "60", "--color", "never"], capfd)
+    assert code == 0 and "passed" in out + err, out + err
+
+
 LISTS = "program l\nworld 2\ntensor a: float32[2, 1]\ntensor b: float32[2, 1]\ntensor s0: float32[2]\n" \
         "tensor s1: float32[4]\n"
 

@@ -103,6 +103,9 @@ class Kind:
     # and raises where one differs (C320), though the elements would fit
     listed_shapes: tuple[str, ...] = ()
     listed_shape_own_only: bool = False  # ... only the member's own entry of the list (the others may be any size)
+    # the backends whose torch call of the one-tensor form requires the whole buffer to be the members' parts
+    # concatenated along dimension 0 ([size * a, b] for parts [a, b]) and raises on any other shape (C321)
+    flat_shapes: tuple[str, ...] = ()
 
     # ---- syntax ---------------------------------------------------------------------------------
     def statement(self, *parts) -> dict:
@@ -125,6 +128,11 @@ class Kind:
     def listed(self, rec: CollectiveRec) -> tuple[VView, tuple[VView, ...], bool] | None:
         """(the one tensor, the buffers of the list, whether the list is the output) of a call in its list form,
         None in its one-tensor form or for a kind without one."""
+        return None
+
+    def flat(self, rec: CollectiveRec) -> tuple[VView, VView, bool] | None:
+        """(a member's part, the whole buffer of every part, whether the whole is the output) of a call in its
+        one-tensor form, None in its list form or for a kind without one."""
         return None
 
     def roles(self, is_root: bool) -> tuple[bool, bool, bool]:
@@ -238,6 +246,10 @@ class UnevenList(Kind):
     def listed(self, rec):
         one, bufs, listed = self._sides(rec)
         return (one[0], bufs, self.list_is_output) if listed else None
+
+    def flat(self, rec):
+        one, bufs, listed = self._sides(rec)
+        return None if listed else (one[0], bufs[0], self.list_is_output)
 
     def members_disagree(self, inst: Instance) -> tuple[int, int] | None:
         if self.list_is_output:

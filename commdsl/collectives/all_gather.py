@@ -19,6 +19,7 @@ class AllGather(UnevenList):
     gloo_copies = True  # gathers into a flat temporary (`newLikeFlat`), then copies it out
     listed_copies = True
     listed_shapes = ("gloo",)  # measured: `invalid tensor size at index j`; PGNCCL compares element counts
+    flat_shapes = ("gloo",)  # measured: Gloo chunks the output along dim 0 and compares each chunk with x
     bench = ("tensor x: {t}[n // world] = " + DATA + "\ntensor y: {t}[n // world * world]", "all_gather x into y", "y")
     # as nccl-tests' in-place: this rank's input is its own block of the output
     bench_in_place = ("tensor y: {t}[n // world * world] = " + DATA, "all_gather y.chunk(rank, world) into y", "y")
@@ -41,7 +42,7 @@ class AllGather(UnevenList):
             return lambda a: dist.all_gather(outs, ins[0], group=group, async_op=a)
         # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single
         single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
+        out, inp = outs[0], ins[0]  # as declared: Gloo refuses shapes NCCL takes (C321), as torch by hand
         return lambda a: single(out, inp, group=group, async_op=a)
 
     python_prelude = (  # one line: torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single
@@ -51,7 +52,7 @@ class AllGather(UnevenList):
     def script_call(self, node, ins, outs, red, root, size, splits):
         if node.outputs_listed:
             return "dist.all_gather", [f"[{', '.join(outs)}]", ins[0]]
-        return "all_gather_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)"]
+        return "all_gather_single", [outs[0], ins[0]]
 
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world

@@ -19,6 +19,7 @@ class ReduceScatter(UnevenList):
     listed_copies = True
     listed_shapes = ("gloo",)  # measured: Gloo's `Check failed: outputs[0].sizes() == inputs[0][i].sizes()`,
     listed_shape_own_only = True  # for i the member's own entry only: Gloo runs a reduce-scatter-v (measured)
+    flat_shapes = ("gloo",)  # measured: `Check failed: outputShape[0] * worldSize == inputShape[0]`, then dim by dim
     bench = (
         "tensor x: {t}[n // world * world] = " + DATA + "\ntensor y: {t}[n // world]",
         "reduce_scatter x into y op {op}",
@@ -53,7 +54,7 @@ class ReduceScatter(UnevenList):
             return lambda a: dist.reduce_scatter(outs[0], ins, red, group=group, async_op=a)
         # torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
         single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        out, inp = outs[0].reshape(-1), ins[0].reshape(-1)
+        out, inp = outs[0], ins[0]  # as declared: Gloo refuses shapes NCCL takes (C321), as torch by hand
         return lambda a: single(out, inp, red, group=group, async_op=a)
 
     python_prelude = (  # one line: torch 2.13 renamed reduce_scatter_tensor (now deprecated) to reduce_scatter_single
@@ -63,7 +64,7 @@ class ReduceScatter(UnevenList):
     def script_call(self, node, ins, outs, red, root, size, splits):
         if node.inputs_listed:
             return "dist.reduce_scatter", [outs[0], f"[{', '.join(ins)}]", red]
-        return "reduce_scatter_single", [f"{outs[0]}.view(-1)", f"{ins[0]}.view(-1)", red]
+        return "reduce_scatter_single", [outs[0], ins[0], red]
 
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world

@@ -1391,9 +1391,10 @@ class ListShapeMismatch(Rule):
     `::scatter`) on the ranks that hold the list, and `reduce_scatter` raises `RuntimeError: … Check failed:
     outputs[0].sizes().vec() == inputs[0][i].sizes().vec()` where the member's own entry differs (its other
     entries may have any shape and size: a reduce-scatter-v runs, with the right sums); an `all_gather` into
-    buffers of uneven sizes raises on every rank. NCCL (torch's sources, not measured): `gather` and `scatter`
-    raise `ValueError` (`assertTypeAndSizesMatch`); `all_gather` and `reduce_scatter` compare element counts
-    only, and run a list of uneven sizes as one broadcast (reduce) per member.
+    buffers of uneven sizes raises on every rank. NCCL (torch 2.11, NCCL 2.28.9, measured at world 1):
+    `gather` and `scatter` raise `ValueError: ProcessGroupNCCL::gather: invalid tensor size at index 0`
+    (`assertTypeAndSizesMatch`); `all_gather` and `reduce_scatter` compare element counts only, and (from the
+    sources) run a list of uneven sizes as one broadcast (reduce) per member.
     """
 
     code = "C320"
@@ -1429,6 +1430,101 @@ class ListShapeMismatch(Rule):
                 if uneven
                 else f"give {which} of the list the {other}'s shape, or the {other} the buffers' shape",
             )
+
+
+class FlatShapeMismatch(Rule):
+    """a collective's whole buffer whose shape the backend refuses
+
+    ## What it does
+
+    Reports `all_gather x into y` whose output `y`, or `reduce_scatter x into y` whose input `x`, is not
+    shaped as the members' parts concatenated along dimension 0 — `[size × a, b]` for parts `[a, b]` — under
+    a backend whose torch call (`all_gather_into_tensor`, `reduce_scatter_tensor`) requires that: Gloo. Names
+    the first rank, both buffers' shapes and the shape the backend needs.
+
+    ## Why is this bad?
+
+    The elements fit, so the program checks and reads as right, and on NCCL it runs: torch's documentation
+    even offers the stacked form (`[size, a]` for parts `[a]`) for `all_gather_into_tensor`. Gloo chunks the
+    whole buffer along dimension 0 and compares each chunk's shape with the part's, and raises before
+    anything moves: a test suite on CPU fails where the GPU job passed.
+
+    ## Example
+
+    ```comm
+    program stacked
+    world 2
+    tensor x: float32[4] = rank
+    tensor y: float32[world, 4]
+    all_gather x into y
+    ```
+
+    ## Use instead
+
+    ```comm
+    program stacked
+    world 2
+    tensor x: float32[1, 4] = rank
+    tensor y: float32[world, 4]
+    all_gather x into y
+    ```
+
+    ## Backend notes
+
+    Measured on Gloo (torch 2.13, world 1 and 2): `all_gather_into_tensor` of a `[4]` input into a `[2, 4]`
+    output raises `RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected (4),
+    got (1, 4))` (into `[8]` it runs, and `[4, 2]` from `[2, 2]` too); `reduce_scatter_tensor` of a `[1, 4]`
+    input into a `[4]` output raises `Check failed: outputShape[0] * worldSize == inputShape[0]`, and one whose
+    later dimensions differ `Check failed: outputShape[i] == inputShape[i]`. NCCL (torch 2.11, NCCL 2.28.9,
+    measured at world 1) runs each of them: it compares element counts only.
+    """
+
+    code = "C321"
+    name = "flat-shape-mismatch"
+    backend_doc = "list-forms"
+
+    @classmethod
+    def check(cls, ctx: Context) -> Iterator[Diagnostic]:
+        seen = set()  # once per statement, as C320
+        for rec in ctx.schedule.records:
+            if not isinstance(rec, CollectiveRec) or ctx.backend not in rec.kind.flat_shapes or rec.span in seen:
+                continue
+            flat = rec.kind.flat(rec)
+            if flat is None:
+                continue
+            part, whole, output = flat
+            size = _group_index(ctx, rec)[1]
+            bad = np.flatnonzero(~_concatenated(part, whole, size, rec.ranks.size))
+            if not bad.size:
+                continue
+            seen.add(rec.span)
+            k = int(bad[0])
+            mine, each, n = whole.at(k), part.at(k), int(size[k])
+            want = [n * each.shape[0], *each.shape[1:]]
+            side, other = ("output", "input") if output else ("input", "output")
+            stacked = list(mine.shape) == [n, *each.shape]
+            yield cls.diagnostic(
+                f"`{rec.kind.name}` on rank {int(rec.ranks[k])}: the {side} `{mine.tensor}` has shape "
+                f"{list(mine.shape)}, the {other} `{each.tensor}` {list(each.shape)}; "
+                f"{_BACKEND_NAMES[ctx.backend]} needs {want}",
+                span=rec.span,
+                label=f"{_BACKEND_NAMES[ctx.backend]} requires the {side} to be the {other}s of the group "
+                "side by side along dimension 0",
+                help=f"the stacked form runs on NCCL only: give the {other} a leading 1 ({[1, *each.shape]}), "
+                f"or the {side} the shape {want}"
+                if stacked
+                else f"give the {side} the shape {want} (NCCL takes any shape with the elements)",
+            )
+
+
+def _concatenated(part, whole, size: np.ndarray, n: int) -> np.ndarray:
+    """Per rank, whether `whole` is shaped as `size` of `part` side by side along dimension 0."""
+    if len(whole.shape) != len(part.shape) or not part.shape:
+        return np.full(n, len(whole.shape) == len(part.shape))
+    ok = np.broadcast_to(np.asarray(whole.shape[0]) == size * np.asarray(part.shape[0]), (n,))
+    for d, e in zip(whole.shape[1:], part.shape[1:]):
+        ok = ok & (np.asarray(d) == np.asarray(e))
+    return np.broadcast_to(ok, (n,))
 
 
 _BACKEND_NAMES = {"gloo": "Gloo", "nccl": "NCCL"}

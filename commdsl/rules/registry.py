@@ -110,6 +110,7 @@ RULES: tuple[type[Rule], ...] = (
     collectives.OverlappingBuffers,
     collectives.AsyncAcrossGroups,
     collectives.ListShapeMismatch,
+    collectives.FlatShapeMismatch,
     deadlock.Deadlock,
     deadlock.BufferingHazard,
     requests.RequestNeverWaited,
