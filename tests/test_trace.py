@@ -477,6 +477,19 @@ def test_an_all_gather_v_traces_clean_on_nccl_and_is_c320_on_gloo(capsys):
     assert at(diags[0])[1] == 11  # Gloo runs the reduce-scatter-v at 13 (measured)
 
 
+def test_shapes_gloo_refuses_are_found_in_the_shapes_the_script_passed(capsys):
+    """The emitted program's buffers are flat views, so the checker saw element counts only: torch's stacked
+    all_gather_into_tensor output, a reduce_scatter_tensor input of rows of 2 for outputs of 4 and list entries
+    of [2, 2] for a [4] input traced clean, and each raises on Gloo. The shapes are recorded now; NCCL runs
+    each, and a [1, 4] view gathered into [world, 4] runs on both."""
+    code, diags, err = trace(capsys, "shapes_gloo.py", "--world", "2")
+    assert code == 1, (diags, err)
+    assert [(d["code"], at(d)[1]) for d in diags] == [("C321", 13), ("C321", 16), ("C320", 18)], diags
+    assert "the output `stacked` has shape [2, 4], the input `shard` [4]; Gloo needs [8]" in diags[0]["message"]
+    code, diags, err = trace(capsys, "shapes_gloo.py", "--world", "2", "--backend", "nccl")
+    assert code == 0 and diags == [], (diags, err)
+
+
 def test_an_all_to_all_of_uneven_lists_traces_as_its_split_sizes(capsys, tmp_path):
     """The fake process group copies input j into output j of `all_to_all`'s lists, which failed on uneven
     sizes; the recorder hands it outputs shaped as the inputs, and the lists become one exchange's splits."""

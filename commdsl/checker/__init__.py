@@ -82,7 +82,7 @@ def analyse_schedule(
                 else:
                     found[key] = (d, [])
                 found[key][1].append(b if not rule.about_backends else "*")
-    diags = [_on_backends(d, seen, backends) for d, seen in found.values()]
+    diags = [on_backends(d, seen, backends) for d, seen in found.values()]
     if sim is not None:
         diags.extend(data_findings(sim))
     return [_with_calls(d, program, schedule) for d in with_values_read(schedule, diags)], sim
@@ -120,7 +120,7 @@ def _cited(d: Diagnostic) -> Diagnostic:
     return d if cite is None else replace(d, notes=d.notes + (cite,))
 
 
-def _on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
+def on_backends(d: Diagnostic, seen: list[str], backends: tuple[str, ...]) -> Diagnostic:
     """A finding cites the backend model's section its notes come from, and one found under some of the checked
     backends only says on which ("*": the rule compares backends)."""
     d = _cited(d)

@@ -110,7 +110,8 @@ def run(args) -> int:
             else:
                 out.print(emitted.text, end="", markup=False)
         comm_path = args.output if args.emit and args.output else f"{args.script}.traced.comm"
-        diags = check_emitted(emitted, comm_path, sources, tuple(args.backend) if args.backend else None)
+        backends = tuple(args.backend) if args.backend else None
+        diags = check_emitted(emitted, comm_path, sources, backends, traces=recording.traces)
         _merge(merged, diags)
     diags = list(merged.values())
     # the program went to stdout: the findings go to stderr, so `> out.comm` keeps a clean program

@@ -20,6 +20,8 @@ from commdsl.values import distinct, item
 
 if TYPE_CHECKING:
     from commdsl.checker.context import Context
+    from commdsl.collectives import Kind
+    from commdsl.source import Span
 
 
 class CollectiveKindMismatch(Rule):
@@ -1416,20 +1418,65 @@ class ListShapeMismatch(Rule):
             seen.add(rec.span)
             k, j = found
             one, bufs, output = listed
-            side, other = ("output", "input") if output else ("input", "output")
             mine, want = bufs[j].at(k), one.at(k)
-            own = rec.kind.listed_shape_own_only
-            which = "the member's own buffer" if own else "every buffer"
-            uneven = not own and any(b.at(k).numel != want.numel for b in bufs)
-            yield cls.diagnostic(
-                f"`{rec.kind.name}` on rank {int(rec.ranks[k])}: buffer {j} of the {side} list, `{mine.tensor}`, "
-                f"has shape {list(mine.shape)}, the {other} `{want.tensor}` {list(want.shape)}",
-                span=rec.span,
-                label=f"{_BACKEND_NAMES[ctx.backend]} requires the {other}'s shape for {which}",
-                help="pad every member's part to one size (NCCL runs uneven lists)"
-                if uneven
-                else f"give {which} of the list the {other}'s shape, or the {other} the buffers' shape",
+            uneven = any(b.at(k).numel != want.numel for b in bufs)
+            yield cls.finding(
+                rec.kind,
+                ctx.backend,
+                int(rec.ranks[k]),
+                j,
+                (mine.tensor, mine.shape),
+                (want.tensor, want.shape),
+                output,
+                uneven,
+                rec.span,
             )
+
+    @classmethod
+    def on_call(cls, kind: Kind, call, rank: int, me: int, is_root: bool, backend: str) -> Diagnostic | None:
+        """The finding for one traced call (`trace.events.Call`) on `rank`, from the shapes the script passed
+        (the emitted program's buffers are flat views: the checker sees their element counts only)."""
+        listed = kind.listed(call) if backend in kind.listed_shapes else None
+        if listed is None or not kind.roles(is_root)[1 if listed[2] else 0]:
+            return None
+        one, bufs, output = listed
+        if one.shape is None or any(b.shape is None for b in bufs):
+            return None
+        entries = [me] if kind.listed_shape_own_only else range(len(bufs))
+        j = next((j for j in entries if j < len(bufs) and bufs[j].shape != one.shape), None)
+        if j is None:
+            return None
+        uneven = any(b.numel != one.numel for b in bufs)
+        return cls.finding(
+            kind, backend, rank, j, (bufs[j].label, bufs[j].shape), (one.label, one.shape), output, uneven
+        )
+
+    @classmethod
+    def finding(
+        cls,
+        kind: Kind,
+        backend: str,
+        rank: int,
+        j: int,
+        mine: tuple,
+        want: tuple,
+        output: bool,
+        uneven: bool,
+        span: Span | None = None,
+    ) -> Diagnostic:
+        """Buffer `j` of the list, (name, shape) `mine`, is not of the one tensor's (name, shape) `want`."""
+        side, other = ("output", "input") if output else ("input", "output")
+        own = kind.listed_shape_own_only
+        which = "the member's own buffer" if own else "every buffer"
+        return cls.diagnostic(
+            f"`{kind.name}` on rank {rank}: buffer {j} of the {side} list, {_named(mine[0])}, has shape "
+            f"{list(mine[1])}, the {other} {_named(want[0])} {list(want[1])}",
+            span=span,
+            label=f"{_BACKEND_NAMES[backend]} requires the {other}'s shape for {which}",
+            help="pad every member's part to one size (NCCL runs uneven lists)"
+            if uneven and not own
+            else f"give {which} of the list the {other}'s shape, or the {other} the buffers' shape",
+        )
 
 
 class FlatShapeMismatch(Rule):
@@ -1494,37 +1541,79 @@ class FlatShapeMismatch(Rule):
                 continue
             part, whole, output = flat
             size = _group_index(ctx, rec)[1]
-            bad = np.flatnonzero(~_concatenated(part, whole, size, rec.ranks.size))
+            bad = np.flatnonzero(~_concatenated(part.shape, whole.shape, size, rec.ranks.size))
             if not bad.size:
                 continue
             seen.add(rec.span)
             k = int(bad[0])
-            mine, each, n = whole.at(k), part.at(k), int(size[k])
-            want = [n * each.shape[0], *each.shape[1:]]
-            side, other = ("output", "input") if output else ("input", "output")
-            stacked = list(mine.shape) == [n, *each.shape]
-            yield cls.diagnostic(
-                f"`{rec.kind.name}` on rank {int(rec.ranks[k])}: the {side} `{mine.tensor}` has shape "
-                f"{list(mine.shape)}, the {other} `{each.tensor}` {list(each.shape)}; "
-                f"{_BACKEND_NAMES[ctx.backend]} needs {want}",
-                span=rec.span,
-                label=f"{_BACKEND_NAMES[ctx.backend]} requires the {side} to be the {other}s of the group "
-                "side by side along dimension 0",
-                help=f"the stacked form runs on NCCL only: give the {other} a leading 1 ({[1, *each.shape]}), "
-                f"or the {side} the shape {want}"
-                if stacked
-                else f"give the {side} the shape {want} (NCCL takes any shape with the elements)",
+            mine, each = whole.at(k), part.at(k)
+            yield cls.finding(
+                rec.kind,
+                ctx.backend,
+                int(rec.ranks[k]),
+                (mine.tensor, mine.shape),
+                (each.tensor, each.shape),
+                output,
+                int(size[k]),
+                rec.span,
             )
 
+    @classmethod
+    def on_call(cls, kind: Kind, call, rank: int, size: int, backend: str) -> Diagnostic | None:
+        """The finding for one traced call (`trace.events.Call`) on `rank` in a group of `size`, from the shapes
+        the script passed (the emitted program's buffers are flat views), as `ListShapeMismatch.on_call`."""
+        flat = kind.flat(call) if backend in kind.flat_shapes else None
+        if flat is None:
+            return None
+        part, whole, output = flat
+        if part.shape is None or whole.shape is None or _concatenated(part.shape, whole.shape, np.array([size]), 1)[0]:
+            return None
+        return cls.finding(kind, backend, rank, (whole.label, whole.shape), (part.label, part.shape), output, size)
 
-def _concatenated(part, whole, size: np.ndarray, n: int) -> np.ndarray:
-    """Per rank, whether `whole` is shaped as `size` of `part` side by side along dimension 0."""
-    if len(whole.shape) != len(part.shape) or not part.shape:
-        return np.full(n, len(whole.shape) == len(part.shape))
-    ok = np.broadcast_to(np.asarray(whole.shape[0]) == size * np.asarray(part.shape[0]), (n,))
-    for d, e in zip(whole.shape[1:], part.shape[1:]):
+    @classmethod
+    def finding(
+        cls,
+        kind: Kind,
+        backend: str,
+        rank: int,
+        whole: tuple,
+        part: tuple,
+        output: bool,
+        size: int,
+        span: Span | None = None,
+    ) -> Diagnostic:
+        """The (name, shape) `whole` is not `size` of the (name, shape) `part` side by side along dimension 0."""
+        (whole_name, shape), (part_name, each) = whole, part
+        want = [size * each[0], *each[1:]] if each else [size]
+        side, other = ("output", "input") if output else ("input", "output")
+        stacked = list(shape) == [size, *each]
+        name = _BACKEND_NAMES[backend]
+        return cls.diagnostic(
+            f"`{kind.name}` on rank {rank}: the {side} {_named(whole_name)} has shape {list(shape)}, the {other} "
+            f"{_named(part_name)} {list(each)}; {name} needs {want}",
+            span=span,
+            label=f"{name} requires the {side} to be the {other}s of the group side by side along dimension 0",
+            help=f"the stacked form runs on NCCL only: give the {other} a leading 1 ({[1, *each]}), "
+            f"or the {side} the shape {want}"
+            if stacked
+            else f"give the {side} the shape {want} (NCCL takes any shape with the elements)",
+        )
+
+
+def _concatenated(part: tuple, whole: tuple, size: np.ndarray, n: int) -> np.ndarray:
+    """Per rank, whether the shape `whole` is `size` of the shape `part` side by side along dimension 0 (a
+    dimension may differ per rank: an array)."""
+    if len(whole) != len(part) or not part:
+        return np.full(n, len(whole) == len(part))
+    ok = np.broadcast_to(np.asarray(whole[0]) == size * np.asarray(part[0]), (n,))
+    for d, e in zip(whole[1:], part[1:]):
         ok = ok & (np.asarray(d) == np.asarray(e))
     return np.broadcast_to(ok, (n,))
+
+
+def _named(name: str) -> str:
+    """A buffer in a message: its name quoted, or (a traced tensor passed without one) plainly."""
+    return f"`{name}`" if name else "a tensor"
 
 
 _BACKEND_NAMES = {"gloo": "Gloo", "nccl": "NCCL"}

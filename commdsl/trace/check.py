@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from commdsl.checker import CheckOptions, check_program
+from commdsl.checker import CheckOptions, check_program, on_backends
+from commdsl.collectives import KINDS
 from commdsl.diagnostics import CommdslError, Diagnostic, Label, Note
 from commdsl.resolve import load
-from commdsl.rules.collectives import CollectiveOrderSwap
+from commdsl.rules.collectives import CollectiveOrderSwap, FlatShapeMismatch, ListShapeMismatch
 from commdsl.rules.idioms import CollectiveResultUnused
 from commdsl.source import SourceFile, Span
-from commdsl.trace.events import Site
+from commdsl.trace.events import Call, RankTrace, Site
 from commdsl.trace.to_comm import Emitted, LineInfo
 
 
@@ -174,8 +176,10 @@ def check_emitted(
     backends: tuple[str, ...] | None = None,
     lints: bool = True,
     max_seconds: float | None = None,
+    traces: Sequence[RankTrace] = (),
 ) -> list[Diagnostic]:
-    """The checker's findings on the emitted program, on the script's lines."""
+    """The checker's findings on the emitted program, on the script's lines, and those on the shapes of the
+    tensors the recorded `traces` passed (`shape_findings`)."""
     mapper = Mapper(emitted, comm_path, sources)
     try:
         program = load(SourceFile(comm_path, emitted.text))
@@ -185,7 +189,34 @@ def check_emitted(
         )
     except CommdslError as e:
         diags = e.diagnostics
-    return _once_per_place([mapper.diagnostic(d) for d in diags if d.code not in UNSOUND_ON_TRACES])
+    found = [mapper.diagnostic(d) for d in diags if d.code not in UNSOUND_ON_TRACES]
+    found += shape_findings(traces, backends or (emitted.backend,), mapper)
+    return _once_per_place(found)
+
+
+def shape_findings(traces: Sequence[RankTrace], backends: tuple[str, ...], mapper: Mapper) -> list[Diagnostic]:
+    """`C320` and `C321` on the shapes the script passed to torch. The emitted program's buffers are flat views
+    of each storage, so the checker sees their element counts only: a list entry or a whole buffer with the
+    elements but a shape the backend refuses would pass it. One finding per call site, on its first rank."""
+    found: dict[tuple, tuple[Diagnostic, list[str]]] = {}
+    for t in traces:
+        for c in t.events:
+            kind = KINDS.get(c.op) if isinstance(c, Call) else None
+            if kind is None:
+                continue
+            group = c.group or tuple(range(t.world))
+            me = group.index(t.rank) if t.rank in group else -1
+            for backend in backends:
+                d = ListShapeMismatch.on_call(kind, c, t.rank, me, c.root == t.rank, backend)
+                d = d or FlatShapeMismatch.on_call(kind, c, t.rank, len(group), backend)
+                if d is None:
+                    continue
+                key = (d.code, c.site)
+                if key not in found:
+                    span = mapper.site_span(c.site)
+                    found[key] = (replace(d, span=span, worlds=(t.world,)), [])
+                found[key][1].append(backend)
+    return [on_backends(d, seen, backends) for d, seen in found.values()]
 
 
 def _once_per_place(diags: list[Diagnostic]) -> list[Diagnostic]:

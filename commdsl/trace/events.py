@@ -36,6 +36,7 @@ class Buffer:
     dtype: str
     offset: int = 0
     label: str = ""  # the expression the script passed (`grad`, `buf[0:8]`), where it called the API itself
+    shape: tuple[int, ...] | None = None  # the tensor's shape as passed (None: not known, a flight record's)
 
 
 @dataclass(slots=True)
@@ -89,8 +90,8 @@ def _call_json(c: Call) -> dict:
         "op": c.op,
         "site": list(astuple_site(c.site)),
         "group": list(c.group) if c.group is not None else None,
-        "inputs": [[b.id, b.numel, b.dtype, b.offset, b.label] for b in c.inputs],
-        "outputs": [[b.id, b.numel, b.dtype, b.offset, b.label] for b in c.outputs],
+        "inputs": [_buffer_json(b) for b in c.inputs],
+        "outputs": [_buffer_json(b) for b in c.outputs],
         "inputs_listed": c.inputs_listed,
         "outputs_listed": c.outputs_listed,
         "peer": c.peer,
@@ -106,6 +107,15 @@ def _call_json(c: Call) -> dict:
     }
 
 
+def _buffer_json(b: Buffer) -> list:
+    return [b.id, b.numel, b.dtype, b.offset, b.label, None if b.shape is None else list(b.shape)]
+
+
+def _buffer_from(b: list) -> Buffer:
+    bid, numel, dtype, offset, label, shape = b
+    return Buffer(bid, numel, dtype, offset, label, None if shape is None else tuple(shape))
+
+
 def astuple_site(s: Site) -> tuple:
     return (s.path, s.line, s.column, s.end_line, s.end_column)
 
@@ -115,8 +125,8 @@ def _call_from(d: dict) -> Call:
         op=d["op"],
         site=Site(*d["site"]),
         group=tuple(d["group"]) if d["group"] is not None else None,
-        inputs=tuple(Buffer(*b) for b in d["inputs"]),
-        outputs=tuple(Buffer(*b) for b in d["outputs"]),
+        inputs=tuple(map(_buffer_from, d["inputs"])),
+        outputs=tuple(map(_buffer_from, d["outputs"])),
         inputs_listed=d["inputs_listed"],
         outputs_listed=d["outputs_listed"],
         peer=d["peer"],

@@ -281,7 +281,8 @@ def _buf(t) -> Buffer:
         st.live.add(slot)
         owner = t._base if t._base is not None else t
         weakref.finalize(owner, _release, st, key, slot)
-    return Buffer(slot, int(t.numel()), _dtype(t), int(t.storage_offset()), st.labels.get(id(t), ""))
+    label = st.labels.get(id(t), "")
+    return Buffer(slot, int(t.numel()), _dtype(t), int(t.storage_offset()), label, tuple(map(int, t.shape)))
 
 
 def _release(st: _State, key: tuple, slot: int) -> None:
@@ -559,7 +560,22 @@ def _stand_ins(kind: str, a: dict):
     rank's input into every buffer of `all_gather`'s output list, and input j into output j of `all_to_all`'s,
     which fails for the uneven sizes torch's NCCL takes (one broadcast per member; one send and receive per
     pair): it gets outputs shaped as those inputs instead, copied into the script's where the elements fit.
-    The others keep what they held: the fake's data is made up either way."""
+    The others keep what they held: the fake's data is made up either way. The one-tensor forms of
+    `all_gather` and `reduce_scatter` get their tensors flat: NCCL takes any shapes with the elements (the
+    fake's shape arithmetic failed on a `[4, 2]` input for a `[4]` output), and the shapes Gloo refuses are
+    recorded and reported (C321) rather than raised here."""
+    if kind in ("all_gather", "reduce_scatter") and "tensor_list" not in a and "input_list" not in a:
+        keys = ("output_tensor", "input_tensor") if kind == "all_gather" else ("output", "input")
+        if all(a[k].dim() == 1 for k in keys):
+            return a, None
+        flat = {k: a[k].reshape(-1) for k in keys}
+        out = keys[0]
+
+        def copy_flat() -> None:
+            if flat[out].data_ptr() != a[out].data_ptr():  # reshaped by a copy: a view could not be made
+                a[out].copy_(flat[out].view_as(a[out]))
+
+        return dict(a, **flat), copy_flat
     if kind == "all_gather" and "tensor_list" in a:
         key, outs, shaped = "tensor_list", a["tensor_list"], [a["tensor"]] * len(a["tensor_list"])
     elif kind == "all_to_all" and "output_tensor_list" in a:

@@ -49,6 +49,7 @@ class Emitted:
     text: str
     lines: dict[int, LineInfo]  # 1-based line of `text` → its call site
     world: int
+    backend: str = "gloo"  # what its `backend` line says: the script's, else Gloo
 
 
 @dataclass
@@ -436,7 +437,7 @@ def emit(traces: list[RankTrace], name: str = "traced") -> Emitted:
             add(f"on {_condition(members)}:")
             indent = "    "
         _write(fold(seq), indent, add, [0])
-    return Emitted("\n".join(out) + "\n", lines, world)
+    return Emitted("\n".join(out) + "\n", lines, world, backend)
 
 
 def _write(nodes: list, indent: str, add, depth: list[int]) -> None:
