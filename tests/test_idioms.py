@@ -395,7 +395,7 @@ for step in 0 .. 2:
         print loss
 """,
     "all_gather_read_on_one_rank": """world 2..4
-tensor x: float32[2] = rank
+tensor x: float32[1, 2] = rank
 tensor all: float32[world, 2]
 for step in 0 .. 2:
     x = rank + step

@@ -1443,7 +1443,7 @@ class ListShapeMismatch(Rule):
         if one.shape is None or any(b.shape is None for b in bufs):
             return None
         entries = [me] if kind.listed_shape_own_only else range(len(bufs))
-        j = next((j for j in entries if j < len(bufs) and bufs[j].shape != one.shape), None)
+        j = next((j for j in entries if 0 <= j < len(bufs) and bufs[j].shape != one.shape), None)
         if j is None:
             return None
         uneven = any(b.numel != one.numel for b in bufs)
