@@ -1584,7 +1584,7 @@ class FlatShapeMismatch(Rule):
     ) -> Diagnostic:
         """The (name, shape) `whole` is not `size` of the (name, shape) `part` side by side along dimension 0."""
         (whole_name, shape), (part_name, each) = whole, part
-        want = [size * each[0], *each[1:]] if each else [size]
+        want = [size * each[0], *each[1:]]
         side, other = ("output", "input") if output else ("input", "output")
         stacked = list(shape) == [size, *each]
         name = _BACKEND_NAMES[backend]
@@ -1602,9 +1602,9 @@ class FlatShapeMismatch(Rule):
 
 def _concatenated(part: tuple, whole: tuple, size: np.ndarray, n: int) -> np.ndarray:
     """Per rank, whether the shape `whole` is `size` of the shape `part` side by side along dimension 0 (a
-    dimension may differ per rank: an array)."""
-    if len(whole) != len(part) or not part:
-        return np.full(n, len(whole) == len(part))
+    dimension may differ per rank: an array). A 0-d part (a traced scalar) passes: not measured."""
+    if not part or len(whole) != len(part):
+        return np.full(n, not part)
     ok = np.broadcast_to(np.asarray(whole[0]) == size * np.asarray(part[0]), (n,))
     for d, e in zip(whole[1:], part[1:]):
         ok = ok & (np.asarray(d) == np.asarray(e))
