@@ -495,5 +495,10 @@ def test_an_all_to_all_of_uneven_lists_traces_as_its_split_sizes(capsys, tmp_pat
     sizes; the recorder hands it outputs shaped as the inputs, and the lists become one exchange's splits."""
     code, diags, err = trace(capsys, "all_to_all_v.py", "--world", "3")
     assert code == 0 and diags == [], (diags, err)
+    # Gloo wants every buffer of both lists in the first input's shape (measured): the splits run there, the
+    # lists do not
+    code, diags, err = trace(capsys, "all_to_all_v.py", "--world", "3", "--backend", "gloo")
+    assert code == 1 and [(d["code"], at(d)[1]) for d in diags] == [("C320", 10)], (diags, err)
+    assert "buffer 1 of the output list, `received`, has shape [2], the first input" in diags[0]["message"]
     program = emitted(capsys, tmp_path, "all_to_all_v.py", "3")
     assert "splits [2 * n, 2 * n, 2 * n], [n, 2 * n, 3 * n]" in program, program

@@ -103,6 +103,9 @@ class Kind:
     # and raises where one differs (C320), though the elements would fit
     listed_shapes: tuple[str, ...] = ()
     listed_shape_own_only: bool = False  # ... only the member's own entry of the list (the others may be any size)
+    # ... every buffer of both lists against the first input (all_to_all's list form: traced scripts only, a
+    # `.comm` program writes it with splits)
+    listed_one_shape: bool = False
     # the backends whose torch call of the one-tensor form requires the whole buffer to be the members' parts
     # concatenated along dimension 0 ([size * a, b] for parts [a, b]) and raises on any other shape (C321)
     flat_shapes: tuple[str, ...] = ()

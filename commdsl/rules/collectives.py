@@ -1355,7 +1355,8 @@ class ListShapeMismatch(Rule):
     `reduce_scatter [a, b] into …`) with a buffer whose shape is not the one tensor's on the other side (the
     input of a gather, the output of a scatter), under a backend whose torch call compares them: Gloo for all
     four (for `reduce_scatter`, the member's own entry only), NCCL for `gather` and `scatter`. Names the
-    first rank and the buffer.
+    first rank and the buffer. In a traced script, `dist.all_to_all(outputs, inputs)` too (a `.comm` program
+    writes it with splits): Gloo wants every buffer of both lists in the first input's shape.
 
     ## Why is this bad?
 
@@ -1396,7 +1397,10 @@ class ListShapeMismatch(Rule):
     buffers of uneven sizes raises on every rank. NCCL (torch 2.11, NCCL 2.28.9, measured at world 1):
     `gather` and `scatter` raise `ValueError: ProcessGroupNCCL::gather: invalid tensor size at index 0`
     (`assertTypeAndSizesMatch`); `all_gather` and `reduce_scatter` compare element counts only, and (from the
-    sources) run a list of uneven sizes as one broadcast (reduce) per member.
+    sources) run a list of uneven sizes as one broadcast (reduce) per member. `all_to_all`'s lists on Gloo
+    (torch 2.13, world 2): `ProcessGroupGloo::alltoall: invalid tensor size at index 1 (expected (2), got (1,
+    2))`, or `input and output tensors must have the same size`; NCCL (from the sources) sends each buffer on
+    its own.
     """
 
     code = "C320"
@@ -1436,6 +1440,8 @@ class ListShapeMismatch(Rule):
     def on_call(cls, kind: Kind, call, rank: int, me: int, is_root: bool, backend: str) -> Diagnostic | None:
         """The finding for one traced call (`trace.events.Call`) on `rank`, from the shapes the script passed
         (the emitted program's buffers are flat views: the checker sees their element counts only)."""
+        if kind.listed_one_shape:
+            return cls._one_shape(kind, call, rank, backend)
         listed = kind.listed(call) if backend in kind.listed_shapes else None
         if listed is None or not kind.roles(is_root)[1 if listed[2] else 0]:
             return None
@@ -1450,6 +1456,26 @@ class ListShapeMismatch(Rule):
         return cls.finding(
             kind, backend, rank, j, (bufs[j].label, bufs[j].shape), (one.label, one.shape), output, uneven
         )
+
+    @classmethod
+    def _one_shape(cls, kind: Kind, call, rank: int, backend: str) -> Diagnostic | None:
+        """A traced list form whose every buffer, of both lists, the backend wants in the first input's shape
+        (`Kind.listed_one_shape`: `all_to_all`)."""
+        if backend not in kind.listed_shapes or not call.inputs_listed or not call.inputs:
+            return None
+        first = call.inputs[0]
+        for side, bufs in (("input", call.inputs), ("output", call.outputs)):
+            for j, b in enumerate(bufs):
+                if first.shape is None or b.shape is None or b.shape == first.shape:
+                    continue
+                return cls.diagnostic(
+                    f"`{kind.name}` on rank {rank}: buffer {j} of the {side} list, {_named(b.label)}, has shape "
+                    f"{list(b.shape)}, the first input {_named(first.label)} {list(first.shape)}",
+                    label=f"{_BACKEND_NAMES[backend]} requires the first input's shape for every buffer of both lists",
+                    help="call `all_to_all_single` with split sizes (Gloo runs those uneven), or give every buffer "
+                    "one shape",
+                )
+        return None
 
     @classmethod
     def finding(
