@@ -80,6 +80,10 @@ once took 1.45×, 1.78× and 1.81× one pair's time minutes apart (20 iterations
 sweep can run at half speed (64 MiB one way: 43.5 ms in one calibration, 17.8 and 20.9 ms in the two around
 it)."""
 
+FULL_SPEED = 1.15
+"""Things at once no slower than this times one alone ran side by side (the 16-core host's four pairs: x1.13;
+the quiet 2-core machine's two: x1.34-1.81): the host's limit is not seen, only that it is at least their count."""
+
 
 @dataclass(frozen=True)
 class AtOnce:
@@ -237,6 +241,11 @@ def topology_text(
             f" against {pairs.alone * 1e6:.1f} us for one pair alone (x{pairs.together / pairs.alone:.2f}):"
             f" {pairs.capacity:.2f} messages at full speed at once"
         )
+        if pairs.together <= FULL_SPEED * pairs.alone:  # no sharing seen: the bus is at least this, maybe more
+            lines.append(
+                f"# every pair ran at full speed, so the host may carry more than {pairs.count} at once: to predict"
+                f" more ranks, calibrate with --nproc {4 * pairs.count} ({2 * pairs.count} pairs)"
+            )
     if adds is not None:
         lines.append(
             f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
