@@ -226,6 +226,10 @@ class Instance:
 class Observer:
     """Hooks for the simulator's data and the checker's access tracking; all default to nothing."""
 
+    def stepping(self, rec, G: np.ndarray) -> None:
+        """Ranks G begin record `rec` (each rank once per record it runs, in its program order): the
+        predictor's per-line profile starts the record's time here."""
+
     def local(self, rec, G: np.ndarray, pos) -> None: ...
     def posted(self, rows: Posts) -> None: ...
     def matched(self, sends: Posts, recvs: Posts) -> None: ...
@@ -256,6 +260,11 @@ class Both(Observer):
 
     def __init__(self, a: Observer, b: Observer, locals_too: bool = True):
         self.a, self.b, self.locals_too = a, b, locals_too
+
+    def stepping(self, rec, G):
+        self.a.stepping(rec, G)
+        if self.locals_too:
+            self.b.stepping(rec, G)
 
     def local(self, *args):
         self.a.local(*args)
@@ -467,6 +476,7 @@ class Engine:
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
                 if not (type(rec) is CollectiveRec and self.collective_run(G)):
+                    self.obs.stepping(rec, G)
                     self.step(rec, G, rec.positions(G))
 
     def advance(self, G: np.ndarray) -> None:
@@ -1104,6 +1114,7 @@ class Engine:
         size = np.array([m], dtype=np.int64)
         for k, rec in enumerate(run):
             rows = calls.take(slice(k * m, (k + 1) * m))
+            self.obs.stepping(rec, G)
             self.obs.called(rec, G, positions, rows.me)
             if self.record_matches:
                 self.instances.append(Instance(int(rows.gid[0]), int(rows.seq[0]), rows))

@@ -453,6 +453,9 @@ def values_read(reads, ranks) -> list[str]:
 
 AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec | ReadRec
 LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec, ReadRec)
+UNTIMED_RECORDS = (ExpectRec, PrintRec)
+"""Statements that check or show rather than run: `commdsl bench` leaves them out of its timed ops and
+`commdsl predict` prices them at nothing (no line of its profile)."""
 
 
 # ---- one rank's ops ----------------------------------------------------------------------------------

@@ -423,6 +423,65 @@ def test_critical_path_names_the_ring_lines_and_adds_up():
     assert busy == pytest.approx(pred.rows[0].time_us, rel=1e-6)
 
 
+def test_lines_are_where_the_slowest_ranks_time_goes_as_the_bench_counts_it():
+    """A row's `lines` are the bench's (`bench/results.py` `_by_line`): the slowest rank's time per source
+    statement, from its call to its return, so they add up to the row's time; a batch counts on its `batch:`
+    line (the critical path names the send inside it), an async op's wait on its `wait` line."""
+    t = topo(10, 1)
+    ring = predict_text(Path(RING).read_text(), 4, t, 1 << 20)
+    (row,) = ring.rows
+    assert {e["line"] for e in row.lines} == {17, 20, 22}, row.lines  # the two `batch:` statements and the add
+    assert sum(e["us"] for e in row.lines) == pytest.approx(row.time_us, rel=1e-9)
+    assert {e["line"] for e in ring.paths[0]} >= {18, 23}  # the path names the sends themselves
+
+    text = """\
+program overlap
+world 2
+param n = 1024
+tensor x: float32[n] = rank
+tensor y: float32[n]
+tensor z: float32[n] = 1
+on rank == 0:
+    h = isend x to 1
+    z += z
+    wait h
+    expect z == 2
+on rank == 1:
+    h = irecv y from 0
+    wait h
+"""
+    pred = predict_text(text, 2, t, 1 << 20)
+    (row,) = pred.rows
+    us = {e["line"]: e["us"] * 1e-6 for e in row.lines}
+    assert set(us) in ({13, 14}, {8, 9, 10}), us  # the slowest rank's statements; never the `expect`
+    assert sum(us.values()) == pytest.approx(row.time_us * 1e-6, rel=1e-9)
+    message = 10e-6 + (1 << 20) / 1e9
+    if set(us) == {13, 14}:  # the receiver: the whole message is its wait
+        assert us[13] == 0 and us[14] == pytest.approx(message, rel=1e-6)
+    else:  # the sender: the add, then what is left of the message
+        assert us[8] == 0 and us[9] > 0 and us[9] + us[10] == pytest.approx(message, rel=1e-6)
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(180)
+def test_measured_lines_are_compared_line_by_line(tmp_path, capfd, no_orphans):
+    """With `--measured`, the bench's per-line times at the path size sit beside the predicted ones, on the
+    same statements (measured on real Gloo ranks here)."""
+    bench = tmp_path / "b.json"
+    code = main(["bench", RING, "--nproc", "2", "--sizes", "256K", "--iters", "3", "--warmup", "1",
+                 "--json", str(bench)])
+    text, err = capfd.readouterr()
+    assert code == 0, text + err
+    got = {e["line"] for e in json.loads(bench.read_text())["rows"][0]["lines"]}
+    code = main(["predict", RING, "--world", "2", "--topology", "localhost-gloo", "--sizes", "256K",
+                 "--measured", str(bench)])
+    text, err = capfd.readouterr()
+    assert code == 0, err
+    assert "where the slowest rank's iteration goes at 256 KiB, per source line:" in text
+    compared = [line for line in text.splitlines() if re.match(r"#   line +\d+ +[\d.]+ us +[\d.]+ us +[+-]", line)]
+    assert {int(line.split()[2]) for line in compared} == got == {17, 20, 22}, text
+
+
 def test_json_rows_have_the_bench_schema_and_are_marked_predicted(tmp_path, capsys):
     out = tmp_path / "p.json"
     code = main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:1M", "--json", str(out)])

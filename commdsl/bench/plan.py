@@ -23,7 +23,7 @@ from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES
 from commdsl.expand import Expander, expand, resolve_params
 from commdsl.resolve import Program, load
-from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, P2PRec, PrintRec, Schedule
+from commdsl.schedule import UNTIMED_RECORDS, CollectiveRec, ComputeRec, P2PRec, Schedule
 from commdsl.source import SourceFile
 
 
@@ -276,7 +276,7 @@ def build(
                 )
             timed = dataclasses.replace(
                 schedule,
-                top=[rid for rid in schedule.top if not isinstance(schedule.records[rid], (ExpectRec, PrintRec))],
+                top=[rid for rid in schedule.top if not isinstance(schedule.records[rid], UNTIMED_RECORDS)],
             )
             itemsize = DTYPES[spec.dtype].itemsize
             cases.append(Case(vi, requested, spec.numel * itemsize, spec.numel, spec.dtype, value, timed, tuple(tops)))

@@ -278,6 +278,8 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     lines += [t.replace("     N/A", "    pred") for t in table]
     path = pred.paths.get(pred.timing.path_size)
     size = pred.rows[pred.timing.path_size].size
+    if measured is not None:
+        lines += _by_line(pred.rows[pred.timing.path_size], measured.get(size), v.program)
     if path is None:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
     elif path:
@@ -309,6 +311,27 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
                 f"#   {link['link']:<28} {link['utilisation'] * 100:>6.1f} %  {link['bytes'] / 2**20:>10.2f} MiB"
             )
     return lines
+
+
+def _by_line(row, got: dict | None, program) -> list[str]:
+    """The slowest rank's time per source line at one size, measured (the bench's `lines`) against predicted:
+    which statement the model gets wrong. Nothing when either side has no lines."""
+    from commdsl.bench.sizes import format_size
+
+    measured = {int(e["line"]): float(e["us"]) for e in (got or {}).get("lines") or []}
+    if not measured or not row.lines:
+        return []
+    predicted = {e["line"]: e["us"] for e in row.lines}
+    out = [
+        f"# where the slowest rank's iteration goes at {format_size(row.size)}, per source line:"
+        f" {'measured':>11} {'predicted':>11}  {'error':>7}"
+    ]
+    for line in sorted(measured.keys() | predicted.keys()):
+        m, p = measured.get(line), predicted.get(line, 0.0)
+        err = f"{(p - m) / m * 100:>+6.1f} %" if m else f"{'':>8}"
+        shown = f"{m:>11.1f}" if m is not None else f"{'-':>11}"
+        out.append(f"#   line {line:>4} {shown} us {p:>11.1f} us  {err}  `{_line_text(program, line)}`")
+    return out
 
 
 def _ops_limit() -> int:

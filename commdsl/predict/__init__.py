@@ -150,11 +150,11 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
         )
     timing = predict(top, topo, nbytes, S, deadline=deadline)
     _completes(v, world, topo, timing)
-    found = {S - 1: timing.path} if timing.path is not None else {}
+    runs = {S - 1: timing}
     if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
         for k in range(S - 1):
-            found[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline).path or []
-    return _prediction(v, world, topo, fitted, top, timing, found, notes)
+            runs[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline)
+    return _prediction(v, world, topo, fitted, top, timing, runs, notes)
 
 
 def _completes(v: Variant, world: int, topo: Topology, timing: Timing) -> None:
@@ -189,12 +189,13 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
         len(runs) - 1,
         last.outcome,
     )
-    found = {k: t.path for k, t in enumerate(runs) if t.path is not None}
     notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
-    return _prediction(v, world, topo, fitted, schedules[-1], timing, found, notes)
+    return _prediction(v, world, topo, fitted, schedules[-1], timing, dict(enumerate(runs)), notes)
 
 
-def _prediction(v, world, topo, fitted, top, timing, found, notes) -> Prediction:
+def _prediction(v, world, topo, fitted, top, timing, runs: dict[int, Timing], notes) -> Prediction:
+    """The rows, each with its size's profile as the bench's `lines` (`runs`: the engine runs that tracked a
+    size, by size index; a size without one has no lines)."""
     kind = v.measure.kind
     dtype = measured_dtype(v)
     item = DTYPES[dtype].itemsize
@@ -202,10 +203,10 @@ def _prediction(v, world, topo, fitted, top, timing, found, notes) -> Prediction
     text = v.program.source.text
     for k, (requested, value, size) in enumerate(fitted):
         sec = float(timing.seconds[k])
+        run = runs.get(k)
         lines = []
-        for e in found.get(k, []):
-            rec = top.records[e["rid"]]
-            lines.append({"line": e["line"], "text": statement_text(text, rec.span), "us": e["us"]})
+        for e in (run.profile if run is not None else None) or []:
+            lines.append({"line": e["line"], "text": statement_text(text, top.records[e["rid"]].span), "us": e["us"]})
         rows.append(
             Row(
                 0,
@@ -236,7 +237,8 @@ def _prediction(v, world, topo, fitted, top, timing, found, notes) -> Prediction
         False,
         sum(r.busbw for r in rows) / len(rows),
     )
-    return Prediction(v, world, topo, rows, summary, timing, [f[1] for f in fitted], notes, found)
+    paths = {k: run.path for k, run in runs.items() if run.path is not None}
+    return Prediction(v, world, topo, rows, summary, timing, [f[1] for f in fitted], notes, paths)
 
 
 def link_table(timing: Timing, top: int = 8) -> list[dict]:

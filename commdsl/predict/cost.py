@@ -30,7 +30,9 @@ in place rather than gathered and scattered), and per-size constants are added a
 broadcasts a row of 8 sizes several times slower). A ring step is then about fifteen array operations.
 
 The critical path is kept for one size, as a chain of nodes (one per op or matched pair, each pointing
-at the node its start waited for), when the schedule has at most `PATH_MAX_OPS` ops.
+at the node its start waited for), when the schedule has at most `PATH_MAX_OPS` ops; so is every rank's
+profile, the bench's per-line times (`stepping`): a statement's time on a rank runs from when the rank
+begins it to when it begins its next one, as the bench times each op from its call to its return.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from commdsl.elementwise import temporaries
 from commdsl.engine import GLOO, NCCL, Calls, Observer, Outcome, Posts, call_streams, post_streams, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
-from commdsl.schedule import Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule
+from commdsl.schedule import UNTIMED_RECORDS, Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -153,6 +155,7 @@ class Timing:
     path: list[dict] | None  # the critical path at the path size, in time order, one entry per run of one line
     path_size: int  # index of the size the path and the link figures are for
     outcome: Outcome
+    profile: list[dict] | None = None  # the last rank's time per source line at the path size (`rank_profile`)
 
 
 @dataclass
@@ -280,6 +283,17 @@ class Clocks(Observer):
         self.thread_took = np.zeros((0, sizes), dtype=bool)
         self.thread_used = 0
         self.flat_bytes: dict[int, np.ndarray] = {}  # per group: its `coalesced:` block's bytes so far (`flattened`)
+        if self.track:  # the profile at size k (`stepping`): per rank, its seconds in each source line so far,
+            # and the record it is in and when it began it
+            untimed = UNTIMED_RECORDS
+            line = np.array([-1 if isinstance(r, untimed) else r.span.line for r in schedule.records], dtype=np.int64)
+            self.lines, self.line_rec = np.unique(line[line >= 0], return_index=True)  # a record on each line
+            self.line_rec = np.flatnonzero(line >= 0)[self.line_rec]
+            self.line_col = np.where(line >= 0, np.searchsorted(self.lines, line), -1)
+            self.profile = np.zeros((W, self.lines.size))
+            self.ran = np.zeros((W, self.lines.size), dtype=bool)
+            self.in_rec = np.full(W, -1, dtype=np.int64)
+            self.began = np.zeros(W)
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -356,6 +370,42 @@ class Clocks(Observer):
             if end[j, self.k] >= self.req_end[q, self.k]:
                 self.req_end[q] = np.maximum(self.req_end[q], end[j])
                 self.req_end_node[q] = nodes[j]
+
+    # ---- the profile ---------------------------------------------------------------------------------
+    def stepping(self, rec, G) -> None:
+        """Ranks G begin `rec`: the record each was in ends for the profile now (its clock caught up with
+        what it waited for, as `settle` does whenever it acts)."""
+        if not self.track:
+            return
+        ix = _ix(G)
+        self.settle(G, ix)
+        now = self.T[ix, self.k]
+        self.close(G, now)
+        self.in_rec[G] = rec.id
+        self.began[G] = now
+        col = int(self.line_col[rec.id])
+        if col >= 0:
+            self.ran[G, col] = True
+
+    def close(self, G: np.ndarray, now: np.ndarray) -> None:
+        """The records ranks G (distinct) are in end at `now`: their time goes to their lines."""
+        rid = self.in_rec[G]
+        col = np.where(rid >= 0, self.line_col[rid], -1)
+        timed = col >= 0
+        self.profile[G[timed], col[timed]] += (now - self.began[G])[timed]
+
+    def rank_profile(self, rank: int) -> list[dict] | None:
+        """Where `rank`'s time goes at size k, as the bench's `lines` (its ops' time, call to return, summed
+        per source line; `rid`: a record on the line): after the run, its last statement ending at its clock.
+        None when not tracked."""
+        if not self.track:
+            return None
+        self.close(np.array([rank]), self.T[[rank], self.k])
+        self.in_rec[rank] = -1
+        return [
+            {"line": int(self.lines[c]), "rid": int(self.line_rec[c]), "us": float(self.profile[rank, c]) * 1e6}
+            for c in np.flatnonzero(self.ran[rank]).tolist()
+        ]
 
     # ---- observer hooks ------------------------------------------------------------------------------
     def local(self, rec, G, pos) -> None:
@@ -1055,6 +1105,7 @@ def predict(
         clocks.critical_path(last_rank),
         k,
         outcome,
+        clocks.rank_profile(last_rank),
     )
 
 
