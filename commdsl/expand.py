@@ -720,6 +720,9 @@ class Expander:
             top=[],
             requests=None,
         )
+        too_big = memory_problem(shell)  # before the simulator holds every rank's tensors, not after
+        if too_big is not None:
+            raise CommdslError([replace(too_big, worlds=(self.W,))])
         self.tensors = Data(shell)
 
     def flush_reads(self) -> None:
@@ -1952,16 +1955,22 @@ def _checked_params(program: Program, world: int, params: Mapping[str, object] |
     return resolve_params(program, params)
 
 
+def set_up(ex: Expander) -> None:
+    """Tables, groups, meshes and tensors of `ex` at its world, nothing expanded; CommdslError when a table,
+    group or mesh fails there (every rank needs them). A tensor's own failure is kept in `ex.errors`."""
+    try:
+        ex.setup()
+    except _Stop as stop:
+        raise CommdslError([_at_world(stop.diagnostic, ex.W, None)]) from None
+    ex.setup_tensors()
+
+
 def _expand_once(
     program: Program, world: int, env: dict[str, object], deadline: Deadline | None, snapshots: Snapshots
 ) -> Schedule:
     """One expansion with what runs so far showed of the reads from data (`expand`)."""
     ex = Expander(program, world, env, deadline, snapshots)
-    try:
-        ex.setup()
-    except _Stop as stop:
-        raise CommdslError([_at_world(stop.diagnostic, world, None)]) from None
-    ex.setup_tensors()
+    set_up(ex)
     if ex.reads_data:
         ex.start_following()
     A = ex.everyone[ex.alive]

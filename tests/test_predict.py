@@ -73,6 +73,15 @@ def test_a_topology_file_in_full():
      "`bus_gbps`: needs `shared_node = true`", 2),
     ("ranks_per_node = 8\nshared_node = true\nnode_memory_gbps = 0\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
      "`node_memory_gbps`: input should be greater than 0", 3),
+    # TOML's own types, no conversions (each was read as something before 2026-11-28), and finite numbers
+    ('ranks_per_node = 8\n[intra]\nalpha_us = "5"\nbandwidth_gbps = 1\n', "`intra.alpha_us`: input should be a valid number", 3),
+    ("ranks_per_node = true\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`ranks_per_node`: input should be a valid integer", 1),
+    ('ranks_per_node = 8\nshared_node = "yes"\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n', "`shared_node`", 2),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = inf\nbandwidth_gbps = 1\n", "`intra.alpha_us`: input should be a finite number", 3),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = inf\n", "finite", 4),
+    ("ranks_per_node = 99999999999999999999\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "less than or equal to 65536", 1),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\n"
+     "bandwidth_gbps = 1\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 2\nbandwidth_gbps = 2\n", "rank 0 to rank 1 again (link 1)", 12),
 ])
 def test_bad_topology_is_an_n136_at_its_line(text, message, line):
     with pytest.raises(CommdslError) as e:
@@ -91,6 +100,52 @@ def test_bad_topology_on_the_command_line_is_a_diagnostic_with_a_caret(tmp_path,
     assert code == 1
     assert "N136" in out and f"{bad}:4:1" in out and "bandwith_gbps = 100" in out and "^" in out
     assert "Traceback" not in out + err
+
+
+def test_what_a_user_can_get_wrong_around_a_prediction_is_said_not_crashed(tmp_path, capsys):
+    """Found by a sweep of 2,257 `predict` runs (2026-11-28): each of these was an internal error, a silent
+    misreading or an unexplained refusal."""
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe ranks_per_node = 8\n")
+    outside = tmp_path / "outside.toml"
+    outside.write_text("ranks_per_node = 8\n[intra]\nalpha_us = 5\nbandwidth_gbps = 100\n"
+                       "[[link]]\nsrc = 0\ndst = 100\nalpha_us = 1\nbandwidth_gbps = 10\n")
+    hsdp = str(ROOT / "programs" / "hsdp_step.comm")
+    hier = str(ROOT / "programs" / "hierarchical_allreduce.comm")
+    cases = [
+        (["--collective", "all_reduce", "--world", "4", "--topology", str(binary)], 2, "not UTF-8 text (byte 0"),
+        (["--collective", "all_reduce", "--world", "4", "--topology", str(outside), "--sizes", "1K"], 0,
+         "the [[link]] from rank 0 to rank 100 is outside --world 4: not used"),
+        ([hsdp, "--param", "replicas", "--world", "4", "--topology", "dgx-h100", "--sizes", "1K"], 1, "N126"),
+        ([hier, "--world", "4", "--topology", "dgx-h100", "--sizes", "1"], 2, "(1 B leaves `x` empty; size skipped)"),
+    ]
+    for argv, want, said in cases:
+        code = main(["predict", *argv, "--color", "never"])
+        out, err = capsys.readouterr()
+        assert code == want, (argv, out, err)
+        assert said in out + err and "internal error" not in out + err, (argv, out, err)
+    with pytest.raises(SystemExit):  # the language's own limit, not a misleading N124 past it
+        main(["predict", "--collective", "all_reduce", "--world", "65537", "--topology", "dgx-h100"])
+    assert "from 1 to 65536" in capsys.readouterr().err
+
+
+def test_the_simulators_memory_is_checked_before_it_allocates(capsys):
+    """A program that reads its data is expanded beside the simulator: N132 said before every rank's tensors
+    are allocated (`moe_dispatch` at world 1024 and 256 MiB needs 4 TiB: it was a MemoryError)."""
+    code = main(["predict", str(ROOT / "programs" / "moe_dispatch.comm"), "--param", "hidden", "--world", "1024",
+                 "--topology", "dgx-h100", "--sizes", "256M"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "N132" in out, out + err
+
+
+def test_dtype_retypes_a_program_as_the_bench_does_and_a_group_of_one_moves_nothing():
+    t = topo(10, 1)
+    program = load_program(SourceFile("r.comm", Path(RING).read_text()))
+    wide = variant_for(program, 4, "n", {}, "float64")
+    row = sweep(wide, 4, [1 << 20], t).rows[0]
+    assert (row.dtype, row.count) == ("float64", (1 << 20) // 8)  # it stayed float32 without a `# bench:` line
+    one = "program o\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nbroadcast x from 0\n"
+    assert seconds(one, 1, t, 1 << 20) == 0  # a broadcast of one was priced n/β, an all_reduce of one 0
 
 
 # ---- the cost formulas, by hand ------------------------------------------------------------------------

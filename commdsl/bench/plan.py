@@ -21,7 +21,7 @@ from commdsl.bench.identify import BenchError, Measure, pragma, prove
 from commdsl.checker import analyse_schedule
 from commdsl.diagnostics import CommdslError, Diagnostic
 from commdsl.dtypes import DTYPES
-from commdsl.expand import Expander, expand, resolve_params
+from commdsl.expand import Expander, expand, resolve_params, set_up
 from commdsl.resolve import Program, load
 from commdsl.schedule import UNTIMED_RECORDS, CollectiveRec, ComputeRec, P2PRec, Schedule
 from commdsl.source import SourceFile
@@ -169,8 +169,7 @@ def tensor_specs(program: Program, world: int, params: dict) -> dict[str, tuple[
     """Rank 0's tensors (elements, dtype) at `world`, from the declarations alone (no statement expanded);
     CommdslError when a declaration fails there (a negative shape, more elements than a tensor may have)."""
     ex = Expander(program, world, resolve_params(program, params))
-    ex.setup()
-    ex.setup_tensors()
+    set_up(ex)
     if ex.errors:
         raise CommdslError([d for d, _ in ex.errors.values()])
     return {name: (info.spec(0).numel, info.spec(0).dtype) for name, info in ex.infos.items()}

@@ -74,16 +74,18 @@ class Loaded:
     io_failed: bool = False
 
 
+def not_utf8(path, e: UnicodeDecodeError) -> str:
+    """What to say of a file that is not UTF-8 text: where its first bad byte is."""
+    return f"{path}: not UTF-8 text (byte {e.start}: {e.object[e.start : e.start + 1]!r})"
+
+
 def load_files(paths: list[str], err: Out) -> Loaded:
     out = Loaded()
     for path in paths:
         try:
             source = SourceFile.read(path)
         except UnicodeDecodeError as e:
-            err.print(
-                f"[bold red]error[/]: {path}: not UTF-8 text (byte {e.start}: {e.object[e.start : e.start + 1]!r})",
-                highlight=False,
-            )
+            err.print(f"[bold red]error[/]: {escape(not_utf8(path, e))}", highlight=False)
             out.io_failed = True
             continue
         except FileError as e:

@@ -28,11 +28,13 @@ from commdsl.cli.common import (
     env_default,
     integer,
     load_files,
+    not_utf8,
     parse_sets,
     print_diagnostics,
 )
 from commdsl.files import FileError, check_output
 from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached
+from commdsl.resolve import MAX_WORLD
 
 
 def add_parser(sub):
@@ -56,7 +58,7 @@ def add_parser(sub):
     )
     p.add_argument(
         "--world",
-        type=integer("--world", 1, 1 << 20),
+        type=integer("--world", 1, MAX_WORLD),
         metavar="N",
         help="ranks (default: the one world size the program declares; required with --collective)",
     )
@@ -140,21 +142,10 @@ def run(args) -> int:
     sizes = _check_args(args)
     out, err = consoles(args)
     from commdsl.diagnostics import CommdslError
-    from commdsl.predict import topology
 
-    try:
-        topo, topo_source = topology.load(args.topology)
-    except FileError as e:
-        err.print(f"[bold red]error[/]: {escape(str(e))}")
-        return EXIT_FAILURE
-    except CommdslError as e:
-        source = topology.source_of(args.topology)
-        print_diagnostics(e.diagnostics, {source.path: source}, args.format, out, err)
-        return EXIT_FINDINGS
-    if args.algo == "ring":
-        import dataclasses
-
-        topo = dataclasses.replace(topo, tree=False)
+    topo = _topology(args, out, err)
+    if isinstance(topo, int):
+        return topo
     measured = _read_measured(args.measured) if args.measured else None
     variant = _variant(args, out, err)
     if isinstance(variant, int):
@@ -164,6 +155,10 @@ def run(args) -> int:
             f"--world {args.world}: the topology ({args.topology}) holds {topo.capacity()} ranks: "
             f"{topo.nodes} node{'s' * (topo.nodes != 1)} of {topo.ranks_per_node}; raise `nodes` or leave it out"
         )
+    for src, dst in topo.overrides:
+        if max(src, dst) >= args.world:
+            unused = f"the [[link]] from rank {src} to rank {dst} is outside --world {args.world}: not used"
+            err.print(f"note: {escape(unused)}")
     from commdsl.bench.identify import BenchError
     from commdsl.bench.plan import Refused
     from commdsl.predict import sweep
@@ -196,6 +191,31 @@ def run(args) -> int:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _topology(args, out, err):
+    """The topology `--topology` names (with `--algo ring`, rings only), or the exit code when it cannot be
+    read (the error said) or is not one (its N136 diagnostics printed)."""
+    from commdsl.diagnostics import CommdslError
+    from commdsl.predict import topology
+
+    try:
+        topo, _ = topology.load(args.topology)
+    except FileError as e:
+        err.print(f"[bold red]error[/]: {escape(str(e))}")
+        return EXIT_FAILURE
+    except UnicodeDecodeError as e:
+        err.print(f"[bold red]error[/]: {escape(not_utf8(args.topology, e))}")
+        return EXIT_FAILURE
+    except CommdslError as e:
+        source = topology.source_of(args.topology)
+        print_diagnostics(e.diagnostics, {source.path: source}, args.format, out, err)
+        return EXIT_FINDINGS
+    if args.algo == "ring":
+        import dataclasses
+
+        topo = dataclasses.replace(topo, tree=False)
+    return topo
 
 
 def _variant(args, out, err):

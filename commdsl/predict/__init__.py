@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commdsl.bench import busbw as bw
-from commdsl.bench.identify import BenchError, pragma, prove
+from commdsl.bench.identify import BenchError, Measure, pragma, prove
 from commdsl.bench.plan import (
     Refused,
     Variant,
@@ -61,12 +61,20 @@ class Prediction:
 
 def variant_for(program: Program, world: int, param: str, params: dict, dtype: str | None) -> Variant:
     """What `commdsl bench FILE --nproc world` would measure, proving the collective at a small world when
-    `world` is large. BenchError when the program cannot be swept at this world."""
+    `world` is large; `dtype` (`--dtype`) retypes the measured tensor as the bench does (every tensor of its
+    dtype). BenchError when the program cannot be swept at this world."""
     check_sweepable(program, world, param, params, "--world")
+    measure, sized = _measure(program, world, param, params)
     if dtype is not None:
-        first = pragma(program)
-        if first is not None:
-            program = with_dtype(program, first.tensor, dtype)
+        program = with_dtype(program, measure.tensor, dtype)
+        measure, sized = _measure(program, world, param, params)
+    check_sized(program, measure, param, sized)
+    return Variant(program.name, program, measure, param, params)
+
+
+def _measure(program: Program, world: int, param: str, params: dict) -> tuple[Measure, set[str] | None]:
+    """What the rows measure (the pragma, else the collective the program proves, else its largest tensor)
+    and the tensors `param` sizes."""
     sized = sized_by(program, world, param, params)
     measure = pragma(program)
     if measure is None:
@@ -78,12 +86,9 @@ def variant_for(program: Program, world: int, param: str, params: dict, dtype: s
             except CommdslError:  # not a size these params fit (`local` must divide it): the next one
                 if proof == world:
                     raise
-        else:
-            measure = None
     if measure is None:
         measure = largest(program, world, params, sized)
-    check_sized(program, measure, param, sized)
-    return Variant(program.name, program, measure, param, params)
+    return measure, sized
 
 
 def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
@@ -132,7 +137,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
         seen.add(value)
         fitted.append((requested, value, size))
     if not fitted:
-        raise BenchError("no size left to predict: every requested size was skipped")
+        raise BenchError("no size left to predict: every requested size was skipped (" + "; ".join(notes) + ")")
     values = [f[1] for f in fitted]
     top = expand(v.program, world, {**v.params, v.param: values[-1]}, deadline)
     S = len(values)

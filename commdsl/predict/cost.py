@@ -827,9 +827,12 @@ class Clocks(Observer):
         alpha, beta = self.net(gid, share)
         if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
-        dur = np.asarray(
-            rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
-        )
+        if p < 2:  # a group of one moves nothing (a broadcast's n/β would be a copy neither backend makes)
+            dur = np.zeros_like(b, dtype=np.float64)
+        else:
+            dur = np.asarray(
+                rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
+            )
         if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.copy_bps
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through

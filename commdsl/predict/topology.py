@@ -46,12 +46,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 
 from commdsl import tomlfile
 from commdsl.diagnostics import CommdslError
+from commdsl.resolve import MAX_WORLD
 from commdsl.rules.sizes import InvalidTopology
 from commdsl.source import SourceFile
 
@@ -63,36 +74,44 @@ its memory (`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_`)."""
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """TOML's own types only (`alpha_us = "5"`, `shared_node = "yes"` or `ranks_per_node = true` are mistakes,
+    not conversions; an integer is a number), and finite numbers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+Rank = Annotated[StrictInt, Field(ge=0, lt=MAX_WORLD)]
+Ranks = Annotated[StrictInt, Field(ge=1, le=MAX_WORLD)]
+Positive = Annotated[StrictFloat, Field(gt=0)]
 
 
 class LinkClass(_Model):
-    alpha_us: float = Field(ge=0)
-    bandwidth_gbps: float = Field(gt=0)
+    alpha_us: Annotated[StrictFloat, Field(ge=0)]
+    bandwidth_gbps: Positive
 
 
 class LinkOverride(_Model):
-    src: int = Field(ge=0)
-    dst: int = Field(ge=0)
-    alpha_us: float = Field(ge=0)
-    bandwidth_gbps: float = Field(gt=0)
+    src: Rank
+    dst: Rank
+    alpha_us: Annotated[StrictFloat, Field(ge=0)]
+    bandwidth_gbps: Positive
 
 
 class TopologyFile(_Model):
-    name: str = "topology"
+    name: StrictStr = "topology"
     backend: Literal["gloo", "nccl"] = "gloo"
-    ranks_per_node: int = Field(ge=1)
-    nics_per_node: int = Field(default=1, ge=1)
-    nodes: int | None = Field(default=None, ge=1)
-    memory_gbps: float = Field(default=10.0, gt=0)
-    page_fault_gbps: float | None = Field(default=None, gt=0)
-    mmap_threshold_bytes: int = Field(default=MMAP_THRESHOLD_MAX, ge=1)
-    shared_node: bool = False
-    bus_gbps: float | None = Field(default=None, gt=0)
-    node_memory_gbps: float | None = Field(default=None, gt=0)
-    duplex: bool = True
-    tree: bool | None = None
-    source: str = ""
+    ranks_per_node: Ranks
+    nics_per_node: Ranks = 1
+    nodes: Ranks | None = None
+    memory_gbps: Positive = 10.0
+    page_fault_gbps: Positive | None = None
+    mmap_threshold_bytes: Annotated[StrictInt, Field(ge=1, le=1 << 62)] = MMAP_THRESHOLD_MAX
+    shared_node: StrictBool = False
+    bus_gbps: Positive | None = None
+    node_memory_gbps: Positive | None = None
+    duplex: StrictBool = True
+    tree: StrictBool | None = None
+    source: StrictStr = ""
     intra: LinkClass
     inter: LinkClass | None = None
     link: tuple[LinkOverride, ...] = ()
@@ -199,16 +218,30 @@ class Topology:
 def parse(source: SourceFile) -> Topology:
     """The topology in `source`; CommdslError with N136 diagnostics when it is not one."""
     model = tomlfile.parse(source, TopologyFile, InvalidTopology)
-    problems = [
-        InvalidTopology.diagnostic(
-            f"{source.path}: link {i + 1}: src and dst are the same rank ({o.src})",
-            span=tomlfile.key_span(source, ("link", i, "dst")) or tomlfile.line_span(source, 1),
-            label="here",
-            help="a link joins two different ranks",
-        )
-        for i, o in enumerate(model.link)
-        if o.src == o.dst
-    ]
+    problems = []
+    first: dict[tuple[int, int], int] = {}
+    for i, o in enumerate(model.link):
+        span = tomlfile.key_span(source, ("link", i, "dst")) or tomlfile.line_span(source, 1)
+        if o.src == o.dst:
+            problems.append(
+                InvalidTopology.diagnostic(
+                    f"{source.path}: link {i + 1}: src and dst are the same rank ({o.src})",
+                    span=span,
+                    label="here",
+                    help="a link joins two different ranks",
+                )
+            )
+        elif (o.src, o.dst) in first:
+            problems.append(
+                InvalidTopology.diagnostic(
+                    f"{source.path}: link {i + 1}: rank {o.src} to rank {o.dst} again (link {first[o.src, o.dst] + 1})",
+                    span=span,
+                    label="a second override",
+                    help="give each ordered pair of ranks one [[link]]",
+                )
+            )
+        else:
+            first[o.src, o.dst] = i
     if problems:
         raise CommdslError(problems)
     return Topology.from_model(model, source.path)
