@@ -299,7 +299,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     path = pred.paths.get(pred.timing.path_size)
     size = pred.rows[pred.timing.path_size].size
     if measured is not None:
-        lines += _by_line(pred.rows[pred.timing.path_size], measured.get(size), v.program)
+        lines += _by_line(pred, measured.get(size))
     if path is None:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
     elif path:
@@ -333,24 +333,29 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     return lines
 
 
-def _by_line(row, got: dict | None, program) -> list[str]:
-    """The slowest rank's time per source line at one size, measured (the bench's `lines`) against predicted:
-    which statement the model gets wrong. Nothing when either side has no lines."""
+def _by_line(pred, got: dict | None) -> list[str]:
+    """At the path size, each source line's measured time (the bench's `lines`: its slowest rank's) beside
+    the predicted time of that same rank: which statement the model gets wrong. Nothing when either side has
+    no lines."""
     from commdsl.bench.sizes import format_size
 
     measured = {int(e["line"]): float(e["us"]) for e in (got or {}).get("lines") or []}
-    if not measured or not row.lines:
+    times = (got or {}).get("rank_time_us") or []
+    rank = max(range(len(times)), key=times.__getitem__) if times else pred.timing.last_rank
+    profiles = pred.timing.profiles or {}
+    rank = rank if rank in profiles else pred.timing.last_rank
+    if not measured or not profiles.get(rank):
         return []
-    predicted = {e["line"]: e["us"] for e in row.lines}
+    predicted = {e["line"]: e["us"] for e in profiles[rank]}
     out = [
-        f"# where the slowest rank's iteration goes at {format_size(row.size)}, per source line:"
-        f" {'measured':>11} {'predicted':>11}  {'error':>7}"
+        f"# where rank {rank}'s iteration goes at {format_size(pred.rows[pred.timing.path_size].size)} (the bench's"
+        f" slowest), per source line: {'measured':>11} {'predicted':>11}  {'error':>7}"
     ]
     for line in sorted(measured.keys() | predicted.keys()):
         m, p = measured.get(line), predicted.get(line, 0.0)
         err = f"{(p - m) / m * 100:>+6.1f} %" if m else f"{'':>8}"
         shown = f"{m:>11.1f}" if m is not None else f"{'-':>11}"
-        out.append(f"#   line {line:>4} {shown} us {p:>11.1f} us  {err}  `{_line_text(program, line)}`")
+        out.append(f"#   line {line:>4} {shown} us {p:>11.1f} us  {err}  `{_line_text(pred.variant.program, line)}`")
     return out
 
 

@@ -193,6 +193,8 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
         last.path,
         len(runs) - 1,
         last.outcome,
+        last.profiles,
+        last.last_rank,
     )
     notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
     return _prediction(v, world, topo, fitted, schedules[-1], timing, dict(enumerate(runs)), notes)

@@ -52,6 +52,10 @@ from commdsl.values import at, distinct
 PATH_MAX_OPS = 12_000_000
 """The most ops for which the critical path is kept (a node per op: about 24 bytes each)."""
 
+PROFILED_RANKS = 64
+"""Up to this many ranks, every rank's profile is kept (`--measured` compares the rank the bench found
+slowest, which need not be the one predicted last); above it, the last rank's only."""
+
 ROUTES = 64
 """The most message patterns (`Clocks.route`) kept at once."""
 
@@ -155,7 +159,13 @@ class Timing:
     path: list[dict] | None  # the critical path at the path size, in time order, one entry per run of one line
     path_size: int  # index of the size the path and the link figures are for
     outcome: Outcome
-    profile: list[dict] | None = None  # the last rank's time per source line at the path size (`rank_profile`)
+    profiles: dict[int, list[dict]] | None = None  # per rank, its time per source line at the path size
+    # (`rank_profile`): every rank's up to PROFILED_RANKS ranks, else the last rank's only
+    last_rank: int = 0  # the rank that finishes last at the path size: a row's `lines` are its profile
+
+    @property
+    def profile(self) -> list[dict] | None:
+        return None if self.profiles is None else self.profiles.get(self.last_rank)
 
 
 @dataclass
@@ -827,13 +837,14 @@ class Clocks(Observer):
         alpha, beta = self.net(gid, share)
         if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
-        if p < 2:  # a group of one moves nothing (a broadcast's n/β would be a copy neither backend makes)
+        if p < 2:  # a group of one sends nothing (a broadcast's n/β would be a copy neither backend makes)
             dur = np.zeros_like(b, dtype=np.float64)
         else:
             dur = np.asarray(
                 rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
             )
-        if self.topo.backend == "gloo" and p > 1:  # torch's copies around Gloo's algorithm, at memory speed
+        if self.topo.backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
+            # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.copy_bps
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
             if rec.block is not None and rec.kind.name == "all_reduce":
@@ -1098,6 +1109,7 @@ def predict(
     clocks.settle(np.arange(schedule.world))
     seconds = clocks.T.max(axis=0) if schedule.world else np.zeros(sizes)
     last_rank = int(np.argmax(clocks.T[:, k])) if schedule.world else 0
+    profiled = range(schedule.world) if schedule.world <= PROFILED_RANKS else [last_rank]
     names = port_names(schedule.world, clocks.n_nics, topo.nics_per_node, clocks.free.shape[0], topo.duplex)
     return Timing(
         seconds,
@@ -1108,7 +1120,8 @@ def predict(
         clocks.critical_path(last_rank),
         k,
         outcome,
-        clocks.rank_profile(last_rank),
+        None if not clocks.track else {r: clocks.rank_profile(r) or [] for r in profiled},
+        last_rank,
     )
 
 
