@@ -164,6 +164,12 @@ def main() -> int:
                     f"{err:+.1f} % |",
                     flush=True,
                 )
+    _summary(large)
+    return 0
+
+
+def _summary(large: dict[tuple[str, str], list[float]]) -> None:
+    """Per program and world, and in all, how many rows of at least 1 MiB are within ±25 %."""
     print("\n| program | N | rows ≥ 1 MiB within ±25 % | median error |")
     print("|---|---:|---:|---:|")
     for (name, world), errs in large.items():
@@ -175,7 +181,6 @@ def main() -> int:
             print(f"\nRows of at least 1 MiB within ±25 %, {label}: {_within(errs)} of {len(errs)}.")
     every = [e for es in large.values() for e in es]
     print(f"\nRows of at least 1 MiB within ±25 %: {_within(every)} of {len(every)}.")
-    return 0
 
 
 def _within(errors: list[float]) -> int:
