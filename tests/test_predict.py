@@ -492,6 +492,10 @@ def test_lines_are_where_the_slowest_ranks_time_goes_as_the_bench_counts_it():
     assert {e["line"] for e in row.lines} == {17, 20, 22}, row.lines  # the two `batch:` statements and the add
     assert sum(e["us"] for e in row.lines) == pytest.approx(row.time_us, rel=1e-9)
     assert {e["line"] for e in ring.paths[0]} >= {18, 23}  # the path names the sends themselves
+    pipeline = load_program(SourceFile("p.comm", (ROOT / "programs" / "pipeline_1f1b.comm").read_text()))
+    by_size = sweep(variant_for(pipeline, 2, "micro", {}, None), 2, [1024, 4096], t)  # one engine run per size
+    for r in by_size.rows:
+        assert r.lines and sum(e["us"] for e in r.lines) == pytest.approx(r.time_us, rel=1e-9)
 
     text = """\
 program overlap

@@ -159,7 +159,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     if paths and timing.path is not None and top.num_ops * S <= 2_000_000:
         for k in range(S - 1):
             runs[k] = predict(top, topo, nbytes, S, path_size=k, deadline=deadline)
-    return _prediction(v, world, topo, fitted, top, timing, runs, notes)
+    return _prediction(v, world, topo, fitted, timing, runs, notes)
 
 
 def _completes(v: Variant, world: int, topo: Topology, timing: Timing) -> None:
@@ -197,10 +197,10 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
         last.last_rank,
     )
     notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
-    return _prediction(v, world, topo, fitted, schedules[-1], timing, dict(enumerate(runs)), notes)
+    return _prediction(v, world, topo, fitted, timing, dict(enumerate(runs)), notes)
 
 
-def _prediction(v, world, topo, fitted, top, timing, runs: dict[int, Timing], notes) -> Prediction:
+def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) -> Prediction:
     """The rows, each with its size's profile as the bench's `lines` (`runs`: the engine runs that tracked a
     size, by size index; a size without one has no lines)."""
     kind = v.measure.kind
@@ -213,7 +213,7 @@ def _prediction(v, world, topo, fitted, top, timing, runs: dict[int, Timing], no
         run = runs.get(k)
         lines = []
         for e in (run.profile if run is not None else None) or []:
-            lines.append({"line": e["line"], "text": statement_text(text, top.records[e["rid"]].span), "us": e["us"]})
+            lines.append({"line": e["line"], "text": statement_text(text, e["span"]), "us": e["us"]})
         rows.append(
             Row(
                 0,

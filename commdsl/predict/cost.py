@@ -406,14 +406,18 @@ class Clocks(Observer):
 
     def rank_profile(self, rank: int) -> list[dict] | None:
         """Where `rank`'s time goes at size k, as the bench's `lines` (its ops' time, call to return, summed
-        per source line; `rid`: a record on the line): after the run, its last statement ending at its clock.
-        None when not tracked."""
+        per source line; `span`: a statement on the line): after the run, its last statement ending at its
+        clock. None when not tracked."""
         if not self.track:
             return None
         self.close(np.array([rank]), self.T[[rank], self.k])
         self.in_rec[rank] = -1
         return [
-            {"line": int(self.lines[c]), "rid": int(self.line_rec[c]), "us": float(self.profile[rank, c]) * 1e6}
+            {
+                "line": int(self.lines[c]),
+                "span": self.s.records[self.line_rec[c]].span,
+                "us": float(self.profile[rank, c]) * 1e6,
+            }
             for c in np.flatnonzero(self.ran[rank]).tolist()
         ]
 
