@@ -299,7 +299,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     path = pred.paths.get(pred.timing.path_size)
     size = pred.rows[pred.timing.path_size].size
     if measured is not None:
-        lines += _by_line(pred, measured.get(size))
+        lines += _by_line(pred, size, measured.get(size))
     if path is None:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
     elif path:
@@ -333,7 +333,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     return lines
 
 
-def _by_line(pred, got: dict | None) -> list[str]:
+def _by_line(pred, size: int, got: dict | None) -> list[str]:
     """At the path size, each source line's measured time (the bench's `lines`: its slowest rank's) beside
     the predicted time of that same rank: which statement the model gets wrong. Nothing when either side has
     no lines."""
@@ -348,7 +348,7 @@ def _by_line(pred, got: dict | None) -> list[str]:
         return []
     predicted = {e["line"]: e["us"] for e in profiles[rank]}
     out = [
-        f"# where rank {rank}'s iteration goes at {format_size(pred.rows[pred.timing.path_size].size)} (the bench's"
+        f"# where rank {rank}'s iteration goes at {format_size(size)} (the bench's"
         f" slowest), per source line: {'measured':>11} {'predicted':>11}  {'error':>7}"
     ]
     for line in sorted(measured.keys() | predicted.keys()):

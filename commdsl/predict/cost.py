@@ -295,10 +295,12 @@ class Clocks(Observer):
         self.flat_bytes: dict[int, np.ndarray] = {}  # per group: its `coalesced:` block's bytes so far (`flattened`)
         if self.track:  # the profile at size k (`stepping`): per rank, its seconds in each source line so far,
             # and the record it is in and when it began it
-            untimed = UNTIMED_RECORDS
-            line = np.array([-1 if isinstance(r, untimed) else r.span.line for r in schedule.records], dtype=np.int64)
-            self.lines, self.line_rec = np.unique(line[line >= 0], return_index=True)  # a record on each line
-            self.line_rec = np.flatnonzero(line >= 0)[self.line_rec]
+            line = np.array(
+                [-1 if isinstance(r, UNTIMED_RECORDS) else r.span.line for r in schedule.records], dtype=np.int64
+            )
+            timed = np.flatnonzero(line >= 0)
+            self.lines, first = np.unique(line[timed], return_index=True)
+            self.line_rec = timed[first]  # a record on each line, to name it
             self.line_col = np.where(line >= 0, np.searchsorted(self.lines, line), -1)
             self.profile = np.zeros((W, self.lines.size))
             self.ran = np.zeros((W, self.lines.size), dtype=bool)
@@ -383,13 +385,12 @@ class Clocks(Observer):
 
     # ---- the profile ---------------------------------------------------------------------------------
     def stepping(self, rec, G) -> None:
-        """Ranks G begin `rec`: the record each was in ends for the profile now (its clock caught up with
-        what it waited for, as `settle` does whenever it acts)."""
+        """Ranks G begin `rec`: the record each was in ends for the profile now, at its clock caught up with
+        what it waited for (what the hook for `rec` makes its clock, `settle`)."""
         if not self.track:
             return
         ix = _ix(G)
-        self.settle(G, ix)
-        now = self.T[ix, self.k]
+        now = np.maximum(self.T[ix, self.k], self.D[ix, self.k])
         self.close(G, now)
         self.in_rec[G] = rec.id
         self.began[G] = now
