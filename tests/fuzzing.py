@@ -438,9 +438,18 @@ def through_cli(data: bytes, workdir: str) -> dict[str, str]:
 
 # ---- driver -----------------------------------------------------------------------------------------------------
 
+def _import_lazy_modules() -> None:
+    """Import before any hang timer is armed what the commands import on first use (torch, for a bfloat16
+    value in `format_tensor`). A cold torch import on a fresh machine can outlast HANG_S, and a SIGALRM
+    inside an import leaves that module half-initialised for every later input: CI on 2026-11-28 saw one
+    `Hang` in `import asyncio`, then a NameError in every later sim and a segfault at exit."""
+    import torch  # noqa: F401
+
+
 def run(plan: dict[str, int], seed: int, save: Path, cli_every: int = CLI_EVERY) -> dict:
     """Fuzz `plan` (source → input count); SIGALRM is borrowed for the hang timer and handed back after
     (pytest-timeout's alarm, when under pytest, is re-armed with the time it had left)."""
+    _import_lazy_modules()
     previous = signal.signal(signal.SIGALRM, _alarm)
     pending, _ = signal.getitimer(signal.ITIMER_REAL)
     started = time.monotonic()

@@ -5,6 +5,10 @@ minimal statement); the others run a few hundred inputs of each source through e
 """
 
 import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +24,28 @@ def test_fuzzed_inputs_give_diagnostics_not_internal_errors(source, tmp_path):
     stats = fuzzing.run({source: 150}, seed=20261122, save=tmp_path, cli_every=25)
     assert not stats["bugs"] and not stats["hangs"], fuzzing.report(stats, {source: 150}, 20261122)
     assert stats["diagnostic"] > 0 and stats["ok"] > 0
+
+
+def test_no_hang_timer_runs_while_torch_is_first_imported(tmp_path):
+    """A fresh interpreter, as in CI: when the first hang timer is armed, torch is already imported (a cold
+    import outlasted HANG_S there, and the alarm inside it left asyncio half-initialised)."""
+    probe = textwrap.dedent(f"""
+        import signal, sys
+        import fuzzing
+        armed = signal.setitimer
+        seen = []
+        def spy(which, seconds, *rest):
+            if seconds and not seen:
+                seen.append("torch" in sys.modules)
+            return armed(which, seconds, *rest)
+        signal.setitimer = spy
+        fuzzing.run({{"grammar": 1}}, seed=1, save=__import__("pathlib").Path({str(tmp_path)!r}), cli_every=0)
+        print(seen)
+    """)
+    tests = Path(__file__).parent
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tests, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[True]"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
