@@ -585,6 +585,14 @@ def test_measured_rows_give_an_error_column_and_a_plot(tmp_path, capsys):
     (["predict", "--world", "4", "--topology", "dgx-h100"], "give a FILE"),
     (["predict", RING, "--world", "32", "--topology", "dgx-h100"], "not one of them"),
     (["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "1X"], "not a size"),
+    (["predict", RING, "--world", "4", "--topology", "dgx-h100", "--op", "max"], "a program states its own"),
+    (["predict", RING, "--world", "4", "--topology", "dgx-h100", "--root", "1"], "(--set root=R)"),
+    (["predict", "--collective", "all_reduce", "--world", "4", "--topology", "dgx-h100", "--param", "m"],
+     "--param sets a program's param"),
+    (["predict", "--collective", "all_reduce", "--world", "4", "--topology", "dgx-h100", "--set", "n=2"],
+     "--set sets a program's param"),
+    (["predict", "--collective", "broadcast", "--world", "4", "--topology", "dgx-h100", "--root", "4"],
+     "--root 4 is not a rank of --world 4"),
 ])
 def test_usage_errors(argv, message, capsys):
     try:

@@ -33,6 +33,7 @@ from commdsl.cli.common import (
     load_files,
     parse_sets,
     print_diagnostics,
+    refuse_unused_variant_flags,
 )
 from commdsl.files import FileError, check_output, write_atomic
 
@@ -93,17 +94,14 @@ def add_parser(sub):
         help="element type, also by nccl-tests' names (float, half, double, int, bfloat16, ...); built-ins: default "
         "float32; a program: replaces the dtype of every tensor declared like the measured one",
     )
-    p.add_argument("--op", choices=_OPS, default="sum", help="reduce op of the built-ins that reduce (default: sum)")
+    p.add_argument("--op", choices=_OPS, help="reduce op of the built-ins that reduce (default: sum)")
     p.add_argument(
         "-r",
         "--root",
         type=integer("--root", 0),
-        default=0,
         help="root of broadcast, reduce, gather, scatter (default: 0)",
     )
-    p.add_argument(
-        "--param", default="n", metavar="NAME", help="the program's integer param that sets the size (default: n)"
-    )
+    p.add_argument("--param", metavar="NAME", help="the program's integer param that sets the size (default: n)")
     p.add_argument(
         "-c",
         "--check",
@@ -216,8 +214,6 @@ def _check_measure_flags(args, kinds: list[str]) -> None:
         raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}, or all")
     if args.dtype == "all" and args.compare is not None:
         raise UsageError("--dtype all sweeps every dtype side by side already: drop --compare")
-    if args.file is not None and args.op != "sum":
-        raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
     if args.compare == "builtin" and args.file is None:
         raise UsageError("--compare builtin compares a program with the built-in it stands for: give a FILE")
     if args.compare not in (None, "builtin") and len(kinds) > 1:
@@ -246,7 +242,9 @@ def config_from_args(args):
         raise UsageError(f"--nproc must be at least 1, got {nproc}")
     if "sendrecv" in kinds and nproc < 2:
         raise UsageError("--collective sendrecv pings rank 0 to rank 1: it needs --nproc 2 or more")
-    if not 0 <= args.root < nproc:
+    program = args.file is not None or args.compare not in (None, "builtin")  # a FILE, or --compare FILE
+    refuse_unused_variant_flags(args, built_in=bool(kinds), program=program)
+    if args.root is not None and not args.root < nproc:
         raise UsageError(f"--root {args.root} is not a rank of --nproc {nproc}")
     try:
         sizes = parse_sweep(_sweep_text(args))
@@ -262,9 +260,9 @@ def config_from_args(args):
         iters=args.iters,
         warmup=args.warmup,
         dtype=args.dtype,
-        op=args.op,
-        root=args.root,
-        param=args.param,
+        op=args.op or "sum",
+        root=args.root or 0,
+        param=args.param or "n",
         params=parse_sets(args.set),
         check=args.check,
         compare=args.compare,

@@ -177,6 +177,21 @@ def parse_sets(values: list[str] | None) -> dict[str, str]:
     return out
 
 
+def refuse_unused_variant_flags(args, built_in: bool, program: bool) -> None:
+    """`bench` and `predict`: --op and --root shape a built-in collective, --param and --set a program; given
+    where the command measures no such variant, they would be silently ignored, so each is a usage error.
+    Their defaults (sum, 0, n) are applied after this check: `args.op` etc. are None when not given."""
+    if not built_in:
+        if args.op is not None:
+            raise UsageError("--op sets the reduce op of --collective; a program states its own in its statements")
+        if args.root is not None:
+            raise UsageError("--root sets the root of --collective; a program's root is its own param (--set root=R)")
+    if not program:
+        for flag, given in (("--param", args.param is not None), ("--set", bool(args.set))):
+            if given:
+                raise UsageError(f"{flag} sets a program's param; a --collective built-in has none (give a FILE)")
+
+
 def _from_env(flag: str, text: str) -> str:
     env = "COMMDSL_" + flag.lstrip("-").upper().replace("-", "_")
     return f" (from {env})" if os.environ.get(env) == text else ""

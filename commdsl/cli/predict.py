@@ -31,6 +31,7 @@ from commdsl.cli.common import (
     not_utf8,
     parse_sets,
     print_diagnostics,
+    refuse_unused_variant_flags,
 )
 from commdsl.files import FileError, check_output
 from commdsl.limits import TIME_LIMIT, Deadline, TimeLimitReached
@@ -78,11 +79,10 @@ def add_parser(sub):
     p.add_argument(
         "--op",
         choices=("sum", "product", "min", "max", "avg", "band", "bor", "bxor"),
-        default="sum",
         help="reduce op of the built-ins that reduce (default: sum)",
     )
-    p.add_argument("--root", type=integer("--root", 0), default=0, help="root of the rooted built-ins (default: 0)")
-    p.add_argument("--param", default="n", metavar="NAME", help="the integer param that sets the size (default: n)")
+    p.add_argument("--root", type=integer("--root", 0), help="root of the rooted built-ins (default: 0)")
+    p.add_argument("--param", metavar="NAME", help="the integer param that sets the size (default: n)")
     p.add_argument("--json", metavar="FILE", help="write the rows as `commdsl bench --json` does, marked predicted")
     p.add_argument(
         "--measured",
@@ -118,7 +118,8 @@ def _check_args(args) -> list[int]:
         raise UsageError(f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}")
     if args.collective == "sendrecv" and args.world < 2:
         raise UsageError("--collective sendrecv needs --world 2 or more")
-    if args.collective and not 0 <= args.root < args.world:
+    refuse_unused_variant_flags(args, built_in=args.collective is not None, program=args.file is not None)
+    if args.root is not None and not args.root < args.world:
         raise UsageError(f"--root {args.root} is not a rank of --world {args.world}")
     try:
         sizes = parse_sweep(str(args.sizes))
@@ -229,9 +230,7 @@ def _variant(args, out, err):
         from commdsl.bench.builtin import builtin
         from commdsl.bench.plan import builtin_variant
 
-        return builtin_variant(builtin(args.collective, args.dtype or "float32", args.op, args.root))
-    if args.op != "sum":
-        raise UsageError("--op sets the reduce op of --collective; a program states its own")
+        return builtin_variant(builtin(args.collective, args.dtype or "float32", args.op or "sum", args.root or 0))
     loaded = load_files([args.file], err)
     if loaded.io_failed:
         return EXIT_FAILURE
@@ -244,7 +243,7 @@ def _variant(args, out, err):
         if args.world is None:
             raise UsageError(f"{args.file} runs at world sizes {program.describe_world()}: give --world N")
     try:
-        return variant_for(program, args.world, args.param, parse_sets(args.set), args.dtype)
+        return variant_for(program, args.world, args.param or "n", parse_sets(args.set), args.dtype)
     except BenchError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
