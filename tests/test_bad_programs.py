@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from annotated import ROOT, assert_marked, expected, lint, render
+from annotated import ROOT, assert_marked, expected, lint, pinned_lint, render
 from commdsl.rules.registry import CODES
 
 BAD = sorted((ROOT / "programs" / "bad").glob("*.comm"))
@@ -36,6 +36,5 @@ def test_every_checker_code_has_a_fixture():
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
 def test_good_programs_are_clean(path: Path):
-    _, diags = lint(path)
-    errors = [f"{d.code} {d.span.line if d.span else ''}: {d.message}" for d in diags if d.severity == "error"]
+    errors = [f"{d['code']} {d['line']}: {d['message']}" for d in pinned_lint(path) if d["severity"] == "error"]
     assert errors == []
