@@ -122,7 +122,7 @@ def rank_bytes(schedule: Schedule) -> np.ndarray:
     return total
 
 
-def _gib(n: int) -> str:
+def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
