@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from commdsl.bench.identify import BenchError
+from commdsl.bench.plan import Refused
 from commdsl.cli.main import main
 from commdsl.diagnostics import CommdslError
 from commdsl.predict import sweep, variant_for
@@ -647,8 +648,29 @@ def test_a_program_that_deadlocks_is_not_predicted(tmp_path, capsys):
     bad = tmp_path / "d.comm"
     bad.write_text("program d\nworld 2\nparam n = 4\ntensor x: float32[n] = 1\nsend x to 1 - rank\nrecv x from 1 - rank\n")
     code = main(["predict", str(bad), "--world", "2", "--topology", "dgx-h100", "--sizes", "1K"])
-    _, err = capsys.readouterr()
-    assert code == 2 and "does not complete at world 2" in err
+    out, err = capsys.readouterr()
+    assert code == 1 and "error[D402]" in out and "refusing to predict d: the checks found errors at world size 2" in err
+
+
+@pytest.mark.parametrize("world, checked_at", [(4, 4), (256, 64)])
+def test_a_program_torch_would_refuse_is_not_predicted(world, checked_at, tmp_path, capsys):
+    """`band` on float32 is a Gloo error (B601), found by the checker before anything is timed: at the predicted
+    world up to CHECK_WORLD, above it at the largest declared size up to there."""
+    bad = tmp_path / "b.comm"
+    bad.write_text("program b\nworld 2..\nparam n = 16\ntensor x: float32[n] = rank\nall_reduce x op band\n")
+    code = main(["predict", str(bad), "--world", str(world), "--topology", "localhost-gloo", "--sizes", "1M"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "error[B601]" in out and f"at world size {checked_at}" in out
+    assert f"refusing to predict b: the checks found errors at world size {checked_at} with `n = 262144`" in err
+
+
+def test_above_the_check_world_a_note_says_where_the_check_ran(tmp_path, capsys):
+    ring = tmp_path / "ring.comm"
+    ring.write_text(Path(RING).read_text().replace("world 1..16", "world 1.."))
+    code = main(["predict", str(ring), "--world", "128", "--topology", "dgx-h100", "--sizes", "1M"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "note: checked at world 64, the largest declared size up to 64" in " ".join(err.split())
 
 
 
@@ -677,8 +699,9 @@ def test_a_program_that_hangs_only_on_nccl_is_predicted_only_on_gloo(capsys):
     wait behind isends their peer never receives: the checker's D402 on nccl. predict runs the checker's model of
     the topology's backend: it refuses on an NCCL topology and names the check that says why."""
     assert seconds(ISEND_CYCLE, 2, topo(10, 1), 1 << 20) == pytest.approx(10e-6 + (1 << 20) / 1e9)
-    with pytest.raises(BenchError, match=r"does not complete at world 2 on nccl .* --backend nccl` says why"):
+    with pytest.raises(Refused) as refused:
         seconds(ISEND_CYCLE, 2, topo(10, 1, extra='backend = "nccl"'), 1 << 20)
+    assert {d.code for d in refused.value.diagnostics} == {"D402"}
 
 
 ISENDS_IN_ORDER = """program o

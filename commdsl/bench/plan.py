@@ -87,14 +87,16 @@ class OpTable:
 class Refused(Exception):
     """The checks found errors in a variant at some size: nothing is launched."""
 
-    def __init__(self, variant: Variant, value: int, diagnostics: list[Diagnostic]):
+    def __init__(self, variant: Variant, value: int, diagnostics: list[Diagnostic], world: int | None = None):
         super().__init__(variant.label)
         self.variant, self.value, self.diagnostics = variant, value, diagnostics
+        self.world = world  # where the checks ran, when not at the command's world (predict's CHECK_WORLD)
 
     def summary(self, verb: str, world: int) -> str:
         """The line after its diagnostics: `verb` (bench, predict) refused, at which world and param value."""
         at = f" with `{self.variant.param} = {self.value}`" if self.value >= 0 else ""
-        return f"refusing to {verb} {self.variant.label}: the checks found errors at world size {world}{at}"
+        where = world if self.world is None else self.world
+        return f"refusing to {verb} {self.variant.label}: the checks found errors at world size {where}{at}"
 
 
 def builtin_variant(b: Builtin, baseline: bool = False, label: str | None = None) -> Variant:
