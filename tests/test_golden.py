@@ -164,8 +164,10 @@ def predict_json(path: Path) -> str:
         try:
             pred = sweep(variant_for(program, world, param, {}, None), world, PREDICT_SIZES, topo, paths=False)
             out[name] = [[r.size, r.time_us] for r in pred.rows]
-        except (BenchError, Refused) as e:
-            out[name] = f"{type(e).__name__}: {e}"
+        except BenchError as e:
+            out[name] = f"BenchError: {e}"
+        except Refused as e:  # the checker's errors, by code
+            out[name] = "Refused: " + ", ".join(sorted({d.code for d in e.diagnostics}))
     return json.dumps(out, indent=1) + "\n"
 
 
