@@ -381,11 +381,19 @@ class CollectiveRec(Record):
             root=root,
             redop=self.redop,
             scale=scale,
-            in_splits=tuple(int(item(s, k)) for s in self.in_splits),
-            out_splits=tuple(int(item(s, k)) for s in self.out_splits),
+            in_splits=_splits_at(self.in_splits, k),
+            out_splits=_splits_at(self.out_splits, k),
             req=None if self.req is None else int(item(self.req, k)),
             block=self.block,
         )
+
+
+def _splits_at(splits: tuple, k: int) -> tuple[int, ...]:
+    """Rank k's split sizes: one entry per peer, each a scalar or an array over ranks. Read in one pass (an
+    all_to_all at world 1024 has 1024 entries; `item` by `item` took 3 ms a rank, and the checker's C306 reads
+    every member's: 9 of the MoE dispatch's 19 s of lint)."""
+    column = (v[k] if isinstance(v, np.ndarray) else v for v in splits)
+    return tuple(np.fromiter(column, dtype=np.int64, count=len(splits)).tolist())
 
 
 @dataclass(eq=False, slots=True)
