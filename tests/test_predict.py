@@ -673,6 +673,15 @@ def test_above_the_check_world_a_note_says_where_the_check_ran(tmp_path, capsys)
     assert "note: checked at world 64, the largest declared size up to 64" in " ".join(err.split())
 
 
+def test_above_the_check_world_with_no_smaller_size_a_note_says_it_was_not_checked(tmp_path, capsys):
+    ring = tmp_path / "ring.comm"
+    ring.write_text(Path(RING).read_text().replace("world 1..16", "world [128]"))
+    code = main(["predict", str(ring), "--topology", "dgx-h100", "--sizes", "1M"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "note: not checked: no declared world size up to 64 takes this program" in " ".join(err.split())
+
+
 
 def test_a_prediction_past_its_time_limit_is_an_n134_at_the_statement(tmp_path, capsys):
     """A sweep of a param that sets loop counts too can expand millions of ops per size (interleaved_1f1b's

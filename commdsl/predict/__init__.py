@@ -177,15 +177,19 @@ def _check(v: Variant, world: int, largest: tuple[int, int, int], top, topo: Top
     where, value, schedule = world, largest[1], top
     if world > CHECK_WORLD:
         smaller = [w for w in v.program.world_sizes(CHECK_WORLD) if 2 <= w <= CHECK_WORLD]
+        unchecked = (
+            f"not checked: no declared world size up to {CHECK_WORLD} takes this program at this size "
+            f"(`commdsl check {v.program.path} --world {world}` checks it where it is predicted)"
+        )
+        if not smaller:
+            notes.append(unchecked)
+            return
+        where = smaller[-1]
         try:
-            where = smaller[-1]
             value = fit(v, where, largest[0])[0]
             schedule = expand(v.program, where, {**v.params, v.param: value}, deadline)
-        except (IndexError, CommdslError, Refused, BenchError):
-            notes.append(
-                f"not checked: no declared world size up to {CHECK_WORLD} takes this program at this size "
-                f"(`commdsl check {v.program.path} --world {world}` checks it where it is predicted)"
-            )
+        except (CommdslError, Refused, BenchError):
+            notes.append(unchecked)
             return
         notes.append(
             f"checked at world {where}, the largest declared size up to {CHECK_WORLD}: a check at {world} takes "

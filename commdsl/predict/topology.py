@@ -83,17 +83,18 @@ class _Model(BaseModel):
 Rank = Annotated[StrictInt, Field(ge=0, lt=MAX_WORLD)]
 Ranks = Annotated[StrictInt, Field(ge=1, le=MAX_WORLD)]
 Positive = Annotated[StrictFloat, Field(gt=0)]
+NonNegative = Annotated[StrictFloat, Field(ge=0)]
 
 
 class LinkClass(_Model):
-    alpha_us: Annotated[StrictFloat, Field(ge=0)]
+    alpha_us: NonNegative
     bandwidth_gbps: Positive
 
 
 class LinkOverride(_Model):
     src: Rank
     dst: Rank
-    alpha_us: Annotated[StrictFloat, Field(ge=0)]
+    alpha_us: NonNegative
     bandwidth_gbps: Positive
 
 
