@@ -40,7 +40,7 @@ from commdsl.engine import run_engine
 from commdsl.expand import expand
 from commdsl.resolve import load
 from commdsl.source import SourceFile
-from processes import stalled_in_set_up
+from processes import failed_in_set_up
 
 STALLS = {"D401", "D402", "C307", "C308", "P201", "P202", "P204"}
 # Members disagreeing about a collective: the engine pairs the calls and goes on, a real backend hangs,
@@ -227,12 +227,12 @@ def compare_script(verdict: Verdict, world: int, result: dict) -> tuple[str, str
 def real_run(world: int, text: str, timeout: float) -> dict:
     """`commdsl run --no-check` (workers fork from this process); returns the --report JSON.
 
-    A run whose every rank was still setting up its process group when the hang guard fired says
-    nothing about the program (a loaded machine can take seconds to form a group): it is run again
-    with a longer timeout.
+    A run that torch's set-up failed says nothing about the program (a loaded machine can take seconds to
+    form a group, and a rank that ends at once can break a slower rank's connecting: `failed_in_set_up`):
+    it is run again with a longer timeout.
     """
     data = _run_once(world, text, timeout)
-    if stalled_in_set_up(data):
+    if failed_in_set_up(data):
         data = _run_once(world, text, timeout * 4)
     return data
 

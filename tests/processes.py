@@ -68,7 +68,7 @@ def listening(pids) -> set[tuple[int, str, int]]:
     import ipaddress
 
     inodes: dict[str, tuple[str, int]] = {}
-    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
         except OSError:
@@ -98,9 +98,17 @@ def listening(pids) -> set[tuple[int, str, int]]:
     return out
 
 
-def stalled_in_set_up(report: dict) -> bool:
-    """A `--report` of a run that the hang guard stopped while every rank was still setting up (store,
-    process group, groups): it says nothing about the program, only that the machine was slow to form a
-    group (or that set-up itself hung: the report names the torch call each rank was in)."""
+def failed_in_set_up(report: dict) -> bool:
+    """A `--report` of a run that torch's set-up failed, which says nothing about the program's ops: the hang
+    guard stopped it while every rank was still setting up (store, process group, groups: a loaded machine
+    is slow to form a group, or set-up itself hung, and the report names the torch call each rank was in),
+    or a rank lost a peer while still connecting because a faster rank had ended (Gloo fails a plain torch
+    script so too, a few launches in a hundred on a loaded machine when ranks have nothing to do)."""
     hang = report.get("hang") or []
-    return bool(hang) and all(h.get("state") == "setting up" for h in hang)
+    if hang:
+        return all(h.get("state") == "setting up" for h in hang)
+    culprit = next((f for f in report.get("failures") or [] if f.get("culprit")), None)
+    return (
+        culprit is not None and culprit["kind"] == "peer" and culprit["line"] is None
+        and "still connecting" in culprit["cause"]
+    )

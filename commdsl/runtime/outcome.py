@@ -252,6 +252,10 @@ def blame(
                 "timeout": f"timed out ({text})",
                 "peer": f"lost its connection to a peer ({_first_sentence(text)}){ended}",
             }[kind]
+            if kind == "peer" and done and err["index"] < 0:
+                # a rank that ends closes its connections, also those a slower peer is still making in
+                # init_process_group or new_group: Gloo fails that peer's set-up, in a plain torch script too
+                cause += " while it was still connecting; a closing `barrier` keeps every rank until all are connected"
             found.append(((_ORDER[kind], err["time_ns"]), Failure(rank, kind, cause, at, pid)))
             continue
         if res is not None and res.finished:
