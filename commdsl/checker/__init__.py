@@ -85,6 +85,10 @@ def analyse_schedule(
     diags = [on_backends(d, seen, backends) for d, seen in found.values()]
     if sim is not None:
         diags.extend(data_findings(sim))
+    if any(d.severity == "error" for d in diags):
+        from commdsl.rules.registry import CODES
+
+        diags = [d for d in diags if not CODES[d.code].quiet_beside_errors]
     return [_with_calls(d, program, schedule) for d in with_values_read(schedule, diags)], sim
 
 

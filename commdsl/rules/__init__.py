@@ -91,6 +91,9 @@ class Rule:
     show at: the checker reports such a finding only when it shows at every size checked from this one on. A
     program that has the shape at some sizes only is something else that coincides with it there (a binomial
     tree is a star at 3 ranks)."""
+    quiet_beside_errors: ClassVar[bool] = False
+    """A warning that an error at the same world size usually explains (a rank left idle because it skips the
+    collective an error names): the checker drops it where that size has an error, so the error stands alone."""
     backend_doc: ClassVar[str | None] = None
     """The anchor of the section of docs/backend-support.md that holds the backend facts this rule's messages
     state: the checker ends each finding with a note citing it (`cite`), and the rule's Backend notes link it.

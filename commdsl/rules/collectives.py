@@ -540,6 +540,7 @@ class GroupNonmember(Rule):
     tensor x: float32[4] = rank
     on rank < 2:
         all_reduce x in g
+    barrier
     ```
     """
 
@@ -604,6 +605,7 @@ class RootNotInGroup(Rule):
     tensor x: float32[4] = rank
     on rank >= 2:
         broadcast x from 2 in g
+    barrier
     ```
     """
 

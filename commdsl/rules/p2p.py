@@ -628,6 +628,7 @@ class PeerNotInGroup(Rule):
         send x to 2 in pair
     else on rank == 2:
         recv x from 0 in pair
+    barrier
     ```
 
     ## Backend notes

@@ -118,6 +118,7 @@ RULES: tuple[type[Rule], ...] = (
     requests.BufferInFlight,
     requests.ReadAfterReduce,
     requests.RequestWaitedAgain,
+    requests.IdleRank,
     backend.UnsupportedReduceOp,
     backend.IntegerAvgTruncates,
     backend.NcclRecvFromAny,

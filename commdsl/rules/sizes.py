@@ -349,6 +349,7 @@ class InvalidGroup(Rule):
     tensor x: float32[4] = rank
     on rank == 0 or rank == 3:
         all_reduce x in g
+    barrier
     ```
     """
 

@@ -63,7 +63,7 @@ class UnexpectedCharacter(Rule):
 
     ```comm
     program pairs
-    world 2..4
+    world 2
     tensor x: float32[4] = rank
     on rank == 0:
         send x to 1;
@@ -75,7 +75,7 @@ class UnexpectedCharacter(Rule):
 
     ```comm
     program pairs
-    world 2..4
+    world 2
     tensor x: float32[4] = rank
     on rank == 0:
         send x to 1
