@@ -147,6 +147,27 @@ def test_r503_says_why_it_is_a_race_and_names_a_batch_as_a_batch():
     assert d.help == "use separate buffers for the ops of one batch"
 
 
+IDLE = "world 2..4\ntensor x: float32[4] = rank\non rank == 0:\n    send x to 1\nelse on rank == 1:\n    recv x from 0\n"
+
+
+def test_r506_names_the_idle_ranks_of_the_first_size_with_them_on_gloo_only():
+    d, notes = one(IDLE, "R506", "gloo")
+    assert d.message == "rank 2 takes part in no communication at world 3" and d.worlds == (3, 4)
+    assert d.span.line == 1 and d.label == "at world 3, rank 2 only sets up and ends"  # the `world` line
+    assert notes[0].startswith("on Gloo a rank that ends closes its connections")
+    assert d.help.startswith("end the program with a `barrier`")
+    assert "R506" not in {f.code for f in check(IDLE, "nccl")}  # NCCL connects at a communicator's first op
+    assert "R506" not in {f.code for f in check(IDLE + "barrier\n", "gloo")}  # everyone stays for the barrier
+    local = "world 4\ntensor x: float32[4] = rank\nx += 1\n"  # local ops alone: nobody is left out
+    assert "R506" not in {f.code for f in check(local, "gloo")}
+
+
+def test_r506_is_quiet_where_an_error_explains_the_idle_rank():
+    """Rank 2 skips the all_reduce the others wait in (C307): that is the finding, not its idleness."""
+    skips = "world 3\ntensor x: float32[4] = rank\non rank < 2:\n    all_reduce x\n"
+    assert [f.code for f in check(skips, "gloo")] == ["C307"]
+
+
 def test_r504_says_what_a_non_root_buffer_holds():
     text = HEAD + "reduce x to 0\ny[0:4] = x\n"
     assert one(text, "R504", "gloo")[1][0] == "Gloo uses the non-root buffers for its ring and leaves partial sums in them"
