@@ -113,13 +113,14 @@ def physical_memory() -> int:
     return total
 
 
-def rank_bytes(schedule: Schedule) -> np.ndarray:
-    """Each rank's tensors' bytes, an array over ranks, from the declarations' per-rank shapes: no tensor spec
-    is built per rank (a program checked at every size of `world 1..2048` spent half its time there)."""
-    total = np.zeros(schedule.world, dtype=np.float64)  # float: a sum past 2**63 bytes is still "too big"
-    for info in schedule.infos.values():
-        total += info.numel_array(schedule.world) * float(DTYPES[info.dtype].itemsize)
-    return total
+def tensor_bytes(schedule: Schedule) -> dict[str, np.ndarray]:
+    """Each declared tensor's bytes on every rank (an array over ranks), from the declarations' per-rank shapes:
+    no tensor spec is built per rank (a program checked at every size of `world 1..2048` spent half its time
+    there). Floats: a sum past 2**63 bytes is still "too big"."""
+    return {
+        name: info.numel_array(schedule.world) * float(DTYPES[info.dtype].itemsize)
+        for name, info in schedule.infos.items()
+    }
 
 
 def _gib(n: float) -> str:
@@ -129,16 +130,15 @@ def _gib(n: float) -> str:
 def memory_problem(schedule: Schedule, what: str = "the simulator", local_ranks: int = 0) -> Diagnostic | None:
     """N132 when SIM_FACTOR times every rank's tensors, plus RANK_FACTOR times those of the `local_ranks`
     largest ranks (the ranks a run starts on this node), exceed the share of this machine's memory."""
-    per_rank = rank_bytes(schedule)
+    sizes = tensor_bytes(schedule)
+    per_rank = sum(sizes.values(), np.zeros(schedule.world))
     sim = SIM_FACTOR * float(per_rank.sum())
     here = RANK_FACTOR * float(np.sort(per_rank)[::-1][:local_ranks].sum())
     need, limit = sim + here, int(physical_memory() * MEMORY_SHARE)
     if need <= limit:
         return None
-    infos = schedule.infos
-    sizes = {name: info.numel_array(schedule.world) * DTYPES[info.dtype].itemsize for name, info in infos.items()}
     name = max(sizes, key=lambda n: sizes[n].max())  # the largest tensor on any rank, as declared there
-    biggest = infos[name].spec(int(sizes[name].argmax()))
+    biggest = schedule.infos[name].spec(int(sizes[name].argmax()))
     notes = [Note(message=f"this machine has {_gib(physical_memory())}; the limit is {int(MEMORY_SHARE * 100)}% of it")]
     held = (
         f"the simulator holds all {schedule.world} ranks' tensors and its temporaries, up to {SIM_FACTOR}x "
