@@ -5,13 +5,17 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py threads     # a small all_reduce behind 0-3 big async ones
     timeout 300 python benchmarks/gloo_queue_facts.py coalesced   # a coalesced block against the same calls alone
     timeout 300 python benchmarks/gloo_queue_facts.py barrier     # does a barrier end an async all_reduce?
+    timeout 300 python benchmarks/gloo_queue_facts.py isend       # how long an isend holds its caller
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
 one once two are in flight. `coalesced`: the median of 15 calls of `all_reduce` on 8 and 16 MiB (and 3
 elements) in a `_coalescing_manager` block, the same three blocking one by one, and one `all_reduce` of
 their 24 MiB. `barrier`: whether an async 256 MiB `all_reduce` has ended when a barrier returns, with the
-barrier on the all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). Two ranks on
+barrier on the all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). `isend`: the
+median time (9 calls) an `isend` call takes to return when its receive was posted 10 ms before it and
+when it is posted 10 ms after, the first's time to its `wait()`, and an `irecv` call's time when its send
+was issued 10 ms before it (docs/predict.md, "An isend writes from its caller"). Two ranks on
 127.0.0.1, one intra-op thread each (as `commdsl bench`).
 """
 
@@ -96,6 +100,46 @@ def barrier(rank: int) -> None:
             print(f"barrier on {label}: returned at {returned * 1e3:.0f} ms; the all_reduce had ended: {ended}")
 
 
+def isend(rank: int) -> None:
+    def settle():
+        dist.barrier()
+        time.sleep(0.01)
+
+    for size in (1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26):
+        x, y = torch.ones(size // 4), torch.empty(size // 4)
+        after, total, before, recv = [], [], [], []
+        for _ in range(9):
+            h = dist.irecv(y, 0) if rank == 1 else None
+            settle()
+            if rank == 0:  # the receive is posted: the call writes the message
+                t0 = time.perf_counter()
+                h = dist.isend(x, 1)
+                after.append(time.perf_counter() - t0)
+            h.wait()  # once: a Gloo send's second wait() does not return (torch 2.13)
+            if rank == 0:
+                total.append(time.perf_counter() - t0)
+            dist.barrier()
+            if rank == 0:  # no receive yet: the call returns at once, and the receive, later, is quick
+                t0 = time.perf_counter()
+                h = dist.isend(x, 1)
+                before.append(time.perf_counter() - t0)
+            settle()
+            if rank == 1:
+                t0 = time.perf_counter()
+                h = dist.irecv(y, 0)
+                recv.append(time.perf_counter() - t0)
+            h.wait()
+            dist.barrier()
+        recv_t = torch.tensor([sorted(recv)[4] if recv else 0.0])
+        dist.all_reduce(recv_t)
+        if rank == 0:
+            ms = [sorted(v)[4] * 1e3 for v in (after, total, before)] + [recv_t.item() * 1e3]
+            print(
+                f"{size >> 10:6d} KiB: isend after its irecv returned in {ms[0]:6.2f} ms (done at its wait "
+                f"{ms[1]:6.2f} ms); before it {ms[2]:5.2f} ms; irecv after its isend {ms[3]:5.2f} ms"
+            )
+
+
 def worker(rank: int, world: int, port: int, scenario: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -106,7 +150,7 @@ def worker(rank: int, world: int, port: int, scenario: str) -> None:
         dist.destroy_process_group()
 
 
-SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier}
+SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier, "isend": isend}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""

@@ -226,6 +226,12 @@ class Instance:
 class Observer:
     """Hooks for the simulator's data and the checker's access tracking; all default to nothing."""
 
+    meets_isend_at_once = False
+    """True: an async send meets a receive already posted before its rank goes on, so the observer can hold
+    the rank while the message moves (the timing observer on Gloo: `predict.cost.Clocks.matched`). Only
+    where no receive takes any source: matching earlier changes nothing then, since each channel meets its
+    sends and receives in posting order whenever it is matched."""
+
     def stepping(self, rec, G: np.ndarray) -> None:
         """Ranks G begin record `rec` (each rank once per record it runs, in its program order): the
         predictor's per-line profile starts the record's time here."""
@@ -494,11 +500,7 @@ class Engine:
             self.obs.local(rec, G, pos)
             self.advance(G)
         elif t is P2PRec:
-            done = self.post([(rec, G, pos)], rec.id, G)
-            if rec.blocking:
-                self.block(G, 1 - done)
-            else:
-                self.advance(G)
+            self.post_one(rec, G, pos)
         elif t is BatchRec:
             if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.queues:
                 plan = self.exchange_plan(rec)
@@ -533,6 +535,18 @@ class Engine:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records
             raise TypeError(t)
+
+    def post_one(self, rec: P2PRec, G: np.ndarray, pos) -> None:
+        """An unbatched send or receive by ranks G: a blocking one waits to be met; an async one goes on, an
+        isend first meeting a receive already posted where the observer holds its caller for it
+        (`Observer.meets_isend_at_once`)."""
+        done = self.post([(rec, G, pos)], rec.id, G)
+        if rec.blocking:
+            self.block(G, 1 - done)
+            return
+        self.advance(G)
+        if rec.is_send and self.obs.meets_isend_at_once and self.clocks is None:
+            self.match()
 
     def exchange_plan(self, rec: BatchRec):
         """[(send op, receive op, where each send's receiver sits in the receive op)] when every op of the batch

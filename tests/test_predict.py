@@ -74,6 +74,8 @@ def test_a_topology_file_in_full():
      "`bus_gbps`: needs `shared_node = true`", 2),
     ("ranks_per_node = 8\nshared_node = true\nnode_memory_gbps = 0\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
      "`node_memory_gbps`: input should be greater than 0", 3),
+    ('backend = "nccl"\nranks_per_node = 8\nsend_buffer_bytes = 4194304\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n',
+     '`send_buffer_bytes`: needs `backend = "gloo"`', 3),
     # TOML's own types, no conversions (each was read as something before 2026-11-28), and finite numbers
     ('ranks_per_node = 8\n[intra]\nalpha_us = "5"\nbandwidth_gbps = 1\n', "`intra.alpha_us`: input should be a valid number", 3),
     ("ranks_per_node = true\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`ranks_per_node`: input should be a valid integer", 1),
@@ -741,6 +743,69 @@ def test_nccl_runs_a_pairs_async_sends_one_after_another():
     assert seconds(ISENDS_IN_ORDER, 2, nccl, n) == pytest.approx(2 * 10e-6 + (big + small) / 1e9)
     path = predict_text(ISENDS_IN_ORDER, 2, nccl, n).paths[0]
     assert [step["line"] for step in path] == [7, 8]
+
+
+ISEND_TO_A_WAITING_RECV = """program h
+world 2
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n]
+on rank == 0:
+    y += x
+    h = isend x to 1
+    y += x
+    wait h
+on rank == 1:
+    {late}recv y from 0
+"""
+
+
+def isend_topo(extra: str = "") -> Topology:
+    """Gloo, 1 GB/s and 10 µs a message, 1 GB/s of memory: `y += x` of n bytes takes 2n ns."""
+    text = f"ranks_per_node = 2\nmemory_gbps = 1\n{extra}\n[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"
+    return parse(SourceFile("t.toml", text))
+
+
+@pytest.mark.parametrize("buffer", [None, 1 << 22, 1 << 18])
+def test_an_isend_to_a_posted_receive_holds_its_caller_while_its_first_bytes_move(buffer):
+    """Gloo's TCP pair writes an isend's message from the calling thread when its receive is already posted,
+    as far as the socket's send buffer takes it (`send_buffer_bytes`): rank 0's second add starts only then.
+    Without the key the isend returns at once and the add runs beside the message."""
+    n = 1 << 20
+    add, message = 2 * n / 1e9, 10e-6 + n / 1e9
+    t = isend_topo("" if buffer is None else f"send_buffer_bytes = {buffer}")
+    held = 0.0 if buffer is None else 10e-6 + min(n, buffer) / 1e9
+    expected = add + max(held + add, message)
+    assert seconds(ISEND_TO_A_WAITING_RECV.format(late=""), 2, t, n) == pytest.approx(expected)
+    path = predict_text(ISEND_TO_A_WAITING_RECV.format(late=""), 2, t, n).paths[0]
+    if buffer == 1 << 22:  # the hold is on the path: the message, then the add it delayed
+        assert [step["line"] for step in path] == [7, 8, 9]
+
+
+def test_an_isend_before_its_receive_or_on_nccl_returns_at_once():
+    """Posted before its receive (rank 1 adds first), the isend only announces itself and returns; on NCCL an
+    isend returns once it is queued on its stream (the key is Gloo's only; without it nothing is held)."""
+    n = 1 << 20
+    add, message = 2 * n / 1e9, 10e-6 + n / 1e9
+    late = ISEND_TO_A_WAITING_RECV.format(late="y += x\n    ")
+    t = isend_topo("send_buffer_bytes = 4194304")
+    assert seconds(late, 2, t, n) == pytest.approx(max(2 * add, add + message))  # rank 0: its two adds
+    nccl = isend_topo('backend = "nccl"')
+    assert seconds(ISEND_TO_A_WAITING_RECV.format(late=""), 2, nccl, n) == pytest.approx(2 * add)
+
+
+def test_calibration_writes_the_send_buffer_the_kernel_gives(tmp_path):
+    from commdsl.predict import calibrate
+
+    wmem = tmp_path / "tcp_wmem"
+    wmem.write_text("4096\t16384\t4194304\n")
+    assert calibrate.send_buffer_bytes(wmem) == 4194304
+    assert calibrate.send_buffer_bytes(tmp_path / "absent") is None
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    t = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", send_buffer=1 << 22)))
+    assert t.send_buffer == 1 << 22
+    nccl = calibrate.topology_text(f, 10e9, 2, "nccl", "cmd", send_buffer=1 << 22)
+    assert "send_buffer_bytes" not in nccl and parse(SourceFile("h.toml", nccl)).send_buffer is None
 
 
 COLLECTIVE_BEHIND_A_BATCH = """program q

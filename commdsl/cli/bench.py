@@ -799,7 +799,7 @@ def calibrate(args) -> int:
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
     pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds)
+    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes())
     try:
         write_atomic(args.output, text)
     except FileError as e:

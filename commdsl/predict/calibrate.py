@@ -6,7 +6,8 @@ hard timeout as every `commdsl bench`), so a calibration measures what a bench m
 the mean round trip (`one_way`); `fit` finds the α and β of t = α + bytes/β by least squares on the
 relative error (each size weighs the same, so the small sizes set α and the large ones β). Local ops are
 timed in this process (`memory_bandwidth`: torch's in-place add, counted as the cost model counts it), and so
-are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs beyond its copy).
+are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs beyond its copy); how much an
+isend writes from its caller is read from the kernel's settings (`send_buffer_bytes`).
 
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
 at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -205,6 +207,19 @@ def page_fault_bandwidth(nbytes: int = 64 << 20, repeats: int = 5, threads: int 
     return nbytes / (fresh - kept_time) if fresh > kept_time * 1.1 else None
 
 
+TCP_WMEM = Path("/proc/sys/net/ipv4/tcp_wmem")
+
+
+def send_buffer_bytes(path: Path = TCP_WMEM) -> int | None:
+    """The most a TCP socket's send buffer grows to here (Linux: the last of net.ipv4.tcp_wmem's three
+    numbers; Gloo leaves an unbound buffer's socket to grow by itself): what a Gloo isend whose receive is
+    posted writes from its caller before the rest goes to the loop thread. None where it cannot be read."""
+    try:
+        return int(path.read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def topology_text(
     f: Fit,
     memory_bps: float,
@@ -214,13 +229,14 @@ def topology_text(
     pairs: AtOnce | None = None,
     page_bps: float | None = None,
     adds: AtOnce | None = None,
+    send_buffer: int | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
     ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
     (`bus_gbps`; not measured below 4 ranks: one at a time assumed), its ranks' adds a memory of
     `adds.capacity` adds at full speed (`node_memory_gbps`). On Gloo a rank's messages in and out share one
     way (`duplex = false`: its TCP transport moves a process's bytes on one loop thread, gloo/transport/tcp/
-    loop.cc)."""
+    loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`)."""
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
@@ -278,6 +294,11 @@ def topology_text(
             f"page_fault_gbps = {page_bps / 1e9:.4g}    # a fresh 64 MiB torch tensor filled, less a kept one",
             f"mmap_threshold_bytes = {MMAP_THRESHOLD_MAX}    # glibc's largest mmap threshold (mallopt(3))",
         ]
+    if backend == "gloo" and send_buffer is not None:
+        lines.append(
+            f"send_buffer_bytes = {send_buffer}    # net.ipv4.tcp_wmem's maximum: an isend to a posted receive"
+            " writes this much itself"
+        )
     lines += [
         f'source = "measured with `{command}`"',
         "",

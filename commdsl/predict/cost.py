@@ -254,6 +254,10 @@ class Clocks(Observer):
         # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
         # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
+        # an isend whose receive is already posted writes the start of its message from the caller's thread
+        # (`held_by_isend`); the engine then matches it before its rank goes on
+        self.send_buffer = topo.send_buffer if topo.backend == "gloo" else None
+        self.meets_isend_at_once = self.send_buffer is not None
         if topo.shared_node and W:
             self.copy_bps *= min(1.0, topo.memory_capacity / min(rpn, W))
         # per node, when its memory is free of the local ops already timed (shared_node: see `memory_share`)
@@ -506,6 +510,8 @@ class Clocks(Observer):
         ts, ns = self.post_time(sends, way.sender.ix)
         tr, nr = self.post_time(recvs, way.receiver.ix)
         pred = np.where(ts[:, k] >= tr[:, k], ns, nr) if self.track else ns
+        isend = self.send_buffer is not None and sends.const("req") != -1
+        recv_first = tr < ts if isend else None  # before `start` may be written into tr
         start = np.maximum(ts, tr, out=None if isinstance(way.receiver.ix, slice) else tr)  # tr: a copy then
         r0 = sends.const("rec")
         if r0 is None and (sends.rec == sends.rec[0]).all():
@@ -548,8 +554,9 @@ class Clocks(Observer):
                 sel, bus = way.bus
                 busy[sel] = np.maximum(busy[sel], np.take(self.free, bus, axis=0))
         np.maximum(begin, busy, out=begin)
+        took = way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
         end = begin
-        end += way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
+        end += took
         lined: dict[int, np.ndarray] = {}  # end lined up with a permuted run, per permutation: gathered once
         if way.own:
             self.held = (way, end)
@@ -559,6 +566,8 @@ class Clocks(Observer):
         way.load = way.load + load
         way.busy = way.busy + load / way.beta_flat
         nodes = self.add_nodes(sends.rec if r0 is None else r0, sends.src, sends.dst, pred, start_k, end[:, k])
+        if recv_first is not None:
+            self.held_by_isend(sends, recv_first, end, took, b, nodes)
         for rows, who in ((sends, way.sender), (recvs, way.receiver)):
             a = rows.req >= 0 if rows.const("req") != -1 else None  # None: none async
             if a is None or not a.any():
@@ -567,6 +576,23 @@ class Clocks(Observer):
             self.finish_requests(rows.req[a], end[a], nodes[a])
             if (~a).any():
                 self.wait_for(rows.rank[~a], end[~a], nodes[~a])
+
+    def held_by_isend(self, sends: Posts, recv_first, end, took, b, nodes) -> None:
+        """Gloo: an `isend` whose receive was posted before it returns only when the first `send_buffer` bytes
+        of its message have moved: Gloo's TCP pair writes the message from the calling thread as far as the
+        socket takes it, and the loop thread the rest (`gloo/transport/tcp/pair.cc`; measured with torch
+        2.13 on loopback, `benchmarks/gloo_queue_facts.py isend`: up to 4 MiB the call returned when the
+        message had arrived, at 16 MiB after about a third of it; an isend posted before its receive, and a
+        batch's, return at once). Its rank's next op starts no sooner (`D`, as a blocking op's end). Per
+        size (`recv_first`: rows × sizes), as the clocks differ by size."""
+        mine = np.flatnonzero((sends.req >= 0) & (sends.via == sends.rec))  # unbatched async sends
+        if not mine.size:
+            return
+        first = np.broadcast_to(b, end.shape)[mine]
+        part = np.minimum(1.0, self.send_buffer / np.maximum(first, 1.0))
+        held = end[mine] - np.broadcast_to(took, end.shape)[mine] * (1.0 - part)
+        held[~recv_first[mine]] = 0.0  # its receive came later: the call returned at once
+        self.wait_for(sends.rank[mine], held, nodes[mine])
 
     def put_back(self, end: np.ndarray | None = None, way: Route | None = None) -> None:
         """Ports are free when their messages end (a port's message ends after the port is free: end ≥ busy).

@@ -9,6 +9,9 @@
                                 # faulted in and zeroed by the kernel); absent: temporaries cost no pages
     mmap_threshold_bytes = 33554432  # a temporary of at least this many bytes is fresh pages on every call
                                 # (glibc's malloc: DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit)
+    send_buffer_bytes = 4194304 # optional, Gloo: an isend whose receive is already posted returns once this
+                                # much of its message has moved (TCP takes it from the caller's thread: the
+                                # socket's send buffer, Linux's net.ipv4.tcp_wmem maximum); absent: at once
     shared_node = false         # true: every message inside a node also crosses one bus of the node
                                 # (Gloo over loopback: the copies go through the same cores), and local
                                 # ops that run at once share the node's memory
@@ -107,6 +110,7 @@ class TopologyFile(_Model):
     memory_gbps: Positive = 10.0
     page_fault_gbps: Positive | None = None
     mmap_threshold_bytes: Annotated[StrictInt, Field(ge=1, le=1 << 62)] = MMAP_THRESHOLD_MAX
+    send_buffer_bytes: Annotated[StrictInt, Field(ge=0, le=1 << 62)] | None = None
     shared_node: StrictBool = False
     bus_gbps: Positive | None = None
     node_memory_gbps: Positive | None = None
@@ -116,6 +120,13 @@ class TopologyFile(_Model):
     intra: LinkClass
     inter: LinkClass | None = None
     link: tuple[LinkOverride, ...] = ()
+
+    @field_validator("send_buffer_bytes")
+    @classmethod
+    def _only_gloo(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("backend") != "gloo":
+            raise ValueError('needs `backend = "gloo"` (an NCCL isend returns once it is queued on its stream)')
+        return value
 
     @field_validator("bus_gbps", "node_memory_gbps")
     @classmethod
@@ -149,6 +160,7 @@ class Topology:
     mmap_threshold: int = MMAP_THRESHOLD_MAX  # bytes from which a temporary is fresh pages on every call
     bus_bps: float | None = None  # shared_node: the node bus's bandwidth, its messages together (None: intra β)
     node_memory_bps: float | None = None  # shared_node: the node's memory, its ranks together (None: memory_bps)
+    send_buffer: int | None = None  # Gloo: bytes an isend writes from its caller when its receive is posted
 
     @property
     def bus_capacity(self) -> float:
@@ -185,6 +197,7 @@ class Topology:
             m.mmap_threshold_bytes,
             None if m.bus_gbps is None else m.bus_gbps * 1e9,
             None if m.node_memory_gbps is None else m.node_memory_gbps * 1e9,
+            m.send_buffer_bytes,
         )
 
     def capacity(self) -> int | None:
@@ -211,6 +224,11 @@ class Topology:
             + (
                 f"; fresh pages {self.page_bps / 1e9:.3g} GB/s from {self.mmap_threshold} B"
                 if self.page_bps is not None
+                else ""
+            )
+            + (
+                f"; an isend to a posted receive holds its caller for the first {self.send_buffer} B"
+                if self.send_buffer is not None
                 else ""
             )
         )
@@ -311,6 +329,7 @@ duplex = false             # a rank's messages in and out share its one Gloo loo
 memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted (five calibrations: 21.8-25.5)
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
+send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
 source = "median of five quiet `bench --calibrate` runs, 2026-11-25 (benchmarks/figures/predict-quiet-median.toml)"
 
 [intra]
