@@ -588,8 +588,8 @@ class Clocks(Observer):
         mine = np.flatnonzero((sends.req >= 0) & (sends.via == sends.rec))  # unbatched async sends
         if not mine.size:
             return
-        first = np.broadcast_to(b, end.shape)[mine]
-        part = np.minimum(1.0, self.send_buffer / np.maximum(first, 1.0))
+        nbytes = np.broadcast_to(b, end.shape)[mine]
+        part = np.minimum(1.0, self.send_buffer / np.maximum(nbytes, 1.0))  # of the message the caller writes
         held = end[mine] - np.broadcast_to(took, end.shape)[mine] * (1.0 - part)
         held[~recv_first[mine]] = 0.0  # its receive came later: the call returned at once
         self.wait_for(sends.rank[mine], held, nodes[mine])
