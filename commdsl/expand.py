@@ -55,6 +55,8 @@ from commdsl.rules.sizes import (
     WorldSizeNotDeclared,
 )
 from commdsl.schedule import (
+    VIEW_FIELDS,
+    VIEW_TUPLE_FIELDS,
     BatchRec,
     Coalesced,
     CollectiveRec,
@@ -995,11 +997,11 @@ class Expander:
         """Store a record's per-rank integers in the smallest type that holds them (a ring at world 4096 keeps
         about 25,000 records of such arrays). The arrays the expansion computes with stay int64: this is a copy,
         and every reader widens a field to int64 before it computes with it."""
-        for name in ("view", "target"):
+        for name in VIEW_FIELDS:
             v = getattr(rec, name, None)
             if v is not None:
                 setattr(rec, name, self.small_view(v))
-        for name in ("reads", "views", "inputs", "outputs"):
+        for name in VIEW_TUPLE_FIELDS:
             vs = getattr(rec, name, None)
             if vs:
                 setattr(rec, name, tuple(self.small_view(v) for v in vs))

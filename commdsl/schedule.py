@@ -462,6 +462,11 @@ def values_read(reads, ranks) -> list[str]:
 AnyRecord = ComputeRec | ExpectRec | PrintRec | P2PRec | BatchRec | WaitRec | CollectiveRec | NewGroupRec | ReadRec
 LOCAL_RECORDS = (ComputeRec, ExpectRec, PrintRec, NewGroupRec, ReadRec)
 UNTIMED_RECORDS = (ExpectRec, PrintRec)
+VIEW_FIELDS = ("view", "target")
+"""A record's fields that hold the one view it sends, receives, writes or checks (`ReadRec.shape` is a shape,
+not an access)."""
+VIEW_TUPLE_FIELDS = ("reads", "views", "inputs", "outputs")
+"""A record's fields that hold a tuple of the views it reads, shows or passes to a collective."""
 """Statements that check or show rather than run: `commdsl bench` leaves them out of its timed ops and
 `commdsl predict` prices them at nothing (no line of its profile)."""
 

@@ -22,15 +22,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from commdsl.engine import Observer, Posts
-from commdsl.schedule import CollectiveRec, ComputeRec, ExpectRec, PrintRec, ReadRec, Schedule
+from commdsl.schedule import (
+    VIEW_FIELDS,
+    VIEW_TUPLE_FIELDS,
+    CollectiveRec,
+    ComputeRec,
+    ExpectRec,
+    PrintRec,
+    ReadRec,
+    Schedule,
+)
 from commdsl.values import at, distinct, is_vec
 
 SEGMENTS_FROM = 1 << 22
 """Tensors of at least this many elements over all ranks are tracked by segments (`Access.segments`); smaller
 ones element by element, which costs nothing to set up."""
-
-_ONE_VIEW = ("view", "target", "shape")  # a record's fields that hold a view
-_VIEWS = ("reads", "views", "inputs", "outputs")  # its fields that hold a tuple of views
 
 
 @dataclass(frozen=True, order=True)
@@ -137,7 +143,8 @@ class Access(Observer):
         if self.views_of is None:
             self.views_of = {}
             for rec in self.s.records:
-                views = [getattr(rec, f, None) for f in _ONE_VIEW] + [v for f in _VIEWS for v in getattr(rec, f, ())]
+                views = [getattr(rec, f, None) for f in VIEW_FIELDS]
+                views += [v for f in VIEW_TUPLE_FIELDS for v in getattr(rec, f, ())]
                 for v in views:
                     if v is not None:
                         self.views_of.setdefault(v.tensor, []).append((rec.ranks, v))
