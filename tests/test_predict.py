@@ -55,7 +55,12 @@ def test_a_topology_file_in_full():
              inter="[inter]\nalpha_us = 20\nbandwidth_gbps = 0.5\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\nbandwidth_gbps = 9\n")
     assert (t.name, t.backend, t.nics_per_node) == ("x", "nccl", 4)
     assert t.intra_alpha == pytest.approx(10e-6) and t.inter_beta == pytest.approx(0.5e9)
-    assert t.overrides == {(0, 1): (pytest.approx(1e-6), pytest.approx(9e9))}
+    assert t.overrides == {(0, 1): (pytest.approx(1e-6), pytest.approx(9e9), pytest.approx(1e-6))}
+    assert (t.intra_step_alpha, t.inter_step_alpha) == (t.intra_alpha, t.inter_alpha)  # a step: a message's α
+    steps = topo(inter="[inter]\nalpha_us = 20\nbandwidth_gbps = 0.5\ncollective_alpha_us = 300\n[[link]]\nsrc = 0\n"
+                       "dst = 1\nalpha_us = 1\nbandwidth_gbps = 9\ncollective_alpha_us = 2\n")
+    assert steps.inter_step_alpha == pytest.approx(300e-6) and steps.intra_step_alpha == pytest.approx(10e-6)
+    assert steps.overrides[0, 1] == (pytest.approx(1e-6), pytest.approx(9e9), pytest.approx(2e-6))
 
 
 @pytest.mark.parametrize("text, message, line", [
@@ -1122,6 +1127,27 @@ def test_calibration_writes_how_much_of_the_host_things_at_once_get():
     assert nccl.duplex and nccl.node_memory_bps is None and nccl.bus_bps is None
 
 
+def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():
+    """The built-in all_reduce of every rank at small sizes, less its bytes at β, over its 2(p - 1) steps, is
+    the latency of one step (`collective_alpha_us`), the mean over every launch's calls."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    beta = 2e9
+    calls = ((4096, 6.1e-3), (65536, 5.5e-3), (4096, 4.9e-3))
+    steps = calibrate.Steps(4, beta, calls)
+    want = sum((t - 1.5 * n / beta) / 6 for n, t in calls) / len(calls)  # 4 ranks: 6 steps, 2(p-1)/p of n
+    assert steps.alpha == pytest.approx(want)
+    assert calibrate.Steps(2, beta, ((4096, 1e-9),)).alpha == 0.0  # never below 0
+    text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", steps=steps)
+    t = parse(SourceFile("h.toml", text))
+    assert t.intra_step_alpha == pytest.approx(steps.alpha, rel=1e-3) and t.intra_alpha == pytest.approx(f.alpha, rel=1e-3)
+    assert "# built-in all_reduce of 4 ranks, us per call: 4096 B 6100, 65536 B 5500, 4096 B 4900:" in text
+    assert parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 4, "gloo", "cmd"))).intra_step_alpha == (
+        pytest.approx(f.alpha, rel=1e-3)
+    )
+
+
 def test_calibration_times_only_the_ranks_that_ping_pong():
     """Ranks beyond 0 and 1 time nothing in the ping-pong (an empty list): the one-way time is the slowest
     of the others', so `--calibrate --nproc 4` works."""
@@ -1146,8 +1172,10 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     assert code == 0, text + err
     assert re.search(r"# 2 ping-pong pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
     assert re.search(r"# 4 ranks adding 67108864 bytes at once: [\d.]+ us against", out.read_text())
+    assert re.search(r"# built-in all_reduce of 4 ranks, us per call: (\d+ B \d+, ){8}\d+ B \d+: [\d.]+ us a step",
+                     out.read_text())
     t, _ = load(str(out))
-    assert t.intra_beta > 0 and t.shared_node and not t.duplex
+    assert t.intra_beta > 0 and t.shared_node and not t.duplex and t.intra_step_alpha >= 0
     assert 1 <= t.bus_capacity <= 2 and 1 <= t.memory_capacity <= 4
 
 RS = """program rs
@@ -1166,6 +1194,65 @@ def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
     ring = (p - 1) * 10e-6 + (p - 1) / p * n / 1e9
     assert seconds(RS, p, topo(10, 1), n) == pytest.approx(gloo)
     assert seconds(RS, p, topo(10, 1, extra='backend = "nccl"'), n) == pytest.approx(ring)
+
+
+BCAST = "program b\nworld 1..\nparam n = 1024\ntensor x: float32[n] = rank\nbroadcast x from 0\nexpect x == 0\n"
+GATHER = """program g
+world 1..
+param n = 1024
+tensor x: float32[n // world] = rank
+tensor y: float32[n // world * world]
+gather x into y to 0
+"""
+SCATTER = """program s
+world 1..
+param n = 1024
+tensor x: float32[n // world * world] = 1
+tensor y: float32[n // world]
+scatter x into y from 0
+expect y == 1
+"""
+STEPS = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncollective_alpha_us = 500\n"
+
+
+def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
+    """`collective_alpha_us` is the latency of one step of a built-in ring (Gloo's all_reduce waits on torch's
+    worker thread and its neighbour at every step: 1 ms a step on the 2-core machine, where a message's α is
+    0.2 ms); a point-to-point message keeps `alpha_us`."""
+    t = parse(SourceFile("t.toml", "ranks_per_node = 64\nmemory_gbps = 1e6\n" + STEPS))
+    text = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
+    p, n = 4, 1 << 20
+    assert seconds(text, p, t, n) == pytest.approx(2 * (p - 1) * 500e-6 + 2 * (p - 1) / p * n / 1e9)
+    send = "program s\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
+           "on rank == 1:\n    recv x from 0\n"
+    assert seconds(send, 2, t, n) == pytest.approx(10e-6 + n / 1e9)
+
+
+@pytest.mark.parametrize("p", [2, 4, 5, 8])
+def test_gloo_runs_broadcast_gather_and_scatter_as_gloo_does(p):
+    """Gloo broadcasts down a binomial tree (gloo/broadcast.cc: ⌈log2 p⌉ levels, each the whole buffer), and
+    gathers and scatters with every member's message to or from the root at once (gloo/gather.cc, scatter.cc),
+    torch's gather copying out of a flat temporary on the root (2n at memory speed). None is a ring: a
+    message's α, not a collective step's. NCCL's are priced as rings."""
+    n, mem = 1 << 20, 2e9
+    gloo = parse(SourceFile("t.toml", f"ranks_per_node = 64\nmemory_gbps = {mem / 1e9}\n" + STEPS))
+    nccl = parse(SourceFile("t.toml", 'ranks_per_node = 64\nbackend = "nccl"\n' + STEPS))
+    size = predict_text(SCATTER, p, gloo, n).rows[0].size  # the whole buffer nearest n (whole rows each)
+    assert seconds(BCAST, p, gloo, n) == pytest.approx(math.ceil(math.log2(p)) * (10e-6 + n / 1e9))
+    assert seconds(BCAST, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + n / 1e9)
+    assert seconds(SCATTER, p, gloo, n) == pytest.approx(10e-6 + (p - 1) / p * size / 1e9)
+    assert seconds(GATHER, p, gloo, n) == pytest.approx(10e-6 + (p - 1) / p * size / 1e9 + 2 * size / mem)
+    assert seconds(GATHER, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * size / 1e9)
+
+
+def test_gloo_rooted_collectives_have_their_links_to_themselves_on_a_shared_host():
+    """A ring's members all send and receive at once, so on a host whose ranks share one way and one bus each
+    hop gets half its link and its share of the bus; a scatter's root sends alone through its way, each message
+    at the link's β (the bus carries 1.5 β here: the root's way binds)."""
+    n, p = 1 << 20, 4
+    shared = parse(SourceFile("t.toml", "ranks_per_node = 64\nmemory_gbps = 1e6\nshared_node = true\n"
+                                        "duplex = false\nbus_gbps = 1.5\n" + STEPS))
+    assert seconds(SCATTER, p, shared, n) == pytest.approx(10e-6 + (p - 1) / p * n / 1e9)
 
 
 AG = """program ag

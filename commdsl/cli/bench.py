@@ -700,6 +700,23 @@ def _adds_at_once(args, nproc: int, backend: str, size: int = 64 << 20):
     return _at_once(args, size, nproc, backend, nproc, alone, together)
 
 
+def _collective_steps(args, nproc: int, backend: str, beta: float):
+    """A `calibrate.Steps`: the built-in all_reduce of every rank (`calibrate.COLLECTIVE`) at
+    `calibrate.COLLECTIVE_SIZES`, benched `calibrate.AT_ONCE_ROUNDS` times (one launch's waits differ from the
+    next's more than its iterations' do). ValueError when a rank fails or hangs."""
+    from commdsl.bench.results import rows
+    from commdsl.predict import calibrate as cal
+
+    points: list[tuple[int, float]] = []
+    for _ in range(cal.AT_ONCE_ROUNDS):
+        sizes = list(cal.COLLECTIVE_SIZES)
+        plan, results = _bench_calibration(args, cal.COLLECTIVE, "<calibrate-collective>", sizes, nproc, backend, {})
+        points += zip((r.size for r in rows(plan, results)), cal.slowest(plan, results))
+    if not points:
+        raise ValueError("the built-in all_reduce timed nothing")
+    return cal.Steps(nproc, beta, tuple(points))
+
+
 def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
     """`count` things at once against one alone, each benched `calibrate.AT_ONCE_ROUNDS` times in turn (a
     launch's placement of ranks on cores varies more than its iterations do): the means of the rounds'
@@ -752,7 +769,8 @@ def _bench_calibration(args, text: str, name: str, sizes: list[int], nproc: int,
 
 
 def calibrate(args) -> int:
-    """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, write the topology file."""
+    """`--calibrate`: bench the ping-pong program, fit α and β, time local ops and a built-in collective's step,
+    write the topology file."""
     from commdsl.bench.results import rows
     from commdsl.bench.sizes import parse_sweep
     from commdsl.predict import calibrate as cal
@@ -793,13 +811,14 @@ def calibrate(args) -> int:
         f = cal.fit([r.size for r in table], cal.one_way(plan, results))
         pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
         adds = _adds_at_once(args, nproc, backend)
+        steps = _collective_steps(args, nproc, backend, f.beta)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
     pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes())
+    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes(), steps)
     try:
         write_atomic(args.output, text)
     except FileError as e:
@@ -809,7 +828,8 @@ def calibrate(args) -> int:
         if line.startswith("#"):
             out.print(line, markup=False)
     out.print(
-        f"# alpha {f.alpha * 1e6:.2f} us, beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
+        f"# alpha {f.alpha * 1e6:.2f} us, a collective's step {steps.alpha * 1e6:.2f} us,"
+        f" beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
         f"{'not measurable' if pages is None else f'{pages / 1e9:.2f} GB/s'}: written to {args.output}",
         markup=False,
     )

@@ -195,6 +195,13 @@ class Kind:
         """Hops of latency one call pays in sequence: a ring's p - 1 steps (`commdsl predict`)."""
         return world - 1
 
+    def lockstep(self, backend: str) -> bool:
+        """Whether the backend runs this kind as a ring that moves every member a step at a time, each step
+        waiting for its neighbour (`commdsl predict`: a step then costs the topology's `collective_alpha_us`,
+        and every member sends and receives at once). False for a tree or direct sends from or to a root:
+        each message costs a message's α and has its sender's and receiver's ways to itself."""
+        return True
+
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """Predicted seconds of one call at `world` members (`commdsl predict`, docs/predict.md): the ring
         NCCL runs and nccl-tests' busbw assumes, `latency_steps` hops of latency `alpha` and
@@ -208,6 +215,10 @@ class Kind:
         `cost` prices (temporaries torch allocates and copies through), counted as `commdsl predict` counts a
         local op: bytes written plus bytes read, so a copy of n bytes is 2n. `size` as in `cost`. None here."""
         return 0.0 * size
+
+    gloo_root_copies = False
+    """Whether only the root makes the copies `gloo_copy_bytes` counts (`commdsl predict`: it copies at the
+    memory's full speed, not sharing it with the other members as when every member copies at once)."""
 
     def gloo_temporaries(self, world: int, size) -> tuple:
         """Bytes of each temporary tensor torch's Gloo backend allocates for one call of a member (`size` as in

@@ -8,6 +8,8 @@ before the last member arrives (measured: docs/backend-support.md).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from commdsl.collectives import DATA, Instance, Kind, Outputs
@@ -57,6 +59,17 @@ class Broadcast(Kind):
 
     def script_call(self, node, ins, outs, red, root, size, splits):
         return "dist.broadcast", [ins[0], root]
+
+    def lockstep(self, backend: str) -> bool:
+        return backend != "gloo"  # Gloo: the binomial tree above
+
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """NCCL: the pipelined chain (`Kind.cost`). Gloo: the binomial tree, ⌈log2 p⌉ levels one after another,
+        each the whole buffer (a member forwards only what it has received: `waitRecv` before its sends), so
+        ⌈log2 p⌉ (α + n/β), the root sending the buffer once per level."""
+        if backend != "gloo":
+            return super().cost(world, size, alpha, beta, tree, backend)
+        return math.ceil(math.log2(world)) * (alpha + np.asarray(size) / beta)
 
 
 KIND = Broadcast()

@@ -75,5 +75,27 @@ class Gather(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    def lockstep(self, backend: str) -> bool:
+        return backend != "gloo"  # Gloo: every member's message at once (gloo/gather.cc)
+
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """NCCL: as a ring (`Kind.cost`). Gloo: the root receives every other member's part at once through its
+        one way, so one message's latency and (p - 1)/p of `size` (the whole gathered buffer) at β."""
+        if backend != "gloo":
+            return super().cost(world, size, alpha, beta, tree, backend)
+        return alpha + self.busbw_factor(world) * np.asarray(size) / beta
+
+    gloo_root_copies = True
+
+    def gloo_copy_bytes(self, world: int, size):
+        """torch's Gloo gather (`AsyncGatherWork`, torch/csrc/distributed/c10d/ProcessGroupGloo.cpp) gathers
+        into a flat temporary on the root (`newLikeFlat` of the outputs) and copies each part out of it: the
+        whole output, `size` bytes, written and read (2 × size), on the root's critical path."""
+        return 2.0 * size
+
+    def gloo_temporaries(self, world: int, size) -> tuple:
+        """The root's flat temporary: the whole output."""
+        return (size,)
+
 
 KIND = Gather()

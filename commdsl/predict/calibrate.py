@@ -9,6 +9,9 @@ timed in this process (`memory_bandwidth`: torch's in-place add, counted as the 
 are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs beyond its copy); how much an
 isend writes from its caller is read from the kernel's settings (`send_buffer_bytes`).
 
+A built-in collective's step is timed apart (`COLLECTIVE`, `Steps`): the all_reduce of every rank at small
+sizes, less its bytes, over its steps, gives `collective_alpha_us`.
+
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
 at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
 every rank adding at once (`ADDS`) against one rank. `topology_text` writes the TOML file
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commdsl.collectives.all_reduce import KIND as ALL_REDUCE
 from commdsl.predict.topology import MMAP_THRESHOLD_MAX
 from commdsl.values import distinct
 
@@ -73,6 +77,23 @@ tensor y: float32[n] = 1
 on rank < k:
     x += y
 """
+
+
+COLLECTIVE = """\
+# the fourth step of `commdsl bench --calibrate`: every rank calls the built-in all_reduce
+program calibrate_collective
+world 2..
+param n = 1024
+
+tensor x: float32[n] = rank
+
+all_reduce x op sum
+"""
+
+COLLECTIVE_SIZES = (4096, 16384, 65536)
+"""Bytes at which `bench --calibrate` times the built-in all_reduce for the latency of a collective's step:
+small enough that its bytes cost little beside its steps (64 KiB over the 2-core machine's 2.6 GB/s: 38 us of
+a call's 1-6 ms), several so that one size's slow spell weighs less."""
 
 
 AT_ONCE_ROUNDS = 3
@@ -128,6 +149,27 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
         raise ValueError("the measured times do not grow with the size; measure larger sizes")
     pred = alpha + s * inv_beta
     return Fit(float(alpha), float(1.0 / inv_beta), float(np.max(np.abs(pred - t) / t)), tuple(zip(sizes, seconds)))
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The built-in all_reduce of `world` ranks at small sizes, each launch's: how long one step of a
+    collective's algorithm takes, which is not a message's α. On Gloo each of the ring's 2(p - 1) steps sends,
+    receives and waits on torch's worker thread and the peers' (gloo/allreduce.cc), and on a host with fewer
+    cores than ranks each wait may wait for a core: the 2-core machine's ping-pong gives α 0.2 ms, its
+    all_reduce 0.6-1.1 ms a step at 2 and 4 ranks (docs/predict.md)."""
+
+    world: int
+    beta: float  # bytes per second: the fitted link's, for the steps' bytes
+    points: tuple[tuple[int, float], ...]  # (bytes, seconds of one call), every launch's
+
+    @property
+    def alpha(self) -> float:
+        """Seconds of one step: each call's time less its bytes' (the model's all_reduce at α = 0) over its
+        `latency_steps`, averaged over the calls (the mean, as the bench and `one_way` count); at least 0."""
+        steps = ALL_REDUCE.latency_steps(self.world)
+        per = [(t - float(ALL_REDUCE.cost(self.world, n, 0.0, self.beta))) / steps for n, t in self.points]
+        return max(0.0, float(np.mean(per)))
 
 
 def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
@@ -230,13 +272,15 @@ def topology_text(
     page_bps: float | None = None,
     adds: AtOnce | None = None,
     send_buffer: int | None = None,
+    steps: Steps | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
     ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
     (`bus_gbps`; not measured below 4 ranks: one at a time assumed), its ranks' adds a memory of
     `adds.capacity` adds at full speed (`node_memory_gbps`). On Gloo a rank's messages in and out share one
     way (`duplex = false`: its TCP transport moves a process's bytes on one loop thread, gloo/transport/tcp/
-    loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`)."""
+    loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`);
+    a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α)."""
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
@@ -262,6 +306,12 @@ def topology_text(
                 f"# every pair ran at full speed, so the host may carry more than {pairs.count} at once: to predict"
                 f" more ranks, calibrate with --nproc {4 * pairs.count} ({2 * pairs.count} pairs)"
             )
+    if steps is not None:
+        calls = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in steps.points)
+        lines.append(
+            f"# built-in all_reduce of {steps.world} ranks, us per call: {calls}: {steps.alpha * 1e6:.1f} us a step"
+            f" ({ALL_REDUCE.latency_steps(steps.world)} steps a call, less their bytes at beta)"
+        )
     if adds is not None:
         lines.append(
             f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
@@ -305,6 +355,8 @@ def topology_text(
         "[intra]",
         f"alpha_us = {f.alpha * 1e6:.4g}",
         f"bandwidth_gbps = {f.beta / 1e9:.4g}",
-        "",
     ]
+    if steps is not None:
+        lines.append(f"collective_alpha_us = {steps.alpha * 1e6:.4g}    # one step of a built-in collective")
+    lines.append("")
     return "\n".join(lines)

@@ -268,7 +268,7 @@ class Clocks(Observer):
         self.k = track if track is not None else sizes - 1
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
-        self.group_net: dict[tuple[int, int], tuple[float, float]] = {}
+        self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
@@ -711,17 +711,21 @@ class Clocks(Observer):
         self.routes.clear()
         self.recent = None
 
-    def links(self, src: np.ndarray, dst: np.ndarray):
+    def links(self, src: np.ndarray, dst: np.ndarray, step: bool = False):
         """α and β of each message (from its node pair and the overrides), its two ports, and the bus port of
-        its node (shared_node, a message inside a node; else −1)."""
+        its node (shared_node, a message inside a node; else −1). `step`: α of a built-in collective's step
+        on that link instead of a message's."""
         topo, W = self.topo, self.W
         same = self.node[src] == self.node[dst]
-        alpha = np.where(same, topo.intra_alpha, topo.inter_alpha)
+        if step:
+            alpha = np.where(same, topo.intra_step_alpha, topo.inter_step_alpha)
+        else:
+            alpha = np.where(same, topo.intra_alpha, topo.inter_alpha)
         beta = np.where(same, topo.intra_beta, topo.inter_beta)
         if topo.overrides:
-            for (a, z), (al, be) in topo.overrides.items():
+            for (a, z), (al, be, step_al) in topo.overrides.items():
                 m = (src == a) & (dst == z)
-                alpha[m], beta[m] = al, be
+                alpha[m], beta[m] = step_al if step else al, be
         # a rank's way out and way in; one way for both when it is not duplex
         e = np.where(same, src, 2 * W + self.nic[src])
         i = np.where(same, dst if not topo.duplex else W + dst, 2 * W + self.n_nics + self.nic[dst])
@@ -865,7 +869,7 @@ class Clocks(Observer):
         p = len(self.s.groups[gid].ranks)
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
-        alpha, beta = self.net(gid, share)
+        alpha, beta = self.net(gid, share, rec.kind.lockstep(self.topo.backend))
         if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         if p < 2:  # a group of one sends nothing (a broadcast's n/β would be a copy neither backend makes)
@@ -876,7 +880,8 @@ class Clocks(Observer):
             )
         if self.topo.backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
             # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
-            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / self.copy_bps
+            copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
+            dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / copy_bps
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
             if rec.block is not None and rec.kind.name == "all_reduce":
                 dur = dur + self.flattened(gid, rec.block, b)
@@ -922,33 +927,35 @@ class Clocks(Observer):
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
         return [elements * size for size in sizes]
 
-    def net(self, gid: int, share: int = 1) -> tuple[float, float]:
-        """(α, β) of a group's ring in group order: the slowest hop's. A hop between nodes has the NIC's β
-        times the rings NCCL runs side by side (one per NIC, as many as the group has members per node). A hop
-        inside a node: half its link when a rank's sends and receives share one way (every member sends to
-        the next and receives from the last at once); with `shared_node`, its share of the node's bus, which
-        every member's hop crosses at once, with those of the `share` instances running at once
-        (`bus_share`)."""
-        got = self.group_net.get((gid, share))
+    def net(self, gid: int, share: int = 1, lockstep: bool = True) -> tuple[float, float]:
+        """(α, β) of a group's ring in group order: the slowest hop's. `lockstep` (`Kind.lockstep`): a ring
+        whose members all send and receive at every step, each step α of a collective's step. A hop between
+        nodes has the NIC's β times the rings NCCL runs side by side (one per NIC, as many as the group has
+        members per node). A hop inside a node: half its link when a rank's sends and receives share one way
+        (every member sends to the next and receives from the last at once); with `shared_node`, its share of
+        the node's bus, which every member's hop crosses at once, with those of the `share` instances running
+        at once (`bus_share`). Not `lockstep` (Gloo's trees and a root's direct sends): a message's α and its
+        link's β, with `shared_node` at most the bus's share of the `share` instances at once."""
+        got = self.group_net.get((gid, share, lockstep))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
-            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1))
+            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1), step=lockstep)
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
                 per_node = np.bincount(self.node[ranks]).max()
                 inside = self.node[ranks] == self.node[np.roll(ranks, -1)]
                 link = beta
-                if not self.topo.duplex:
+                if not self.topo.duplex and lockstep:
                     beta = np.where(inside, link / 2, beta)
                 if self.topo.shared_node:
-                    bus = link * (self.topo.bus_capacity / (per_node * share))
+                    bus = link * (self.topo.bus_capacity / ((per_node if lockstep else 1) * share))
                     beta = np.where(inside, np.minimum(beta, bus), beta)
                 if self.topo.backend == "nccl":
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
                 got = (float(alpha.max()), float(beta.min()))
-            self.group_net[(gid, share)] = got
+            self.group_net[(gid, share, lockstep)] = got
         return got
 
     def waited(self, reqs) -> None:

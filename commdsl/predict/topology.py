@@ -27,6 +27,9 @@
     [intra]                     # two ranks on one node
     alpha_us = 5.7
     bandwidth_gbps = 450
+    # collective_alpha_us = 900 # optional: the latency of one step of a built-in collective's algorithm
+                                # on this link (default: alpha_us; Gloo's steps each wait on torch's
+                                # worker thread and its peers, measured by `bench --calibrate`)
 
     [inter]                     # two ranks on different nodes (through the NICs)
     alpha_us = 6.6
@@ -92,13 +95,17 @@ NonNegative = Annotated[StrictFloat, Field(ge=0)]
 class LinkClass(_Model):
     alpha_us: NonNegative
     bandwidth_gbps: Positive
+    collective_alpha_us: NonNegative | None = None
+
+    def alphas(self) -> tuple[float, float]:
+        """Seconds of latency of a message and of one step of a built-in collective (default: a message's)."""
+        step = self.alpha_us if self.collective_alpha_us is None else self.collective_alpha_us
+        return self.alpha_us * 1e-6, step * 1e-6
 
 
-class LinkOverride(_Model):
+class LinkOverride(LinkClass):
     src: Rank
     dst: Rank
-    alpha_us: NonNegative
-    bandwidth_gbps: Positive
 
 
 class TopologyFile(_Model):
@@ -153,7 +160,7 @@ class Topology:
     intra_beta: float
     inter_alpha: float
     inter_beta: float
-    overrides: dict[tuple[int, int], tuple[float, float]]
+    overrides: dict[tuple[int, int], tuple[float, float, float]]  # (src, dst): α, β, a collective step's α
     path: str
     duplex: bool = True  # False: a rank's sends and receives inside its node share one port
     page_bps: float | None = None  # fresh pages, bytes per second (None: not counted)
@@ -161,6 +168,8 @@ class Topology:
     bus_bps: float | None = None  # shared_node: the node bus's bandwidth, its messages together (None: intra β)
     node_memory_bps: float | None = None  # shared_node: the node's memory, its ranks together (None: memory_bps)
     send_buffer: int | None = None  # Gloo: bytes an isend writes from its caller when its receive is posted
+    intra_step_alpha: float = 0.0  # seconds of one step of a built-in collective's algorithm inside a node
+    inter_step_alpha: float = 0.0  # ... between nodes
 
     @property
     def bus_capacity(self) -> float:
@@ -190,7 +199,7 @@ class Topology:
             m.intra.bandwidth_gbps * 1e9,
             inter.alpha_us * 1e-6,
             inter.bandwidth_gbps * 1e9,
-            {(o.src, o.dst): (o.alpha_us * 1e-6, o.bandwidth_gbps * 1e9) for o in m.link},
+            {(o.src, o.dst): (o.alphas()[0], o.bandwidth_gbps * 1e9, o.alphas()[1]) for o in m.link},
             path,
             m.duplex,
             None if m.page_fault_gbps is None else m.page_fault_gbps * 1e9,
@@ -198,6 +207,8 @@ class Topology:
             None if m.bus_gbps is None else m.bus_gbps * 1e9,
             None if m.node_memory_gbps is None else m.node_memory_gbps * 1e9,
             m.send_buffer_bytes,
+            m.intra.alphas()[1],
+            inter.alphas()[1],
         )
 
     def capacity(self) -> int | None:
@@ -229,6 +240,12 @@ class Topology:
             + (
                 f"; an isend to a posted receive holds its caller for the first {self.send_buffer} B"
                 if self.send_buffer is not None
+                else ""
+            )
+            + (
+                f"; a built-in collective's step α {self.intra_step_alpha * 1e6:.3g} µs in a node,"
+                f" {self.inter_step_alpha * 1e6:.3g} µs between nodes"
+                if (self.intra_step_alpha, self.inter_step_alpha) != (self.intra_alpha, self.inter_alpha)
                 else ""
             )
         )
@@ -335,6 +352,7 @@ source = "median of five quiet `bench --calibrate` runs, 2026-11-25 (benchmarks/
 [intra]
 alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
 bandwidth_gbps = 2.607     # (the five fits alone: 1.97-3.82 GB/s)
+collective_alpha_us = 998  # a built-in all_reduce's step at 4 ranks (five calibrations, 2026-11-28: 936-1087 us)
 """,
 }
 """Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
