@@ -195,20 +195,26 @@ class Kind:
         """Hops of latency one call pays in sequence: a ring's p - 1 steps (`commdsl predict`)."""
         return world - 1
 
+    gloo_direct = False
+    """Whether Gloo runs this kind as every member's message to or from the root at once (gloo/gather.cc,
+    scatter.cc), not as a ring: one message's latency and the root's share of `size` through its one way."""
+
     def lockstep(self, backend: str) -> bool:
         """Whether the backend runs this kind as a ring that moves every member a step at a time, each step
         waiting for its neighbour (`commdsl predict`: a step then costs the topology's `collective_alpha_us`,
         and every member sends and receives at once). False for a tree or direct sends from or to a root:
         each message costs a message's α and has its sender's and receiver's ways to itself."""
-        return True
+        return not (backend == "gloo" and self.gloo_direct)
 
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """Predicted seconds of one call at `world` members (`commdsl predict`, docs/predict.md): the ring
         NCCL runs and nccl-tests' busbw assumes, `latency_steps` hops of latency `alpha` and
-        `busbw_factor` × `size` bytes over each link at `beta` bytes/s. `size` is nccl-tests' size (the
-        larger of a member's input and output), a number or an array; `tree`: the backend may also run a
-        tree (NCCL), which a kind with one overrides; `backend`: for a kind a backend runs otherwise."""
-        return self.latency_steps(world) * alpha + self.busbw_factor(world) * size / beta
+        `busbw_factor` × `size` bytes over each link at `beta` bytes/s; on Gloo a `gloo_direct` kind's one α
+        and those bytes. `size` is nccl-tests' size (the larger of a member's input and output), a number or
+        an array; `tree`: the backend may also run a tree (NCCL), which a kind with one overrides; `backend`:
+        for a kind a backend runs otherwise."""
+        steps = 1 if backend == "gloo" and self.gloo_direct else self.latency_steps(world)
+        return steps * alpha + self.busbw_factor(world) * size / beta
 
     def gloo_copy_bytes(self, world: int, size):
         """Bytes of memory traffic a member spends, on torch's Gloo backend, on copies outside the algorithm

@@ -72,18 +72,10 @@ class Gather(Kind):
         parts = f"[{', '.join(outs)}]" if node.outputs_listed else f"list({outs[0]}.view({size}, *{ins[0]}.shape))"
         return "dist.gather", [ins[0], f"{parts} if rank == {root} else None", root]  # only the root receives
 
+    gloo_direct = True  # Gloo: the root receives every other member's part at once (gloo/gather.cc)
+
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
-
-    def lockstep(self, backend: str) -> bool:
-        return backend != "gloo"  # Gloo: every member's message at once (gloo/gather.cc)
-
-    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
-        """NCCL: as a ring (`Kind.cost`). Gloo: the root receives every other member's part at once through its
-        one way, so one message's latency and (p - 1)/p of `size` (the whole gathered buffer) at β."""
-        if backend != "gloo":
-            return super().cost(world, size, alpha, beta, tree, backend)
-        return alpha + self.busbw_factor(world) * np.asarray(size) / beta
 
     gloo_root_copies = True
 

@@ -81,18 +81,10 @@ class Scatter(Kind):
         parts = f"[{', '.join(ins)}]" if node.inputs_listed else f"list({ins[0]}.view({size}, *{outs[0]}.shape))"
         return "dist.scatter", [outs[0], f"{parts} if rank == {root} else None", root]  # only the root sends
 
+    gloo_direct = True  # Gloo: the root sends every other member's part at once (gloo/scatter.cc)
+
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
-
-    def lockstep(self, backend: str) -> bool:
-        return backend != "gloo"  # Gloo: every member's message at once (gloo/scatter.cc)
-
-    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
-        """NCCL: as a ring (`Kind.cost`). Gloo: the root sends every other member's part at once through its
-        one way, so one message's latency and (p - 1)/p of `size` (the whole gathered buffer) at β."""
-        if backend != "gloo":
-            return super().cost(world, size, alpha, beta, tree, backend)
-        return alpha + self.busbw_factor(world) * np.asarray(size) / beta
 
 
 KIND = Scatter()
