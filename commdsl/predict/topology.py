@@ -243,7 +243,7 @@ class Topology:
                 else ""
             )
             + (
-                f"; a built-in collective's step α {self.intra_step_alpha * 1e6:.3g} µs in a node,"
+                f"; a ring collective's step α {self.intra_step_alpha * 1e6:.3g} µs in a node,"
                 f" {self.inter_step_alpha * 1e6:.3g} µs between nodes"
                 if (self.intra_step_alpha, self.inter_step_alpha) != (self.intra_alpha, self.inter_alpha)
                 else ""
@@ -347,7 +347,7 @@ memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counte
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
 send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
-source = "median of five quiet `bench --calibrate` runs, 2026-11-25 (benchmarks/figures/predict-quiet-median.toml)"
+source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step 2026-11-28 (benchmarks/figures)"
 
 [intra]
 alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
