@@ -1255,6 +1255,42 @@ def test_gloo_rooted_collectives_have_their_links_to_themselves_on_a_shared_host
     assert seconds(SCATTER, p, shared, n) == pytest.approx(10e-6 + (p - 1) / p * n / 1e9)
 
 
+SKEWED = """program skew
+world 4
+param n = 1024
+tensor x: float32[4, n] = rank
+tensor y: float32[13, n]
+on rank == 0:
+    all_to_all x into y splits [4, 0, 0, 0], [4, 3, 3, 3]
+on rank == 1:
+    all_to_all x into y[0:1] splits [3, 1, 0, 0], [0, 1, 0, 0]
+on rank == 2:
+    all_to_all x into y[0:1] splits [3, 0, 1, 0], [0, 0, 1, 0]
+on rank == 3:
+    all_to_all x into y[0:1] splits [3, 0, 0, 1], [0, 0, 0, 1]
+"""
+
+
+def test_an_uneven_all_to_all_costs_its_busiest_members_bytes():
+    """Every member's messages go at once (gloo/alltoallv.cc), so an uneven call takes as long as its busiest
+    member's way, or the bus all the sends cross: here ranks 1-3 each send 3 rows to rank 0 and keep one,
+    rank 0 keeps its own 4 — 9 rows into rank 0, none out. Priced as even it put 3/4 of the largest member's
+    13 rows through every member's way (2.2x here without duplex; the MoE dispatch 1.8-2.5x the bench)."""
+    base = "ranks_per_node = 64\nmemory_gbps = 1e6\nduplex = false\n"
+    link = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"
+    one_way = parse(SourceFile("t.toml", base + link))
+    got = predict_text(SKEWED, 4, one_way, 1 << 20).rows[0]
+    row = got.value * 4  # bytes of one row of n float32
+    assert got.time_us * 1e-6 == pytest.approx(3 * 10e-6 + 9 * row / 1e9, rel=1e-5)  # + its own block copied
+    bus = parse(SourceFile("t.toml", base + "shared_node = true\nbus_gbps = 0.5\n" + link))
+    assert seconds(SKEWED, 4, bus, 1 << 20) == pytest.approx(3 * 10e-6 + 9 * row / 0.5e9, rel=1e-5)  # the bus binds
+    even = "program e\nworld 4\nparam n = 1024\ntensor x: float32[4, n] = rank\ntensor y: float32[4, n]\n"
+    for t in (one_way, bus):  # even splits: the even form's price, bus or not
+        assert seconds(even + "all_to_all x into y splits [1, 1, 1, 1], [1, 1, 1, 1]\n", 4, t, 1 << 20) == (
+            pytest.approx(seconds(even + "all_to_all x into y\n", 4, t, 1 << 20), rel=1e-9)
+        )
+
+
 AG = """program ag
 world 1..
 param n = 1024

@@ -199,6 +199,15 @@ class AllToAll(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    def busiest_way(self, sent, received, duplex: bool):
+        """Bytes through the busiest member's way in an uneven call (`commdsl predict`): both backends post
+        every member's messages at once (gloo/alltoallv.cc; NCCL's grouped sends and receives), so a member's
+        way carries what it sends to and receives from the others (`sent`, `received`: per member × size, its
+        own block left out), both at once unless `duplex` (then the larger). With even splits, what the even
+        form's `cost` puts through each member's way: (p - 1)/p of the size each way."""
+        sent, received = np.asarray(sent, dtype=np.float64), np.asarray(received, dtype=np.float64)
+        return (np.maximum(sent, received) if duplex else sent + received).max(axis=0)
+
     def gloo_copy_bytes(self, world: int, size):
         """Gloo's alltoall (gloo/alltoall.cc, which torch's `alltoall_base` runs on the tensors themselves,
         with no temporary) memcpy's a member's own block from input to output before it posts the others'
