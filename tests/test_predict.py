@@ -1148,6 +1148,23 @@ def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():
     )
 
 
+def test_calibration_says_whether_a_ranks_messages_and_adds_overlap():
+    """Every rank's isend and irecv, its adds, and both at once: where none of the shorter hides under the
+    longer (the 2-core machine: 0-39 %), they take turns (`overlap = false`); where most does, side by side."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    turns = calibrate.Turns(1 << 24, 22.6e-3, 28.2e-3, 48.7e-3)  # the 2-core machine at 4 ranks
+    assert turns.hidden == pytest.approx((22.6 + 28.2 - 48.7) / 22.6) and not turns.overlap
+    side = calibrate.Turns(1 << 24, 10e-3, 8e-3, 10.5e-3)
+    assert side.hidden == pytest.approx(7.5 / 8) and side.overlap
+    assert calibrate.Turns(1, 1.0, 1.0, 3.0).hidden == 0.0 and calibrate.Turns(1, 1.0, 1.0, 0.5).hidden == 1.0
+    for t, overlap in ((turns, False), (side, True), (None, True)):
+        text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", turns=t)
+        assert parse(SourceFile("h.toml", text)).overlap is overlap
+        assert ("isend and irecv of 16777216 bytes" in text) is (t is not None)
+
+
 def test_calibration_times_only_the_ranks_that_ping_pong():
     """Ranks beyond 0 and 1 time nothing in the ping-pong (an empty list): the one-way time is the slowest
     of the others', so `--calibrate --nproc 4` works."""
@@ -1173,6 +1190,9 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     assert re.search(r"# 2 ping-pong pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
     assert re.search(r"# 4 ranks adding 67108864 bytes at once: [\d.]+ us against", out.read_text())
     assert re.search(r"# built-in all_reduce of 4 ranks, us per call: (\d+ B \d+, ){8}\d+ B \d+: [\d.]+ us a step",
+                     out.read_text())
+    assert re.search(r"# every rank's isend and irecv of 16777216 bytes: [\d.]+ us, its adds of them: [\d.]+ us, both at"
+                     r" once: [\d.]+ us \(\d+ % of the shorter hidden under the longer\): (side by side|they take turns)",
                      out.read_text())
     t, _ = load(str(out))
     assert t.intra_beta > 0 and t.shared_node and not t.duplex and t.intra_step_alpha >= 0
@@ -1253,6 +1273,32 @@ def test_gloo_rooted_collectives_have_their_links_to_themselves_on_a_shared_host
     shared = parse(SourceFile("t.toml", "ranks_per_node = 64\nmemory_gbps = 1e6\nshared_node = true\n"
                                         "duplex = false\nbus_gbps = 1.5\n" + STEPS))
     assert seconds(SCATTER, p, shared, n) == pytest.approx(10e-6 + (p - 1) / p * n / 1e9)
+
+
+OVERLAPPED = """program o
+world 2
+param n = 1024
+tensor x: float32[n] = rank
+tensor y: float32[n]
+tensor z: float32[n] = 1
+h = isend x to 1 - rank
+r = irecv y from 1 - rank
+z += x
+wait h, r
+"""
+
+
+def test_without_overlap_a_ranks_local_op_and_its_messages_take_turns():
+    """`overlap = false`: a rank's local op starts when the messages on its ways have moved and a message
+    through them when the op has ended (a host with no core for Gloo's loop thread while the rank computes);
+    by default the add runs while the message moves."""
+    n = 1 << 20
+    text = "ranks_per_node = 64\nmemory_gbps = 1\n{}[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"
+    message, add = 10e-6 + n / 1e9, 2 * n / 1e9
+    assert seconds(OVERLAPPED, 2, parse(SourceFile("t.toml", text.format(""))), n) == pytest.approx(max(message, add))
+    turns = parse(SourceFile("t.toml", text.format("overlap = false\n")))
+    assert not turns.overlap and "take turns" in turns.describe()
+    assert seconds(OVERLAPPED, 2, turns, n) == pytest.approx(add + n / 1e9)  # its latency passed during the add
 
 
 SKEWED = """program skew

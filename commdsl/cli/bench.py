@@ -717,6 +717,24 @@ def _collective_steps(args, nproc: int, backend: str, beta: float):
     return cal.Steps(nproc, beta, tuple(points))
 
 
+def _turns(args, nproc: int, backend: str):
+    """A `calibrate.Turns`: every rank's isend and irecv (`calibrate.OVERLAP`), its adds, and both at once, at
+    `calibrate.OVERLAP_BYTES`, each benched `calibrate.AT_ONCE_ROUNDS` times in turn; None when a run timed
+    nothing. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    cases = {"messages": {"adds": 0}, "adds": {"messages": 0}, "together": {}}
+    times: dict[str, list[float]] = {key: [] for key in cases}
+    for _ in range(cal.AT_ONCE_ROUNDS):
+        for key, params in cases.items():
+            got = _timed_once(args, cal.OVERLAP, "<calibrate-overlap>", cal.OVERLAP_BYTES, nproc, backend, params)
+            if got is None:
+                return None
+            times[key].append(got)
+    mean = {key: sum(t) / len(t) for key, t in times.items()}
+    return cal.Turns(cal.OVERLAP_BYTES, mean["messages"], mean["adds"], mean["together"])
+
+
 def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
     """`count` things at once against one alone, each benched `calibrate.AT_ONCE_ROUNDS` times in turn (a
     launch's placement of ranks on cores varies more than its iterations do): the means of the rounds'
@@ -769,8 +787,8 @@ def _bench_calibration(args, text: str, name: str, sizes: list[int], nproc: int,
 
 
 def calibrate(args) -> int:
-    """`--calibrate`: bench the ping-pong program, fit α and β, time local ops and a built-in collective's step,
-    write the topology file."""
+    """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, a built-in collective's step and
+    whether a rank's messages and adds overlap, write the topology file."""
     from commdsl.bench.results import rows
     from commdsl.bench.sizes import parse_sweep
     from commdsl.predict import calibrate as cal
@@ -812,13 +830,16 @@ def calibrate(args) -> int:
         pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
         adds = _adds_at_once(args, nproc, backend)
         steps = _collective_steps(args, nproc, backend, f.beta)
+        turns = _turns(args, nproc, backend)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
     memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
     pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes(), steps)
+    text = cal.topology_text(
+        f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes(), steps, turns
+    )
     try:
         write_atomic(args.output, text)
     except FileError as e:

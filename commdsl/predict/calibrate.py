@@ -10,7 +10,8 @@ are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs
 isend writes from its caller is read from the kernel's settings (`send_buffer_bytes`).
 
 A built-in collective's step is timed apart (`COLLECTIVE`, `Steps`): the all_reduce of every rank at small
-sizes, less its bytes, over its steps, gives `collective_alpha_us`.
+sizes, less its bytes, over its steps, gives `collective_alpha_us`. So is whether a rank computes while its
+messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`.
 
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
 at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
@@ -96,6 +97,36 @@ small enough that its bytes cost little beside its steps (64 KiB over the 2-core
 a call's 1-6 ms), several so that one size's slow spell weighs less."""
 
 
+OVERLAP = """\
+# the fifth step of `commdsl bench --calibrate`: every rank's messages and its adds, alone and at once
+program calibrate_overlap
+world 2..
+param n = 1024
+param messages = 1
+param adds = 6
+
+tensor x: float32[n] = rank
+tensor y: float32[n]
+tensor z: float32[n] = 1
+
+on messages == 1:
+    h = isend x to (rank + 1) % world
+    r = irecv y from (rank - 1) % world
+for k in 0 .. adds - 1:
+    z += x
+on messages == 1:
+    wait h, r
+"""
+
+OVERLAP_BYTES = 16 << 20
+"""Bytes of the messages and adds `bench --calibrate` times alone and at once: where both take milliseconds (on
+the 2-core machine the message 9-12 ms, six adds 5-8 ms), so neither hides in the other's noise."""
+
+HIDDEN = 0.5
+"""At least this much of the shorter of a rank's messages and its adds ran under the longer (`Turns.hidden`):
+they run side by side (`overlap = true`); less: they take turns (the 2-core machine: none of it, three times)."""
+
+
 AT_ONCE_ROUNDS = 3
 """How many times `bench --calibrate` benches one thing alone and several at once, in turn, so that a slow
 spell of the host weighs on both sides of the ratio: on the quiet 2-core machine one launch's two pairs at
@@ -170,6 +201,28 @@ class Steps:
         steps = ALL_REDUCE.latency_steps(self.world)
         per = [(t - float(ALL_REDUCE.cost(self.world, n, 0.0, self.beta))) / steps for n, t in self.points]
         return max(0.0, float(np.mean(per)))
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Seconds of every rank's isend and irecv of `size` bytes (to the next rank, from the last) alone, of its
+    adds of that size alone, and of both at once (`OVERLAP`): whether a rank computes while Gloo's loop thread
+    moves its messages, or the two take turns for a core."""
+
+    size: int
+    messages: float
+    adds: float
+    together: float
+
+    @property
+    def hidden(self) -> float:
+        """How much of the shorter of the two ran under the longer: (messages + adds − together) over the
+        shorter, between 0 (one after the other) and 1 (side by side)."""
+        return min(1.0, max(0.0, (self.messages + self.adds - self.together) / min(self.messages, self.adds)))
+
+    @property
+    def overlap(self) -> bool:
+        return self.hidden >= HIDDEN
 
 
 def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
@@ -273,6 +326,7 @@ def topology_text(
     adds: AtOnce | None = None,
     send_buffer: int | None = None,
     steps: Steps | None = None,
+    turns: Turns | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
     ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
@@ -280,7 +334,8 @@ def topology_text(
     `adds.capacity` adds at full speed (`node_memory_gbps`). On Gloo a rank's messages in and out share one
     way (`duplex = false`: its TCP transport moves a process's bytes on one loop thread, gloo/transport/tcp/
     loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`);
-    a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α)."""
+    a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α);
+    a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`)."""
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
@@ -312,6 +367,12 @@ def topology_text(
             f"# built-in all_reduce of {steps.world} ranks, us per call: {calls}: {steps.alpha * 1e6:.1f} us a step"
             f" ({ALL_REDUCE.latency_steps(steps.world)} steps a call, less their bytes at beta)"
         )
+    if turns is not None:
+        lines.append(
+            f"# every rank's isend and irecv of {turns.size} bytes: {turns.messages * 1e6:.1f} us, its adds of them:"
+            f" {turns.adds * 1e6:.1f} us, both at once: {turns.together * 1e6:.1f} us ({turns.hidden * 100:.0f} % of"
+            f" the shorter hidden under the longer): {'side by side' if turns.overlap else 'they take turns'}"
+        )
     if adds is not None:
         lines.append(
             f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
@@ -331,6 +392,8 @@ def topology_text(
         )
     if backend == "gloo":
         lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")
+    if turns is not None and not turns.overlap:
+        lines.append("overlap = false           # a rank's local ops and its messages take turns for a core")
     lines.append(f"memory_gbps = {memory_bps / 1e9:.4g}    # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted")
     if adds is not None:
         lines.append(

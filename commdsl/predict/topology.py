@@ -21,6 +21,8 @@
                                 # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
                                 # one thread per process moves both; a host with cores to spare)
+    overlap = true              # false: a rank's local ops and the messages on its ways take turns (a host
+                                # with no core to spare for Gloo's loop thread while the rank computes)
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
@@ -122,6 +124,7 @@ class TopologyFile(_Model):
     bus_gbps: Positive | None = None
     node_memory_gbps: Positive | None = None
     duplex: StrictBool = True
+    overlap: StrictBool = True
     tree: StrictBool | None = None
     source: StrictStr = ""
     intra: LinkClass
@@ -168,6 +171,7 @@ class Topology:
     bus_bps: float | None = None  # shared_node: the node bus's bandwidth, its messages together (None: intra β)
     node_memory_bps: float | None = None  # shared_node: the node's memory, its ranks together (None: memory_bps)
     send_buffer: int | None = None  # Gloo: bytes an isend writes from its caller when its receive is posted
+    overlap: bool = True  # False: a rank's local ops and the messages on its ways take turns
     intra_step_alpha: float = 0.0  # seconds of one step of a built-in collective's algorithm inside a node
     inter_step_alpha: float = 0.0  # ... between nodes
 
@@ -207,6 +211,7 @@ class Topology:
             None if m.bus_gbps is None else m.bus_gbps * 1e9,
             None if m.node_memory_gbps is None else m.node_memory_gbps * 1e9,
             m.send_buffer_bytes,
+            m.overlap,
             m.intra.alphas()[1],
             inter.alphas()[1],
         )
@@ -232,6 +237,7 @@ class Topology:
                 else ""
             )
             + ("; a rank's messages in and out share one way" if not self.duplex else "")
+            + ("; a rank's local ops and its messages take turns" if not self.overlap else "")
             + (
                 f"; fresh pages {self.page_bps / 1e9:.3g} GB/s from {self.mmap_threshold} B"
                 if self.page_bps is not None
@@ -343,6 +349,7 @@ nics_per_node = 1
 shared_node = true         # loopback copies share the same cores and memory
 bus_gbps = 3.337           # its messages together: beta x 1.28 (seven pairs-at-once calibrations: x 1.11-1.49)
 duplex = false             # a rank's messages in and out share its one Gloo loop thread
+overlap = false            # a rank's adds and its messages take turns (five calibrations: 0-39 % of the shorter hidden)
 memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted (five calibrations: 21.8-25.5)
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
