@@ -6,6 +6,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py coalesced   # a coalesced block against the same calls alone
     timeout 300 python benchmarks/gloo_queue_facts.py barrier     # does a barrier end an async all_reduce?
     timeout 300 python benchmarks/gloo_queue_facts.py isend       # how long an isend holds its caller
+    timeout 300 python benchmarks/gloo_queue_facts.py overlap     # does a rank compute while its messages move?
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
@@ -15,7 +16,10 @@ their 24 MiB. `barrier`: whether an async 256 MiB `all_reduce` has ended when a 
 barrier on the all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). `isend`: the
 median time (9 calls) an `isend` call takes to return when its receive was posted 10 ms before it and
 when it is posted 10 ms after, the first's time to its `wait()`, and an `irecv` call's time when its send
-was issued 10 ms before it (docs/predict.md, "An isend writes from its caller"). Two ranks on
+was issued 10 ms before it (docs/predict.md, "An isend writes from its caller"). `overlap`: the median (15
+calls) of each rank's isend and irecv of n bytes to and from the other, of its compute on n bytes (`acc +=
+q * kv` in float64, ring attention's step), and of both at once, the compute issued between the messages'
+posts and their waits (docs/predict.md, "A rank's local ops and its messages"). Two ranks on
 127.0.0.1, one intra-op thread each (as `commdsl bench`).
 """
 
@@ -140,6 +144,43 @@ def isend(rank: int) -> None:
             )
 
 
+def overlap(rank: int) -> None:
+    peer = 1 - rank
+    for size in (1 << 22, 1 << 24, 1 << 26):
+        kv, incoming = torch.ones(size // 8, dtype=torch.float64), torch.empty(size // 8, dtype=torch.float64)
+        q, acc = torch.ones_like(kv), torch.zeros_like(kv)
+
+        def messages():
+            h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
+            h.wait()  # once each: a Gloo send's second wait() does not return (torch 2.13)
+            r.wait()
+
+        def compute():
+            acc.add_(q * kv)
+
+        def both():
+            h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
+            acc.add_(q * kv)
+            h.wait()
+            r.wait()
+
+        ms = {}
+        for name, f in (("messages", messages), ("compute", compute), ("both", both)):
+            times = []
+            for _ in range(15):
+                dist.barrier()
+                t0 = time.perf_counter()
+                f()
+                times.append(time.perf_counter() - t0)
+            ms[name] = sorted(times)[7] * 1e3
+        if rank == 0:
+            print(
+                f"{size >> 20:3d} MiB: messages {ms['messages']:6.2f} ms, compute {ms['compute']:6.2f} ms, both at once "
+                f"{ms['both']:6.2f} ms (their sum {ms['messages'] + ms['compute']:6.2f}, the longer "
+                f"{max(ms['messages'], ms['compute']):6.2f})"
+            )
+
+
 def worker(rank: int, world: int, port: int, scenario: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -150,7 +191,7 @@ def worker(rank: int, world: int, port: int, scenario: str) -> None:
         dist.destroy_process_group()
 
 
-SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier, "isend": isend}
+SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier, "isend": isend, "overlap": overlap}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
