@@ -145,40 +145,45 @@ def isend(rank: int) -> None:
 
 
 def overlap(rank: int) -> None:
-    peer = 1 - rank
     for size in (1 << 22, 1 << 24, 1 << 26):
-        kv, incoming = torch.ones(size // 8, dtype=torch.float64), torch.empty(size // 8, dtype=torch.float64)
-        q, acc = torch.ones_like(kv), torch.zeros_like(kv)
-
-        def messages():
-            h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
-            h.wait()  # once each: a Gloo send's second wait() does not return (torch 2.13)
-            r.wait()
-
-        def compute():
-            acc.add_(q * kv)
-
-        def both():
-            h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
-            acc.add_(q * kv)
-            h.wait()
-            r.wait()
-
-        ms = {}
-        for name, f in (("messages", messages), ("compute", compute), ("both", both)):
-            times = []
-            for _ in range(15):
-                dist.barrier()
-                t0 = time.perf_counter()
-                f()
-                times.append(time.perf_counter() - t0)
-            ms[name] = sorted(times)[7] * 1e3
+        ms = overlap_at(1 - rank, size)
         if rank == 0:
             print(
-                f"{size >> 20:3d} MiB: messages {ms['messages']:6.2f} ms, compute {ms['compute']:6.2f} ms, both at once "
-                f"{ms['both']:6.2f} ms (their sum {ms['messages'] + ms['compute']:6.2f}, the longer "
+                f"{size >> 20:3d} MiB: messages {ms['messages']:6.2f} ms, compute {ms['compute']:6.2f} ms, both at "
+                f"once {ms['both']:6.2f} ms (their sum {ms['messages'] + ms['compute']:6.2f}, the longer "
                 f"{max(ms['messages'], ms['compute']):6.2f})"
             )
+
+
+def overlap_at(peer: int, size: int) -> dict[str, float]:
+    """Milliseconds (median of 15) of the messages, the compute and both, at `size` bytes."""
+    kv, incoming = torch.ones(size // 8, dtype=torch.float64), torch.empty(size // 8, dtype=torch.float64)
+    q, acc = torch.ones_like(kv), torch.zeros_like(kv)
+
+    def messages():
+        h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
+        h.wait()  # once each: a Gloo send's second wait() does not return (torch 2.13)
+        r.wait()
+
+    def compute():
+        acc.add_(q * kv)
+
+    def both():
+        h, r = dist.isend(kv, peer), dist.irecv(incoming, peer)
+        acc.add_(q * kv)
+        h.wait()
+        r.wait()
+
+    ms = {}
+    for name, f in (("messages", messages), ("compute", compute), ("both", both)):
+        times = []
+        for _ in range(15):
+            dist.barrier()
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        ms[name] = sorted(times)[7] * 1e3
+    return ms
 
 
 def worker(rank: int, world: int, port: int, scenario: str) -> None:
