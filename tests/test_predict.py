@@ -1246,6 +1246,11 @@ def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
     send = "program s\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
            "on rank == 1:\n    recv x from 0\n"
     assert seconds(send, 2, t, n) == pytest.approx(10e-6 + n / 1e9)
+    # Gloo's all_to_all posts every message at once (gloo/alltoall.cc): a message's α each, not a ring's step
+    a2a = "program x\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\nall_to_all x into y\n"
+    nccl = parse(SourceFile("t.toml", 'ranks_per_node = 64\nmemory_gbps = 1e6\nbackend = "nccl"\n' + STEPS))
+    assert seconds(a2a, p, t, n) == pytest.approx((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 + 2 * n / p / 1e15)
+    assert seconds(a2a, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * n / 1e9)
 
 
 @pytest.mark.parametrize("p", [2, 4, 5, 8])

@@ -206,6 +206,11 @@ class Kind:
         each message costs a message's α and has its sender's and receiver's ways to itself."""
         return not (backend == "gloo" and self.gloo_direct)
 
+    def step_latency(self, backend: str) -> bool:
+        """Whether each of the call's `latency_steps` costs a ring collective's step (`collective_alpha_us`:
+        it waits on its neighbours before the next, `lockstep`) rather than a message's α."""
+        return self.lockstep(backend)
+
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """Predicted seconds of one call at `world` members (`commdsl predict`, docs/predict.md): the ring
         NCCL runs and nccl-tests' busbw assumes, `latency_steps` hops of latency `alpha` and

@@ -199,6 +199,13 @@ class AllToAll(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    def step_latency(self, backend: str) -> bool:
+        """Gloo posts every send and receive at once and then waits for them (gloo/alltoall.cc, alltoallv.cc):
+        not a ring's steps, so a message's α each; every member still sends and receives at once (`lockstep`).
+        Priced with a ring's step instead, the built-in all_to_all on the quiet 2-core machine came out 38-47 %
+        over (2026-11-28, docs/predict.md)."""
+        return backend != "gloo"
+
     def busiest_way(self, sent, received, duplex: bool):
         """Bytes through the busiest member's way in an uneven call (`commdsl predict`): both backends post
         every member's messages at once (gloo/alltoallv.cc; NCCL's grouped sends and receives), so a member's

@@ -288,7 +288,7 @@ class Clocks(Observer):
         self.k = track if track is not None else sizes - 1
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
-        self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
+        self.group_net: dict[tuple[int, int, bool, bool], tuple[float, float]] = {}
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
@@ -904,7 +904,8 @@ class Clocks(Observer):
         p = len(self.s.groups[gid].ranks)
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
-        alpha, beta = self.net(gid, share, rec.kind.lockstep(self.topo.backend))
+        backend = self.topo.backend
+        alpha, beta = self.net(gid, share, rec.kind.lockstep(backend), rec.kind.step_latency(backend))
         if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
@@ -988,19 +989,20 @@ class Clocks(Observer):
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
         return [elements * size for size in sizes]
 
-    def net(self, gid: int, share: int = 1, lockstep: bool = True) -> tuple[float, float]:
-        """(α, β) of a group's ring in group order: the slowest hop's. `lockstep` (`Kind.lockstep`): a ring
-        whose members all send and receive at every step, each step α of a collective's step. A hop between
+    def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
+        """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
+        ring collective's step, not a message's. `lockstep` (`Kind.lockstep`): a ring whose members all send
+        and receive at every step. A hop between
         nodes has the NIC's β times the rings NCCL runs side by side (one per NIC, as many as the group has
         members per node). A hop inside a node: half its link when a rank's sends and receives share one way
         (every member sends to the next and receives from the last at once); with `shared_node`, its share of
         the node's bus, which every member's hop crosses at once, with those of the `share` instances running
         at once (`bus_share`). Not `lockstep` (Gloo's trees and a root's direct sends): a message's α and its
         link's β, with `shared_node` at most the bus's share of the `share` instances at once."""
-        got = self.group_net.get((gid, share, lockstep))
+        got = self.group_net.get((gid, share, lockstep, step))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
-            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1), step=lockstep)
+            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1), step=step)
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
@@ -1016,7 +1018,7 @@ class Clocks(Observer):
                     inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
                     beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
                 got = (float(alpha.max()), float(beta.min()))
-            self.group_net[(gid, share, lockstep)] = got
+            self.group_net[(gid, share, lockstep, step)] = got
         return got
 
     def waited(self, reqs) -> None:
