@@ -992,13 +992,12 @@ class Clocks(Observer):
     def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
         ring collective's step, not a message's. `lockstep` (`Kind.lockstep`): a ring whose members all send
-        and receive at every step. A hop between
-        nodes has the NIC's β times the rings NCCL runs side by side (one per NIC, as many as the group has
-        members per node). A hop inside a node: half its link when a rank's sends and receives share one way
-        (every member sends to the next and receives from the last at once); with `shared_node`, its share of
-        the node's bus, which every member's hop crosses at once, with those of the `share` instances running
-        at once (`bus_share`). Not `lockstep` (Gloo's trees and a root's direct sends): a message's α and its
-        link's β, with `shared_node` at most the bus's share of the `share` instances at once."""
+        and receive at every step. A hop between nodes has the NIC's β times the rings NCCL runs side by side
+        (one per NIC, as many as the group has members per node). A hop inside a node: half its link when a
+        rank's sends and receives share one way (every member sends to the next and receives from the last at
+        once); with `shared_node`, its share of the node's bus, which every member's hop crosses at once, with
+        those of the `share` instances running at once (`bus_share`). Not `lockstep` (Gloo's trees and a root's
+        direct sends): its link's β, with `shared_node` at most the bus's share of the `share` instances."""
         got = self.group_net.get((gid, share, lockstep, step))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
