@@ -719,37 +719,42 @@ def _collective_steps(args, nproc: int, backend: str, beta: float):
 
 def _turns(args, nproc: int, backend: str):
     """A `calibrate.Turns`: every rank's isend and irecv (`calibrate.OVERLAP`), its adds, and both at once, at
-    `calibrate.OVERLAP_BYTES`, each benched `calibrate.AT_ONCE_ROUNDS` times in turn; None when a run timed
-    nothing. ValueError when a rank fails or hangs."""
+    `calibrate.OVERLAP_BYTES` (`_in_turn`); None when a run timed nothing. ValueError when a rank fails or
+    hangs."""
     from commdsl.predict import calibrate as cal
 
-    cases = {"messages": {"adds": 0}, "adds": {"messages": 0}, "together": {}}
-    times: dict[str, list[float]] = {key: [] for key in cases}
-    for _ in range(cal.AT_ONCE_ROUNDS):
-        for key, params in cases.items():
-            got = _timed_once(args, cal.OVERLAP, "<calibrate-overlap>", cal.OVERLAP_BYTES, nproc, backend, params)
-            if got is None:
-                return None
-            times[key].append(got)
-    mean = {key: sum(t) / len(t) for key, t in times.items()}
-    return cal.Turns(cal.OVERLAP_BYTES, mean["messages"], mean["adds"], mean["together"])
+    params = {"messages": {"adds": 0}, "adds": {"messages": 0}, "together": {}}
+    cases = {key: ("<calibrate-overlap>", cal.OVERLAP, p) for key, p in params.items()}
+    mean = _in_turn(args, cal.OVERLAP_BYTES, nproc, backend, cases)
+    return None if mean is None else cal.Turns(cal.OVERLAP_BYTES, mean["messages"], mean["adds"], mean["together"])
 
 
 def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
-    """`count` things at once against one alone, each benched `calibrate.AT_ONCE_ROUNDS` times in turn (a
-    launch's placement of ranks on cores varies more than its iterations do): the means of the rounds'
-    times, times `per_time` (a round trip's half for one way). None when a run timed nothing."""
+    """`count` things at once against one alone (`_in_turn`), times `per_time` (a round trip's half for one
+    way). None when a run timed nothing."""
     from commdsl.predict import calibrate as cal
 
-    times: dict[str, list[float]] = {"alone": [], "together": []}
+    mean = _in_turn(args, size, nproc, backend, {"alone": alone, "together": together})
+    if mean is None:
+        return None
+    return cal.AtOnce(size, count, mean["alone"] * per_time, mean["together"] * per_time)
+
+
+def _in_turn(args, size: int, nproc: int, backend: str, cases: dict[str, tuple[str, str, dict]]):
+    """Each case (name, program text, params) benched at `size` bytes `calibrate.AT_ONCE_ROUNDS` times, the
+    cases in turn each round (a launch's placement of ranks on cores varies more than its iterations do, and a
+    slow spell of the host then weighs on every case): per case the mean of its rounds' times, or None when a
+    run timed nothing."""
+    from commdsl.predict import calibrate as cal
+
+    times: dict[str, list[float]] = {key: [] for key in cases}
     for _ in range(cal.AT_ONCE_ROUNDS):
-        for key, (name, text, params) in (("alone", alone), ("together", together)):
+        for key, (name, text, params) in cases.items():
             got = _timed_once(args, text, name, size, nproc, backend, params)
             if got is None:
                 return None
-            times[key].append(got * per_time)
-    rounds = cal.AT_ONCE_ROUNDS
-    return cal.AtOnce(size, count, sum(times["alone"]) / rounds, sum(times["together"]) / rounds)
+            times[key].append(got)
+    return {key: sum(t) / len(t) for key, t in times.items()}
 
 
 def _timed_once(args, text: str, name: str, size: int, nproc: int, backend: str, params: dict) -> float | None:
