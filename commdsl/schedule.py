@@ -27,7 +27,7 @@ import numpy as np
 
 from commdsl.p2p import form
 from commdsl.source import Span
-from commdsl.values import distinct, item, sub
+from commdsl.values import at, distinct, item, sub
 
 if TYPE_CHECKING:
     from commdsl.collectives import Kind
@@ -394,6 +394,23 @@ def _splits_at(splits: tuple, k: int) -> tuple[int, ...]:
     every member's: 9 of the MoE dispatch's 19 s of lint)."""
     column = (v[k] if isinstance(v, np.ndarray) else v for v in splits)
     return tuple(np.fromiter(column, dtype=np.int64, count=len(splits)).tolist())
+
+
+_SPLITS: dict[int, tuple] = {}
+
+
+def split_table(splits: tuple, n: int) -> np.ndarray:
+    """A record's split sizes as one (sizes, ranks) int64 table, made once per list (a member reads its column)."""
+    if not splits:
+        return np.zeros((0, n), dtype=np.int64)
+    hit = _SPLITS.get(id(splits))
+    if hit is not None and hit[0] is splits and hit[1].shape[1] == n:
+        return hit[1]
+    table = np.array([at(x, None, n) for x in splits], dtype=np.int64).reshape(len(splits), n)
+    if len(_SPLITS) > 64:
+        _SPLITS.clear()
+    _SPLITS[id(splits)] = (splits, table)  # holding `splits` keeps its id from being reused
+    return table
 
 
 @dataclass(eq=False, slots=True)

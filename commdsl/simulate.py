@@ -24,7 +24,17 @@ from commdsl.dtypes import DTYPES, TOLERANCE
 from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.p2p import delivered
-from commdsl.schedule import ComputeRec, ExpectRec, Print, PrintRec, ReadRec, Schedule, TensorSpec, View
+from commdsl.schedule import (
+    ComputeRec,
+    ExpectRec,
+    Print,
+    PrintRec,
+    ReadRec,
+    Schedule,
+    TensorSpec,
+    View,
+    split_table,
+)
 from commdsl.source import Span
 from commdsl.values import at, distinct, is_vec
 
@@ -785,8 +795,8 @@ class Data(Observer):
             output_numel=each(lambda rec, p, r: [v.at(p).numel for v in rec.outputs], None),
             inputs_listed=each(lambda rec, p, r: rec.inputs_listed, False),
             outputs_listed=each(lambda rec, p, r: rec.outputs_listed, False),
-            in_splits=each(lambda rec, p, r: tuple(_split_table(rec.in_splits, rec.ranks.size)[:, p].tolist()), ()),
-            out_splits=each(lambda rec, p, r: tuple(_split_table(rec.out_splits, rec.ranks.size)[:, p].tolist()), ()),
+            in_splits=each(lambda rec, p, r: tuple(split_table(rec.in_splits, rec.ranks.size)[:, p].tolist()), ()),
+            out_splits=each(lambda rec, p, r: tuple(split_table(rec.out_splits, rec.ranks.size)[:, p].tolist()), ()),
         )
 
     def mark(self, marks: Marks, view: View, rank: int, flags):
@@ -829,23 +839,6 @@ def _chunks(count, n: int, limit: int | None = None):
         end = max(k + 1, int(np.searchsorted(csum, int(csum[k]) - c + limit, side="right")))
         yield np.arange(k, end), None
         k = end
-
-
-_SPLITS: dict[int, tuple] = {}
-
-
-def _split_table(splits: tuple, n: int) -> np.ndarray:
-    """A record's split sizes as one (sizes, ranks) int64 table, made once per list (a member reads its column)."""
-    if not splits:
-        return np.zeros((0, n), dtype=np.int64)
-    hit = _SPLITS.get(id(splits))
-    if hit is not None and hit[0] is splits and hit[1].shape[1] == n:
-        return hit[1]
-    table = np.array([at(x, None, n) for x in splits], dtype=np.int64).reshape(len(splits), n)
-    if len(_SPLITS) > 64:
-        _SPLITS.clear()
-    _SPLITS[id(splits)] = (splits, table)  # holding `splits` keeps its id from being reused
-    return table
 
 
 def _ragged(starts, counts, n: int) -> np.ndarray:

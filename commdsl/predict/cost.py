@@ -47,7 +47,7 @@ from commdsl.elementwise import temporaries
 from commdsl.engine import GLOO, NCCL, Calls, Observer, Outcome, Posts, call_streams, post_streams, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
-from commdsl.schedule import UNTIMED_RECORDS, Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule
+from commdsl.schedule import UNTIMED_RECORDS, Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule, split_table
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -114,7 +114,7 @@ class Bytes:
             item = DTYPES[rec.dtype].itemsize if rec.dtype in DTYPES else 4
             n = rec.ranks.size
             for splits, views, out in ((rec.in_splits, rec.inputs, sent), (rec.out_splits, rec.outputs, received)):
-                table = np.array([at(x, pos, n) for x in splits], dtype=np.float64).reshape(len(splits), len(pos))
+                table = split_table(splits, n)[:, pos].astype(np.float64)
                 rows = table.sum(axis=0)
                 numel = np.broadcast_to(np.asarray(sum((_numel(v.numel) for v in views), 0.0)), (n,))[pos]
                 row_bytes = np.divide(numel * item, rows, out=np.zeros_like(rows), where=rows > 0)
@@ -906,7 +906,7 @@ class Clocks(Observer):
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         backend = self.topo.backend
         alpha, beta = self.net(gid, share, rec.kind.lockstep(backend), rec.kind.step_latency(backend))
-        if self.topo.backend == "gloo" and rec.block is not None and rec.block.index > 0:
+        if backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
         if p < 2:  # a group of one sends nothing (a broadcast's n/β would be a copy neither backend makes)
@@ -915,10 +915,8 @@ class Clocks(Observer):
             dur, sent = self.uneven(calls, s, c, alpha, share)
             load = sent[:, self.k]
         else:
-            dur = np.asarray(
-                rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=self.topo.backend), dtype=np.float64
-            )
-        if self.topo.backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
+            dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=backend), dtype=np.float64)
+        if backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
             # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
             copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / copy_bps
