@@ -203,7 +203,7 @@ class Topology:
             m.intra.bandwidth_gbps * 1e9,
             inter.alpha_us * 1e-6,
             inter.bandwidth_gbps * 1e9,
-            {(o.src, o.dst): (o.alphas()[0], o.bandwidth_gbps * 1e9, o.alphas()[1]) for o in m.link},
+            {(o.src, o.dst): (alpha, o.bandwidth_gbps * 1e9, step) for o in m.link for alpha, step in [o.alphas()]},
             path,
             m.duplex,
             None if m.page_fault_gbps is None else m.page_fault_gbps * 1e9,
