@@ -17,6 +17,7 @@ from commdsl.bench.plan import Refused
 from commdsl.cli.main import main
 from commdsl.diagnostics import CommdslError
 from commdsl.predict import sweep, variant_for
+from commdsl.predict import calibrate
 from commdsl.predict.calibrate import fit
 from commdsl.predict.topology import PRESETS, Topology, load, parse
 from commdsl.resolve import load as load_program
@@ -81,6 +82,8 @@ def test_a_topology_file_in_full():
      "`node_memory_gbps`: input should be greater than 0", 3),
     ('backend = "nccl"\nranks_per_node = 8\nsend_buffer_bytes = 4194304\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n',
      '`send_buffer_bytes`: needs `backend = "gloo"`', 3),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\ncrowded_alpha_us = 5\n",
+     "`intra.crowded_alpha_us` needs `cores_per_node`", 5),
     # TOML's own types, no conversions (each was read as something before 2026-11-28), and finite numbers
     ('ranks_per_node = 8\n[intra]\nalpha_us = "5"\nbandwidth_gbps = 1\n', "`intra.alpha_us`: input should be a valid number", 3),
     ("ranks_per_node = true\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`ranks_per_node`: input should be a valid integer", 1),
@@ -1148,6 +1151,28 @@ def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():
     )
 
 
+def test_calibration_writes_a_crowded_hosts_message_latency():
+    """With more ranks than the host's cores, every rank's isend to the next and irecv from the last at once
+    (a ring's step), less its bytes at β, is a crowded message's latency (`crowded_alpha_us`), the mean over
+    every launch's; the host's cores are `cores_per_node`. With the ranks fitting the cores, nothing is
+    measured and the file says how to."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [100e-6, 4.3e-3])
+    steps = ((4096, 900e-6), (65536, 600e-6), (4096, 1.2e-3))
+    crowded = calibrate.Crowded(2, 4, 2e9, steps)
+    assert crowded.alpha == pytest.approx(sum(t - n / 2e9 for n, t in steps) / 3)
+    assert calibrate.Crowded(2, 4, 2e9, ((4096, 1e-9),)).alpha == 0.0  # never below 0
+    text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", crowded=crowded, cores=2)
+    t = parse(SourceFile("h.toml", text))
+    assert t.cores_per_node == 2 and t.intra_alpha == pytest.approx(f.alpha, rel=1e-3)
+    assert t.at_world(4).intra_alpha == pytest.approx(crowded.alpha, rel=1e-3) and t.at_world(2) is t
+    assert "# 4 ranks on 2 cores each sending to the next and receiving from the last at once, us a step: 4096 B 900," in text
+    roomy = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", cores=16)
+    assert "# 4 ranks on 16 cores: a crowded host's messages were not measured (--nproc 18 does)" in roomy
+    assert parse(SourceFile("h.toml", roomy)).at_world(64).intra_alpha == pytest.approx(f.alpha, rel=1e-3)
+
+
 def test_calibration_says_whether_a_ranks_messages_and_adds_overlap():
     """Every rank's isend and irecv, its adds, and both at once: where none of the shorter hides under the
     longer (the 2-core machine: 0-39 %), they take turns (`overlap = false`); where most does, side by side."""
@@ -1194,9 +1219,14 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     assert re.search(r"# every rank's isend and irecv of 16777216 bytes: [\d.]+ us, its adds of them: [\d.]+ us, both at"
                      r" once: [\d.]+ us \(\d+ % of the shorter hidden under the longer\): (side by side|they take turns)",
                      out.read_text())
+    cores = calibrate.host_cores()
+    crowded = re.search(r"# 4 ranks on \d+ cores each sending to the next and receiving from the last at once, us a"
+                        r" step: (\d+ B \d+, ){8}\d+ B \d+: [\d.]+ us less", out.read_text())
+    assert (crowded is not None) is (cores < 4)
     t, _ = load(str(out))
     assert t.intra_beta > 0 and t.shared_node and not t.duplex and t.intra_step_alpha >= 0
     assert 1 <= t.bus_capacity <= 2 and 1 <= t.memory_capacity <= 4
+    assert t.cores_per_node == cores and (t.at_world(4).crowded is (cores < 4))
 
 RS = """program rs
 world 1..
@@ -1251,6 +1281,32 @@ def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
     nccl = parse(SourceFile("t.toml", 'ranks_per_node = 64\nmemory_gbps = 1e6\nbackend = "nccl"\n' + STEPS))
     assert seconds(a2a, p, t, n) == pytest.approx((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 + 2 * n / p / 1e15)
     assert seconds(a2a, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * n / 1e9)
+
+
+def test_a_node_with_more_ranks_than_cores_takes_the_crowded_alpha():
+    """On a node that runs more ranks than `cores_per_node`, a message's α is its class's crowded one (the
+    2-core machine: every rank of four sending to the next at once, 0.35-1.2 ms a step; a lone ping-pong,
+    0.1-0.2 ms one way), and so is a collective's step that has no α of its own. Up to the cores, or with
+    no crowded α, nothing changes; a node holds at most `ranks_per_node` ranks."""
+    head = "memory_gbps = 1e6\ncores_per_node = 2\n"
+    links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\n"
+    t = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links))
+    send = "program s\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
+           "on rank == 1:\n    recv x from 0\n"
+    n = 1 << 20
+    assert seconds(send, 2, t, n) == pytest.approx(10e-6 + n / 1e9)
+    assert seconds(send, 4, t, n) == pytest.approx(300e-6 + n / 1e9)
+    assert t.at_world(2) is t and not t.crowded
+    crowded = t.at_world(3)
+    assert crowded.crowded and crowded.intra_step_alpha == pytest.approx(300e-6)
+    assert "more ranks on a node than its 2 cores: the crowded α" in crowded.describe()
+    assert "crowded" not in t.describe()
+    steps = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links + "collective_alpha_us = 500\n"))
+    assert steps.at_world(4).intra_step_alpha == pytest.approx(500e-6)  # a step with its own α keeps it
+    two = parse(SourceFile("t.toml", "ranks_per_node = 2\n" + head + links))
+    assert two.at_world(64) is two  # two ranks on each node of 2 cores
+    plain = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
+    assert plain.at_world(64) is plain
 
 
 @pytest.mark.parametrize("p", [2, 4, 5, 8])

@@ -701,20 +701,44 @@ def _adds_at_once(args, nproc: int, backend: str, size: int = 64 << 20):
 
 
 def _collective_steps(args, nproc: int, backend: str, beta: float):
-    """A `calibrate.Steps`: the built-in all_reduce of every rank (`calibrate.COLLECTIVE`) at
-    `calibrate.COLLECTIVE_SIZES`, benched `calibrate.AT_ONCE_ROUNDS` times (one launch's waits differ from the
-    next's more than its iterations' do). ValueError when a rank fails or hangs."""
+    """A `calibrate.Steps`: the built-in all_reduce of every rank (`calibrate.COLLECTIVE`), each call's time.
+    ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    points = _latency_points(args, cal.COLLECTIVE, "<calibrate-collective>", nproc, backend, cal.slowest)
+    if not points:
+        raise ValueError("the built-in all_reduce timed nothing")
+    return cal.Steps(nproc, beta, points)
+
+
+def _crowded(args, nproc: int, backend: str, beta: float, cores: int):
+    """A `calibrate.Crowded` when `nproc` ranks are more than the host's `cores` (else None): every rank's isend
+    to the next and irecv from the last at once (`calibrate.OVERLAP` without its adds), each launch's time of
+    the slowest rank. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    if nproc <= cores:
+        return None
+    points = _latency_points(args, cal.OVERLAP, "<calibrate-ring>", nproc, backend, cal.slowest, {"adds": 0})
+    if not points:
+        raise ValueError("the ring of messages timed nothing")
+    return cal.Crowded(cores, nproc, beta, points)
+
+
+def _latency_points(
+    args, text: str, name: str, nproc: int, backend: str, seconds, params: dict | None = None
+) -> tuple[tuple[int, float], ...]:
+    """(bytes, seconds) of one of the calibration's programs (with `params`) at `calibrate.LATENCY_SIZES`, benched
+    `calibrate.AT_ONCE_ROUNDS` times (one launch's waits differ from the next's more than its iterations do);
+    `seconds` reads a launch's times (`calibrate.slowest`, `calibrate.one_way`)."""
     from commdsl.bench.results import rows
     from commdsl.predict import calibrate as cal
 
     points: list[tuple[int, float]] = []
     for _ in range(cal.AT_ONCE_ROUNDS):
-        sizes = list(cal.COLLECTIVE_SIZES)
-        plan, results = _bench_calibration(args, cal.COLLECTIVE, "<calibrate-collective>", sizes, nproc, backend, {})
-        points += zip((r.size for r in rows(plan, results)), cal.slowest(plan, results))
-    if not points:
-        raise ValueError("the built-in all_reduce timed nothing")
-    return cal.Steps(nproc, beta, tuple(points))
+        plan, results = _bench_calibration(args, text, name, list(cal.LATENCY_SIZES), nproc, backend, params or {})
+        points += zip((r.size for r in rows(plan, results)), seconds(plan, results))
+    return tuple(points)
 
 
 def _turns(args, nproc: int, backend: str):
@@ -835,6 +859,7 @@ def calibrate(args) -> int:
         pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
         adds = _adds_at_once(args, nproc, backend)
         steps = _collective_steps(args, nproc, backend, f.beta)
+        crowded = _crowded(args, nproc, backend, f.beta, cal.host_cores())
         turns = _turns(args, nproc, backend)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
@@ -843,7 +868,19 @@ def calibrate(args) -> int:
     pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
     command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
     text = cal.topology_text(
-        f, memory, nproc, backend, command, pairs, pages, adds, cal.send_buffer_bytes(), steps, turns
+        f,
+        memory,
+        nproc,
+        backend,
+        command,
+        pairs,
+        pages,
+        adds,
+        cal.send_buffer_bytes(),
+        steps,
+        turns,
+        crowded,
+        cal.host_cores(),
     )
     try:
         write_atomic(args.output, text)
@@ -854,7 +891,9 @@ def calibrate(args) -> int:
         if line.startswith("#"):
             out.print(line, markup=False)
     out.print(
-        f"# alpha {f.alpha * 1e6:.2f} us, a collective's step {steps.alpha * 1e6:.2f} us,"
+        f"# alpha {f.alpha * 1e6:.2f} us"
+        + ("" if crowded is None else f" ({crowded.alpha * 1e6:.2f} us crowded)")
+        + f", a collective's step {steps.alpha * 1e6:.2f} us,"
         f" beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
         f"{'not measurable' if pages is None else f'{pages / 1e9:.2f} GB/s'}: written to {args.output}",
         markup=False,

@@ -127,6 +127,7 @@ def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
 def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool = True, deadline=None) -> Prediction:
     """Predicted rows for `sizes` (requested bytes). BenchError when the program does not complete at this
     world (a deadlock or a mismatch: `commdsl check` says which)."""
+    topo = topo.at_world(world)
     notes: list[str] = []
     fitted: list[tuple[int, int, int]] = []  # (requested, value, bytes)
     seen: set[int] = set()

@@ -10,7 +10,9 @@ are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs
 isend writes from its caller is read from the kernel's settings (`send_buffer_bytes`).
 
 A built-in collective's step is timed apart (`COLLECTIVE`, `Steps`): the all_reduce of every rank at small
-sizes, less its bytes, over its steps, gives `collective_alpha_us`. So is whether a rank computes while its
+sizes, less its bytes, over its steps, gives `collective_alpha_us`. With more ranks than the host has cores,
+so is a ring's step of messages, every rank sending to the next at once (`OVERLAP` without its adds, at small
+sizes, `Crowded`): less its bytes it gives `crowded_alpha_us`. So is whether a rank computes while its
 messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`.
 
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
@@ -21,6 +23,7 @@ every rank adding at once (`ADDS`) against one rank. `topology_text` writes the 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,10 +94,11 @@ tensor x: float32[n] = rank
 all_reduce x op sum
 """
 
-COLLECTIVE_SIZES = (4096, 16384, 65536)
-"""Bytes at which `bench --calibrate` times the built-in all_reduce for the latency of a collective's step:
-small enough that its bytes cost little beside its steps (64 KiB over the 2-core machine's 2.6 GB/s: 38 us of
-a call's 1-6 ms), several so that one size's slow spell weighs less."""
+LATENCY_SIZES = (4096, 16384, 65536)
+"""Bytes at which `bench --calibrate` times the latencies it measures apart from the ping-pong's fit (a
+built-in collective's step, a crowded host's message): small enough that their bytes cost little beside their
+waits (64 KiB over the 2-core machine's 2.6 GB/s: 25 us of a call's 1-6 ms), several so that one size's slow
+spell weighs less."""
 
 
 OVERLAP = """\
@@ -201,6 +205,34 @@ class Steps:
         steps = ALL_REDUCE.latency_steps(self.world)
         per = [(t - float(ALL_REDUCE.cost(self.world, n, 0.0, self.beta))) / steps for n, t in self.points]
         return max(0.0, float(np.mean(per)))
+
+
+@dataclass(frozen=True)
+class Crowded:
+    """Every one of `world` ranks sending to the next and receiving from the last at once (`OVERLAP` without its
+    adds, a ring's step) at small sizes, on a host of `cores` cores, fewer than the ranks; each launch's time:
+    a message's latency when every rank of the host exchanges at once, which is not a lone ping-pong's. Each of
+    its wake-ups (the caller's, Gloo's loop threads', the receiver's) may wait for a core: on the 2-core
+    machine the ping-pong's α is 0.1-0.2 ms, such a step 0.35-1.2 ms at 4 ranks (docs/predict.md)."""
+
+    cores: int
+    world: int
+    beta: float  # bytes per second: the fitted link's, for the messages' bytes
+    points: tuple[tuple[int, float], ...]  # (bytes, seconds of a step), every launch's
+
+    @property
+    def alpha(self) -> float:
+        """Seconds of a crowded message's latency: each step less its message's bytes at β, averaged (the mean,
+        as the bench and `one_way` count); at least 0."""
+        return max(0.0, float(np.mean([t - n / self.beta for n, t in self.points])))
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity, as a container's CPU set limits it), else the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -327,6 +359,8 @@ def topology_text(
     send_buffer: int | None = None,
     steps: Steps | None = None,
     turns: Turns | None = None,
+    crowded: Crowded | None = None,
+    cores: int | None = None,
 ) -> str:
     """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
     ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
@@ -335,50 +369,10 @@ def topology_text(
     way (`duplex = false`: its TCP transport moves a process's bytes on one loop thread, gloo/transport/tcp/
     loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`);
     a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α);
-    a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`)."""
-    lines = [
-        f"# written by `{command}`",
-        f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
-        "# ranks 0 and 1 (half the mean round trip of the slowest rank), fitted to t = alpha + bytes / beta",
-        "#        bytes     measured (us)     fitted (us)    error",
-    ]
-    for size, sec in f.points:
-        got = f.alpha + size / f.beta
-        lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
-    lines.append(f"# largest error of the fit: {f.worst * 100:.1f} %")
-    if pairs is None:
-        lines.append(
-            "# messages at once were not measured (--nproc 4 or more does): one at full speed at a time assumed"
-        )
-    else:
-        lines.append(
-            f"# {pairs.count} ping-pong pairs at once, {pairs.size} bytes: {pairs.together * 1e6:.1f} us one way"
-            f" against {pairs.alone * 1e6:.1f} us for one pair alone (x{pairs.together / pairs.alone:.2f}):"
-            f" {pairs.capacity:.2f} messages at full speed at once"
-        )
-        if pairs.together <= FULL_SPEED * pairs.alone:  # no sharing seen: the bus is at least this, maybe more
-            lines.append(
-                f"# every pair ran at full speed, so the host may carry more than {pairs.count} at once: to predict"
-                f" more ranks, calibrate with --nproc {4 * pairs.count} ({2 * pairs.count} pairs)"
-            )
-    if steps is not None:
-        calls = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in steps.points)
-        lines.append(
-            f"# built-in all_reduce of {steps.world} ranks, us per call: {calls}: {steps.alpha * 1e6:.1f} us a step"
-            f" ({ALL_REDUCE.latency_steps(steps.world)} steps a call, less their bytes at beta)"
-        )
-    if turns is not None:
-        lines.append(
-            f"# every rank's isend and irecv of {turns.size} bytes: {turns.messages * 1e6:.1f} us, its adds of them:"
-            f" {turns.adds * 1e6:.1f} us, both at once: {turns.together * 1e6:.1f} us ({turns.hidden * 100:.0f} % of"
-            f" the shorter hidden under the longer): {'side by side' if turns.overlap else 'they take turns'}"
-        )
-    if adds is not None:
-        lines.append(
-            f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
-            f" {adds.alone * 1e6:.1f} us for one rank alone (x{adds.together / adds.alone:.2f}):"
-            f" {adds.capacity:.2f} adds at full speed at once"
-        )
+    a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`); the host has
+    `cores` cores (`cores_per_node`), and with more ranks than that a message takes `crowded.alpha`
+    (`crowded_alpha_us`; without `crowded`, the ping-pong's α)."""
+    lines = _measurements(f, nproc, backend, command, pairs, adds, steps, turns, crowded, cores)
     lines += [
         'name = "calibrated"',
         f'backend = "{backend}"',
@@ -412,6 +406,8 @@ def topology_text(
             f"send_buffer_bytes = {send_buffer}    # net.ipv4.tcp_wmem's maximum: an isend to a posted receive"
             " writes this much itself"
         )
+    if cores is not None:
+        lines.append(f"cores_per_node = {cores}        # this host's cores: more ranks than this crowd it")
     lines += [
         f'source = "measured with `{command}`"',
         "",
@@ -421,5 +417,76 @@ def topology_text(
     ]
     if steps is not None:
         lines.append(f"collective_alpha_us = {steps.alpha * 1e6:.4g}    # one step of a built-in collective")
+    if crowded is not None and cores is not None:
+        lines.append(f"crowded_alpha_us = {crowded.alpha * 1e6:.4g}    # a message when more ranks than cores")
     lines.append("")
     return "\n".join(lines)
+
+
+def _measurements(
+    f: Fit,
+    nproc: int,
+    backend: str,
+    command: str,
+    pairs: AtOnce | None,
+    adds: AtOnce | None,
+    steps: Steps | None,
+    turns: Turns | None,
+    crowded: Crowded | None,
+    cores: int | None,
+) -> list[str]:
+    """The topology file's comments: what was measured, from which the keys below them follow."""
+    lines = [
+        f"# written by `{command}`",
+        f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
+        "# ranks 0 and 1 (half the mean round trip of the slowest rank), fitted to t = alpha + bytes / beta",
+        "#        bytes     measured (us)     fitted (us)    error",
+    ]
+    for size, sec in f.points:
+        got = f.alpha + size / f.beta
+        lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
+    lines.append(f"# largest error of the fit: {f.worst * 100:.1f} %")
+    if pairs is None:
+        lines.append(
+            "# messages at once were not measured (--nproc 4 or more does): one at full speed at a time assumed"
+        )
+    else:
+        lines.append(
+            f"# {pairs.count} ping-pong pairs at once, {pairs.size} bytes: {pairs.together * 1e6:.1f} us one way"
+            f" against {pairs.alone * 1e6:.1f} us for one pair alone (x{pairs.together / pairs.alone:.2f}):"
+            f" {pairs.capacity:.2f} messages at full speed at once"
+        )
+        if pairs.together <= FULL_SPEED * pairs.alone:  # no sharing seen: the bus is at least this, maybe more
+            lines.append(
+                f"# every pair ran at full speed, so the host may carry more than {pairs.count} at once: to predict"
+                f" more ranks, calibrate with --nproc {4 * pairs.count} ({2 * pairs.count} pairs)"
+            )
+    if steps is not None:
+        calls = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in steps.points)
+        lines.append(
+            f"# built-in all_reduce of {steps.world} ranks, us per call: {calls}: {steps.alpha * 1e6:.1f} us a step"
+            f" ({ALL_REDUCE.latency_steps(steps.world)} steps a call, less their bytes at beta)"
+        )
+    if crowded is not None:
+        ways = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in crowded.points)
+        lines.append(
+            f"# {crowded.world} ranks on {crowded.cores} cores each sending to the next and receiving from the last"
+            f" at once, us a step: {ways}: {crowded.alpha * 1e6:.1f} us less their bytes at beta (a crowded message)"
+        )
+    elif cores is not None and nproc <= cores:
+        lines.append(
+            f"# {nproc} ranks on {cores} cores: a crowded host's messages were not measured (--nproc {cores + 2} does)"
+        )
+    if turns is not None:
+        lines.append(
+            f"# every rank's isend and irecv of {turns.size} bytes: {turns.messages * 1e6:.1f} us, its adds of them:"
+            f" {turns.adds * 1e6:.1f} us, both at once: {turns.together * 1e6:.1f} us ({turns.hidden * 100:.0f} % of"
+            f" the shorter hidden under the longer): {'side by side' if turns.overlap else 'they take turns'}"
+        )
+    if adds is not None:
+        lines.append(
+            f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
+            f" {adds.alone * 1e6:.1f} us for one rank alone (x{adds.together / adds.alone:.2f}):"
+            f" {adds.capacity:.2f} adds at full speed at once"
+        )
+    return lines
