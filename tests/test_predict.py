@@ -1166,11 +1166,12 @@ def test_calibration_writes_a_crowded_hosts_message_latency():
     text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", crowded=crowded, cores=2)
     t = parse(SourceFile("h.toml", text))
     assert t.cores_per_node == 2 and t.intra_alpha == pytest.approx(f.alpha, rel=1e-3)
-    assert t.at_world(4).intra_alpha == pytest.approx(crowded.alpha, rel=1e-3) and t.at_world(2) is t
+    assert t.crowded_alphas is not None and t.crowded_alphas[0] == pytest.approx(crowded.alpha, rel=1e-3)
+    assert t.at_world(4).crowded and t.at_world(2) is t
     assert "# 4 ranks on 2 cores each sending to the next and receiving from the last at once, us a step: 4096 B 900," in text
     roomy = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", cores=16)
     assert "# 4 ranks on 16 cores: a crowded host's messages were not measured (--nproc 18 does)" in roomy
-    assert parse(SourceFile("h.toml", roomy)).at_world(64).intra_alpha == pytest.approx(f.alpha, rel=1e-3)
+    assert parse(SourceFile("h.toml", roomy)).at_world(64).crowded is False
 
 
 def test_calibration_says_whether_a_ranks_messages_and_adds_overlap():
@@ -1283,26 +1284,36 @@ def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
     assert seconds(a2a, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * n / 1e9)
 
 
-def test_a_node_with_more_ranks_than_cores_takes_the_crowded_alpha():
-    """On a node that runs more ranks than `cores_per_node`, a message's α is its class's crowded one (the
-    2-core machine: every rank of four sending to the next at once, 0.35-1.2 ms a step; a lone ping-pong,
-    0.1-0.2 ms one way), and so is a collective's step that has no α of its own. Up to the cores, or with
-    no crowded α, nothing changes; a node holds at most `ranks_per_node` ranks."""
+def test_an_exchange_on_a_node_with_more_ranks_than_cores_takes_the_crowded_alpha():
+    """On a node that runs more ranks than `cores_per_node`, messages where every rank sends and receives at once
+    (an exchange: what `bench --calibrate` times, every rank sending to the next and receiving from the last)
+    take the crowded α: the 2-core machine's four ranks 0.9-1.2 ms a step, a lone ping-pong 0.1-0.2 ms one
+    way. So does a lockstep collective's step that has no α of its own. A chain's messages, a node within its
+    cores, or a topology without a crowded α keep the ping-pong's α; a node holds at most `ranks_per_node`."""
     head = "memory_gbps = 1e6\ncores_per_node = 2\n"
     links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\n"
     t = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links))
-    send = "program s\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
-           "on rank == 1:\n    recv x from 0\n"
+    ring = "program r\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\nbatch:\n" \
+           "    send x to (rank + 1) % world\n    recv y from (rank - 1) % world\n"
+    chain = "program c\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank > 0:\n" \
+            "    recv x from rank - 1\non rank < world - 1:\n    send x to rank + 1\n"
     n = 1 << 20
-    assert seconds(send, 2, t, n) == pytest.approx(10e-6 + n / 1e9)
-    assert seconds(send, 4, t, n) == pytest.approx(300e-6 + n / 1e9)
-    assert t.at_world(2) is t and not t.crowded
-    crowded = t.at_world(3)
-    assert crowded.crowded and crowded.intra_step_alpha == pytest.approx(300e-6)
-    assert "more ranks on a node than its 2 cores: the crowded α" in crowded.describe()
-    assert "crowded" not in t.describe()
+    assert seconds(ring, 2, t, n) == pytest.approx(seconds(ring, 2, topo(10, 1), n))  # two ranks on 2 cores
+    crowded = seconds(ring, 4, t, n)
+    assert crowded - seconds(ring, 4, topo(10, 1), n) == pytest.approx(290e-6)  # α 300 µs, not 10
+    assert seconds(chain, 4, t, n) == pytest.approx(seconds(chain, 4, topo(10, 1), n))  # one after another
+    assert t.at_world(2) is t and not t.crowded and t.at_world(3).crowded
+    assert "more ranks on a node than its 2 cores: where every rank sends and receives at once, α 300 µs" in (
+        t.at_world(3).describe()
+    )
+    assert "cores" not in t.describe()
+    all_reduce = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\n"
+    p = 4
+    bytes_part = 2 * (p - 1) / p * n / 1e9
+    # a ring's step without its own α is a message's: crowded too
+    assert seconds(all_reduce, p, t, n) == pytest.approx(2 * (p - 1) * 300e-6 + bytes_part)
     steps = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links + "collective_alpha_us = 500\n"))
-    assert steps.at_world(4).intra_step_alpha == pytest.approx(500e-6)  # a step with its own α keeps it
+    assert seconds(all_reduce, p, steps, n) == pytest.approx(2 * (p - 1) * 500e-6 + bytes_part)
     two = parse(SourceFile("t.toml", "ranks_per_node = 2\n" + head + links))
     assert two.at_world(64) is two  # two ranks on each node of 2 cores
     plain = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))

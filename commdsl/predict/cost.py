@@ -692,7 +692,7 @@ class Clocks(Observer):
         if got is not None and np.array_equal(got.src, src) and np.array_equal(got.dst, dst):
             self.remember(src, dst, got)
             return got
-        alpha, beta, e, i, bus = self.links(src, dst)
+        alpha, beta, e, i, bus = self.links(src, dst, crowded=self.crowds(src, dst))
         W, n_ports = self.W, self.free.shape[0]
         one = M > 0 and bool((alpha == alpha[0]).all() and (beta == beta[0]).all())
         ports = [_index(e, n_ports), _index(i, n_ports)]
@@ -746,16 +746,20 @@ class Clocks(Observer):
         self.routes.clear()
         self.recent = None
 
-    def links(self, src: np.ndarray, dst: np.ndarray, step: bool = False):
+    def links(self, src: np.ndarray, dst: np.ndarray, step: bool = False, crowded: bool = False):
         """α and β of each message (from its node pair and the overrides), its two ports, and the bus port of
         its node (shared_node, a message inside a node; else −1). `step`: α of a built-in collective's step
-        on that link instead of a message's."""
+        on that link instead of a message's. `crowded` (`crowds`): a message's α is its class's crowded one,
+        and so is a step's that has none of its own (no `collective_alpha_us`: a message's)."""
         topo, W = self.topo, self.W
         same = self.node[src] == self.node[dst]
+        lone = (topo.intra_alpha, topo.inter_alpha)
+        message = topo.crowded_alphas if crowded and topo.crowded_alphas is not None else lone
         if step:
-            alpha = np.where(same, topo.intra_step_alpha, topo.inter_step_alpha)
+            own = (topo.intra_step_alpha, topo.inter_step_alpha)
+            alpha = np.where(same, *(m if a == b else a for a, b, m in zip(own, lone, message)))
         else:
-            alpha = np.where(same, topo.intra_alpha, topo.inter_alpha)
+            alpha = np.where(same, *message)
         beta = np.where(same, topo.intra_beta, topo.inter_beta)
         if topo.overrides:
             for (a, z), (al, be, step_al) in topo.overrides.items():
@@ -987,6 +991,17 @@ class Clocks(Observer):
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
         return [elements * size for size in sizes]
 
+    def crowds(self, src: np.ndarray, dst: np.ndarray) -> bool:
+        """Whether messages src → dst are an exchange on a crowded node (`Topology.at_world`): every rank that
+        sends also receives, at once, and some node holds more of them than its cores. That is what `bench
+        --calibrate` times for `crowded_alpha_us` (every rank sending to the next and receiving from the last);
+        a chain's or a tree's messages, where ranks wait on one another, keep the ping-pong's α."""
+        cores = self.topo.cores_per_node
+        if not self.topo.crowded or cores is None or src.size <= cores:
+            return False
+        ranks = distinct(src)
+        return bool(np.array_equal(ranks, distinct(dst)) and np.bincount(self.node[ranks]).max() > cores)
+
     def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
         ring collective's step, not a message's. `lockstep` (`Kind.lockstep`): a ring whose members all send
@@ -999,7 +1014,8 @@ class Clocks(Observer):
         got = self.group_net.get((gid, share, lockstep, step))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
-            alpha, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1), step=step)
+            ring = np.roll(ranks, -1)
+            alpha, beta, _, _, _ = self.links(ranks, ring, step, lockstep and self.crowds(ranks, ring))
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:

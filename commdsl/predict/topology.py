@@ -24,7 +24,7 @@
     overlap = true              # false: a rank's local ops and the messages on its ways take turns (a host
                                 # with no core to spare for Gloo's loop thread while the rank computes)
     # cores_per_node = 2        # optional: the cores a node's ranks share; with more ranks on a node than
-                                # this, messages take [intra]'s and [inter]'s crowded_alpha_us
+                                # this, an exchange's messages take [intra]'s and [inter]'s crowded_alpha_us
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
@@ -34,9 +34,10 @@
     # collective_alpha_us = 900 # optional: the latency of one step of a built-in collective's algorithm
                                 # on this link (default: alpha_us; Gloo's steps each wait on torch's
                                 # worker thread and its peers, measured by `bench --calibrate`)
-    # crowded_alpha_us = 600    # optional, with cores_per_node: a message's latency when its node runs more
-                                # ranks than it has cores (each wake-up may wait for a core; default:
-                                # alpha_us; measured by `bench --calibrate --nproc N` with N above the cores)
+    # crowded_alpha_us = 1100   # optional, with cores_per_node: a message's latency in an exchange (every
+                                # rank in it sends and receives at once) on a node that runs more ranks than
+                                # it has cores: each wake-up may wait for a core (default: alpha_us; measured
+                                # by `bench --calibrate --nproc N` with N above the cores)
 
     [inter]                     # two ranks on different nodes (through the NICs)
     alpha_us = 6.6
@@ -192,7 +193,7 @@ class Topology:
     inter_step_alpha: float = 0.0  # ... between nodes
     cores_per_node: int | None = None  # the cores a node's ranks share (None: as many as it needs)
     crowded_alphas: tuple[float, float] | None = None  # (intra, inter) α on a node with more ranks than cores
-    crowded: bool = False  # `at_world` found more ranks on a node than its cores: the α are the crowded ones
+    crowded: bool = False  # `at_world` found more ranks on a node than its cores: exchanges take the crowded α
 
     @property
     def bus_capacity(self) -> float:
@@ -240,27 +241,16 @@ class Topology:
         )
 
     def at_world(self, world: int) -> Topology:
-        """The topology a prediction at `world` ranks runs on: where the fullest node holds more ranks than
-        `cores_per_node`, every message's α is its class's crowded one. On the 2-core machine a message
-        between two of four ranks that all exchange at once took several times the ping-pong's one way
-        with the other two idle (docs/predict.md): each of its wake-ups may wait for a core. A [[link]] keeps
-        its own numbers."""
+        """The topology a prediction at `world` ranks runs on: `crowded` where the fullest node holds more ranks
+        than `cores_per_node` and a crowded α is given; the clocks then price an exchange's messages with it
+        (`cost.Clocks.crowds`)."""
         if (
             self.cores_per_node is None
             or self.crowded_alphas is None
             or min(world, self.ranks_per_node) <= self.cores_per_node
         ):
             return self
-        intra, inter = self.crowded_alphas
-        return replace(
-            self,
-            intra_alpha=intra,
-            inter_alpha=inter,
-            # a collective's step without its own α (`collective_alpha_us`) is a message's: crowded too
-            intra_step_alpha=intra if self.intra_step_alpha == self.intra_alpha else self.intra_step_alpha,
-            inter_step_alpha=inter if self.inter_step_alpha == self.inter_alpha else self.inter_step_alpha,
-            crowded=True,
-        )
+        return replace(self, crowded=True)
 
     def capacity(self) -> int | None:
         """The most ranks the topology holds (None: as many nodes as needed)."""
@@ -282,7 +272,13 @@ class Topology:
                 if self.shared_node and self.node_memory_bps is not None
                 else ""
             )
-            + (f"; more ranks on a node than its {self.cores_per_node} cores: the crowded α" if self.crowded else "")
+            + (
+                f"; more ranks on a node than its {self.cores_per_node} cores: where every rank sends and receives"
+                f" at once, α {self.crowded_alphas[0] * 1e6:.3g} µs in a node, {self.crowded_alphas[1] * 1e6:.3g} µs"
+                " between nodes"
+                if self.crowded and self.crowded_alphas is not None
+                else ""
+            )
             + ("; a rank's messages in and out share one way" if not self.duplex else "")
             + ("; a rank's local ops and its messages take turns" if not self.overlap else "")
             + (
@@ -411,14 +407,14 @@ memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counte
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
 send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
-cores_per_node = 2         # its cores: from 3 ranks on, a message takes the crowded α
-source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step and the crowded α 2026-11-28 (benchmarks/figures)"
+cores_per_node = 2         # its cores: from 3 ranks on, an exchange's messages take the crowded α
+source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step, the crowded α 2026-11-28"
 
 [intra]
 alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
 bandwidth_gbps = 2.607     # (the five fits alone: 1.97-3.82 GB/s)
 collective_alpha_us = 998  # a built-in all_reduce's step at 4 ranks (five calibrations, 2026-11-28: 936-1087 us)
-crowded_alpha_us = 1142    # a ring's step of messages at 4 ranks, less its bytes (five calibrations, 2026-11-28: 928-1242 us)
+crowded_alpha_us = 1142    # 4 ranks' ring step of messages less its bytes (five calibrations, 2026-11-28: 928-1242)
 """,
 }
 """Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
