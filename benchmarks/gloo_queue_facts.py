@@ -7,6 +7,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py barrier     # does a barrier end an async all_reduce?
     timeout 300 python benchmarks/gloo_queue_facts.py isend       # how long an isend holds its caller
     timeout 300 python benchmarks/gloo_queue_facts.py overlap     # does a rank compute while its messages move?
+    timeout 300 python benchmarks/gloo_queue_facts.py crowded     # a message when 4 ranks on 2 cores all exchange
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
@@ -19,12 +20,16 @@ when it is posted 10 ms after, the first's time to its `wait()`, and an `irecv` 
 was issued 10 ms before it (docs/predict.md, "An isend writes from its caller"). `overlap`: the median (15
 calls) of each rank's isend and irecv of n bytes to and from the other, of its compute on n bytes (`acc +=
 q * kv` in float64, ring attention's step), and of both at once, the compute issued between the messages'
-posts and their waits (docs/predict.md, "A rank's local ops and its messages"). Two ranks on
-127.0.0.1, one intra-op thread each (as `commdsl bench`).
+posts and their waits (docs/predict.md, "A rank's local ops and its messages"). `crowded` (four ranks):
+the median and mean of 100 calls at 4 and 64 KiB of a lone ping-pong's one way between ranks 0 and 1 while
+ranks 2 and 3 wait, and of a ring's step where every rank isends to the next and irecvs from the last at once
+(docs/predict.md, "A crowded host"). Two ranks (four for `crowded`) on 127.0.0.1, one intra-op thread each
+(as `commdsl bench`).
 """
 
 import os
 import socket
+import statistics
 import sys
 import time
 
@@ -186,6 +191,47 @@ def overlap_at(peer: int, size: int) -> dict[str, float]:
     return ms
 
 
+def crowded(rank: int) -> None:
+    world = dist.get_world_size()
+    for size in (1 << 12, 1 << 16):
+        x, y = torch.ones(size // 4), torch.empty(size // 4)
+
+        def lone(x=x, y=y):
+            if rank == 0:
+                dist.send(x, 1)
+                dist.recv(y, 1)
+            elif rank == 1:
+                dist.recv(y, 0)
+                dist.send(x, 0)
+
+        def ring(x=x, y=y):
+            h, r = dist.isend(x, (rank + 1) % world), dist.irecv(y, (rank - 1) % world)
+            h.wait()
+            r.wait()
+
+        lone_us = [t / 2 for t in timed(lone)]  # one way: half the round trip
+        ring_us = timed(ring)
+        if rank == 0:
+            print(
+                f"{size >> 10:2d} KiB: a lone pair's one way median {statistics.median(lone_us):6.0f} us, mean "
+                f"{statistics.mean(lone_us):6.0f}; every rank's ring step median {statistics.median(ring_us):6.0f} us,"
+                f" mean {statistics.mean(ring_us):6.0f} ({world} ranks, {len(os.sched_getaffinity(0))} cores)"
+            )
+
+
+def timed(f, calls: int = 100) -> list[float]:
+    """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
+    for _ in range(10):
+        f()
+    times = []
+    for _ in range(calls):
+        dist.barrier()
+        t0 = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
 def worker(rank: int, world: int, port: int, scenario: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -196,10 +242,19 @@ def worker(rank: int, world: int, port: int, scenario: str) -> None:
         dist.destroy_process_group()
 
 
-SCENARIOS = {"threads": threads, "coalesced": coalesced, "barrier": barrier, "isend": isend, "overlap": overlap}
+SCENARIOS = {
+    "threads": threads,
+    "coalesced": coalesced,
+    "barrier": barrier,
+    "isend": isend,
+    "overlap": overlap,
+    "crowded": crowded,
+}
+WORLDS = {"crowded": 4}  # ranks per scenario (default 2)
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
         sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)}")
-    mp.spawn(worker, args=(2, free_port(), scenario), nprocs=2)
+    world = WORLDS.get(scenario, 2)
+    mp.spawn(worker, args=(world, free_port(), scenario), nprocs=world)
