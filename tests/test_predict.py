@@ -1284,12 +1284,13 @@ def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
     assert seconds(a2a, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * n / 1e9)
 
 
-def test_an_exchange_on_a_node_with_more_ranks_than_cores_takes_the_crowded_alpha():
-    """On a node that runs more ranks than `cores_per_node`, messages where every rank sends and receives at once
-    (an exchange: what `bench --calibrate` times, every rank sending to the next and receiving from the last)
-    take the crowded α: the 2-core machine's four ranks 0.9-1.2 ms a step, a lone ping-pong 0.1-0.2 ms one
-    way. So does a lockstep collective's step that has no α of its own. A chain's messages, a node within its
-    cores, or a topology without a crowded α keep the ping-pong's α; a node holds at most `ranks_per_node`."""
+def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_alpha():
+    """Messages the engine matches together take the crowded α when the ranks they involve outnumber their
+    node's `cores_per_node` (`bench --calibrate` times every rank sending to the next and receiving from the
+    last: the 2-core machine's four ranks 0.9-1.2 ms a step, a lone ping-pong 0.1-0.2 ms one way), and so
+    does a lock-step collective's step that has no α of its own. A chain's messages, matched one at a time,
+    a node within its cores, or a topology without a crowded α keep the ping-pong's α; a node holds at most
+    `ranks_per_node`."""
     head = "memory_gbps = 1e6\ncores_per_node = 2\n"
     links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\n"
     t = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links))
@@ -1302,8 +1303,14 @@ def test_an_exchange_on_a_node_with_more_ranks_than_cores_takes_the_crowded_alph
     crowded = seconds(ring, 4, t, n)
     assert crowded - seconds(ring, 4, topo(10, 1), n) == pytest.approx(290e-6)  # α 300 µs, not 10
     assert seconds(chain, 4, t, n) == pytest.approx(seconds(chain, 4, topo(10, 1), n))  # one after another
+    pairs = "program p\nworld 4\nparam n = 1024\ntensor x: float32[n] = 1\non rank % 2 == 0:\n" \
+            "    send x to rank + 1\non rank % 2 == 1:\n    recv x from rank - 1\n"
+    assert seconds(pairs, 4, t, n) == pytest.approx(300e-6 + n / 1e9)  # two pairs at once: four ranks busy
+    one = "program o\nworld 4\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
+          "on rank == 1:\n    recv x from 0\n"
+    assert seconds(one, 4, t, n) == pytest.approx(10e-6 + n / 1e9)  # two of the four ranks
     assert t.at_world(2) is t and not t.crowded and t.at_world(3).crowded
-    assert "more ranks on a node than its 2 cores: where every rank sends and receives at once, α 300 µs" in (
+    assert "more ranks on a node than its 2 cores: messages at once on more ranks than cores, α 300 µs" in (
         t.at_world(3).describe()
     )
     assert "cores" not in t.describe()

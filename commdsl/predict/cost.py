@@ -992,15 +992,16 @@ class Clocks(Observer):
         return [elements * size for size in sizes]
 
     def crowds(self, src: np.ndarray, dst: np.ndarray) -> bool:
-        """Whether messages src → dst are an exchange on a crowded node (`Topology.at_world`): every rank that
-        sends also receives, at once, and some node holds more of them than its cores. That is what `bench
-        --calibrate` times for `crowded_alpha_us` (every rank sending to the next and receiving from the last);
-        a chain's or a tree's messages, where ranks wait on one another, keep the ping-pong's α."""
+        """Whether messages src → dst, which the engine matched together (they run at once), crowd their node
+        (`Topology.at_world`): the ranks they involve, sending or receiving, outnumber some node's cores, so
+        each wake-up of theirs may wait for a core. `bench --calibrate` times such a step for
+        `crowded_alpha_us` (every rank sending to the next and receiving from the last); a chain's messages,
+        matched one at a time, keep the ping-pong's α."""
         cores = self.topo.cores_per_node
-        if not self.topo.crowded or cores is None or src.size <= cores:
+        if not self.topo.crowded or cores is None:
             return False
-        ranks = distinct(src)
-        return bool(np.array_equal(ranks, distinct(dst)) and np.bincount(self.node[ranks]).max() > cores)
+        ranks = distinct(np.concatenate([src, dst]))
+        return bool(ranks.size > cores and np.bincount(self.node[ranks]).max() > cores)
 
     def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
@@ -1010,7 +1011,9 @@ class Clocks(Observer):
         rank's sends and receives share one way (every member sends to the next and receives from the last at
         once); with `shared_node`, its share of the node's bus, which every member's hop crosses at once, with
         those of the `share` instances running at once (`bus_share`). Not `lockstep` (Gloo's trees and a root's
-        direct sends): its link's β, with `shared_node` at most the bus's share of the `share` instances."""
+        direct sends): its link's β, with `shared_node` at most the bus's share of the `share` instances. A
+        `lockstep` ring involves every member at every step: on a crowded node (`crowds`) its α is the crowded
+        one; a tree's levels and a root's direct sends keep a message's."""
         got = self.group_net.get((gid, share, lockstep, step))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)

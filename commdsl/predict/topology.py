@@ -24,7 +24,7 @@
     overlap = true              # false: a rank's local ops and the messages on its ways take turns (a host
                                 # with no core to spare for Gloo's loop thread while the rank computes)
     # cores_per_node = 2        # optional: the cores a node's ranks share; with more ranks on a node than
-                                # this, an exchange's messages take [intra]'s and [inter]'s crowded_alpha_us
+                                # this, messages at once on more ranks than cores take crowded_alpha_us
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
@@ -34,10 +34,10 @@
     # collective_alpha_us = 900 # optional: the latency of one step of a built-in collective's algorithm
                                 # on this link (default: alpha_us; Gloo's steps each wait on torch's
                                 # worker thread and its peers, measured by `bench --calibrate`)
-    # crowded_alpha_us = 1100   # optional, with cores_per_node: a message's latency in an exchange (every
-                                # rank in it sends and receives at once) on a node that runs more ranks than
-                                # it has cores: each wake-up may wait for a core (default: alpha_us; measured
-                                # by `bench --calibrate --nproc N` with N above the cores)
+    # crowded_alpha_us = 1100   # optional, with cores_per_node: a message's latency when the messages at once
+                                # with it involve more of its node's ranks than the node has cores: each
+                                # wake-up may wait for a core (default: alpha_us; measured by `bench
+                                # --calibrate --nproc N` with N above the cores)
 
     [inter]                     # two ranks on different nodes (through the NICs)
     alpha_us = 6.6
@@ -193,7 +193,7 @@ class Topology:
     inter_step_alpha: float = 0.0  # ... between nodes
     cores_per_node: int | None = None  # the cores a node's ranks share (None: as many as it needs)
     crowded_alphas: tuple[float, float] | None = None  # (intra, inter) α on a node with more ranks than cores
-    crowded: bool = False  # `at_world` found more ranks on a node than its cores: exchanges take the crowded α
+    crowded: bool = False  # `at_world` found more ranks on a node than its cores: messages may be crowded
 
     @property
     def bus_capacity(self) -> float:
@@ -242,8 +242,8 @@ class Topology:
 
     def at_world(self, world: int) -> Topology:
         """The topology a prediction at `world` ranks runs on: `crowded` where the fullest node holds more ranks
-        than `cores_per_node` and a crowded α is given; the clocks then price an exchange's messages with it
-        (`cost.Clocks.crowds`)."""
+        than `cores_per_node` and a crowded α is given; the clocks then give it to messages at once on more of
+        a node's ranks than its cores (`cost.Clocks.crowds`)."""
         if (
             self.cores_per_node is None
             or self.crowded_alphas is None
@@ -273,8 +273,8 @@ class Topology:
                 else ""
             )
             + (
-                f"; more ranks on a node than its {self.cores_per_node} cores: where every rank sends and receives"
-                f" at once, α {self.crowded_alphas[0] * 1e6:.3g} µs in a node, {self.crowded_alphas[1] * 1e6:.3g} µs"
+                f"; more ranks on a node than its {self.cores_per_node} cores: messages at once on more ranks than"
+                f" cores, α {self.crowded_alphas[0] * 1e6:.3g} µs in a node, {self.crowded_alphas[1] * 1e6:.3g} µs"
                 " between nodes"
                 if self.crowded and self.crowded_alphas is not None
                 else ""
@@ -407,7 +407,7 @@ memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counte
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
 send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
-cores_per_node = 2         # its cores: from 3 ranks on, an exchange's messages take the crowded α
+cores_per_node = 2         # its cores: messages at once on 3 ranks or more take the crowded α
 source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step, the crowded α 2026-11-28"
 
 [intra]
