@@ -370,7 +370,7 @@ def topology_text(
     loop.cc); an isend to a posted receive holds its caller while `send_buffer` bytes move (`send_buffer_bytes`);
     a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α);
     a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`); the host has
-    `cores` cores (`cores_per_node`), and with more ranks than that a message takes `crowded.alpha`
+    `cores` cores (`cores_per_node`), and messages at once on more ranks than that take `crowded.alpha`
     (`crowded_alpha_us`; without `crowded`, the ping-pong's α)."""
     lines = _measurements(f, nproc, backend, command, pairs, adds, steps, turns, crowded, cores)
     lines += [
@@ -418,7 +418,7 @@ def topology_text(
     if steps is not None:
         lines.append(f"collective_alpha_us = {steps.alpha * 1e6:.4g}    # one step of a built-in collective")
     if crowded is not None and cores is not None:
-        lines.append(f"crowded_alpha_us = {crowded.alpha * 1e6:.4g}    # a message when more ranks than cores")
+        lines.append(f"crowded_alpha_us = {crowded.alpha * 1e6:.4g}    # messages at once on more ranks than cores")
     lines.append("")
     return "\n".join(lines)
 
@@ -475,7 +475,7 @@ def _measurements(
         )
     elif cores is not None and nproc <= cores:
         lines.append(
-            f"# {nproc} ranks on {cores} cores: a crowded host's messages were not measured (--nproc {cores + 2} does)"
+            f"# {nproc} ranks on {cores} cores: a crowded host's messages were not measured (--nproc {cores + 1} does)"
         )
     if turns is not None:
         lines.append(
