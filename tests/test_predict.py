@@ -1325,6 +1325,10 @@ def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_
     assert two.at_world(64) is two  # two ranks on each node of 2 cores
     plain = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
     assert plain.at_world(64) is plain
+    # cores but no crowded α (a calibration within the cores): priced as idle, and the prediction says so
+    notes = predict_text(ring, 4, plain, n).notes
+    assert any("4 ranks on a node of 2 cores, but the topology gives no `crowded_alpha_us`" in m for m in notes)
+    assert not any("crowded_alpha_us" in m for m in predict_text(ring, 2, plain, n).notes + predict_text(ring, 4, t, n).notes)
 
 
 @pytest.mark.parametrize("p", [2, 4, 5, 8])

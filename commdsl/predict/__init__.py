@@ -129,6 +129,13 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     world (a deadlock or a mismatch: `commdsl check` says which)."""
     topo = topo.at_world(world)
     notes: list[str] = []
+    cores = topo.cores_per_node
+    if cores is not None and topo.crowded_alphas is None and min(world, topo.ranks_per_node) > cores:
+        notes.append(
+            f"{min(world, topo.ranks_per_node)} ranks on a node of {cores} cores, but the topology gives no "
+            f"`crowded_alpha_us`: messages are priced as on an idle host (`commdsl bench --calibrate --nproc "
+            f"{cores + 1}` or more measures it)"
+        )
     fitted: list[tuple[int, int, int]] = []  # (requested, value, bytes)
     seen: set[int] = set()
     for requested in sizes:
