@@ -732,7 +732,7 @@ class Clocks(Observer):
 
     def flush(self) -> None:
         """Put every kept pattern's load on its ports and forget the patterns."""
-        bus_bps = self.topo.bus_bps or self.topo.intra_beta
+        bus_bps = self.topo.bus_bandwidth
         for way in self.routes.values():
             for side, counted in ((way.e, 1), (way.i, way.i_counted)):  # a way both in and out counts once
                 n = side.at.shape
@@ -953,7 +953,7 @@ class Clocks(Observer):
             node = self.node[ranks]
             on_node = np.zeros((int(node.max()) + 1, sent.shape[1]))
             np.add.at(on_node, node, sent)
-            bus = self.topo.bus_capacity * self.topo.intra_beta / share
+            bus = self.topo.bus_bandwidth / share
             seconds = np.maximum(seconds, on_node.max(axis=0) / bus)
         return ALL_TO_ALL.latency_steps(c) * alpha + seconds, sent
 

@@ -202,6 +202,11 @@ class Topology:
         return 1.0 if self.bus_bps is None else self.bus_bps / self.intra_beta
 
     @property
+    def bus_bandwidth(self) -> float:
+        """Bytes per second the node's bus carries, all its messages together (default: one message's, intra β)."""
+        return self.bus_bps or self.intra_beta
+
+    @property
     def memory_capacity(self) -> float:
         """How many ranks' local ops the node's memory runs at once at full speed, as `bus_capacity`."""
         return 1.0 if self.node_memory_bps is None else self.node_memory_bps / self.memory_bps
