@@ -130,7 +130,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     topo = topo.at_world(world)
     notes: list[str] = []
     cores = topo.cores_per_node
-    if cores is not None and topo.crowded_alphas is None and min(world, topo.ranks_per_node) > cores:
+    if cores is not None and topo.crowded_alphas is None and topo.over_cores(world):
         notes.append(
             f"{min(world, topo.ranks_per_node)} ranks on a node of {cores} cores, but the topology gives no "
             f"`crowded_alpha_us`: messages are priced as on an idle host (`commdsl bench --calibrate --nproc "

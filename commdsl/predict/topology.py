@@ -245,15 +245,15 @@ class Topology:
             else None,
         )
 
+    def over_cores(self, world: int) -> bool:
+        """Whether the fullest node at `world` ranks holds more ranks than `cores_per_node` (False: not given)."""
+        return self.cores_per_node is not None and min(world, self.ranks_per_node) > self.cores_per_node
+
     def at_world(self, world: int) -> Topology:
         """The topology a prediction at `world` ranks runs on: `crowded` where the fullest node holds more ranks
         than `cores_per_node` and a crowded α is given; the clocks then give it to messages at once on more of
         a node's ranks than its cores (`cost.Clocks.crowds`)."""
-        if (
-            self.cores_per_node is None
-            or self.crowded_alphas is None
-            or min(world, self.ranks_per_node) <= self.cores_per_node
-        ):
+        if self.crowded_alphas is None or not self.over_cores(world):
             return self
         return replace(self, crowded=True)
 
