@@ -749,17 +749,17 @@ class Clocks(Observer):
     def links(self, src: np.ndarray, dst: np.ndarray, step: bool = False, crowded: bool = False):
         """α and β of each message (from its node pair and the overrides), its two ports, and the bus port of
         its node (shared_node, a message inside a node; else −1). `step`: α of a built-in collective's step
-        on that link instead of a message's. `crowded` (`crowds`): a message's α is its class's crowded one,
-        and so is a step's that has none of its own (no `collective_alpha_us`: a message's)."""
+        on that link instead of a message's. `crowded` (`crowds`): its class's crowded α (`Topology.crowded_alphas`,
+        `crowded_step_alphas`)."""
         topo, W = self.topo, self.W
         same = self.node[src] == self.node[dst]
-        lone = (topo.intra_alpha, topo.inter_alpha)
-        message = topo.crowded_alphas if crowded and topo.crowded_alphas is not None else lone
         if step:
-            own = (topo.intra_step_alpha, topo.inter_step_alpha)
-            alpha = np.where(same, *(m if a == b else a for a, b, m in zip(own, lone, message)))
+            pair = (topo.intra_step_alpha, topo.inter_step_alpha)
+            crowded_pair = topo.crowded_step_alphas
         else:
-            alpha = np.where(same, *message)
+            pair = (topo.intra_alpha, topo.inter_alpha)
+            crowded_pair = topo.crowded_alphas
+        alpha = np.where(same, *(crowded_pair if crowded and crowded_pair is not None else pair))
         beta = np.where(same, topo.intra_beta, topo.inter_beta)
         if topo.overrides:
             for (a, z), (al, be, step_al) in topo.overrides.items():

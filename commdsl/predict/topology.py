@@ -116,9 +116,11 @@ class NodeLinks(LinkClass):
 
     crowded_alpha_us: NonNegative | None = None
 
-    def crowded_alpha(self) -> float:
-        """Microseconds of a message's latency on a crowded node (default: its α)."""
-        return self.alpha_us if self.crowded_alpha_us is None else self.crowded_alpha_us
+    def crowded_alphas(self) -> tuple[float, float]:
+        """Seconds of a message's latency on a crowded node (default: its α) and of a built-in collective's step
+        there (its `collective_alpha_us` when given, else a crowded message's, as `alphas` defaults it)."""
+        message = (self.alpha_us if self.crowded_alpha_us is None else self.crowded_alpha_us) * 1e-6
+        return message, message if self.collective_alpha_us is None else self.collective_alpha_us * 1e-6
 
 
 class LinkOverride(LinkClass):
@@ -193,6 +195,7 @@ class Topology:
     inter_step_alpha: float = 0.0  # ... between nodes
     cores_per_node: int | None = None  # the cores a node's ranks share (None: as many as it needs)
     crowded_alphas: tuple[float, float] | None = None  # (intra, inter) α on a node with more ranks than cores
+    crowded_step_alphas: tuple[float, float] | None = None  # (intra, inter) a collective's step there
     crowded: bool = False  # `at_world` found more ranks on a node than its cores: messages may be crowded
 
     @property
@@ -214,6 +217,8 @@ class Topology:
     @classmethod
     def from_model(cls, m: TopologyFile, path: str) -> Topology:
         inter = m.inter or m.intra
+        crowded = m.cores_per_node is not None and (m.intra.crowded_alpha_us, inter.crowded_alpha_us) != (None, None)
+        intra_crowded, inter_crowded = m.intra.crowded_alphas(), inter.crowded_alphas()  # (message, step) each
         return cls(
             m.name,
             m.backend,
@@ -240,9 +245,8 @@ class Topology:
             m.intra.alphas()[1],
             inter.alphas()[1],
             m.cores_per_node,
-            (m.intra.crowded_alpha() * 1e-6, inter.crowded_alpha() * 1e-6)
-            if m.cores_per_node is not None and (m.intra.crowded_alpha_us, inter.crowded_alpha_us) != (None, None)
-            else None,
+            (intra_crowded[0], inter_crowded[0]) if crowded else None,
+            (intra_crowded[1], inter_crowded[1]) if crowded else None,
         )
 
     def over_cores(self, world: int) -> bool:
