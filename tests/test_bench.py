@@ -385,6 +385,19 @@ def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans
 
 @pytest.mark.gloo
 @pytest.mark.timeout(90)
+def test_each_line_is_named_by_its_statement_not_a_value_it_reads(tmp_path, capfd, no_orphans):
+    """The all_to_all whose splits read `send_counts[j]` is quoted whole in `lines`, not as its first read."""
+    report = tmp_path / "moe.json"
+    code, out, err = run_here(["bench", str(Path(RING).parent / "moe_dispatch.comm"), "--nproc", "2", "--param",
+                               "hidden", "--sizes", "1K", "--iters", "2", "--warmup", "1", "--backend", "gloo",
+                               "--json", str(report)], capfd)
+    assert code == 0, out + err
+    texts = {e["line"]: e["text"] for e in json.loads(report.read_text())["rows"][0]["lines"]}
+    assert texts[23].startswith("all_to_all routed into expert_in[0:received] splits [send_counts[j]"), texts
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
 def test_out_of_place_and_in_place_columns_as_nccl_tests_prints_them(tmp_path, capfd, no_orphans):
     report = tmp_path / "forms.json"
     code, out, err = run_here(["bench", "--collective", "all_gather,all_reduce", "--nproc", "2", "--sizes", "1K:4K:4",

@@ -556,6 +556,20 @@ def test_measured_lines_are_compared_line_by_line(tmp_path, capfd, no_orphans):
     assert {int(line.split()[2]) for line in compared} == got == {17, 20, 22}, text
 
 
+def test_each_line_is_named_by_its_statement_not_a_value_it_reads(tmp_path, capsys):
+    """An all_to_all whose splits read tensor data holds reads on its line before the collective: the line's
+    `lines` entry quotes the all_to_all (once quoted `send_counts[j]`, the first read)."""
+    out = tmp_path / "p.json"
+    moe = str(ROOT / "programs" / "moe_dispatch.comm")
+    code = main(["predict", moe, "--world", "2", "--topology", "localhost-gloo", "--param", "hidden", "--sizes", "64K",
+                 "--json", str(out)])
+    assert code == 0, capsys.readouterr().err
+    texts = {e["line"]: e["text"] for e in json.loads(out.read_text())["rows"][0]["lines"]}
+    assert texts[23].startswith("all_to_all routed into expert_in[0:received] splits [send_counts[j]")
+    assert texts[25].startswith("all_to_all expert_out[0:received] into combined splits")
+    assert texts[19] == "send_counts[j] = sum(expert == j)"
+
+
 def test_json_rows_have_the_bench_schema_and_are_marked_predicted(tmp_path, capsys):
     out = tmp_path / "p.json"
     code = main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:1M", "--json", str(out)])

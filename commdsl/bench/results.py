@@ -122,11 +122,17 @@ def _mean(values: list[int]) -> float:
 
 
 def _by_line(plan: Plan, case, rank: int, op_ns: list[int]) -> list[dict]:
-    """Where the slowest rank's iteration goes, per source line (mean µs per iteration)."""
+    """Where the slowest rank's iteration goes, per source line (mean µs per iteration), each line named by
+    its widest op's span: the statement, not a value it reads from tensor data (`splits [counts[j] ...]`)."""
     text = plan.variants[case.variant].program.source.text
     totals: dict[int, list] = {}
     for op, ns in zip(case.schedule.ops[rank], op_ns):
         span = op.span
-        entry = totals.setdefault(span.line, [statement_text(text, span), 0])
+        entry = totals.setdefault(span.line, [span, 0])
+        if span.end - span.start > entry[0].end - entry[0].start:
+            entry[0] = span
         entry[1] += ns
-    return [{"line": line, "text": t, "us": ns / 1e3 / max(plan.iters, 1)} for line, (t, ns) in sorted(totals.items())]
+    return [
+        {"line": line, "text": statement_text(text, span), "us": ns / 1e3 / max(plan.iters, 1)}
+        for line, (span, ns) in sorted(totals.items())
+    ]

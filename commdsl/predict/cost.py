@@ -323,8 +323,10 @@ class Clocks(Observer):
                 [-1 if isinstance(r, UNTIMED_RECORDS) else r.span.line for r in schedule.records], dtype=np.int64
             )
             timed = np.flatnonzero(line >= 0)
-            self.lines, first = np.unique(line[timed], return_index=True)
-            self.line_rec = timed[first]  # a record on each line, to name it
+            width = np.array([r.span.end - r.span.start for r in schedule.records], dtype=np.int64)
+            widest = timed[np.lexsort((-width[timed], line[timed]))]  # by line, its widest record first
+            self.lines, first = np.unique(line[widest], return_index=True)
+            self.line_rec = widest[first]  # each line's widest record names it: the statement, not a value it reads
             self.line_col = np.where(line >= 0, np.searchsorted(self.lines, line), -1)
             self.profile = np.zeros((W, self.lines.size))
             self.ran = np.zeros((W, self.lines.size), dtype=bool)
