@@ -1634,6 +1634,33 @@ def test_fresh_pages_are_not_shared_between_a_shared_hosts_ranks():
     assert seconds(EXPR, 4, paged, n) - seconds(EXPR, 4, plain, n) == pytest.approx(2 * n / 2e9)
 
 
+AG_IN_PAIRS = """program agp
+world 2..
+param n = 1024
+tensor x: float32[n // 2] = rank
+tensor y: float32[n // 2 * 2]
+group pair = split by rank // 2
+all_gather x into y in pair
+"""
+
+
+def test_a_collectives_fresh_pages_share_the_cores_when_its_members_outnumber_them():
+    """Gloo's all_gather maps a flat temporary of the output on every member at once: each faults its pages on
+    a core, so where more of a node's ranks do it at once than `cores_per_node`, they share the cores (plain
+    torch on two cores, every rank's fresh 64 MiB filled and copied out: 31 ms a rank at 2 ranks, 60 at 4).
+    Two pair groups at once on one host of 4 ranks fault as 4; a local op keeps one rank's cost."""
+    n = 64 << 20
+    base = "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1e6\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
+    plain = parse(SourceFile("t.toml", base.format("")))
+    cores = {c: parse(SourceFile("t.toml", base.format(PAGES + f"cores_per_node = {c}\n"))) for c in (1, 2, 4)}
+    page = n / 2e9  # one rank's flat temporary at 2 GB/s
+    for world, program in ((4, AG), (4, AG_IN_PAIRS)):
+        got = {c: seconds(program, world, t, n) - seconds(program, world, plain, n) for c, t in cores.items()}
+        assert got[4] == pytest.approx(page) and got[2] == pytest.approx(2 * page) and got[1] == pytest.approx(4 * page)
+    assert seconds(AG, 2, cores[2], n) - seconds(AG, 2, plain, n) == pytest.approx(page)  # 2 ranks, 2 cores
+    assert seconds(EXPR, 4, cores[1], n) - seconds(EXPR, 4, plain, n) == pytest.approx(2 * n / 2e9)
+
+
 def test_a_topology_without_the_page_rate_or_on_nccl_pays_no_fresh_pages():
     """No `page_fault_gbps`: temporaries cost their copies only, as before the key existed; on NCCL the tensors
     are on the GPU, whose caching allocator keeps its blocks."""

@@ -289,6 +289,7 @@ class Clocks(Observer):
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
         self.group_net: dict[tuple[int, int, bool, bool], tuple[float, float]] = {}
+        self.group_per_node: dict[int, int] = {}  # per group: the most of its members on one node (`per_node`)
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
@@ -926,7 +927,8 @@ class Clocks(Observer):
             # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
             copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / copy_bps
-            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b))  # and the temporaries it copies through
+            # and the temporaries it copies through, faulted in by every member at once
+            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share)
             if rec.block is not None and rec.kind.name == "all_reduce":
                 dur = dur + self.flattened(gid, rec.block, b)
         ranks = calls.rank[s : s + c]
@@ -968,17 +970,22 @@ class Clocks(Observer):
         seconds = 4 * b / self.copy_bps
         return seconds + self.fresh_pages([total]) if block.last else seconds
 
-    def fresh_pages(self, temporaries) -> np.ndarray | float:
+    def fresh_pages(self, temporaries, at_once: int = 1) -> np.ndarray | float:
         """Seconds a rank spends on the fresh pages of temporaries of these bytes (each a number or an array
         like the op's bytes): those malloc maps (`mapped`) are new pages on every call, each faulted in and
         zeroed by the kernel and unmapped on free, at `page_fault_gbps`; smaller ones reuse the heap's pages.
-        0 when the topology does not give the rate."""
+        That is its own core's work: `at_once` ranks of one node faulting at the same time (a collective's
+        members there) share its `cores_per_node` when they outnumber them. Plain torch on the 2-core
+        machine, every rank's fresh 64 MiB filled and copied out at once: 31 ms a rank at 2 ranks, 60 ms at 4
+        (docs/predict.md). 0 when the topology does not give the rate."""
         if self.page_bps is None:
             return 0.0
         total: np.ndarray | float = 0.0
         for b in temporaries:
             total = total + np.where(mapped(b, self.topo.mmap_threshold), b, 0.0)
-        return total / self.page_bps
+        cores = self.topo.cores_per_node
+        crowded = at_once / cores if cores is not None and at_once > cores else 1.0
+        return total * crowded / self.page_bps
 
     def local_temporaries(self, rec: ComputeRec, b: np.ndarray) -> list[np.ndarray]:
         """Bytes of each temporary torch allocates for a local op whose bytes (as counted) are `b`: the target's
@@ -1005,6 +1012,14 @@ class Clocks(Observer):
         ranks = distinct(np.concatenate([src, dst]))
         return bool(ranks.size > cores and np.bincount(self.node[ranks]).max() > cores)
 
+    def per_node(self, gid: int) -> int:
+        """The most members of group `gid` on one node."""
+        got = self.group_per_node.get(gid)
+        if got is None:
+            ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
+            got = self.group_per_node[gid] = int(np.bincount(self.node[ranks]).max()) if ranks.size else 0
+        return got
+
     def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
         ring collective's step, not a message's. `lockstep` (`Kind.lockstep`): a ring whose members all send
@@ -1024,7 +1039,7 @@ class Clocks(Observer):
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
-                per_node = np.bincount(self.node[ranks]).max()
+                per_node = self.per_node(gid)
                 inside = self.node[ranks] == self.node[np.roll(ranks, -1)]
                 link = beta
                 if not self.topo.duplex and lockstep:

@@ -24,7 +24,8 @@
     overlap = true              # false: a rank's local ops and the messages on its ways take turns (a host
                                 # with no core to spare for Gloo's loop thread while the rank computes)
     # cores_per_node = 2        # optional: the cores a node's ranks share; with more ranks on a node than
-                                # this, messages at once on more ranks than cores take crowded_alpha_us
+                                # this, messages at once on more ranks than cores take crowded_alpha_us,
+                                # and a collective's members there share the cores for its fresh pages
     tree = true                 # built-in all_reduce may run a tree when faster (default: nccl yes, gloo no)
     source = "..."              # where the numbers come from
 
@@ -416,7 +417,7 @@ memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counte
 node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-at-once calibrations: x 1.04-1.78)
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
 send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
-cores_per_node = 2         # its cores: messages at once on 3 ranks or more take the crowded α
+cores_per_node = 2         # its cores: crowded α for messages at once on 3+ ranks; a collective's fresh pages shared
 source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step, the crowded α 2026-11-28"
 
 [intra]
