@@ -8,6 +8,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py isend       # how long an isend holds its caller
     timeout 300 python benchmarks/gloo_queue_facts.py overlap     # does a rank compute while its messages move?
     timeout 300 python benchmarks/gloo_queue_facts.py crowded     # a message when 4 ranks on 2 cores all exchange
+    timeout 300 python benchmarks/gloo_queue_facts.py pages [N]   # an all_gather's fresh pages at N ranks (4)
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
@@ -23,8 +24,12 @@ q * kv` in float64, ring attention's step), and of both at once, the compute iss
 posts and their waits (docs/predict.md, "A rank's local ops and its messages"). `crowded` (four ranks):
 the median and mean of 100 calls at 4 and 64 KiB of a lone ping-pong's one way between ranks 0 and 1 while
 ranks 2 and 3 wait, and of a ring's step where every rank isends to the next and irecvs from the last at once
-(docs/predict.md, "A crowded host"). Two ranks (four for `crowded`) on 127.0.0.1, one intra-op thread each
-(as `commdsl bench`).
+(docs/predict.md, "A crowded host"). `pages` (N ranks, default 4): the mean of 10 calls at 16 and 64 MiB of
+`all_gather_into_tensor`, of what torch does around Gloo's ring on every rank at once (a fresh tensor of the
+output's size filled, then copied into the output), and of the ring's messages alone (p - 1 steps of isend
+to the next and irecv from the last of a member's block) (docs/predict.md, "Another machine": a collective's
+fresh pages on a crowded host). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op
+thread each (as `commdsl bench`).
 """
 
 import os
@@ -219,6 +224,37 @@ def crowded(rank: int) -> None:
             )
 
 
+def pages(rank: int) -> None:
+    world = dist.get_world_size()
+    for mib in (16, 64):
+        n = (mib << 20) // 4
+        out, block, got = torch.empty(n), torch.full((n // world,), float(rank)), torch.empty(n // world)
+
+        def gather(out=out, block=block):
+            dist.all_gather_into_tensor(out, block)
+
+        def fresh(out=out, n=n):
+            flat = torch.empty(n)  # at least glibc's mmap threshold: mapped anew, faulted in, on every call
+            flat.fill_(1.0)
+            out.copy_(flat)
+
+        def ring(block=block, got=got):
+            for _ in range(world - 1):
+                h, r = dist.isend(block, (rank + 1) % world), dist.irecv(got, (rank - 1) % world)
+                h.wait()
+                r.wait()
+
+        ms = {
+            name: statistics.mean(timed(f, calls=10)) / 1e3
+            for name, f in (("all_gather", gather), ("fresh + copy out", fresh), ("ring alone", ring))
+        }
+        if rank == 0:
+            print(
+                f"{mib} MiB at {world} ranks on {len(os.sched_getaffinity(0))} cores, ms a call (mean of 10): "
+                + ", ".join(f"{name} {t:.1f}" for name, t in ms.items())
+            )
+
+
 def timed(f, calls: int = 100) -> list[float]:
     """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
     for _ in range(10):
@@ -249,12 +285,13 @@ SCENARIOS = {
     "isend": isend,
     "overlap": overlap,
     "crowded": crowded,
+    "pages": pages,
 }
-WORLDS = {"crowded": 4}  # ranks per scenario (default 2)
+WORLDS = {"crowded": 4, "pages": 4}  # ranks per scenario (default 2; `pages N` for N)
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
-        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)}")
-    world = WORLDS.get(scenario, 2)
+        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages]")
+    world = int(sys.argv[2]) if scenario == "pages" and len(sys.argv) > 2 else WORLDS.get(scenario, 2)
     mp.spawn(worker, args=(world, free_port(), scenario), nprocs=world)

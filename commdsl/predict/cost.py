@@ -976,8 +976,8 @@ class Clocks(Observer):
         zeroed by the kernel and unmapped on free, at `page_fault_gbps`; smaller ones reuse the heap's pages.
         That is its own core's work: `at_once` ranks of one node faulting at the same time (a collective's
         members there) share its `cores_per_node` when they outnumber them. Plain torch on the 2-core
-        machine, every rank's fresh 64 MiB filled and copied out at once: 31 ms a rank at 2 ranks, 60 ms at 4
-        (docs/predict.md). 0 when the topology does not give the rate."""
+        machine, every rank's fresh 64 MiB filled and copied out at once: 29-31 ms a call at 2 ranks,
+        49-60 ms at 4 (`benchmarks/gloo_queue_facts.py pages`). 0 when the topology does not give the rate."""
         if self.page_bps is None:
             return 0.0
         total: np.ndarray | float = 0.0
