@@ -854,12 +854,13 @@ def calibrate(args) -> int:
     if len(table) < 2:
         err.print("[bold red]error[/]: calibration failed: fewer than two sizes were measured")
         return EXIT_FAILURE
+    cores = cal.host_cores()
     try:
         f = cal.fit([r.size for r in table], cal.one_way(plan, results))
         pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
         adds = _adds_at_once(args, nproc, backend)
         steps = _collective_steps(args, nproc, backend, f.beta)
-        crowded = _crowded(args, nproc, backend, f.beta, cal.host_cores())
+        crowded = _crowded(args, nproc, backend, f.beta, cores)
         turns = _turns(args, nproc, backend)
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
@@ -880,7 +881,7 @@ def calibrate(args) -> int:
         steps,
         turns,
         crowded,
-        cal.host_cores(),
+        cores,
     )
     try:
         write_atomic(args.output, text)

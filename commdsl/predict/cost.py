@@ -1040,7 +1040,7 @@ class Clocks(Observer):
                 got = (0.0, float(self.topo.intra_beta))
             else:
                 per_node = self.per_node(gid)
-                inside = self.node[ranks] == self.node[np.roll(ranks, -1)]
+                inside = self.node[ranks] == self.node[ring]
                 link = beta
                 if not self.topo.duplex and lockstep:
                     beta = np.where(inside, link / 2, beta)
@@ -1048,8 +1048,7 @@ class Clocks(Observer):
                     bus = link * (self.topo.bus_capacity / ((per_node if lockstep else 1) * share))
                     beta = np.where(inside, np.minimum(beta, bus), beta)
                 if self.topo.backend == "nccl":
-                    inter = self.node[ranks] != self.node[np.roll(ranks, -1)]
-                    beta = np.where(inter, beta * min(self.topo.nics_per_node, int(per_node)), beta)
+                    beta = np.where(~inside, beta * min(self.topo.nics_per_node, per_node), beta)
                 got = (float(alpha.max()), float(beta.min()))
             self.group_net[(gid, share, lockstep, step)] = got
         return got
