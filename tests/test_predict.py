@@ -824,9 +824,9 @@ def test_calibration_writes_the_send_buffer_the_kernel_gives(tmp_path):
     assert calibrate.send_buffer_bytes(wmem) == 4194304
     assert calibrate.send_buffer_bytes(tmp_path / "absent") is None
     f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
-    t = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", send_buffer=1 << 22)))
+    t = parse(SourceFile("h.toml", calibrate.topology_text(calibrate.Measured(f, 10e9), 2, "gloo", "cmd", send_buffer=1 << 22)))
     assert t.send_buffer == 1 << 22
-    nccl = calibrate.topology_text(f, 10e9, 2, "nccl", "cmd", send_buffer=1 << 22)
+    nccl = calibrate.topology_text(calibrate.Measured(f, 10e9), 2, "nccl", "cmd", send_buffer=1 << 22)
     assert "send_buffer_bytes" not in nccl and parse(SourceFile("h.toml", nccl)).send_buffer is None
 
 
@@ -1103,10 +1103,13 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     # up to 32 MiB: on a loaded 2-core machine small messages wait a scheduler slice (ms), so only sizes
     # well above that show the bandwidth (1K:256K once fitted a falling line, and the fit refused it)
     code = main(["bench", "--calibrate", "--nproc", "2", "--sizes", "1K:32M:32", "--iters", "3", "--warmup", "1",
-                 "--backend", "gloo", "-o", str(out)])
+                 "--runs", "2", "--backend", "gloo", "-o", str(out)])
     text, err = capfd.readouterr()
     assert code == 0, text + err
     assert "alpha" in text and str(out) in text
+    assert "run 1 of 2" in err and "run 2 of 2" in err
+    assert re.search(r"# 2 runs of every measurement below.*\n#   alpha [\d.]+ / [\d.]+ us, beta [\d.]+ / [\d.]+ GB/s",
+                     out.read_text())
     t, _ = load(str(out))
     assert t.backend == "gloo" and t.intra_alpha >= 0 and t.intra_beta > 0 and t.shared_node
     assert t.bus_bps is None and 1 <= t.memory_capacity <= 2  # two ranks: pairs at once need four
@@ -1133,14 +1136,14 @@ def test_calibration_writes_how_much_of_the_host_things_at_once_get():
     assert calibrate.AtOnce(1, 2, 1.0, 3.0).capacity == 1.0 and calibrate.AtOnce(1, 2, 1.0, 0.9).capacity == 2.0
     adds = calibrate.AtOnce(1 << 26, 4, 5.3e-3, 11.8e-3)
     for pairs in (quiet, busy, None):
-        text = calibrate.topology_text(f, 10e9, 8, "gloo", "cmd", pairs, None, adds)
+        text = calibrate.topology_text(calibrate.Measured(f, 10e9, pairs=pairs, adds=adds), 8, "gloo", "cmd")
         t = parse(SourceFile("h.toml", text))
         assert t.shared_node and not t.duplex
         assert t.bus_capacity == pytest.approx(1.0 if pairs is None else pairs.capacity, rel=1e-3)
         assert t.memory_capacity == pytest.approx(adds.capacity, rel=1e-3)
         assert ("pairs at once" in text) is (pairs is not None) and "4 ranks adding" in text
         assert ("may carry more than 4 at once" in text) is (pairs is quiet)  # x1.13 is side by side; x1.89 is not
-    nccl = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "nccl", "cmd")))
+    nccl = parse(SourceFile("h.toml", calibrate.topology_text(calibrate.Measured(f, 10e9), 2, "nccl", "cmd")))
     assert nccl.duplex and nccl.node_memory_bps is None and nccl.bus_bps is None
 
 
@@ -1156,11 +1159,11 @@ def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():
     want = sum((t - 1.5 * n / beta) / 6 for n, t in calls) / len(calls)  # 4 ranks: 6 steps, 2(p-1)/p of n
     assert steps.alpha == pytest.approx(want)
     assert calibrate.Steps(2, beta, ((4096, 1e-9),)).alpha == 0.0  # never below 0
-    text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", steps=steps)
+    text = calibrate.topology_text(calibrate.Measured(f, 10e9, steps=steps), 4, "gloo", "cmd")
     t = parse(SourceFile("h.toml", text))
     assert t.intra_step_alpha == pytest.approx(steps.alpha, rel=1e-3) and t.intra_alpha == pytest.approx(f.alpha, rel=1e-3)
     assert "# built-in all_reduce of 4 ranks, us per call: 4096 B 6100, 65536 B 5500, 4096 B 4900:" in text
-    assert parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 4, "gloo", "cmd"))).intra_step_alpha == (
+    assert parse(SourceFile("h.toml", calibrate.topology_text(calibrate.Measured(f, 10e9), 4, "gloo", "cmd"))).intra_step_alpha == (
         pytest.approx(f.alpha, rel=1e-3)
     )
 
@@ -1177,13 +1180,13 @@ def test_calibration_writes_a_crowded_hosts_message_latency():
     crowded = calibrate.Crowded(2, 4, 2e9, steps)
     assert crowded.alpha == pytest.approx(sum(t - n / 2e9 for n, t in steps) / 3)
     assert calibrate.Crowded(2, 4, 2e9, ((4096, 1e-9),)).alpha == 0.0  # never below 0
-    text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", crowded=crowded, cores=2)
+    text = calibrate.topology_text(calibrate.Measured(f, 10e9, crowded=crowded), 4, "gloo", "cmd", cores=2)
     t = parse(SourceFile("h.toml", text))
     assert t.cores_per_node == 2 and t.intra_alpha == pytest.approx(f.alpha, rel=1e-3)
     assert t.crowded_alphas is not None and t.crowded_alphas[0] == pytest.approx(crowded.alpha, rel=1e-3)
     assert t.at_world(4).crowded and t.at_world(2) is t
     assert "# 4 ranks on 2 cores each sending to the next and receiving from the last at once, us a step: 4096 B 900," in text
-    roomy = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", cores=16)
+    roomy = calibrate.topology_text(calibrate.Measured(f, 10e9), 4, "gloo", "cmd", cores=16)
     assert "# 4 ranks on 16 cores: a crowded host's messages were not measured (--nproc 17 does)" in roomy
     assert parse(SourceFile("h.toml", roomy)).at_world(64).crowded is False
 
@@ -1200,7 +1203,7 @@ def test_calibration_says_whether_a_ranks_messages_and_adds_overlap():
     assert side.hidden == pytest.approx(7.5 / 8) and side.overlap
     assert calibrate.Turns(1, 1.0, 1.0, 3.0).hidden == 0.0 and calibrate.Turns(1, 1.0, 1.0, 0.5).hidden == 1.0
     for t, overlap in ((turns, False), (side, True), (None, True)):
-        text = calibrate.topology_text(f, 10e9, 4, "gloo", "cmd", turns=t)
+        text = calibrate.topology_text(calibrate.Measured(f, 10e9, turns=t), 4, "gloo", "cmd")
         assert parse(SourceFile("h.toml", text)).overlap is overlap
         assert ("isend and irecv of 16777216 bytes" in text) is (t is not None)
 
@@ -1224,7 +1227,7 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     out = tmp_path / "host.toml"
     # the sizes of the 2-rank test above: on a loaded 2-core machine only sizes well apart fit a rising line
     code = main(["bench", "--calibrate", "--nproc", "4", "--sizes", "1K:32M:32", "--iters", "3", "--warmup", "1",
-                 "--backend", "gloo", "-o", str(out)])
+                 "--runs", "1", "--backend", "gloo", "-o", str(out)])
     text, err = capfd.readouterr()
     assert code == 0, text + err
     assert re.search(r"# 2 ping-pong pairs at once, 33554432 bytes: [\d.]+ us one way", out.read_text())
@@ -1242,6 +1245,44 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     assert t.intra_beta > 0 and t.shared_node and not t.duplex and t.intra_step_alpha >= 0
     assert 1 <= t.bus_capacity <= 2 and 1 <= t.memory_capacity <= 4
     assert t.cores_per_node == cores and (t.at_world(4).crowded is (cores < 4))
+    assert "runs of every measurement" not in out.read_text()  # one run: nothing to take the median of
+
+
+def test_several_calibration_runs_keep_each_numbers_median():
+    """`--calibrate --runs K` measures everything K times and writes each number's median: one run of the
+    2-core machine is not the next (three back to back fitted β 3.15-4.17 GB/s, a crowded message 807-1,395
+    µs), and their median predicted a campaign better than two of the three did alone (docs/predict.md)."""
+    from commdsl.predict import calibrate
+
+    def run(alpha, beta, at_64k, pages, step, adds_together, hidden):
+        points = ((1024, alpha + 1024 / beta), (65536, at_64k), (1 << 24, alpha + (1 << 24) / beta))
+        return calibrate.Measured(
+            calibrate.Fit(alpha, beta, 0.0, points),
+            40e9,
+            pages,
+            adds=calibrate.AtOnce(1 << 26, 4, 3e-3, adds_together),
+            steps=calibrate.Steps(4, beta, ((4096, step), (65536, step))),
+            turns=calibrate.Turns(1 << 24, 10e-3, 10e-3, 20e-3 - hidden * 10e-3),
+        )
+
+    runs = [run(60e-6, 4.2e9, 150e-6, 2.8e9, 5e-3, 12e-3, 0.0),
+            run(90e-6, 3.2e9, 400e-6, None, 7e-3, 14e-3, 0.1),
+            run(70e-6, 3.8e9, 100e-6, 2.6e9, 6e-3, 3.5e-3, 0.8)]
+    m = calibrate.Measured.median(runs)
+    assert (m.fit.alpha, m.fit.beta) == (70e-6, 3.8e9)  # each its own median, not one run's pair
+    assert dict(m.fit.points)[65536] == 150e-6  # each size the median of its runs' times
+    assert m.page_bps == 2.8e9  # a run whose fresh pages cost nothing counts as the fastest
+    assert m.steps.points == runs[2].steps.points  # the run of the median step, its bytes at the median β
+    assert m.steps.beta == 3.8e9 and m.steps.alpha == pytest.approx(runs[2].steps.alpha, rel=1e-3)
+    assert m.adds is runs[1].adds and m.turns is runs[1].turns  # one run's parts together, the median result
+    assert calibrate.Measured.median(runs[:1]) is runs[0]
+    assert calibrate.Measured.median(runs[:2]).fit.beta == 3.2e9  # an even count: the lower middle, a measured one
+    text = calibrate.topology_text(m, 4, "gloo", "cmd", cores=2, runs=runs)
+    assert "# 3 runs of every measurement below" in text
+    assert "#   alpha 60 / 90 / 70 us, beta 4.2 / 3.2 / 3.8 GB/s" in text
+    assert "fresh pages 2.8 / - / 2.6 GB/s" in text
+    t = parse(SourceFile("h.toml", text))
+    assert t.intra_alpha == pytest.approx(70e-6) and t.intra_beta == pytest.approx(3.8e9)
 
 RS = """program rs
 world 1..
@@ -1677,9 +1718,9 @@ def test_calibration_writes_the_page_rate_it_measures():
     from commdsl.predict import calibrate
 
     f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
-    t = parse(SourceFile("h.toml", calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", None, 2.5e9)))
+    t = parse(SourceFile("h.toml", calibrate.topology_text(calibrate.Measured(f, 10e9, 2.5e9), 2, "gloo", "cmd")))
     assert t.page_bps == pytest.approx(2.5e9) and t.mmap_threshold == 32 << 20
-    text = calibrate.topology_text(f, 10e9, 2, "gloo", "cmd", None, None)
+    text = calibrate.topology_text(calibrate.Measured(f, 10e9, None), 2, "gloo", "cmd")
     assert "page_fault_gbps" not in text and parse(SourceFile("h.toml", text)).page_bps is None
 
 

@@ -126,6 +126,13 @@ def add_parser(sub):
         "and write a topology file for `commdsl predict --topology` (-o FILE)",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="with --calibrate: the topology file to write")
+    p.add_argument(
+        "--runs",
+        type=integer("--runs", 1),
+        metavar="K",
+        help="with --calibrate: measure everything K times and keep each number's median (default: 3; "
+        "one run's numbers move more than a program's times do)",
+    )
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE", help="plot busbw against size, a line per variant (PNG)")
     p.add_argument(
@@ -281,6 +288,8 @@ def run(args) -> int:
         return calibrate(args)
     if args.output:
         raise UsageError("-o FILE goes with --calibrate (the topology file); the rows go to --json, --csv")
+    if args.runs is not None:
+        raise UsageError("--runs goes with --calibrate (how many times it measures); a bench repeats by --iters")
     cfg = config_from_args(args)
     out, err = consoles(args)
     paths = [p for p in (cfg.path, None if cfg.compare in (None, "builtin") else cfg.compare) if p]
@@ -817,8 +826,8 @@ def _bench_calibration(args, text: str, name: str, sizes: list[int], nproc: int,
 
 def calibrate(args) -> int:
     """`--calibrate`: bench the ping-pong program, fit α and β, time local ops, a built-in collective's step and
-    whether a rank's messages and adds overlap, write the topology file."""
-    from commdsl.bench.results import rows
+    whether a rank's messages and adds overlap, `--runs` times (`_measure`), and write the topology file of
+    their medians."""
     from commdsl.bench.sizes import parse_sweep
     from commdsl.predict import calibrate as cal
     from commdsl.runtime.envinfo import EnvError, choose_backend
@@ -845,44 +854,21 @@ def calibrate(args) -> int:
     except EnvError as e:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
-    try:
-        plan, results = _bench_calibration(args, cal.PINGPONG, "<calibrate>", sizes, nproc, backend, {})
-    except ValueError as e:
-        err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
-        return EXIT_FAILURE
-    table = rows(plan, results)
-    if len(table) < 2:
-        err.print("[bold red]error[/]: calibration failed: fewer than two sizes were measured")
-        return EXIT_FAILURE
     cores = cal.host_cores()
+    count = cal.RUNS if args.runs is None else args.runs
+    runs = []
     try:
-        f = cal.fit([r.size for r in table], cal.one_way(plan, results))
-        pairs = _pairs_at_once(args, sizes[-1], nproc, backend)
-        adds = _adds_at_once(args, nproc, backend)
-        steps = _collective_steps(args, nproc, backend, f.beta)
-        crowded = _crowded(args, nproc, backend, f.beta, cores)
-        turns = _turns(args, nproc, backend)
+        for number in range(count):
+            if count > 1:
+                err.print(f"commdsl bench --calibrate: run {number + 1} of {count}", markup=False)
+            runs.append(_measure(args, sizes, nproc, backend, cores))
     except ValueError as e:
         err.print(f"[bold red]error[/]: calibration failed: {escape(str(e))}")
         return EXIT_FAILURE
-    memory = cal.memory_bandwidth(threads=_worker_threads(nproc))
-    pages = cal.page_fault_bandwidth(threads=_worker_threads(nproc))
-    command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes} -o {args.output}"
-    text = cal.topology_text(
-        f,
-        memory,
-        nproc,
-        backend,
-        command,
-        pairs,
-        pages,
-        adds,
-        cal.send_buffer_bytes(),
-        steps,
-        turns,
-        crowded,
-        cores,
-    )
+    m = cal.Measured.median(runs)
+    runs_flag = "" if args.runs is None else f" --runs {count}"
+    command = f"commdsl bench --calibrate --nproc {nproc} --sizes {args.sizes}{runs_flag} -o {args.output}"
+    text = cal.topology_text(m, nproc, backend, command, cal.send_buffer_bytes(), cores, runs)
     try:
         write_atomic(args.output, text)
     except FileError as e:
@@ -891,12 +877,34 @@ def calibrate(args) -> int:
     for line in text.splitlines():
         if line.startswith("#"):
             out.print(line, markup=False)
+    steps = "" if m.steps is None else f", a collective's step {m.steps.alpha * 1e6:.2f} us"
     out.print(
-        f"# alpha {f.alpha * 1e6:.2f} us"
-        + ("" if crowded is None else f" ({crowded.alpha * 1e6:.2f} us crowded)")
-        + f", a collective's step {steps.alpha * 1e6:.2f} us,"
-        f" beta {f.beta / 1e9:.3f} GB/s, memory {memory / 1e9:.2f} GB/s, fresh pages "
-        f"{'not measurable' if pages is None else f'{pages / 1e9:.2f} GB/s'}: written to {args.output}",
+        f"# alpha {m.fit.alpha * 1e6:.2f} us"
+        + ("" if m.crowded is None else f" ({m.crowded.alpha * 1e6:.2f} us crowded)")
+        + f"{steps}, beta {m.fit.beta / 1e9:.3f} GB/s, memory {m.memory_bps / 1e9:.2f} GB/s, fresh pages "
+        f"{'not measurable' if m.page_bps is None else f'{m.page_bps / 1e9:.2f} GB/s'}: written to {args.output}",
         markup=False,
     )
     return EXIT_OK
+
+
+def _measure(args, sizes: list[int], nproc: int, backend: str, cores: int):
+    """One run of every measurement `--calibrate` makes: a `calibrate.Measured`. ValueError when one fails."""
+    from commdsl.bench.results import rows
+    from commdsl.predict import calibrate as cal
+
+    plan, results = _bench_calibration(args, cal.PINGPONG, "<calibrate>", sizes, nproc, backend, {})
+    table = rows(plan, results)
+    if len(table) < 2:
+        raise ValueError("fewer than two sizes were measured")
+    f = cal.fit([r.size for r in table], cal.one_way(plan, results))
+    return cal.Measured(
+        f,
+        cal.memory_bandwidth(threads=_worker_threads(nproc)),
+        cal.page_fault_bandwidth(threads=_worker_threads(nproc)),
+        _pairs_at_once(args, sizes[-1], nproc, backend),
+        _adds_at_once(args, nproc, backend),
+        _collective_steps(args, nproc, backend, f.beta),
+        _turns(args, nproc, backend),
+        _crowded(args, nproc, backend, f.beta, cores),
+    )

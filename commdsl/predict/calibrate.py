@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -347,22 +347,105 @@ def send_buffer_bytes(path: Path = TCP_WMEM) -> int | None:
         return None
 
 
+RUNS = 3
+"""How many times `bench --calibrate` measures everything by default (`--runs`), each number the median of its
+runs': three back-to-back calibrations of the 2-core machine fitted β 3.15-4.17 GB/s and timed a crowded
+message 807-1,395 µs, and predicted one measured campaign on 186-247 of its 306 rows ≥ 1 MiB within ±25 %
+depending on which one was used; their median predicted it on 239 (docs/predict.md)."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one run of `bench --calibrate` measured (or the median of several runs, `median`), from which
+    `topology_text` writes the topology file."""
+
+    fit: Fit
+    memory_bps: float
+    page_bps: float | None = None  # None: fresh pages cost nothing measurable
+    pairs: AtOnce | None = None
+    adds: AtOnce | None = None
+    steps: Steps | None = None
+    turns: Turns | None = None
+    crowded: Crowded | None = None
+
+    @staticmethod
+    def median(runs: list[Measured]) -> Measured:
+        """Each number the median of the runs' (the lower middle of an even count): α and β each its own
+        median, the ping-pong's points each size's median one way; a latency timed apart (`Steps`, `Crowded`)
+        less its bytes at that β; a measurement of several parts (`AtOnce`, `Turns`) the run whose result
+        (capacity, hidden share) is the median, so that its parts stay one launch's."""
+        if len(runs) == 1:
+            return runs[0]
+        alpha = _middle([r.fit.alpha for r in runs])
+        beta = _middle([r.fit.beta for r in runs])
+        per_size: dict[int, list[float]] = {}
+        for r in runs:
+            for size, seconds in r.fit.points:
+                per_size.setdefault(size, []).append(seconds)
+        points = tuple((size, _middle(t)) for size, t in sorted(per_size.items()))
+        worst = max(abs(alpha + size / beta - t) / t for size, t in points)
+        steps = [replace(r.steps, beta=beta) for r in runs if r.steps is not None]
+        crowded = [replace(r.crowded, beta=beta) for r in runs if r.crowded is not None]
+        return Measured(
+            Fit(alpha, beta, worst, points),
+            _middle([r.memory_bps for r in runs]),
+            _middle([r.page_bps for r in runs], key=lambda b: np.inf if b is None else b),  # None: no cost
+            _middle([r.pairs for r in runs if r.pairs is not None], key=lambda a: a.capacity),
+            _middle([r.adds for r in runs if r.adds is not None], key=lambda a: a.capacity),
+            _middle(steps, key=lambda s: s.alpha),
+            _middle([r.turns for r in runs if r.turns is not None], key=lambda t: t.hidden),
+            _middle(crowded, key=lambda c: c.alpha),
+        )
+
+
+def _middle(values: list, key=None):
+    """The median item of `values` by `key` (the lower middle of an even count, so always one of them); None
+    when there are none."""
+    return sorted(values, key=key)[(len(values) - 1) // 2] if values else None
+
+
+def spread(runs: list[Measured]) -> list[str]:
+    """The topology file's comment on several runs: each number's value in every run, of which the file keeps
+    the median."""
+    if len(runs) < 2:
+        return []
+
+    def each(values, unit: str, scale: float) -> str:
+        return " / ".join("-" if v is None else f"{v * scale:.4g}" for v in values) + unit
+
+    lines = [
+        f"# {len(runs)} runs of every measurement below, each number in the keys the median of the runs' (--runs):",
+        f"#   alpha {each([r.fit.alpha for r in runs], ' us', 1e6)},"
+        f" beta {each([r.fit.beta for r in runs], ' GB/s', 1e-9)}",
+        f"#   memory {each([r.memory_bps for r in runs], ' GB/s', 1e-9)}, fresh pages"
+        f" {each([r.page_bps for r in runs], ' GB/s', 1e-9)}",
+    ]
+    if any(r.steps is not None for r in runs):
+        lines.append(f"#   a collective's step {each([r.steps and r.steps.alpha for r in runs], ' us', 1e6)}")
+    if any(r.crowded is not None for r in runs):
+        lines.append(f"#   a crowded message {each([r.crowded and r.crowded.alpha for r in runs], ' us', 1e6)}")
+    if any(r.pairs is not None for r in runs):
+        lines.append(f"#   messages at full speed at once {each([r.pairs and r.pairs.capacity for r in runs], '', 1)}")
+    if any(r.adds is not None for r in runs):
+        lines.append(f"#   adds at full speed at once {each([r.adds and r.adds.capacity for r in runs], '', 1)}")
+    if any(r.turns is not None for r in runs):
+        lines.append(
+            f"#   share of messages hidden under adds {each([r.turns and r.turns.hidden for r in runs], ' %', 100)}"
+        )
+    return lines
+
+
 def topology_text(
-    f: Fit,
-    memory_bps: float,
+    m: Measured,
     nproc: int,
     backend: str,
     command: str,
-    pairs: AtOnce | None = None,
-    page_bps: float | None = None,
-    adds: AtOnce | None = None,
     send_buffer: int | None = None,
-    steps: Steps | None = None,
-    turns: Turns | None = None,
-    crowded: Crowded | None = None,
     cores: int | None = None,
+    runs: list[Measured] | None = None,
 ) -> str:
-    """The topology file: one node, every rank on it, α and β fitted, the measurements as comments. Its
+    """The topology file from `m` (one run's measurements, or the median of `runs`, whose spread it notes):
+    one node, every rank on it, α and β fitted, the measurements as comments. Its
     ranks share the host (`shared_node`): its messages a bus of `pairs.capacity` messages at full speed
     (`bus_gbps`; not measured below 4 ranks: one at a time assumed), its ranks' adds a memory of
     `adds.capacity` adds at full speed (`node_memory_gbps`). On Gloo a rank's messages in and out share one
@@ -372,7 +455,9 @@ def topology_text(
     a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`); the host has
     `cores` cores (`cores_per_node`), and messages at once on more ranks than that take `crowded.alpha`
     (`crowded_alpha_us`; without `crowded`, the ping-pong's α)."""
-    lines = _measurements(f, nproc, backend, command, pairs, adds, steps, turns, crowded, cores)
+    f, memory_bps, page_bps, pairs, adds = m.fit, m.memory_bps, m.page_bps, m.pairs, m.adds
+    steps, turns, crowded = m.steps, m.turns, m.crowded
+    lines = _measurements(m, nproc, backend, command, cores, len(runs or ())) + spread(runs or [])
     lines += [
         'name = "calibrated"',
         f'backend = "{backend}"',
@@ -423,25 +508,18 @@ def topology_text(
     return "\n".join(lines)
 
 
-def _measurements(
-    f: Fit,
-    nproc: int,
-    backend: str,
-    command: str,
-    pairs: AtOnce | None,
-    adds: AtOnce | None,
-    steps: Steps | None,
-    turns: Turns | None,
-    crowded: Crowded | None,
-    cores: int | None,
-) -> list[str]:
-    """The topology file's comments: what was measured, from which the keys below them follow."""
+def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: int | None, runs: int) -> list[str]:
+    """The topology file's comments: what was measured (with `runs` > 1, the median run's), from which the keys
+    below them follow."""
+    f, pairs, adds, steps, turns, crowded = m.fit, m.pairs, m.adds, m.steps, m.turns, m.crowded
     lines = [
         f"# written by `{command}`",
         f"# on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one-way time of a {backend} ping-pong between",
         "# ranks 0 and 1 (half the mean round trip of the slowest rank), fitted to t = alpha + bytes / beta",
-        "#        bytes     measured (us)     fitted (us)    error",
     ]
+    if runs > 1:
+        lines.append(f"# (each size its {runs} runs' median; alpha and beta the medians of their fits)")
+    lines.append("#        bytes     measured (us)     fitted (us)    error")
     for size, sec in f.points:
         got = f.alpha + size / f.beta
         lines.append(f"# {size:>12}  {sec * 1e6:>16.2f}  {got * 1e6:>14.2f}  {(got - sec) / sec * 100:>+6.1f} %")
