@@ -69,7 +69,8 @@ on rank % 2 == 1:
 
 
 ADDS = """\
-# the third step of `commdsl bench --calibrate`: the ranks below `k` add at once, the others wait
+# the third step of `commdsl bench --calibrate`: the ranks below `k` add at once, the others wait. Six adds
+# in a row: ranks released together start some wake-ups apart, and one add each would take turns unseen
 program calibrate_adds
 world 1..
 param n = 1024
@@ -79,7 +80,8 @@ tensor x: float32[n] = rank
 tensor y: float32[n] = 1
 
 on rank < k:
-    x += y
+    for j in 0 .. 5:
+        x += y
 """
 
 
@@ -563,8 +565,8 @@ def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: in
         )
     if adds is not None:
         lines.append(
-            f"# {adds.count} ranks adding {adds.size} bytes at once: {adds.together * 1e6:.1f} us against"
-            f" {adds.alone * 1e6:.1f} us for one rank alone (x{adds.together / adds.alone:.2f}):"
+            f"# {adds.count} ranks adding {adds.size} bytes at once, six adds in a row: {adds.together * 1e6:.1f} us"
+            f" against {adds.alone * 1e6:.1f} us for one rank alone (x{adds.together / adds.alone:.2f}):"
             f" {adds.capacity:.2f} adds at full speed at once"
         )
     return lines
