@@ -511,8 +511,8 @@ def topology_text(
 
 
 def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: int | None, runs: int) -> list[str]:
-    """The topology file's comments: what was measured (with `runs` > 1, the median run's), from which the keys
-    below them follow."""
+    """The topology file's comments: what was measured (with `runs` > 1, the medians `Measured.median` keeps),
+    from which the keys below them follow."""
     f, pairs, adds, steps, turns, crowded = m.fit, m.pairs, m.adds, m.steps, m.turns, m.crowded
     lines = [
         f"# written by `{command}`",
