@@ -618,6 +618,8 @@ def test_measured_rows_give_an_error_column_and_a_plot(tmp_path, capsys):
      "--set sets a program's param"),
     (["predict", "--collective", "broadcast", "--world", "4", "--topology", "dgx-h100", "--root", "4"],
      "--root 4 is not a rank of --world 4"),
+    (["bench", RING, "--nproc", "2", "--runs", "3"], "--runs goes with --calibrate"),
+    (["bench", "--calibrate", "--nproc", "2", "--runs", "0", "-o", "h.toml"], "--runs"),
 ])
 def test_usage_errors(argv, message, capsys):
     try:
