@@ -290,9 +290,10 @@ def test_a_built_in_ring_on_a_bus_gets_its_share_of_it():
     n, world = 1 << 20, 4
     ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
     latency = 2 * (world - 1) * 10e-6
+    sums = 2 * (world - 1) / world * n / (1e15 / world)  # Gloo's, every member at once on the node's memory
     for extra, hop_gbps in (("", 1 / 4), ("\nbus_gbps = 2", 2 / 4), ("\nbus_gbps = 8", 1), ("\nbus_gbps = 8\nduplex = false", 1 / 2)):
         t = topo(10, 1, extra="shared_node = true" + extra)
-        want = latency + 2 * (world - 1) / world * n / (hop_gbps * 1e9)
+        want = latency + 2 * (world - 1) / world * n / (hop_gbps * 1e9) + sums
         assert seconds(ring, world, t, n) == pytest.approx(want), extra
 
 
@@ -1296,6 +1297,25 @@ expect y == world
 """
 
 
+@pytest.mark.parametrize(("text", "world"), [
+    ("program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\n", 4),
+    ("program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\n", 2),
+])
+def test_gloo_sums_what_it_receives_at_memory_speed(text, world):
+    """Gloo's ring all-reduce sums the block it receives into its own at each reduce-scatter step, on the
+    CPU: (p - 1)/p of the buffer, 2 × that counted as `x += y` is, every member at once on its own memory
+    here (a node a rank); a reduce_scatter's too (`test_gloo_collectives_pay_torchs_copies_at_memory_speed`).
+    NCCL's kernels reduce as they move: nothing more."""
+    n = 1 << 20
+    gloo = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 2\n[intra]\nalpha_us = 0\nbandwidth_gbps = 1e6\n"))
+    fast = parse(SourceFile("t.toml", "ranks_per_node = 1\nmemory_gbps = 1e6\n[intra]\nalpha_us = 0\nbandwidth_gbps = 1e6\n"))
+    sums = 2 * (world - 1) / world * n / 2e9
+    assert seconds(text, world, gloo, n) - seconds(text, world, fast, n) == pytest.approx(sums, rel=0.02)
+    nccl = parse(SourceFile("t.toml", 'backend = "nccl"\nranks_per_node = 1\nmemory_gbps = 2\n[intra]\nalpha_us = 0\n'
+                                      "bandwidth_gbps = 1e6\n"))
+    assert seconds(text, world, nccl, n) < sums / 100
+
+
 def test_gloo_reduce_scatter_costs_the_all_reduce_torch_runs_for_it():
     p, n = 4, 1 << 20
     gloo = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9 + (2 * n + 2 * n / p) / 1e15  # + the clone, the copy out
@@ -1498,7 +1518,8 @@ expect y == 1
 
 @pytest.mark.parametrize(("text", "copies"), [
     (AG, lambda p, n: 2 * n),  # the flat temporary copied into the output
-    (RS, lambda p, n: 2 * n + 2 * n / p),  # the input cloned, this rank's block copied out
+    (RS, lambda p, n: 2 * n + 2 * n / p + 2 * (p - 1) / p * n),  # the input cloned, this rank's block copied
+    # out, and the all-reduce's sums
     (A2A, lambda p, n: 2 * n / p),  # Gloo's own block copied locally
 ], ids=["all_gather", "reduce_scatter", "all_to_all"])
 def test_gloo_collectives_pay_torchs_copies_at_memory_speed(text, copies):

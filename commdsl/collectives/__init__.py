@@ -227,6 +227,13 @@ class Kind:
         local op: bytes written plus bytes read, so a copy of n bytes is 2n. `size` as in `cost`. None here."""
         return 0.0 * size
 
+    def gloo_reduce_bytes(self, world: int, size):
+        """Bytes of memory traffic a member spends, on Gloo, reducing what it receives into its own buffer
+        (Gloo sums on the CPU between the messages `cost` prices; NCCL's kernels reduce as they move), counted
+        as `commdsl predict` counts `x += y`: the target and the view read, 2n for n bytes reduced. `size` as
+        in `cost`. None here: the kind does not reduce."""
+        return 0.0 * size
+
     gloo_root_copies = False
     """Whether only the root makes the copies `gloo_copy_bytes` counts (`commdsl predict`: it copies at the
     memory's full speed, not sharing it with the other members as when every member copies at once)."""

@@ -37,6 +37,13 @@ class AllReduce(Kind):
     def latency_steps(self, world: int) -> int:
         return 2 * (world - 1)  # reduce-scatter then all-gather around the ring
 
+    def gloo_reduce_bytes(self, world: int, size):
+        """Gloo's ring (gloo/allreduce.cc, torch's default for CPU tensors) sums, in each of its p - 1
+        reduce-scatter steps, the block it received into its own: (p - 1)/p of the buffer reduced a member.
+        Left out until 2026-11-29: the built-in all_reduce at 32 and 64 MiB was predicted 9.2 % fast on average
+        over five campaigns of the 2-core machine, +0.4 % with it (docs/predict.md, "Gloo's reductions")."""
+        return 2.0 * (world - 1) / world * np.asarray(size, dtype=np.float64)
+
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """The ring, or with `tree` (NCCL) the faster of it and a pipelined tree: up the tree and down
         again in 2⌈log2 p⌉ hops, the whole buffer over each link both ways (NCCL's double binary tree)."""

@@ -79,6 +79,12 @@ class ReduceScatter(UnevenList):
             return KINDS["all_reduce"].cost(world, size, alpha, beta, tree, backend)
         return super().cost(world, size, alpha, beta, tree, backend)
 
+    def gloo_reduce_bytes(self, world: int, size):
+        """That all-reduce's sums (`AllReduce.gloo_reduce_bytes`)."""
+        from commdsl.collectives import KINDS
+
+        return KINDS["all_reduce"].gloo_reduce_bytes(world, size)
+
     def gloo_copy_bytes(self, world: int, size):
         """Around that all-reduce `reduce_scatter_tensor_coalesced` clones the whole input (`inputTensors[i]
         .clone()`: `size` bytes read and written) and copies this rank's block out of the clone (size / world)."""

@@ -927,6 +927,8 @@ class Clocks(Observer):
             # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
             copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / copy_bps
+            # and its sums, every member at once
+            dur = dur + np.asarray(rec.kind.gloo_reduce_bytes(p, b), dtype=np.float64) / self.copy_bps
             # and the temporaries it copies through, faulted in by every member at once
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share)
             if rec.block is not None and rec.kind.name == "all_reduce":
