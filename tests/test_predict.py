@@ -1354,11 +1354,25 @@ def test_a_ring_collectives_step_costs_the_topologys_collective_alpha():
     send = "program s\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\n" \
            "on rank == 1:\n    recv x from 0\n"
     assert seconds(send, 2, t, n) == pytest.approx(10e-6 + n / 1e9)
-    # Gloo's all_to_all posts every message at once (gloo/alltoall.cc): a message's α each, not a ring's step
+    # Gloo's all_to_all posts every message at once and waits for them all (gloo/alltoall.cc): one step; NCCL's
+    # ring p - 1 of them
     a2a = "program x\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\nall_to_all x into y\n"
     nccl = parse(SourceFile("t.toml", 'ranks_per_node = 64\nmemory_gbps = 1e6\nbackend = "nccl"\n' + STEPS))
-    assert seconds(a2a, p, t, n) == pytest.approx((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 + 2 * n / p / 1e15)
+    assert seconds(a2a, p, t, n) == pytest.approx(500e-6 + (p - 1) / p * n / 1e9 + 2 * n / p / 1e15)
     assert seconds(a2a, p, nccl, n) == pytest.approx((p - 1) * 500e-6 + (p - 1) / p * n / 1e9)
+
+
+@pytest.mark.parametrize(("world", "cores", "turns"), [(2, 2, 1), (4, 2, 2), (8, 2, 4), (8, 3, 3), (4, 4, 1), (4, None, 1)])
+def test_a_gloo_all_to_alls_members_take_turns_for_their_nodes_cores(world, cores, turns):
+    """Each member of a Gloo all_to_all waits for every peer's message, which comes when the peer gets a core:
+    its one step's latency is taken once per turn the node's members take for its `cores_per_node` (the
+    2-core machine: about one step at N = 2, two at N = 4)."""
+    head = "ranks_per_node = 64\nmemory_gbps = 1e6\n" + ("" if cores is None else f"cores_per_node = {cores}\n")
+    t = parse(SourceFile("t.toml", head + "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncollective_alpha_us = 500\n"))
+    a2a = "program x\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\nall_to_all x into y\n"
+    n = 1 << 20
+    want = turns * 500e-6 + (world - 1) / world * n / 1e9 + 2 * n / world / 1e15
+    assert seconds(a2a, world, t, n) == pytest.approx(want)
 
 
 def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_alpha():
@@ -1487,9 +1501,9 @@ def test_an_uneven_all_to_all_costs_its_busiest_members_bytes():
     one_way = parse(SourceFile("t.toml", base + link))
     got = predict_text(SKEWED, 4, one_way, 1 << 20).rows[0]
     row = got.value * 4  # bytes of one row of n float32
-    assert got.time_us * 1e-6 == pytest.approx(3 * 10e-6 + 9 * row / 1e9, rel=1e-5)  # + its own block copied
+    assert got.time_us * 1e-6 == pytest.approx(10e-6 + 9 * row / 1e9, rel=1e-5)  # + its own block copied
     bus = parse(SourceFile("t.toml", base + "shared_node = true\nbus_gbps = 0.5\n" + link))
-    assert seconds(SKEWED, 4, bus, 1 << 20) == pytest.approx(3 * 10e-6 + 9 * row / 0.5e9, rel=1e-5)  # the bus binds
+    assert seconds(SKEWED, 4, bus, 1 << 20) == pytest.approx(10e-6 + 9 * row / 0.5e9, rel=1e-5)  # the bus binds
     even = "program e\nworld 4\nparam n = 1024\ntensor x: float32[4, n] = rank\ntensor y: float32[4, n]\n"
     for t in (one_way, bus):  # even splits: the even form's price, bus or not
         assert seconds(even + "all_to_all x into y splits [1, 1, 1, 1], [1, 1, 1, 1]\n", 4, t, 1 << 20) == (
@@ -1531,7 +1545,9 @@ def test_gloo_collectives_pay_torchs_copies_at_memory_speed(text, copies):
     nccl = parse(SourceFile("t.toml", f'ranks_per_node = 64\n{extra}backend = "nccl"\ntree = false\n'
                                        "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\n"))
     assert seconds(text, p, gloo, n) - seconds(text, p, nccl, n) == pytest.approx(
-        copies(p, n) / mem + ((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 if text is RS else 0.0)
+        copies(p, n) / mem
+        + ((p - 1) * 10e-6 + (p - 1) / p * n / 1e9 if text is RS else 0.0)
+        - ((p - 2) * 10e-6 if text is A2A else 0.0)  # Gloo's all_to_all waits once, NCCL's ring p - 1 steps
     )
 
 PAIRS_ALL_REDUCE = """program pairs

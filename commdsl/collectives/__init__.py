@@ -199,6 +199,10 @@ class Kind:
     """Whether Gloo runs this kind as every member's message to or from the root at once (gloo/gather.cc,
     scatter.cc), not as a ring: one message's latency and the root's share of `size` through its one way."""
 
+    gloo_posts_at_once = False
+    """Whether Gloo posts every member's messages at once and waits for them all (gloo/alltoall.cc): one wait,
+    in which the members on a node take turns for its cores when they outnumber them (`commdsl predict`)."""
+
     def lockstep(self, backend: str) -> bool:
         """Whether the backend runs this kind as a ring that moves every member a step at a time, each step
         waiting for its neighbour (`commdsl predict`: a step then costs the topology's `collective_alpha_us`,

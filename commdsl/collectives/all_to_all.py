@@ -199,12 +199,24 @@ class AllToAll(Kind):
     def busbw_factor(self, world: int) -> float:
         return (world - 1) / world
 
+    gloo_posts_at_once = True
+
     def step_latency(self, backend: str) -> bool:
-        """Gloo posts every send and receive at once and then waits for them (gloo/alltoall.cc, alltoallv.cc):
-        not a ring's steps, so a message's α each; every member still sends and receives at once (`lockstep`).
-        Priced with a ring's step instead, the built-in all_to_all on the quiet 2-core machine came out 38-47 %
-        over (2026-11-28, docs/predict.md)."""
-        return backend != "gloo"
+        """Gloo posts every send and receive at once and then waits for them all (gloo/alltoall.cc,
+        alltoallv.cc): one wait (`latency_hops`), for its peers' wake-ups through torch's worker thread as a
+        ring's step waits, so a collective step's α, taken in turns where the members outnumber their node's
+        cores (`gloo_posts_at_once`). Priced as p - 1 messages' α (2026-11-28 to -29), the built-in all_to_all
+        at N = 4 and 1-4 MiB was over in all five campaigns of the 2-core machine (+21..+154 %) and under at
+        N = 2 (docs/predict.md, "Gloo's all-to-all waits once"); as p - 1 ring steps before that, 38-47 % over."""
+        return True
+
+    def latency_hops(self, world: int, backend: str) -> int:
+        """Latencies one call pays one after another: NCCL's p - 1 steps; Gloo's one wait."""
+        return 1 if backend == "gloo" else self.latency_steps(world)
+
+    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
+        """The direct exchange: `latency_hops` of `alpha` and (p - 1)/p of `size` over each member's link."""
+        return self.latency_hops(world, backend) * alpha + self.busbw_factor(world) * np.asarray(size) / beta
 
     def busiest_way(self, sent, received, duplex: bool):
         """Bytes through the busiest member's way in an uneven call (`commdsl predict`): both backends post

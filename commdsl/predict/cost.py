@@ -913,6 +913,8 @@ class Clocks(Observer):
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         backend = self.topo.backend
         alpha, beta = self.net(gid, share, rec.kind.lockstep(backend), rec.kind.step_latency(backend))
+        if backend == "gloo" and rec.kind.gloo_posts_at_once:
+            alpha *= self.turns(gid)
         if backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
@@ -961,7 +963,7 @@ class Clocks(Observer):
             np.add.at(on_node, node, sent)
             bus = self.topo.bus_bandwidth / share
             seconds = np.maximum(seconds, on_node.max(axis=0) / bus)
-        return ALL_TO_ALL.latency_steps(c) * alpha + seconds, sent
+        return ALL_TO_ALL.latency_hops(c, self.topo.backend) * alpha + seconds, sent
 
     def flattened(self, gid: int, block: Coalesced, b: np.ndarray) -> np.ndarray:
         """Seconds Gloo's `allreduce_coalesced` adds for a block's member of `b` bytes: it copies the block's
@@ -1013,6 +1015,14 @@ class Clocks(Observer):
             return False
         ranks = distinct(np.concatenate([src, dst]))
         return bool(ranks.size > cores and np.bincount(self.node[ranks]).max() > cores)
+
+    def turns(self, gid: int) -> int:
+        """How many turns the members of group `gid` on its fullest node take for the node's `cores_per_node`
+        (1 when not given, or enough): a Gloo all_to_all's members each wait for every peer's message, which
+        comes when the peer gets a core. The 2-core machine's built-in all_to_all at N = 4 took about two
+        collective steps at small sizes, at N = 2 about one (docs/predict.md, "Gloo's all-to-all waits once")."""
+        cores = self.topo.cores_per_node
+        return 1 if cores is None else -(-self.per_node(gid) // cores)
 
     def per_node(self, gid: int) -> int:
         """The most members of group `gid` on one node."""
