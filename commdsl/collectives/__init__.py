@@ -215,15 +215,20 @@ class Kind:
         it waits on its neighbours before the next, `lockstep`) rather than a message's α."""
         return self.lockstep(backend)
 
+    def latency_hops(self, world: int, backend: str) -> int:
+        """Latencies one call pays one after another on `backend`: its `latency_steps`, or one where Gloo
+        posts every message at once (`gloo_direct`, `gloo_posts_at_once`)."""
+        at_once = self.gloo_direct or self.gloo_posts_at_once
+        return 1 if backend == "gloo" and at_once else self.latency_steps(world)
+
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
         """Predicted seconds of one call at `world` members (`commdsl predict`, docs/predict.md): the ring
-        NCCL runs and nccl-tests' busbw assumes, `latency_steps` hops of latency `alpha` and
-        `busbw_factor` × `size` bytes over each link at `beta` bytes/s; on Gloo a `gloo_direct` kind's one α
-        and those bytes. `size` is nccl-tests' size (the larger of a member's input and output), a number or
-        an array; `tree`: the backend may also run a tree (NCCL), which a kind with one overrides; `backend`:
-        for a kind a backend runs otherwise."""
-        steps = 1 if backend == "gloo" and self.gloo_direct else self.latency_steps(world)
-        return steps * alpha + self.busbw_factor(world) * size / beta
+        NCCL runs and nccl-tests' busbw assumes, `latency_hops` of latency `alpha` (on Gloo one for a kind
+        that posts every message at once) and `busbw_factor` × `size` bytes over each link at `beta` bytes/s.
+        `size` is nccl-tests' size (the larger of a member's input and output), a number or an array; `tree`:
+        the backend may also run a tree (NCCL), which a kind with one overrides; `backend`: for a kind a
+        backend runs otherwise."""
+        return self.latency_hops(world, backend) * alpha + self.busbw_factor(world) * size / beta
 
     def gloo_copy_bytes(self, world: int, size):
         """Bytes of memory traffic a member spends, on torch's Gloo backend, on copies outside the algorithm

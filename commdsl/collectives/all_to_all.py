@@ -210,14 +210,6 @@ class AllToAll(Kind):
         N = 2 (docs/predict.md, "Gloo's all-to-all waits once"); as p - 1 ring steps before that, 38-47 % over."""
         return True
 
-    def latency_hops(self, world: int, backend: str) -> int:
-        """Latencies one call pays one after another: NCCL's p - 1 steps; Gloo's one wait."""
-        return 1 if backend == "gloo" else self.latency_steps(world)
-
-    def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):
-        """The direct exchange: `latency_hops` of `alpha` and (p - 1)/p of `size` over each member's link."""
-        return self.latency_hops(world, backend) * alpha + self.busbw_factor(world) * np.asarray(size) / beta
-
     def busiest_way(self, sent, received, duplex: bool):
         """Bytes through the busiest member's way in an uneven call (`commdsl predict`): both backends post
         every member's messages at once (gloo/alltoallv.cc; NCCL's grouped sends and receives), so a member's
