@@ -9,6 +9,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py overlap     # does a rank compute while its messages move?
     timeout 300 python benchmarks/gloo_queue_facts.py crowded     # a message when 4 ranks on 2 cores all exchange
     timeout 300 python benchmarks/gloo_queue_facts.py pages [N]   # an all_gather's fresh pages at N ranks (4)
+    timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big
@@ -28,8 +29,11 @@ ranks 2 and 3 wait, and of a ring's step where every rank isends to the next and
 `all_gather_into_tensor`, of what torch does around Gloo's ring on every rank at once (a fresh tensor of the
 output's size filled, then copied into the output), and of the ring's messages alone (p - 1 steps of isend
 to the next and irecv from the last of a member's block) (docs/predict.md, "Another machine": a collective's
-fresh pages on a crowded host). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op
-thread each (as `commdsl bench`).
+fresh pages on a crowded host). `kinds` (N ranks, default 2): the median and mean of 100 calls at 4 and
+64 KiB of each built-in collective the model prices by its own latency rule — all_reduce and reduce_scatter
+(2(p - 1) ring steps), all_gather (p - 1), all_to_all (one wait), broadcast (a binomial tree of messages) —
+beside a lone ping-pong's one way (docs/predict.md, "A sixth campaign, and three more trials not kept").
+Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op thread each (as `commdsl bench`).
 """
 
 import os
@@ -255,6 +259,39 @@ def pages(rank: int) -> None:
             )
 
 
+def kinds(rank: int) -> None:
+    world = dist.get_world_size()
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch 2.13's name
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    for size in (1 << 12, 1 << 16):
+        n = size // 4 // world * world
+        x, whole, part, y = torch.ones(n), torch.empty(n * world), torch.empty(n // world), torch.empty(n)
+
+        def pingpong(x=x, y=y):
+            if rank == 0:
+                dist.send(x, 1)
+                dist.recv(y, 1)
+            elif rank == 1:
+                dist.recv(y, 0)
+                dist.send(x, 0)
+
+        calls = {
+            "all_reduce": lambda x=x: dist.all_reduce(x),
+            "reduce_scatter": lambda x=x, part=part: scatter(part, x),
+            "all_gather": lambda x=x, whole=whole: gather(whole, x),
+            "all_to_all": lambda x=x, y=y: dist.all_to_all_single(y, x),
+            "broadcast": lambda x=x: dist.broadcast(x, 0),
+        }
+        us = {name: timed(f) for name, f in calls.items()}
+        us["ping-pong one way"] = [t / 2 for t in timed(pingpong)]
+        if rank == 0:
+            for name, times in us.items():
+                print(
+                    f"{size >> 10:2d} KiB, {world} ranks on {len(os.sched_getaffinity(0))} cores: {name:17s} median"
+                    f" {statistics.median(times):6.0f} us, mean {statistics.mean(times):6.0f}"
+                )
+
+
 def timed(f, calls: int = 100) -> list[float]:
     """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
     for _ in range(10):
@@ -286,12 +323,14 @@ SCENARIOS = {
     "overlap": overlap,
     "crowded": crowded,
     "pages": pages,
+    "kinds": kinds,
 }
-WORLDS = {"crowded": 4, "pages": 4}  # ranks per scenario (default 2; `pages N` for N)
+WORLDS = {"crowded": 4, "pages": 4}  # ranks per scenario (default 2; `pages N` or `kinds N` for N)
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
-        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages]")
-    world = int(sys.argv[2]) if scenario == "pages" and len(sys.argv) > 2 else WORLDS.get(scenario, 2)
+        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages and kinds]")
+    sized = scenario in ("pages", "kinds") and len(sys.argv) > 2
+    world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
     mp.spawn(worker, args=(world, free_port(), scenario), nprocs=world)
