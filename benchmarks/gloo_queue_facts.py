@@ -200,18 +200,23 @@ def overlap_at(peer: int, size: int) -> dict[str, float]:
     return ms
 
 
+def ping_pong(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Rank 0 sends `x` to rank 1, which sends it back into rank 0's `y`; the other ranks wait."""
+    if rank == 0:
+        dist.send(x, 1)
+        dist.recv(y, 1)
+    elif rank == 1:
+        dist.recv(y, 0)
+        dist.send(x, 0)
+
+
 def crowded(rank: int) -> None:
     world = dist.get_world_size()
     for size in (1 << 12, 1 << 16):
         x, y = torch.ones(size // 4), torch.empty(size // 4)
 
         def lone(x=x, y=y):
-            if rank == 0:
-                dist.send(x, 1)
-                dist.recv(y, 1)
-            elif rank == 1:
-                dist.recv(y, 0)
-                dist.send(x, 0)
+            ping_pong(rank, x, y)
 
         def ring(x=x, y=y):
             h, r = dist.isend(x, (rank + 1) % world), dist.irecv(y, (rank - 1) % world)
@@ -268,12 +273,7 @@ def kinds(rank: int) -> None:
         x, whole, part, y = torch.ones(n), torch.empty(n * world), torch.empty(n // world), torch.empty(n)
 
         def pingpong(x=x, y=y):
-            if rank == 0:
-                dist.send(x, 1)
-                dist.recv(y, 1)
-            elif rank == 1:
-                dist.recv(y, 0)
-                dist.send(x, 0)
+            ping_pong(rank, x, y)
 
         calls = {
             "all_reduce": lambda x=x: dist.all_reduce(x),
