@@ -271,10 +271,6 @@ def kinds(rank: int) -> None:
     for size in (1 << 12, 1 << 16):
         n = size // 4 // world * world
         x, whole, part, y = torch.ones(n), torch.empty(n * world), torch.empty(n // world), torch.empty(n)
-
-        def pingpong(x=x, y=y):
-            ping_pong(rank, x, y)
-
         calls = {
             "all_reduce": lambda x=x: dist.all_reduce(x),
             "reduce_scatter": lambda x=x, part=part: scatter(part, x),
@@ -283,7 +279,7 @@ def kinds(rank: int) -> None:
             "broadcast": lambda x=x: dist.broadcast(x, 0),
         }
         us = {name: timed(f) for name, f in calls.items()}
-        us["ping-pong one way"] = [t / 2 for t in timed(pingpong)]
+        us["ping-pong one way"] = [t / 2 for t in timed(lambda x=x, y=y: ping_pong(rank, x, y))]
         if rank == 0:
             for name, times in us.items():
                 print(
@@ -333,4 +329,6 @@ if __name__ == "__main__":
         sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages and kinds]")
     sized = scenario in ("pages", "kinds") and len(sys.argv) > 2
     world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
+    if world < 2:
+        sys.exit(f"gloo_queue_facts.py {scenario}: needs 2 ranks or more")
     mp.spawn(worker, args=(world, free_port(), scenario), nprocs=world)
