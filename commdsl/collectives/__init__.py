@@ -210,11 +210,6 @@ class Kind:
         each message costs a message's α and has its sender's and receiver's ways to itself."""
         return not (backend == "gloo" and self.gloo_direct)
 
-    def step_latency(self, backend: str) -> bool:
-        """Whether each of the call's `latency_steps` costs a ring collective's step (`collective_alpha_us`:
-        it waits on its neighbours before the next, `lockstep`) rather than a message's α."""
-        return self.lockstep(backend)
-
     def latency_hops(self, world: int, backend: str) -> int:
         """Latencies one call pays one after another on `backend`: its `latency_steps`, or one where Gloo
         posts every message at once (`gloo_direct`, `gloo_posts_at_once`)."""

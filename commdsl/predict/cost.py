@@ -288,7 +288,7 @@ class Clocks(Observer):
         self.k = track if track is not None else sizes - 1
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
-        self.group_net: dict[tuple[int, int, bool, bool], tuple[float, float]] = {}
+        self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
         self.group_per_node: dict[int, int] = {}  # per group: the most of its members on one node (`per_node`)
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
@@ -912,7 +912,7 @@ class Clocks(Observer):
         b = self.nbytes.of(rid)
         b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
         backend = self.topo.backend
-        alpha, beta = self.net(gid, share, rec.kind.lockstep(backend), rec.kind.step_latency(backend))
+        alpha, beta = self.net(gid, share, rec.kind.lockstep(backend))
         if backend == "gloo" and rec.kind.gloo_posts_at_once:
             alpha *= self.turns(gid)
         if backend == "gloo" and rec.block is not None and rec.block.index > 0:
@@ -1020,7 +1020,8 @@ class Clocks(Observer):
         """How many turns the members of group `gid` on its fullest node take for the node's `cores_per_node`
         (1 when not given, or enough): a Gloo all_to_all's members each wait for every peer's message, which
         comes when the peer gets a core. The 2-core machine's built-in all_to_all at N = 4 took about two
-        collective steps at small sizes, at N = 2 about one (docs/predict.md, "Gloo's all-to-all waits once")."""
+        collective steps at small sizes; at N = 2 it is priced one, where it took about a third of one on
+        2026-11-29 (docs/predict.md, "Gloo's all-to-all waits once" and "A sixth campaign")."""
         cores = self.topo.cores_per_node
         return 1 if cores is None else -(-self.per_node(gid) // cores)
 
@@ -1032,10 +1033,10 @@ class Clocks(Observer):
             got = self.group_per_node[gid] = int(np.bincount(self.node[ranks]).max()) if ranks.size else 0
         return got
 
-    def net(self, gid: int, share: int = 1, lockstep: bool = True, step: bool = True) -> tuple[float, float]:
-        """(α, β) of a group's ring in group order: the slowest hop's; `step` (`Kind.step_latency`): α of a
-        ring collective's step, not a message's. `lockstep` (`Kind.lockstep`): a ring whose members all send
-        and receive at every step. A hop between nodes has the NIC's β times the rings NCCL runs side by side
+    def net(self, gid: int, share: int = 1, lockstep: bool = True) -> tuple[float, float]:
+        """(α, β) of a group's ring in group order: the slowest hop's. `lockstep` (`Kind.lockstep`): a ring
+        whose members all send and receive at every step, each step's α a ring collective's step, not a
+        message's. A hop between nodes has the NIC's β times the rings NCCL runs side by side
         (one per NIC, as many as the group has members per node). A hop inside a node: half its link when a
         rank's sends and receives share one way (every member sends to the next and receives from the last at
         once); with `shared_node`, its share of the node's bus, which every member's hop crosses at once, with
@@ -1043,11 +1044,11 @@ class Clocks(Observer):
         direct sends): its link's β, with `shared_node` at most the bus's share of the `share` instances. A
         `lockstep` ring involves every member at every step: on a crowded node (`crowds`) its α is the crowded
         one; a tree's levels and a root's direct sends keep a message's."""
-        got = self.group_net.get((gid, share, lockstep, step))
+        got = self.group_net.get((gid, share, lockstep))
         if got is None:
             ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
             ring = np.roll(ranks, -1)
-            alpha, beta, _, _, _ = self.links(ranks, ring, step, lockstep and self.crowds(ranks, ring))
+            alpha, beta, _, _, _ = self.links(ranks, ring, lockstep, lockstep and self.crowds(ranks, ring))
             if ranks.size < 2:
                 got = (0.0, float(self.topo.intra_beta))
             else:
@@ -1062,7 +1063,7 @@ class Clocks(Observer):
                 if self.topo.backend == "nccl":
                     beta = np.where(~inside, beta * min(self.topo.nics_per_node, per_node), beta)
                 got = (float(alpha.max()), float(beta.min()))
-            self.group_net[(gid, share, lockstep, step)] = got
+            self.group_net[(gid, share, lockstep)] = got
         return got
 
     def waited(self, reqs) -> None:
