@@ -135,9 +135,12 @@ def test_sim_bad_set_value_and_world(capsys):
     assert code == 1 and "N125" in out
 
 
-def test_check_all_programs_clean(capsys):
-    code, _, err = run(capsys, "check", *map(str, sorted((ROOT / "programs").glob("*.comm"))))
-    assert code == 0 and "All checks passed" in err
+def test_check_of_several_programs_passes(capsys):
+    """Every shipped program is clean at every declared world size: test_golden asserts it (a minute here),
+    so the command runs on a few."""
+    names = ("allreduce", "ring_allreduce", "p2p", "collectives")
+    code, _, err = run(capsys, "check", *(str(ROOT / "programs" / f"{n}.comm") for n in names))
+    assert code == 0 and "All checks passed (4 programs)" in err
 
 
 def test_sim_prints_brackets_of_nan_and_inf_literally(tmp_path, capsys):

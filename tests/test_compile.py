@@ -1,5 +1,6 @@
-"""`commdsl compile --emit python`: one rank-parametric script per program, short and readable, that torchrun runs
-to the simulator's results at a second world size (test_differential runs it at the first)."""
+"""`commdsl compile --emit python`: one rank-parametric script per program, short and readable, that runs as
+torchrun starts it to the simulator's results at a second world size (test_differential runs it under torchrun
+itself at the first)."""
 
 from __future__ import annotations
 
@@ -38,14 +39,15 @@ def compile_to(tmp_path: Path, program: str, *extra: str, name: str = "out.py") 
     return code, out.read_text() if out.exists() else ""
 
 
-def torchrun(script: Path, nproc: int, token: str, *args: str, env=None) -> subprocess.CompletedProcess:
-    """The script under torchrun. A run that has not ended after 90 s (these programs end in seconds) is
-    stopped, its whole process group, and run once more with a warning: Gloo's connectFullMesh on a loaded
-    machine now and then stalls every rank of a run in `init_process_group` (seen in CI, and by others:
-    sehoffmann/dmlcloud#47), which says nothing about the script; a script that hangs hangs twice."""
+def run_script(script: Path, nproc: int, token: str, *args: str, env=None) -> subprocess.CompletedProcess:
+    """The script at `nproc` ranks as torchrun starts it, each rank forked from one torch import
+    (tests/forked_ranks.py: 3.5 s a launch here where torchrun takes 8). A run that has not ended after 90 s
+    (these programs end in seconds) is stopped, its whole process group, and run once more with a warning:
+    Gloo's connectFullMesh on a loaded machine now and then stalls every rank of a run in
+    `init_process_group` (seen in CI, and by others: sehoffmann/dmlcloud#47), which says nothing about the
+    script; a script that hangs hangs twice."""
     env = dict(os.environ, **{TOKEN_VAR: token}, **(env or {}))
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            str(script), *args]
+    argv = [sys.executable, str(Path(__file__).with_name("forked_ranks.py")), str(nproc), str(script), *args]
     for limit in (90, 150):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 cwd=script.parent, start_new_session=True)
@@ -53,10 +55,10 @@ def torchrun(script: Path, nproc: int, token: str, *args: str, env=None) -> subp
             out, err = proc.communicate(timeout=limit)
             return subprocess.CompletedProcess(argv, proc.returncode, out, err)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: the session it leads
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its ranks: the session it leads
             proc.communicate()
-            warnings.warn(f"torchrun of {script.name} at {nproc} ranks did not end in {limit} s: ran again", stacklevel=2)
-    raise AssertionError(f"torchrun of {script.name} at {nproc} ranks did not end, twice")
+            warnings.warn(f"{script.name} at {nproc} ranks did not end in {limit} s: ran again", stacklevel=2)
+    raise AssertionError(f"{script.name} at {nproc} ranks did not end, twice")
 
 
 def printed(stdout: str) -> dict[tuple[int, str], str]:
@@ -74,7 +76,7 @@ def printed(stdout: str) -> dict[tuple[int, str], str]:
     return out
 
 
-# ---- every shipped program, run by torchrun, equals the simulator --------------------------------------------------
+# ---- every shipped program's script equals the simulator ---------------------------------------------------------
 
 
 def _sizes(path: Path) -> list[int]:
@@ -86,8 +88,8 @@ def _sizes(path: Path) -> list[int]:
 def _second_size(path: Path) -> list[int]:
     """The world size this file runs a program's script at: a declared one that test_differential's four legs
     do not (they run every shipped program's script at 2, or 4 where 2 is refused, with every tensor of every
-    rank pinned by an `expect`); none when the program declares only that one. A torchrun launch costs 8-18 s
-    here, so each (program, world) runs once in the suite."""
+    rank pinned by an `expect`); none when the program declares only that one. A launch costs 3-18 s here,
+    so each (program, world) runs once in the suite."""
     program = load(SourceFile.read(path))
     covered = next(w for w in (2, 4) if program.accepts(w))
     return [w for w in _sizes(path) if w != covered][:1]
@@ -116,12 +118,12 @@ def module_tmp(tmp_path_factory):
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("path, world", CASES, ids=[f"{p.stem}-{w}" for p, w in CASES])
-def test_every_program_runs_under_torchrun_to_the_simulators_tensors(path, world, module_tmp, capfd, no_orphans):
+def test_every_programs_script_runs_to_the_simulators_tensors(path, world, module_tmp, capfd, no_orphans):
     from commdsl.expand import expand
     from commdsl.simulate import format_tensor, simulate
 
     script, names = _compiled(path, module_tmp)
-    proc = torchrun(script, world, no_orphans)
+    proc = run_script(script, world, no_orphans)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("every expect holds") == world
     got = printed(proc.stdout)
@@ -174,14 +176,14 @@ def test_shipped_programs_compile_to_short_scripts(tmp_path, capfd):
 def test_world_and_params_are_read_at_run_time_and_checked(tmp_path, capfd, no_orphans):
     code, _ = compile_to(tmp_path, str(ROOT / "programs" / "ring_allreduce.comm"))
     assert code == 0
-    proc = torchrun(tmp_path / "out.py", 3, no_orphans, "--set", "n=10")
+    proc = run_script(tmp_path / "out.py", 3, no_orphans, "--set", "n=10")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("every expect holds") == 3
     assert "note: commdsl checked this program with {'n': 1024}, not these values" in proc.stderr
-    proc = torchrun(tmp_path / "out.py", 2, no_orphans, env={"PARAM_n": "x"})
+    proc = run_script(tmp_path / "out.py", 2, no_orphans, env={"PARAM_n": "x"})
     assert proc.returncode != 0 and "n=x: the params are n, each an integer, a number or true/false" in proc.stderr
     code, _ = compile_to(tmp_path, str(ROOT / "programs" / "p2p.comm"))
-    proc = torchrun(tmp_path / "out.py", 3, no_orphans)
+    proc = run_script(tmp_path / "out.py", 3, no_orphans)
     assert proc.returncode != 0 and "world size 3 is not one the program declares (2)" in proc.stderr
 
 
@@ -243,7 +245,7 @@ def test_batches_bound_to_handles_compile_to_lists_of_works(tmp_path, capfd, no_
     assert "    b = {}  # an array of handles: slot → request\n" in text
     assert "        b[s] = post(dist.batch_isend_irecv([  # line 5\n" in text
     assert "    wait(b[1])  # line 8\n    wait(*b.values())  # line 9\n" in text
-    proc = torchrun(tmp_path / "out.py", 4, no_orphans)
+    proc = run_script(tmp_path / "out.py", 4, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "every expect holds" in proc.stdout
 
@@ -257,7 +259,7 @@ def test_failing_expect_makes_the_script_exit_1_naming_its_line(tmp_path, capfd,
     assert code == 1  # the simulator already knows: refused
     code, text = compile_to(tmp_path, str(prog), "--no-check")
     assert code == 0 and "`commdsl compile --no-check` wrote it" in text
-    proc = torchrun(tmp_path / "out.py", 2, no_orphans)
+    proc = run_script(tmp_path / "out.py", 2, no_orphans)
     assert proc.returncode != 0
     assert "rank 0: expect at line 5 failed: element 0: got 1, expected == 0" in proc.stdout
     assert "1 expect(s) failed" in proc.stdout
@@ -317,6 +319,8 @@ print x, y, z, b, r, q[0:x.rows // 2], x[x.size - 1], v
 
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
+@pytest.mark.gloo
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [2, 3])
 def test_integer_semantics_scopes_and_views_match_the_simulator(tmp_path, capfd, no_orphans, world):
     import torch
@@ -332,7 +336,7 @@ def test_integer_semantics_scopes_and_views_match_the_simulator(tmp_path, capfd,
     assert "    q.copy_(q + 0.75)  # computed in float, stored truncated" in text
     assert "    q += 2  # in place: an integer literal into an integer tensor" in text
     assert "    x[0:2].sub_(div(rank, 4))" in text
-    proc = torchrun(tmp_path / "out.py", world, no_orphans)
+    proc = run_script(tmp_path / "out.py", world, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = printed(proc.stdout)
     program = load(SourceFile(str(prog), TRICKY))
@@ -543,7 +547,7 @@ def test_a_script_whose_names_are_its_own_names_runs(tmp_path, capfd, no_orphans
     assert code == 0, capfd.readouterr()
     only_intended_statements(text, str(prog), {"def = ", "range = ", "args"})
     assert "torch_ = torch.full((2,), rank + 1, dtype=torch.float32)" in text and "args_ = args.get(" in text
-    proc = torchrun(tmp_path / "out.py", 2, no_orphans)
+    proc = run_script(tmp_path / "out.py", 2, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "every expect holds" in proc.stdout and "rank 0: def = tensor([0., 1., 2., 3.])" in proc.stdout
 

@@ -1,6 +1,6 @@
 """User functions (`def NAME(params):`, `NAME(args)`): macros inlined at each call, through every stage — the
 parser, the kinds `resolve` gives each parameter per call, `expand`'s inlining and its call-site notes, the
-checker's notes, `fmt`, `compile` (a Python function, run under torchrun) and a real Gloo run."""
+checker's notes, `fmt`, `compile` (a Python function, run on Gloo ranks) and a real Gloo run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from test_compile import torchrun
+from test_compile import run_script
 from test_runtime import run_here
 
 from commdsl.checker import CheckOptions, check_program
@@ -380,10 +380,10 @@ def test_a_call_written_in_place_in_a_batch_keeps_the_callers_names():
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("text", [EVERYTHING, GROUPS], ids=["everything", "groups"])
-def test_the_compiled_functions_run_under_torchrun(text, tmp_path, no_orphans):
+def test_the_compiled_functions_run_on_gloo(text, tmp_path, no_orphans):
     script = tmp_path / "functions.py"
     script.write_text(emit_python(load(SourceFile("functions.comm", text))))
-    proc = torchrun(script, 4, no_orphans)
+    proc = run_script(script, 4, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(line for line in proc.stdout.splitlines() if "every expect holds" in line) == [
         f"rank {r}: every expect holds" for r in range(4)

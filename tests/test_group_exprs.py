@@ -235,8 +235,8 @@ on rank % 2 == 0:
 
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
-def test_compiled_peer_groups_and_tables_run_under_torchrun(tmp_path, capfd, no_orphans):
-    from test_compile import compile_to, torchrun
+def test_compiled_peer_groups_and_tables_run_on_gloo(tmp_path, capfd, no_orphans):
+    from test_compile import compile_to, run_script
 
     prog = tmp_path / "ring_in_pairs.comm"
     prog.write_text(RING_IN_PAIRS)
@@ -245,14 +245,14 @@ def test_compiled_peer_groups_and_tables_run_under_torchrun(tmp_path, capfd, no_
     assert "dist.get_global_rank(pairs, 1 - dist.get_rank(pairs))" in text
     assert "dist.new_group([2 * j for j in range(world // 2)])" in text
     assert "bonus = [j * j for j in range(world)]" in text
-    proc = torchrun(tmp_path / "out.py", 4, no_orphans)
+    proc = run_script(tmp_path / "out.py", 4, no_orphans)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("every expect holds") == 4
     # an index the checker would refuse fails in the script too, where Python alone would read t[-1]
     prog.write_text("program past_the_end\nworld 2\ntable t = [5]\nlet a = t[rank - 1]\n")
     code, text = compile_to(tmp_path, str(prog), "--no-check")
     assert code == 0 and "a = entry(t, rank - 1)" in text
-    proc = torchrun(tmp_path / "out.py", 2, no_orphans)
+    proc = run_script(tmp_path / "out.py", 2, no_orphans)
     assert proc.returncode != 0 and "index -1 is outside a table of 1 entries" in proc.stderr
 
 
