@@ -410,7 +410,7 @@ backend = "gloo"
 ranks_per_node = 65536     # one host: every rank on one node
 nics_per_node = 1
 shared_node = true         # loopback copies share the same cores and memory
-bus_gbps = 3.337           # its messages together: beta x 1.28 (seven pairs-at-once calibrations: x 1.11-1.49)
+bus_gbps = 3.693           # its messages together: beta x 1.28 (seven pairs-at-once calibrations: x 1.11-1.49)
 duplex = false             # a rank's messages in and out share its one Gloo loop thread
 overlap = false            # a rank's adds and its messages take turns (five calibrations: 0-39 % of the shorter hidden)
 memory_gbps = 23.54        # torch `x += y` on 64 MiB float32, 2 x 64 MiB counted (five calibrations: 21.8-25.5)
@@ -422,7 +422,8 @@ source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective 
 
 [intra]
 alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
-bandwidth_gbps = 2.607     # (the five fits alone: 1.97-3.82 GB/s)
+bandwidth_gbps = 2.885     # fitted again at 16-64 MiB, where bytes are 95 % of the time (2.607 over every size until
+                           # 2026-11-29; the five fits alone: 1.97-3.82 GB/s)
 collective_alpha_us = 998  # a built-in all_reduce's step at 4 ranks (five calibrations, 2026-11-28: 936-1087 us)
 crowded_alpha_us = 1142    # 4 ranks' ring step of messages less its bytes (five calibrations, 2026-11-28: 928-1242)
 """,
