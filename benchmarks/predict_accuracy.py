@@ -23,6 +23,12 @@ against what the host does typically rather than against one campaign's moment.
     python benchmarks/predict_accuracy.py --topology localhost-gloo \
         --table benchmarks/figures/predict-quiet-run?.md
 
+    python benchmarks/predict_accuracy.py --refit --topology benchmarks/figures/predict-all-host-14.toml \
+        --table benchmarks/figures/predict-all-run14.md
+
+judges a campaign as if calibrated with today's fit: its calibration's β fitted again from the one-way
+times in the file's comments (`calibrate.fit`; docs/predict.md, "β from the sizes its bytes decide").
+
 Given several tables it also judges the host against itself (`_agreement`): for each campaign, how many of
 its rows the model predicts within ±25 %, how many the median of the other campaigns does, and how many each
 other campaign alone does. No model of a host can be held to more than the host reproduces: a second
