@@ -176,7 +176,7 @@ STREAMING = 0.95
 and β): there a message's time is its bytes, where at the small sizes it is α and its noise. Fitted over
 every size, the 2-core machine's α (0.2-0.9 ms from one size to the next) bent the line so that it missed the
 64 MiB ping-pong by -14 to +15 % and put a whole campaign's predictions 11-16 % under or over; refitted at
-≥ 1 MiB, ≥ 4 MiB, ≥ 16 MiB or here, the seven campaigns of 2026-11-28/29 gained 49, 81, 98 and 88 rows of
+≥ 1 MiB, ≥ 4 MiB, ≥ 16 MiB or here, the seven campaigns of 2026-11-28/29 gained 49, 81, 98 and 92 rows of
 2,142 within ±25 % (docs/predict.md, "β from the sizes its bytes decide")."""
 
 
