@@ -319,8 +319,6 @@ print x, y, z, b, r, q[0:x.rows // 2], x[x.size - 1], v
 
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
-@pytest.mark.gloo
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [2, 3])
 def test_integer_semantics_scopes_and_views_match_the_simulator(tmp_path, capfd, no_orphans, world):
     import torch

@@ -1094,8 +1094,10 @@ def test_beta_is_the_slope_where_bytes_decide_a_messages_time():
     for s in streaming:
         assert f.alpha + s / f.beta == pytest.approx(us[s] * 1e-6, rel=0.08)
     assert 2.0e9 < f.beta < 2.2e9  # the fit over every size: 2.51 GB/s
-    few = fit([1 << 10, 1 << 12, 1 << 20], [400e-6, 900e-6, 800e-6])  # none ≥ 95 % bytes: the first fit stands
-    assert few.beta > 0
+    sizes, seconds = np.array([1 << 10, 1 << 12, 1 << 20], float), np.array([400e-6, 500e-6, 800e-6])
+    (alpha, inv_beta), *_ = np.linalg.lstsq(np.stack([np.ones(3), sizes], axis=1) / seconds[:, None], np.ones(3))
+    few = fit(list(sizes.astype(int)), list(seconds))  # none ≥ 95 % bytes: the first fit stands
+    assert few.alpha == pytest.approx(alpha) and few.beta == pytest.approx(1 / inv_beta)
 
 
 
