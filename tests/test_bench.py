@@ -347,6 +347,24 @@ def test_sweep_with_check_and_every_output(tmp_path, capfd, no_orphans):
 
 @pytest.mark.gloo
 @pytest.mark.timeout(90)
+def test_each_rank_counts_the_pages_an_iteration_faults_in(tmp_path, capfd, no_orphans):
+    """`x = x * 2 + 1` on 32 MiB makes two 32 MiB temporaries, which glibc maps anew on every call (its mmap
+    threshold never rises above 32 MiB): each timed iteration faults in at least their 2 × 8192 pages, on
+    every rank; a message of 1 KiB faults in next to nothing."""
+    prog = tmp_path / "faults.comm"
+    prog.write_text("program faults\nworld 2\nparam n = 256\ntensor x: float32[n] = 1\nx = x * 2 + 1\n"
+                    "all_reduce x\n")
+    out_json = tmp_path / "b.json"
+    code, out, err = run_here(["bench", str(prog), "--nproc", "2", "--sizes", "1K:32M:32768", "--iters", "3",
+                               "--warmup", "1", "--json", str(out_json)], capfd)
+    assert code == 0, out + err
+    small, large = json.loads(out_json.read_text())["rows"]
+    assert len(large["rank_page_faults"]) == 2 and min(large["rank_page_faults"]) >= 2 * 8192
+    assert max(small["rank_page_faults"]) < 100
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(90)
 def test_all_on_one_rank_is_every_collective_but_sendrecv(tmp_path, capfd, no_orphans):
     """One GPU is NCCL at world 1: `--collective all --nproc 1` benches every collective one rank can run
     (sendrecv needs two), where it once stopped at a usage error (seen on a lent H200)."""

@@ -138,6 +138,7 @@ def _row(r: Row) -> dict:
         "max_us": r.spread.get("max_us"),
         "stdev_us": r.spread.get("stdev_us"),
         "rank_time_us": r.rank_us,
+        "rank_page_faults": r.rank_faults,
         "lines": r.lines,
         "in_place": r.in_place,
     }

@@ -31,6 +31,7 @@ class Row:
     lines: list[dict] = field(default_factory=list)  # the slowest rank's time per source line: line, text, us
     spread: dict[str, float] = field(default_factory=dict)  # min, max, stdev over iterations (`iteration_spread`)
     in_place: bool | None = None  # the variant's form (`plan.in_place`)
+    rank_faults: list[float | None] = field(default_factory=list)  # every rank's minor page faults per iteration
 
 
 @dataclass
@@ -78,6 +79,7 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 _by_line(plan, case, slowest, per_rank[slowest]["op_ns"]),
                 iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
                 v.in_place,
+                [_per_iteration(per_rank[r]) for r in range(plan.world)],
             )
         )
     return out
@@ -115,6 +117,12 @@ def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
             )
         )
     return out
+
+
+def _per_iteration(reported: dict) -> float | None:
+    """A rank's minor page faults per timed iteration (None where it did not count them)."""
+    faults, iterations = reported.get("page_faults"), len(reported["durations_ns"])
+    return None if faults is None or not iterations else faults / iterations
 
 
 def _mean(values: list[int]) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -127,6 +128,7 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
                     {
                         "case": c.number,
                         "durations_ns": c.durations,
+                        "page_faults": c.faults,
                         "op_ns": c.spent,
                         "wrong": c.wrong if plan.check else None,
                     }
@@ -155,8 +157,10 @@ def _iterate(c: _Live, check: bool, timed: bool, slot: progress.Slot, barrier) -
         slot.state(progress.INIT)
         barrier()
     slot.s[progress.STATE] = progress.RUNNING
+    faults = _minor_faults()
     run_steps(c.steps, slot, c.times, c.base)
     if timed and c.steps:
+        c.faults += _minor_faults() - faults
         c.durations.append(c.times[-1][1] - c.times[0][0])
         for i, (t0, t1) in enumerate(c.times):
             c.spent[i] += t1 - t0
@@ -178,7 +182,14 @@ class _Live:
     expected: dict | None  # the simulator's tensors (--check)
     initial: dict | None  # the tensors to restore before each iteration (--check)
     durations: list[int] = field(default_factory=list)
+    faults: int = 0  # minor page faults of the whole process over the timed iterations
     wrong: int = 0
+
+
+def _minor_faults() -> int:
+    """The process's minor page faults so far, every thread's (Gloo's too): a timed iteration that faults pages
+    in paid for memory malloc handed back to the kernel and mapped again (docs/predict.md, "Fresh pages")."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _expected(plan: Plan, case: int, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
