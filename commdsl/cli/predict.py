@@ -298,6 +298,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     path = pred.paths.get(pred.timing.path_size)
     size = pred.rows[pred.timing.path_size].size
     if measured is not None:
+        lines += _unexpected_pages(pred, measured)
         lines += _by_line(pred, size, measured.get(size))
     if path is None:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
@@ -330,6 +331,44 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
                 f"#   {link['link']:<28} {link['utilisation'] * 100:>6.1f} %  {link['bytes'] / 2**20:>10.2f} MiB"
             )
     return lines
+
+
+UNEXPECTED_PAGES = 0.1
+"""A measured row is named when the pages its ranks faulted in beyond the model's fresh pages would take at
+least this share of its time at the topology's `page_fault_gbps`."""
+
+
+def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
+    """The measured rows whose ranks faulted in pages the model does not count (the bench's `rank_page_faults`
+    against `Timing.fresh_bytes`): glibc trimmed its heap between calls, which depends on the process's history
+    and not on the program (docs/predict.md, "The heap's trims, measured"). Such a row's error is that."""
+    from commdsl.bench.sizes import format_size
+    from commdsl.predict.cost import PAGE
+
+    fresh, rate = pred.timing.fresh_bytes, pred.topology.page_bps
+    if fresh is None or rate is None:
+        return []
+    out = []
+    for i, row in enumerate(pred.rows):
+        got = measured.get(row.size) or {}
+        faults = got.get("rank_page_faults") or []
+        extra = [(f * PAGE - fresh[r, i], r) for r, f in enumerate(faults[: fresh.shape[0]]) if f is not None]
+        if not extra or not got.get("time_us"):
+            continue
+        surplus, rank = max(extra)
+        if surplus / rate * 1e6 >= UNEXPECTED_PAGES * got["time_us"]:
+            out.append(
+                f"#   {format_size(row.size)}: rank {rank} faulted in {faults[rank]:.0f} pages an iteration, "
+                f"{surplus / 2**20:.1f} MiB more than predicted: about {surplus / rate * 1e6:.0f} us at "
+                f"{rate / 1e9:.3g} GB/s"
+            )
+    if out:
+        out.insert(
+            0,
+            "# measured rows that faulted in pages the model does not count (malloc gave its heap back between "
+            'calls; docs/predict.md, "The heap\'s trims, measured"):',
+        )
+    return out
 
 
 def _by_line(pred, size: int, got: dict | None) -> list[str]:

@@ -33,7 +33,7 @@ from commdsl.bench.results import Row, Summary
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand, resolve_params
-from commdsl.predict.cost import Bytes, Timing, predict
+from commdsl.predict.cost import PAGE, Bytes, Timing, predict
 from commdsl.predict.topology import Topology
 from commdsl.resolve import Program
 from commdsl.source import statement_text
@@ -242,6 +242,7 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
         last.outcome,
         last.profiles,
         last.last_rank,
+        None if last.fresh_bytes is None else np.concatenate([t.fresh_bytes for t in runs], axis=1),
     )
     notes.append(f"the statements differ from one size to another: one engine run per size ({len(runs)})")
     return _prediction(v, world, topo, fitted, timing, dict(enumerate(runs)), notes)
@@ -280,6 +281,9 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
                 None,
                 [float(x) * 1e6 for x in timing.rank_seconds[:, k]] if world <= 64 else [],
                 lines,
+                rank_faults=[]
+                if timing.fresh_bytes is None or world > 64
+                else [float(x) / PAGE for x in timing.fresh_bytes[:, k]],
             )
         )
     summary = Summary(

@@ -37,6 +37,7 @@ begins it to when it begins its next one, as the bench times each op from its ca
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +147,10 @@ def op_bytes(rec, schedule: Schedule):
     return 0
 
 
+PAGE = mmap.PAGESIZE
+"""Bytes of a page here: the fresh bytes as the page faults `commdsl bench` counts (`rank_page_faults`)."""
+
+
 def mapped(nbytes, threshold: int):
     """Does glibc's malloc map a torch CPU tensor of `nbytes` anew (and unmap it when freed)? c10's `alloc_cpu`
     calls posix_memalign(64, n); glibc's `_int_memalign` asks `_int_malloc` for the padded size plus 64 + MINSIZE
@@ -182,6 +187,7 @@ class Timing:
     profiles: dict[int, list[dict]] | None = None  # per rank, its time per source line at the path size
     # (`rank_profile`): every rank's up to PROFILED_RANKS ranks, else the last rank's only
     last_rank: int = 0  # the rank that finishes last at the path size: a row's `lines` are its profile
+    fresh_bytes: np.ndarray | None = None  # world × sizes: the fresh pages each rank faults in (None: not counted)
 
     @property
     def profile(self) -> list[dict] | None:
@@ -274,6 +280,7 @@ class Clocks(Observer):
         # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
         # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
+        self.fresh = np.zeros((W, sizes)) if self.page_bps is not None else None  # bytes of them, per rank
         # an isend whose receive is already posted writes the start of its message from the caller's thread
         # (`held_by_isend`); the engine then matches it before its rank goes on
         self.send_buffer = topo.send_buffer if topo.backend == "gloo" else None
@@ -471,7 +478,7 @@ class Clocks(Observer):
             took = moved / self.memory_bps
             t += self.whole(took, t.shape) if took.ndim == 1 else took
         if temps:
-            t += self.fresh_pages(temps)  # a rank's own core's work: not shared
+            t += self.fresh_pages(temps, ranks=ix)  # a rank's own core's work: not shared
         if ways is not None:  # ... and its ways are busy until it ends
             np.maximum.at(self.free, ways.ravel(), np.tile(t, (ways.shape[0], 1)))
         if not isinstance(ix, slice):
@@ -932,9 +939,10 @@ class Clocks(Observer):
             # and its sums, every member at once
             dur = dur + np.asarray(rec.kind.gloo_reduce_bytes(p, b), dtype=np.float64) / self.copy_bps
             # and the temporaries it copies through, faulted in by every member at once
-            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share)
+            ranks = calls.rank[s : s + c]
+            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share, ranks)
             if rec.block is not None and rec.kind.name == "all_reduce":
-                dur = dur + self.flattened(gid, rec.block, b)
+                dur = dur + self.flattened(gid, rec.block, b, ranks)
         ranks = calls.rank[s : s + c]
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
         _, _, e, _, _ = self.links(ranks, nxt)
@@ -965,28 +973,31 @@ class Clocks(Observer):
             seconds = np.maximum(seconds, on_node.max(axis=0) / bus)
         return ALL_TO_ALL.latency_hops(c, self.topo.backend) * alpha + seconds, sent
 
-    def flattened(self, gid: int, block: Coalesced, b: np.ndarray) -> np.ndarray:
+    def flattened(self, gid: int, block: Coalesced, b: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """Seconds Gloo's `allreduce_coalesced` adds for a block's member of `b` bytes: it copies the block's
         tensors into one new tensor and back after (`flattenDenseTensors`, then `copy_` per tensor), and that
         tensor's fresh pages when the block's bytes together are mapped (charged at its last member)."""
         total = b if block.index == 0 else self.flat_bytes[gid] + b
         self.flat_bytes[gid] = total
         seconds = 4 * b / self.copy_bps
-        return seconds + self.fresh_pages([total]) if block.last else seconds
+        return seconds + self.fresh_pages([total], ranks=ranks) if block.last else seconds
 
-    def fresh_pages(self, temporaries, at_once: int = 1) -> np.ndarray | float:
+    def fresh_pages(self, temporaries, at_once: int = 1, ranks=None) -> np.ndarray | float:
         """Seconds a rank spends on the fresh pages of temporaries of these bytes (each a number or an array
         like the op's bytes): those malloc maps (`mapped`) are new pages on every call, each faulted in and
         zeroed by the kernel and unmapped on free, at `page_fault_gbps`; smaller ones reuse the heap's pages.
         That is its own core's work: `at_once` ranks of one node faulting at the same time (a collective's
         members there) share its `cores_per_node` when they outnumber them. Plain torch on the 2-core
         machine, every rank's fresh 64 MiB filled and copied out at once: 29-31 ms a call at 2 ranks,
-        49-60 ms at 4 (`benchmarks/gloo_queue_facts.py pages`). 0 when the topology does not give the rate."""
+        49-60 ms at 4 (`benchmarks/gloo_queue_facts.py pages`). 0 when the topology does not give the rate.
+        The bytes are counted for `ranks` (each row of `T`'s index, as `_ix` gives it): `Timing.fresh_bytes`."""
         if self.page_bps is None:
             return 0.0
         total: np.ndarray | float = 0.0
         for b in temporaries:
             total = total + np.where(mapped(b, self.topo.mmap_threshold), b, 0.0)
+        if ranks is not None and self.fresh is not None:
+            self.fresh[ranks] += total
         cores = self.topo.cores_per_node
         crowded = at_once / cores if cores is not None and at_once > cores else 1.0
         return total * crowded / self.page_bps
@@ -1272,6 +1283,7 @@ def predict(
         outcome,
         None if not clocks.track else {r: clocks.rank_profile(r) or [] for r in profiled},
         last_rank,
+        clocks.fresh,
     )
 
 
