@@ -333,34 +333,24 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     return lines
 
 
-UNEXPECTED_PAGES = 0.1
-"""A measured row is named when the pages its ranks faulted in beyond the model's fresh pages would take at
-least this share of its time at the topology's `page_fault_gbps`."""
-
-
 def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
-    """The measured rows whose ranks faulted in pages the model does not count (the bench's `rank_page_faults`
-    against `Timing.fresh_bytes`): glibc trimmed its heap between calls, which depends on the process's history
-    and not on the program (docs/predict.md, "The heap's trims, measured"). Such a row's error is that."""
+    """The measured rows whose ranks faulted in pages the model does not count (`unexpected_pages`): glibc
+    trimmed its heap between calls, which depends on the process's history and not on the program
+    (docs/predict.md, "The heap's trims, measured"). Such a row's error is that."""
     from commdsl.bench.sizes import format_size
-    from commdsl.predict.cost import PAGE
+    from commdsl.predict import unexpected_pages
 
-    fresh, rate = pred.timing.fresh_bytes, pred.topology.page_bps
-    if fresh is None or rate is None:
-        return []
+    rate = pred.topology.page_bps
     out = []
-    for i, row in enumerate(pred.rows):
+    for row in pred.rows:
         got = measured.get(row.size) or {}
-        faults = got.get("rank_page_faults") or []
-        extra = [(f * PAGE - fresh[r, i], r) for r, f in enumerate(faults[: fresh.shape[0]]) if f is not None]
-        if not extra or not got.get("time_us"):
-            continue
-        surplus, rank = max(extra)
-        if surplus / rate * 1e6 >= UNEXPECTED_PAGES * got["time_us"]:
+        found = unexpected_pages(got, row.rank_faults, rate)
+        if found is not None and rate is not None:
+            surplus, rank = found
             out.append(
-                f"#   {format_size(row.size)}: rank {rank} faulted in {faults[rank]:.0f} pages an iteration, "
-                f"{surplus / 2**20:.1f} MiB more than predicted: about {surplus / rate * 1e6:.0f} us at "
-                f"{rate / 1e9:.3g} GB/s"
+                f"#   {format_size(row.size)}: rank {rank} faulted in {got['rank_page_faults'][rank]:.0f} pages an "
+                f"iteration, {surplus / 2**20:.1f} MiB more than predicted: about {surplus / rate * 1e6:,.0f} us "
+                f"at {rate / 1e9:.3g} GB/s"
             )
     if out:
         out.insert(

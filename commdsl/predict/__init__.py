@@ -299,6 +299,29 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
     return Prediction(v, world, topo, rows, summary, timing, [f[1] for f in fitted], notes, paths)
 
 
+UNEXPECTED_PAGES = 0.1
+"""A measured row's extra pages are named when they would take at least this share of its time at the
+topology's `page_fault_gbps`..."""
+
+STRAY_PAGE_BYTES = 256 << 10
+"""... and are at least this many bytes: the interpreter and Gloo fault in a few dozen pages an iteration of
+their own (the 2-core machine)."""
+
+
+def unexpected_pages(measured: dict, predicted: list[float], page_bps: float | None) -> tuple[float, int] | None:
+    """(bytes, rank): the most a rank of a measured bench row faulted in beyond the pages the model charges it
+    (its `rank_page_faults` against the predicted row's), where they cost a row's time (`UNEXPECTED_PAGES`,
+    `STRAY_PAGE_BYTES`); None where they do not, or where either side did not count pages."""
+    got = measured.get("rank_page_faults") or []
+    if page_bps is None or not got or len(got) != len(predicted) or not measured.get("time_us"):
+        return None
+    rank = max(range(len(got)), key=lambda r: (got[r] or 0.0) - predicted[r])
+    surplus = ((got[rank] or 0.0) - predicted[rank]) * PAGE
+    if surplus >= STRAY_PAGE_BYTES and surplus / page_bps * 1e6 >= UNEXPECTED_PAGES * measured["time_us"]:
+        return surplus, rank
+    return None
+
+
 def link_table(timing: Timing, top: int = 8) -> list[dict]:
     """The busiest links at the path size: name, bytes, busy µs, utilisation (busy time / predicted time)."""
     total = float(timing.seconds[timing.path_size])
