@@ -10,8 +10,7 @@ one markdown table (size, measured and predicted time, error), a summary per pro
 least 1 MiB are within ±25 % (and how many of them faulted in pages the model does not count, as `predict
 --measured` names them: docs/predict.md, "The heap's trims, measured"). The programs: the seven judged since
 the first campaigns (`CASES`) and every other shipped program the bench sweeps at N = 2 and 4 (`MORE_CASES`,
-since 2026-11-28). Every command it runs is
-printed to stderr first.
+since 2026-11-28). Every command it runs is printed to stderr first.
 
     python benchmarks/predict_accuracy.py --topology benchmarks/figures/predict-host.toml \
         --table benchmarks/figures/predict-run1.md

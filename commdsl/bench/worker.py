@@ -187,8 +187,8 @@ class _Live:
 
 
 def _minor_faults() -> int:
-    """The process's minor page faults so far, every thread's (Gloo's too): a timed iteration that faults pages
-    in paid for memory malloc handed back to the kernel and mapped again (docs/predict.md, "Fresh pages")."""
+    """The process's minor page faults so far, every thread's (Gloo's too): an iteration that faults pages in
+    pays for memory malloc handed back to the kernel and maps again (docs/predict.md, "The heap's trims")."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 

@@ -345,13 +345,14 @@ def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
     for row in pred.rows:
         got = measured.get(row.size) or {}
         found = unexpected_pages(got, row.rank_faults, rate)
-        if found is not None and rate is not None:
-            surplus, rank = found
-            out.append(
-                f"#   {format_size(row.size)}: rank {rank} faulted in {got['rank_page_faults'][rank]:.0f} pages an "
-                f"iteration, {surplus / 2**20:.1f} MiB more than predicted: about {surplus / rate * 1e6:,.0f} us "
-                f"at {rate / 1e9:.3g} GB/s"
-            )
+        if found is None or rate is None:  # without a rate nothing is found
+            continue
+        surplus, rank = found
+        out.append(
+            f"#   {format_size(row.size)}: rank {rank} faulted in {got['rank_page_faults'][rank]:.0f} pages an "
+            f"iteration, {surplus / 2**20:.1f} MiB more than predicted: about {surplus / rate * 1e6:,.0f} us "
+            f"at {rate / 1e9:.3g} GB/s"
+        )
     if out:
         out.insert(
             0,

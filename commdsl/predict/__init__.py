@@ -300,12 +300,12 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
 
 
 UNEXPECTED_PAGES = 0.1
-"""A measured row's extra pages are named when they would take at least this share of its time at the
-topology's `page_fault_gbps`..."""
+"""The share of a measured row's time from which the pages its ranks faulted in beyond the model's, at the
+topology's `page_fault_gbps`, are named (`unexpected_pages`)."""
 
 STRAY_PAGE_BYTES = 256 << 10
-"""... and are at least this many bytes: the interpreter and Gloo fault in a few dozen pages an iteration of
-their own (the 2-core machine)."""
+"""Fewer extra bytes than this are never named: the interpreter and Gloo fault in a few dozen pages an
+iteration of their own (the 2-core machine)."""
 
 
 def unexpected_pages(measured: dict, predicted: list[float], page_bps: float | None) -> tuple[float, int] | None:

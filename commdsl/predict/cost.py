@@ -829,7 +829,9 @@ class Clocks(Observer):
         t, node = self.call_time(calls)
         first = np.repeat(np.arange(starts.size), counts)
         share = self.bus_share(calls, starts, first)
-        dur = np.stack([self.duration(calls, int(s), int(c), int(k)) for s, c, k in zip(starts, counts, share)])
+        dur = np.stack(
+            [self.duration(calls, int(s), int(c), int(k), completes=True) for s, c, k in zip(starts, counts, share)]
+        )
         if self.gloo_threads:
             self.on_threads(calls, starts, counts, t, node, dur)
         start = np.maximum.reduceat(t, starts, axis=0)
@@ -908,9 +910,10 @@ class Clocks(Observer):
         np.maximum.at(share, pairs[:, 0], per_node[pairs[:, 1]])
         return share
 
-    def duration(self, calls: Calls, s: int, c: int, share: int = 1) -> np.ndarray:
+    def duration(self, calls: Calls, s: int, c: int, share: int = 1, completes: bool = False) -> np.ndarray:
         """Seconds of one collective instance (calls[s : s + c]) at every size; `share`: how many instances
-        share its bus (`bus_share`)."""
+        share its bus (`bus_share`). Its members' fresh pages are counted (`Timing.fresh_bytes`) where it
+        `completes`, once, and not again for the members a rooted collective lets go early (`released`)."""
         rid = int(calls.rec[s])
         rec = self.s.records[rid]
         assert isinstance(rec, CollectiveRec)
@@ -932,6 +935,8 @@ class Clocks(Observer):
             load = sent[:, self.k]
         else:
             dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=backend), dtype=np.float64)
+        ranks = calls.rank[s : s + c]
+        counted = ranks if completes else None
         if backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
             # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
             copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
@@ -939,11 +944,9 @@ class Clocks(Observer):
             # and its sums, every member at once
             dur = dur + np.asarray(rec.kind.gloo_reduce_bytes(p, b), dtype=np.float64) / self.copy_bps
             # and the temporaries it copies through, faulted in by every member at once
-            ranks = calls.rank[s : s + c]
-            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share, ranks)
+            dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share, counted)
             if rec.block is not None and rec.kind.name == "all_reduce":
-                dur = dur + self.flattened(gid, rec.block, b, ranks)
-        ranks = calls.rank[s : s + c]
+                dur = dur + self.flattened(gid, rec.block, b, counted)
         nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
         _, _, e, _, _ = self.links(ranks, nxt)
         np.add.at(self.port_bytes, e, load)
@@ -973,7 +976,7 @@ class Clocks(Observer):
             seconds = np.maximum(seconds, on_node.max(axis=0) / bus)
         return ALL_TO_ALL.latency_hops(c, self.topo.backend) * alpha + seconds, sent
 
-    def flattened(self, gid: int, block: Coalesced, b: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    def flattened(self, gid: int, block: Coalesced, b: np.ndarray, ranks: np.ndarray | None) -> np.ndarray:
         """Seconds Gloo's `allreduce_coalesced` adds for a block's member of `b` bytes: it copies the block's
         tensors into one new tensor and back after (`flattenDenseTensors`, then `copy_` per tensor), and that
         tensor's fresh pages when the block's bytes together are mapped (charged at its last member)."""
@@ -990,7 +993,8 @@ class Clocks(Observer):
         members there) share its `cores_per_node` when they outnumber them. Plain torch on the 2-core
         machine, every rank's fresh 64 MiB filled and copied out at once: 29-31 ms a call at 2 ranks,
         49-60 ms at 4 (`benchmarks/gloo_queue_facts.py pages`). 0 when the topology does not give the rate.
-        The bytes are counted for `ranks` (each row of `T`'s index, as `_ix` gives it): `Timing.fresh_bytes`."""
+        The bytes are counted for `ranks` (rows of `T`, as `_ix` gives them; None: not counted), in
+        `Timing.fresh_bytes`."""
         if self.page_bps is None:
             return 0.0
         total: np.ndarray | float = 0.0
