@@ -1,4 +1,4 @@
-"""Fresh pages (docs/predict.md, "Fresh pages, measured"): what a torch CPU temporary costs when malloc maps
+"""Fresh pages (docs/predict-accuracy.md, "Fresh pages, measured"): what a torch CPU temporary costs when malloc maps
 it anew, against the same work into a kept tensor, per size, with glibc's default malloc and with malloc told
 to keep its memory in the heap.
 

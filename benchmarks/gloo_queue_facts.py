@@ -12,28 +12,29 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
-and which of the big ones had ended by then. With two worker threads per group it waits for the first big
-one once two are in flight. `coalesced`: the median of 15 calls of `all_reduce` on 8 and 16 MiB (and 3
-elements) in a `_coalescing_manager` block, the same three blocking one by one, and one `all_reduce` of
-their 24 MiB. `barrier`: whether an async 256 MiB `all_reduce` has ended when a barrier returns, with the
-barrier on the all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). `isend`: the
-median time (9 calls) an `isend` call takes to return when its receive was posted 10 ms before it and
-when it is posted 10 ms after, the first's time to its `wait()`, and an `irecv` call's time when its send
-was issued 10 ms before it (docs/predict.md, "An isend writes from its caller"). `overlap`: the median (15
-calls) of each rank's isend and irecv of n bytes to and from the other, of its compute on n bytes (`acc +=
-q * kv` in float64, ring attention's step), and of both at once, the compute issued between the messages'
-posts and their waits (docs/predict.md, "A rank's local ops and its messages"). `crowded` (four ranks):
-the median and mean of 100 calls at 4 and 64 KiB of a lone ping-pong's one way between ranks 0 and 1 while
-ranks 2 and 3 wait, and of a ring's step where every rank isends to the next and irecvs from the last at once
-(docs/predict.md, "A crowded host"). `pages` (N ranks, default 4): the mean of 10 calls at 16 and 64 MiB of
+and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
+once two are in flight. `coalesced`: the median of 15 calls of `all_reduce` on 8 and 16 MiB (and 3 elements)
+in a `_coalescing_manager` block, the same three blocking one by one, and one `all_reduce` of their 24 MiB.
+`barrier`: whether an async 256 MiB `all_reduce` has ended when a barrier returns, with the barrier on the
+all_reduce's group and on another (rank 1 reaches the barrier 50 ms late). `isend`: the median time (9 calls)
+an `isend` call takes to return when its receive was posted 10 ms before it and when it is posted 10 ms after,
+the first's time to its `wait()`, and an `irecv` call's time when its send was issued 10 ms before it
+(docs/predict.md, "An isend to a posted receive writes from its caller"). `overlap`: the median (15 calls) of
+each rank's isend and irecv of n bytes to and from the other, of its compute on n bytes (`acc += q * kv` in
+float64, ring attention's step), and of both at once, the compute issued between the messages' posts and their
+waits (docs/predict.md, "A rank's local ops and its messages"). `crowded` (four ranks): the median and mean of
+100 calls at 4 and 64 KiB of a lone ping-pong's one way between ranks 0 and 1 while ranks 2 and 3 wait, and of
+a ring's step where every rank isends to the next and irecvs from the last at once (docs/predict-accuracy.md,
+"A crowded host"). `pages` (N ranks, default 4): the mean of 10 calls at 16 and 64 MiB of
 `all_gather_into_tensor`, of what torch does around Gloo's ring on every rank at once (a fresh tensor of the
-output's size filled, then copied into the output), and of the ring's messages alone (p - 1 steps of isend
-to the next and irecv from the last of a member's block) (docs/predict.md, "Another machine": a collective's
-fresh pages on a crowded host). `kinds` (N ranks, default 2): the median and mean of 100 calls at 4 and
-64 KiB of each built-in collective the model prices by its own latency rule — all_reduce and reduce_scatter
-(2(p - 1) ring steps), all_gather (p - 1), all_to_all (one wait), broadcast (a binomial tree of messages) —
-beside a lone ping-pong's one way (docs/predict.md, "A sixth campaign, and three more trials not kept").
-Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op thread each (as `commdsl bench`).
+output's size filled, then copied into the output), and of the ring's messages alone (p - 1 steps of isend to
+the next and irecv from the last of a member's block) (docs/predict-accuracy.md, "Another machine": a
+collective's fresh pages on a crowded host). `kinds` (N ranks, default 2): the median and mean of 100 calls at
+4 and 64 KiB of each built-in collective the model prices by its own latency rule — all_reduce and
+reduce_scatter (2(p - 1) ring steps), all_gather (p - 1), all_to_all (one wait), broadcast (a binomial tree of
+messages) — beside a lone ping-pong's one way (docs/predict-accuracy.md, "A sixth campaign, and three more
+trials not kept"). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op thread each (as
+`commdsl bench`).
 """
 
 import os

@@ -8,17 +8,17 @@ program and world size measures it (`commdsl bench ... --json DIR/<name>-<N>-ben
 the calibrated topology (`commdsl predict ... --measured ... --json DIR/<name>-<N>-predict.json`), and prints
 one markdown table (size, measured and predicted time, error), a summary per program and how many rows of at
 least 1 MiB are within ±25 % (and how many of them faulted in pages the model does not count, as `predict
---measured` names them: docs/predict.md, "The heap's trims, measured"). The programs: the seven judged since
+--measured` names them: docs/predict-accuracy.md, "The heap's trims, measured"). The programs: the seven judged since
 the first campaigns (`CASES`) and every other shipped program the bench sweeps at N = 2 and 4 (`MORE_CASES`,
 since 2026-11-28). Every command it runs is printed to stderr first.
 
     python benchmarks/predict_accuracy.py --topology benchmarks/figures/predict-host.toml \
         --table benchmarks/figures/predict-run1.md
 
-predicts again the measured column of a table this script printed (the campaigns of docs/predict.md are kept
+predicts again the measured column of a table this script printed (the campaigns of docs/predict-accuracy.md are kept
 in benchmarks/figures/predict-*.md), measuring nothing: how a change to the model moves every row, on the same
 measurements. Given several tables, each row's measured time is the median of theirs: on a host whose
-campaigns minutes apart differ row by row (docs/predict.md: the quiet 2-core campaigns), a model is judged
+campaigns minutes apart differ row by row (docs/predict-accuracy.md: the quiet 2-core campaigns), a model is judged
 against what the host does typically rather than against one campaign's moment.
 
     python benchmarks/predict_accuracy.py --topology localhost-gloo \
@@ -28,7 +28,7 @@ against what the host does typically rather than against one campaign's moment.
         --table benchmarks/figures/predict-all-run14.md
 
 judges a campaign as if calibrated with today's fit: its calibration's β fitted again from the one-way
-times in the file's comments (`calibrate.fit`; docs/predict.md, "β from the sizes its bytes decide").
+times in the file's comments (`calibrate.fit`; docs/predict-accuracy.md, "β from the sizes its bytes decide").
 
 Given several tables it also judges the host against itself (`_agreement`): for each campaign, how many of
 its rows the model predicts within ±25 %, how many the median of the other campaigns does, and how many each

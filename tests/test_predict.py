@@ -1301,7 +1301,7 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
 def test_several_calibration_runs_keep_each_numbers_median():
     """`--calibrate --runs K` measures everything K times and writes each number's median: one run of the
     2-core machine is not the next (three back to back fitted β 3.15-4.17 GB/s, a crowded message 807-1,395
-    µs), and their median predicted a campaign better than two of the three did alone (docs/predict.md)."""
+    µs), and their median predicted a campaign better than two of the three did alone (docs/predict-accuracy.md)."""
     from commdsl.predict import calibrate
 
     def run(alpha, beta, at_64k, pages, step, adds_together, hidden):
@@ -1663,7 +1663,7 @@ def test_a_shared_hosts_memory_runs_as_many_ops_at_once_as_it_has_room_for(node_
     memory with room for `capacity` adds at full speed queues the second only past that (one add's room: one
     after the other, as a port; 1.5: each at 3/4 of full speed; 2 or more: both at full speed). The 16-core
     host's pipeline at N = 2 was predicted 57 % slow when its memory (3.4 adds at once) queued every stage's
-    add behind the other stage's (docs/predict.md)."""
+    add behind the other stage's (docs/predict-accuracy.md)."""
     n = 1 << 20
     extra = "" if node_gbps is None else f"node_memory_gbps = {node_gbps}\n"
     shared = parse(SourceFile("t.toml", f"ranks_per_node = 2\nshared_node = true\nmemory_gbps = 1\n{extra}[intra]\n"

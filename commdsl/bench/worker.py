@@ -188,7 +188,8 @@ class _Live:
 
 def _minor_faults() -> int:
     """The process's minor page faults so far, every thread's (Gloo's too): an iteration that faults pages in
-    pays for memory malloc handed back to the kernel and maps again (docs/predict.md, "The heap's trims")."""
+    pays for memory malloc handed back to the kernel and maps again (docs/predict-accuracy.md, "The heap's
+    trims, measured")."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 

@@ -336,7 +336,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
 def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
     """The measured rows whose ranks faulted in pages the model does not count (`unexpected_pages`): glibc
     trimmed its heap between calls, which depends on the process's history and not on the program
-    (docs/predict.md, "The heap's trims, measured"). Such a row's error is that."""
+    (docs/predict-accuracy.md, "The heap's trims, measured"). Such a row's error is that."""
     from commdsl.bench.sizes import format_size
     from commdsl.predict import unexpected_pages
 
@@ -357,7 +357,7 @@ def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
         out.insert(
             0,
             "# measured rows that faulted in pages the model does not count (malloc gave its heap back between "
-            'calls; docs/predict.md, "The heap\'s trims, measured"):',
+            'calls; docs/predict-accuracy.md, "The heap\'s trims, measured"):',
         )
     return out
 

@@ -41,7 +41,7 @@ class AllReduce(Kind):
         """Gloo's ring (gloo/allreduce.cc, torch's default for CPU tensors) sums, in each of its p - 1
         reduce-scatter steps, the block it received into its own: (p - 1)/p of the buffer reduced a member.
         Left out until 2026-11-29: the built-in all_reduce at 32 and 64 MiB was predicted 9.2 % fast on average
-        over five campaigns of the 2-core machine, +0.4 % with it (docs/predict.md, "Gloo's reductions")."""
+        over five campaigns of the 2-core machine, +0.4 % with it (docs/predict-accuracy.md, "Gloo's reductions")."""
         return 2.0 * (world - 1) / world * np.asarray(size, dtype=np.float64)
 
     def cost(self, world: int, size, alpha: float, beta: float, tree: bool = False, backend: str = "nccl"):

@@ -204,7 +204,7 @@ class AllToAll(Kind):
     one wait (`latency_hops`), for its peers' wake-ups through torch's worker thread as a ring's step waits,
     so a collective step's α (`lockstep`), taken in turns where the members outnumber their node's cores.
     Priced as p - 1 messages' α (2026-11-28 to -29), the built-in all_to_all at N = 4 and 1-4 MiB was over in
-    all five campaigns of the 2-core machine (+21..+154 %) and under at N = 2 (docs/predict.md, "Gloo's
+    all five campaigns of the 2-core machine (+21..+154 %) and under at N = 2 (docs/predict-accuracy.md, "Gloo's
     all-to-all waits once"); as p - 1 ring steps before that, 38-47 % over."""
 
     def busiest_way(self, sent, received, duplex: bool):

@@ -177,7 +177,7 @@ and β): there a message's time is its bytes, where at the small sizes it is α 
 every size, the 2-core machine's α (0.2-0.9 ms from one size to the next) bent the line so that it missed the
 64 MiB ping-pong by -14 to +15 % and put a whole campaign's predictions 11-16 % under or over; refitted at
 ≥ 1 MiB, ≥ 4 MiB, ≥ 16 MiB or here, the seven campaigns of 2026-11-28/29 gained 49, 81, 98 and 92 rows of
-2,142 within ±25 % (docs/predict.md, "β from the sizes its bytes decide")."""
+2,142 within ±25 % (docs/predict-accuracy.md, "β from the sizes its bytes decide")."""
 
 
 def fit(sizes: list[int], seconds: list[float]) -> Fit:
@@ -213,7 +213,7 @@ class Steps:
     collective's algorithm takes, which is not a message's α. On Gloo each of the ring's 2(p - 1) steps sends,
     receives and waits on torch's worker thread and the peers' (gloo/allreduce.cc), and on a host with fewer
     cores than ranks each wait may wait for a core: the 2-core machine's ping-pong gives α 0.2 ms, its
-    all_reduce 0.6-1.1 ms a step at 2 and 4 ranks (docs/predict.md)."""
+    all_reduce 0.6-1.1 ms a step at 2 and 4 ranks (docs/predict-accuracy.md)."""
 
     world: int
     beta: float  # bytes per second: the fitted link's, for the steps' bytes
@@ -234,7 +234,7 @@ class Crowded:
     adds, a ring's step) at small sizes, on a host of `cores` cores, fewer than the ranks; each launch's time:
     a message's latency when every rank of the host exchanges at once, which is not a lone ping-pong's. Each of
     its wake-ups (the caller's, Gloo's loop threads', the receiver's) may wait for a core: on the 2-core
-    machine the ping-pong's α is 0.1-0.2 ms, such a step 0.35-1.2 ms at 4 ranks (docs/predict.md)."""
+    machine the ping-pong's α is 0.1-0.2 ms, such a step 0.35-1.2 ms at 4 ranks (docs/predict-accuracy.md)."""
 
     cores: int
     world: int
@@ -281,7 +281,7 @@ class Turns:
 def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
     """Seconds one way for each measured case: half the mean, over the timed iterations, of the slowest
     rank's round trip. The mean, as the bench reports and `predict` predicts it: on a shared machine some
-    iterations wait for a core, and what a message costs on average includes those waits (docs/predict.md:
+    iterations wait for a core, and what a message costs on average includes those waits (docs/predict-accuracy.md:
     calibrating by the median predicted both measured campaigns worse)."""
     return [t / 2 for t in slowest(plan, results)]
 
@@ -372,7 +372,7 @@ RUNS = 3
 """How many times `bench --calibrate` measures everything by default (`--runs`), each number the median of its
 runs': three back-to-back calibrations of the 2-core machine fitted β 3.15-4.17 GB/s and timed a crowded
 message 807-1,395 µs, and predicted one measured campaign on 186-247 of its 306 rows ≥ 1 MiB within ±25 %
-depending on which one was used; their median predicted it on 239 (docs/predict.md)."""
+depending on which one was used; their median predicted it on 239 (docs/predict-accuracy.md)."""
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,7 @@ class Clocks(Observer):
         self.copy_bps = topo.memory_bps  # torch's copies around a collective, whose members all copy at once
         # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks.
         # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
-        # the 2-core machine each kept the rate of one alone; docs/predict.md, "Fresh pages, measured")
+        # the 2-core machine each kept the rate of one alone; docs/predict-accuracy.md, "Fresh pages, measured")
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         self.fresh = np.zeros((W, sizes)) if self.page_bps is not None else None  # bytes of them, per rank
         # an isend whose receive is already posted writes the start of its message from the caller's thread
@@ -1036,7 +1036,7 @@ class Clocks(Observer):
         (1 when not given, or enough): a Gloo all_to_all's members each wait for every peer's message, which
         comes when the peer gets a core. The 2-core machine's built-in all_to_all at N = 4 took about two
         collective steps at small sizes; at N = 2 it is priced one, where it took about a third of one on
-        2026-11-29 (docs/predict.md, "Gloo's all-to-all waits once" and "A sixth campaign")."""
+        2026-11-29 (docs/predict-accuracy.md, "Gloo's all-to-all waits once" and "A sixth campaign")."""
         cores = self.topo.cores_per_node
         return 1 if cores is None else -(-self.per_node(gid) // cores)
 

@@ -429,5 +429,5 @@ crowded_alpha_us = 1142    # 4 ranks' ring step of messages less its bytes (five
 """,
 }
 """Named topologies for `--topology NAME`: two clusters from their datasheets and NCCL's own latency table,
-and this development machine from the five quiet calibrations recorded in docs/predict.md (benchmarks/figures/
+and this development machine from the five quiet calibrations recorded in docs/predict-accuracy.md (benchmarks/figures/
 predict-quiet-median.toml is their median, measurements included)."""
