@@ -30,6 +30,13 @@ against what the host does typically rather than against one campaign's moment.
 judges a campaign as if calibrated with today's fit: its calibration's β fitted again from the one-way
 times in the file's comments (`calibrate.fit`; docs/predict-accuracy.md, "β from the sizes its bytes decide").
 
+    python benchmarks/predict_accuracy.py --across /tmp/refit-*.md
+
+measures and predicts nothing: it adds up the per-program summaries of tables this script printed, one per
+campaign (each judged on its own calibration, as `--refit` above does), into one table — per program and N,
+the rows of at least 1 MiB within ±25 % over all the campaigns and the median of their median errors — and
+each campaign's count (docs/predict.md, "How close it gets").
+
 Given several tables it also judges the host against itself (`_agreement`): for each campaign, how many of
 its rows the model predicts within ±25 %, how many the median of the other campaigns does, and how many each
 other campaign alone does. No model of a host can be held to more than the host reproduces: a second
@@ -114,7 +121,7 @@ def _topology(a: argparse.Namespace, out: Path) -> str:
     return topo
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/commdsl-predict-accuracy")
     ap.add_argument("--iters", default="10")
@@ -139,11 +146,25 @@ def main() -> int:
         help="fit the topology file's beta again from the ping-pong table in its comments, as `bench --calibrate`"
         " fits today (its bus scaled with it): a calibration written before a change to the fit, judged as if after",
     )
+    ap.add_argument(
+        "--across",
+        nargs="+",
+        metavar="PRINTED",
+        help="add up the per-program summaries of tables this script printed, one per campaign; nothing else",
+    )
     a = ap.parse_args()
     if a.table and not a.topology:
         ap.error("--table needs --topology (the calibration the measurements were made with)")
     if a.refit and not a.topology:
         ap.error("--refit needs --topology (a calibration file with its ping-pong table)")
+    return a
+
+
+def main() -> int:
+    a = _args()
+    if a.across:
+        _across([Path(p) for p in a.across])
+        return 0
     campaigns = [_campaign(Path(t)) for t in a.table] if a.table else []
     table = _median(campaigns) if a.table else None
     out = Path(a.out)
@@ -242,6 +263,45 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
             f"\nOf them, rows whose ranks faulted in pages the model does not count (at least a tenth of the row's"
             f" time at page_fault_gbps: malloc trimmed its heap): {len(trimmed)}, {_within(trimmed)} within ±25 %."
         )
+
+
+def _across(paths: list[Path]) -> None:
+    """The per-program summaries (`_summary`) of several printed tables, one per campaign, added up: per program
+    and N, the rows of at least 1 MiB within ±25 % over all of them and the median of the campaigns' median
+    errors; then each campaign's count of all its rows."""
+    line = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) of (\d+) \| ([+-]\d+) % \|$", re.M)
+    total = re.compile(r"^Rows of at least 1 MiB within ±25 %: (\d+) of (\d+)\.$", re.M)
+    within: dict[tuple[str, str], list[int]] = {}
+    counted: dict[tuple[str, str], list[int]] = {}
+    medians: dict[tuple[str, str], list[int]] = {}
+    each = []
+    for path in paths:
+        text = path.read_text()
+        found = total.search(text)
+        if found is None:
+            sys.exit(f"{path}: not a table this script printed to its end (no 'Rows of at least 1 MiB within' line)")
+        each.append((path.name, int(found[1]), int(found[2])))
+        for name, world, k, n, median in line.findall(text):
+            within.setdefault((name, world), []).append(int(k))
+            counted.setdefault((name, world), []).append(int(n))
+            medians.setdefault((name, world), []).append(int(median))
+    worlds = sorted({world for _, world in within}, key=int)
+    print("| program | " + " | ".join(f"N = {w}" for w in worlds) + " |")
+    print("|---|" + "---:|" * len(worlds))
+    for name in dict.fromkeys(name for name, _ in within):
+        cells = []
+        for world in worlds:
+            key = (name, world)
+            if key not in within:
+                cells.append("—")
+                continue
+            cells.append(f"{sum(within[key])} of {sum(counted[key])}, {statistics.median(medians[key]):+.0f} %")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\n| campaign | rows ≥ 1 MiB within ±25 % |\n|---|---:|")
+    for name, k, n in each:
+        print(f"| {name} | {k} of {n} |")
+    k, n = sum(k for _, k, _ in each), sum(n for _, _, n in each)
+    print(f"| all {len(each)} | {k:,} of {n:,} ({k / n:.0%}) |")
 
 
 def _within(errors: list[float]) -> int:
