@@ -295,7 +295,7 @@ def _across(paths: list[Path]) -> None:
             if key not in within:
                 cells.append("—")
                 continue
-            cells.append(f"{sum(within[key])} of {sum(counted[key])}, {statistics.median(medians[key]):+.0f} %")
+            cells.append(f"{sum(within[key])} of {sum(counted[key])}, {round(statistics.median(medians[key])):+d} %")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\n| campaign | rows ≥ 1 MiB within ±25 % |\n|---|---:|")
     for name, k, n in each:
