@@ -629,6 +629,13 @@ def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(
     named = [line for line in out.splitlines() if re.match(r"#   \d+ MiB: rank", line)]
     assert "the model does not count" in out and len(named) == 1, out
     assert named[0].startswith("#   8 MiB: rank 0 faulted in 8160 pages an iteration, 31.9 MiB more than predicted")
+    # and the prediction with those pages counted, against the measured time (here the prediction itself)
+    found = re.search(r"about ([\d,]+) us at .* GB/s; predicted with them ([\d,]+) us \(\+([\d.]+) %\)$", named[0])
+    assert found, named[0]
+    extra, with_them, error = (float(found[i].replace(",", "")) for i in (1, 2, 3))
+    row = next(r for r in bench["rows"] if r["size_bytes"] == 8 << 20)
+    assert abs(with_them - (row["time_us"] + extra)) <= 1
+    assert abs(error - extra / row["time_us"] * 100) < 0.1
 
 
 @pytest.mark.parametrize("argv, message", [
