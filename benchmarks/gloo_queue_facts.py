@@ -10,6 +10,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py crowded     # a message when 4 ranks on 2 cores all exchange
     timeout 300 python benchmarks/gloo_queue_facts.py pages [N]   # an all_gather's fresh pages at N ranks (4)
     timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
+    timeout 300 python benchmarks/gloo_queue_facts.py between     # all_reduce back to back, or after an add or a wait
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -34,7 +35,10 @@ collective's fresh pages on a crowded host). `kinds` (N ranks, default 2): the m
 reduce_scatter (2(p - 1) ring steps), all_gather (p - 1), all_to_all (one wait), broadcast (a binomial tree of
 messages) — beside a lone ping-pong's one way (docs/predict-accuracy.md, "A sixth campaign, and three more
 trials not kept"). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one intra-op thread each (as
-`commdsl bench`).
+`commdsl bench`). `between` (four ranks): the mean over 20 calls (after 5) of the slowest rank's built-in
+`all_reduce` at 64 KiB, 1, 4 and 16 MiB, called back to back, after an add of the same size, and after 3 ms
+idle: whether a loop of one collective, as `commdsl bench --collective` runs it, pays a ring step's wake-ups
+as a collective between a program's other ops does (docs/predict-accuracy.md, "A tenth campaign").
 """
 
 import os
@@ -289,6 +293,35 @@ def kinds(rank: int) -> None:
                 )
 
 
+def between(rank: int) -> None:
+    for size in (1 << 16, 1 << 20, 1 << 22, 1 << 24):
+        x = torch.ones(size // 4)
+        y = torch.empty_like(x)
+        before = {
+            "back to back": lambda: None,
+            "after an add": lambda x=x, y=y: torch.mul(x, 2, out=y),
+            "after 3 ms idle": lambda: time.sleep(0.003),
+        }
+        ms = {}
+        for name, first in before.items():
+            dist.barrier()
+            times = []
+            for _ in range(25):
+                first()
+                t0 = time.perf_counter()
+                dist.all_reduce(x)
+                times.append(time.perf_counter() - t0)
+                x.fill_(1.0)
+            slowest = torch.tensor([statistics.mean(times[5:])])
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            ms[name] = slowest.item() * 1e3
+        if rank == 0:
+            print(
+                f"{size >> 10:5d} KiB all_reduce at {dist.get_world_size()} ranks on {len(os.sched_getaffinity(0))}"
+                " cores, ms a call (the slowest rank's mean of 20): " + ", ".join(f"{k} {v:.1f}" for k, v in ms.items())
+            )
+
+
 def timed(f, calls: int = 100) -> list[float]:
     """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
     for _ in range(10):
@@ -321,8 +354,9 @@ SCENARIOS = {
     "crowded": crowded,
     "pages": pages,
     "kinds": kinds,
+    "between": between,
 }
-WORLDS = {"crowded": 4, "pages": 4}  # ranks per scenario (default 2; `pages N` or `kinds N` for N)
+WORLDS = {"crowded": 4, "pages": 4, "between": 4}  # ranks per scenario (default 2; `pages N` or `kinds N` for N)
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
