@@ -1780,7 +1780,7 @@ def test_a_collectives_fresh_pages_share_the_cores_when_its_members_outnumber_th
     """Gloo's all_gather maps a flat temporary of the output on every member at once: each faults its pages on
     a core, so where more of a node's ranks do it at once than `cores_per_node`, they share the cores (plain
     torch on two cores, every rank's fresh 64 MiB filled and copied out: 29-31 ms at 2 ranks, 49-60 at 4).
-    Two pair groups at once on one host of 4 ranks fault as 4; a local op keeps one rank's cost."""
+    Two pair groups at once on one host of 4 ranks fault as 4."""
     n = 64 << 20
     base = "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1e6\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
     plain = parse(SourceFile("t.toml", base.format("")))
@@ -1790,7 +1790,26 @@ def test_a_collectives_fresh_pages_share_the_cores_when_its_members_outnumber_th
         got = {c: seconds(program, world, t, n) - seconds(program, world, plain, n) for c, t in cores.items()}
         assert got[4] == pytest.approx(page) and got[2] == pytest.approx(2 * page) and got[1] == pytest.approx(4 * page)
     assert seconds(AG, 2, cores[2], n) - seconds(AG, 2, plain, n) == pytest.approx(page)  # 2 ranks, 2 cores
-    assert seconds(EXPR, 4, cores[1], n) - seconds(EXPR, 4, plain, n) == pytest.approx(2 * n / 2e9)
+
+
+ONE_STAGE = EXPR.replace("y = x * 2 + rank", "on rank == 0:\n    y = x * 2 + rank")
+
+
+def test_a_local_ops_fresh_pages_share_the_cores_with_the_ranks_faulting_at_once():
+    """`y = x * 2 + rank` on 64 MiB maps two 64 MiB temporaries anew on every call. Four ranks running it at
+    once on a host of `cores_per_node` cores fault them in two at a time on two cores, four at a time on four,
+    one at a time on one: the kernel zeroes each page on the faulting process's core. One rank computing alone
+    (a pipeline stage while the others wait) has the cores to itself; without `cores_per_node` each rank
+    keeps one rank's rate, as before the key was read for local ops."""
+    n = 64 << 20
+    base = "ranks_per_node = 4\nshared_node = true\nmemory_gbps = 1e6\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
+    plain = parse(SourceFile("t.toml", base.format("")))
+    one = 2 * n / 2e9  # one rank's two temporaries at 2 GB/s
+    for extra, spmd in (("", one), ("cores_per_node = 4\n", one), ("cores_per_node = 2\n", 2 * one),
+                        ("cores_per_node = 1\n", 4 * one)):
+        paged = parse(SourceFile("t.toml", base.format(PAGES + extra)))
+        assert seconds(EXPR, 4, paged, n) - seconds(EXPR, 4, plain, n) == pytest.approx(spmd), extra
+        assert seconds(ONE_STAGE, 4, paged, n) - seconds(ONE_STAGE, 4, plain, n) == pytest.approx(one), extra
 
 
 def test_a_topology_without_the_page_rate_or_on_nccl_pays_no_fresh_pages():
