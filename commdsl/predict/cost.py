@@ -277,8 +277,8 @@ class Clocks(Observer):
         self.memory_bps = topo.memory_bps  # a local op's; on a shared_node host, the node's memory port's
         self.copy_bps = topo.memory_bps  # torch's copies around a collective, whose members all copy at once
         # fresh pages: torch's CPU tensors (Gloo); NCCL's are on the GPU, whose caching allocator keeps its blocks.
-        # Not shared on a shared_node host: each rank's faults are its own core's work (2 processes at once on
-        # the 2-core machine each kept the rate of one alone; docs/predict-accuracy.md, "Fresh pages, measured")
+        # Each rank's faults are its own core's work (2 processes at once on the 2-core machine each kept the rate
+        # of one alone; docs/predict-accuracy.md, "Fresh pages, measured"), shared only by more ranks than cores
         self.page_bps = topo.page_bps if topo.backend == "gloo" else None
         self.fresh = np.zeros((W, sizes)) if self.page_bps is not None else None  # bytes of them, per rank
         # an isend whose receive is already posted writes the start of its message from the caller's thread
