@@ -516,12 +516,18 @@ class Clocks(Observer):
         ±25 % against 2,429 (docs/predict-accuracy.md, "A local op's fresh pages share the cores"). A
         collective's members, which fault at once by construction, share them in `fresh_pages`."""
         assert self.faults_free is not None and self.topo.cores_per_node is not None
-        node = self.node[G]
-        cores = float(self.topo.cores_per_node)
-        took = _shared(node, faults, self.k, self.faults_free.shape[0], cores)
-        queued = np.maximum(t, self.faults_free[node]) + took / cores
-        np.maximum.at(self.faults_free, node, queued)
-        return np.maximum(t + took, queued)
+        return self.through_node(self.faults_free, self.node[G], t, faults, 1.0, float(self.topo.cores_per_node))
+
+    def through_node(self, free, node, t, work, rate: float, capacity: float) -> np.ndarray:
+        """The clocks `t` of ranks on nodes `node` after each does `work` (rows like `t`) through a resource of
+        its node that one rank uses at `rate` and that carries `capacity` ranks at that rate at once: the ranks
+        doing it now share it fairly (`_shared`), and it also works off what was timed before at its whole
+        rate, `free` holding per node when it will have (updated). The node's memory (`memory_share`) and its
+        cores faulting fresh pages in (`fault_share`)."""
+        eff = _shared(node, work, self.k, free.shape[0], capacity)
+        queued = np.maximum(t, free[node]) + eff / (max(1.0, capacity) * rate)
+        np.maximum.at(free, node, queued)
+        return np.maximum(t + eff / rate, queued)
 
     def memory_share(self, free: np.ndarray, G: np.ndarray, t: np.ndarray, moved: np.ndarray) -> np.ndarray:
         """The clocks `t` of ranks G (each row a rank's, per size) after moving `moved` bytes each through their
@@ -542,10 +548,7 @@ class Clocks(Observer):
             queued = np.maximum(t, free[node[0]]) + moved * (G.size / drain)
             free[node[0]] = queued.max(axis=0)
             return np.maximum(t + eff / self.memory_bps, queued)
-        eff = _shared(node, np.broadcast_to(moved, t.shape), self.k, free.shape[0], capacity)
-        queued = np.maximum(t, free[node]) + eff / drain
-        np.maximum.at(free, node, queued)
-        return np.maximum(t + eff / self.memory_bps, queued)
+        return self.through_node(free, node, t, np.broadcast_to(moved, t.shape), self.memory_bps, capacity)
 
     def posted(self, rows: Posts) -> None:
         self.settle(*self.members(rows.rank))
