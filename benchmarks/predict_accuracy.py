@@ -35,7 +35,9 @@ times in the file's comments (`calibrate.fit`; docs/predict-accuracy.md, "β fro
 measures and predicts nothing: it adds up the per-program summaries of tables this script printed, one per
 campaign (each judged on its own calibration, as `--refit` above does), into one table — per program and N,
 the rows of at least 1 MiB within ±25 % over all the campaigns and the median of their median errors — and
-each campaign's count (docs/predict.md, "How close it gets").
+each campaign's count (docs/predict.md, "How close it gets"). Then the model against the host's typical row
+(`_typical`): each row's median prediction over the campaigns against its median measurement, the rows
+outside ±25 % named; and per size how many rows of all the campaigns came out over and under by more.
 
 Given several tables it also judges the host against itself (`_agreement`): for each campaign, how many of
 its rows the model predicts within ±25 %, how many the median of the other campaigns does, and how many each
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -302,6 +305,44 @@ def _across(paths: list[Path]) -> None:
         print(f"| {name} | {k} of {n} |")
     k, n = sum(k for _, k, _ in each), sum(n for _, _, n in each)
     print(f"| all {len(each)} | {k:,} of {n:,} ({k / n:.0%}) |")
+    if len(paths) > 1:
+        _typical([_rows(path) for path in paths])
+
+
+def _rows(path: Path) -> dict[Row, tuple[float, float]]:
+    """The measured and predicted µs of every row of a table this script printed."""
+    row = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \|", re.M)
+    return {(name, int(w), int(size)): (float(m), float(p)) for name, w, size, m, p in row.findall(path.read_text())}
+
+
+def _typical(campaigns: list[dict[Row, tuple[float, float]]]) -> None:
+    """The model against what the host does typically: for each row of at least 1 MiB that every campaign has,
+    the median of the campaigns' predictions (each on its own calibration) against the median of their
+    measurements, which no single launch's moment decides; the rows outside ±25 % by name. Then, at every
+    size, how many rows of all the campaigns the model predicted more than 25 % over and under: a size where
+    misses lean one way is the model's, one where they split both ways is the host's spread."""
+    rows = [k for k in campaigns[0] if k[2] >= 1 << 20 and all(k in c for c in campaigns)]
+    off = []
+    for key in rows:
+        measured = statistics.median(c[key][0] for c in campaigns)
+        predicted = statistics.median(c[key][1] for c in campaigns)
+        if abs(predicted - measured) > 0.25 * measured:
+            off.append((key, (predicted - measured) / measured * 100))
+    print(
+        f"\nThe median prediction against the median measurement of the {len(campaigns)} campaigns: "
+        f"{len(rows) - len(off)} of {len(rows)} rows of at least 1 MiB within ±25 %."
+    )
+    if off:
+        print("\n| program | N | size | median error |\n|---|---:|---:|---:|")
+        for (name, world, size), err in off:
+            print(f"| {name} | {world} | {size} | {err:+.0f} % |")
+    by_size: dict[int, list[float]] = {}  # a program's rows sized to its param's multiple, at the nearest power of 2
+    for c in campaigns:
+        for (_, _, size), (m, p) in c.items():
+            by_size.setdefault(1 << round(math.log2(size)), []).append((p - m) / m)
+    print("\n| size | rows | over by more than 25 % | under by more than 25 % |\n|---:|---:|---:|---:|")
+    for size, errs in sorted(by_size.items()):
+        print(f"| {size} | {len(errs)} | {sum(e > 0.25 for e in errs)} | {sum(e < -0.25 for e in errs)} |")
 
 
 def _within(errors: list[float]) -> int:
