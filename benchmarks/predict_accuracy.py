@@ -268,6 +268,9 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
         )
 
 
+Row = tuple[str, int, int]  # (program, N, size in bytes)
+
+
 def _across(paths: list[Path]) -> None:
     """The per-program summaries (`_summary`) of several printed tables, one per campaign, added up: per program
     and N, the rows of at least 1 MiB within ±25 % over all of them and the median of the campaigns' median
@@ -349,13 +352,9 @@ def _within(errors: list[float]) -> int:
     return sum(abs(e) <= 25 for e in errors)
 
 
-Row = tuple[str, int, int]  # (program, N, size in bytes)
-
-
 def _campaign(path: Path) -> dict[Row, float]:
     """The measured µs of every row of a table this script printed."""
-    row = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) \| ([\d.]+) \|", re.M)
-    return {(name, int(world), int(size)): float(us) for name, world, size, us in row.findall(path.read_text())}
+    return {key: measured for key, (measured, _) in _rows(path).items()}
 
 
 def _median(campaigns: list[dict[Row, float]]) -> dict[tuple[str, int], dict[int, dict]]:
