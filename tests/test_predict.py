@@ -1812,6 +1812,39 @@ def test_a_local_ops_fresh_pages_share_the_cores_with_the_ranks_faulting_at_once
         assert seconds(ONE_STAGE, 4, paged, n) - seconds(ONE_STAGE, 4, plain, n) == pytest.approx(one), extra
 
 
+ADD_BESIDE_A_MESSAGE = """program s
+world 3
+param n = 1024
+tensor x: float32[n] = rank
+tensor y: float32[n]
+on rank == 0:
+    x += 1
+on rank == 1:
+    send x to 2
+on rank == 2:
+    recv y from 1
+"""
+
+
+def test_a_shared_hosts_cores_carry_one_ranks_add_and_other_ranks_messages():
+    """On a `shared_node` host (Gloo over loopback: the kernel copies a message's bytes on the processes'
+    cores) rank 0's add and a message between ranks 1 and 2 use the same cores: with room for one such work at
+    a time (no `bus_gbps`, no `node_memory_gbps`) the two at once take as long as one after the other; with
+    room for two, less than that but more than the longer; on a host whose ranks do not share a node's cores,
+    the longer alone."""
+    n = 64 << 20
+    base = "ranks_per_node = 4\nshared_node = {}\nmemory_gbps = 2\n{}[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n"
+    shared, roomy, apart = (parse(SourceFile("t.toml", base.format(*f))) for f in
+                            (("true", ""), ("true", "node_memory_gbps = 4\nbus_gbps = 2\n"), ("false", "")))
+    add = seconds(ADD_BESIDE_A_MESSAGE.split("on rank == 1:")[0], 3, shared, n)
+    message = seconds(ADD_BESIDE_A_MESSAGE.replace("on rank == 0:\n    x += 1\n", ""), 3, shared, n)
+    assert message == pytest.approx(n / 1e9, rel=1e-3) and add > message  # 64 MiB at 1 GB/s; the add the longer
+    assert seconds(ADD_BESIDE_A_MESSAGE, 3, shared, n) == pytest.approx(add + message, rel=1e-3)
+    both = seconds(ADD_BESIDE_A_MESSAGE, 3, roomy, n)
+    assert max(add, message) * 1.01 < both < (add + message) * 0.99
+    assert seconds(ADD_BESIDE_A_MESSAGE, 3, apart, n) == pytest.approx(max(add, message), rel=1e-3)
+
+
 def test_a_topology_without_the_page_rate_or_on_nccl_pays_no_fresh_pages():
     """No `page_fault_gbps`: temporaries cost their copies only, as before the key existed; on NCCL the tensors
     are on the GPU, whose caching allocator keeps its blocks."""
