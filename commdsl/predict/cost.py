@@ -475,7 +475,7 @@ class Clocks(Observer):
         if ways is not None:  # the rank's messages go first: its op starts when its ways are free
             self.put_back()
             t = np.maximum(t, self.free[ways].reshape(-1, *t.shape).max(axis=0))
-        ready = t
+        ready = t  # when the op may start: `cores_carry` below reads it before T's rows are written
         if self.memory_free is not None:
             t = self.memory_share(self.memory_free, G, t, moved)  # a new array
         else:
