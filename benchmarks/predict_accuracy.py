@@ -39,6 +39,11 @@ each campaign's count (docs/predict.md, "How close it gets"). Then the model aga
 (`_typical`): each row's median prediction over the campaigns against its median measurement, the rows
 outside ±25 % named; and per size how many rows of all the campaigns came out over and under by more.
 
+    python benchmarks/predict_accuracy.py --across /tmp/refit-1{2,3,4,5,6,7,8}.md --host
+
+also judges each of those campaigns' own predictions against the host (`_agreement`, below): give it the
+campaigns of one day, whose measurements are each other's best guess (on another day the host itself differs).
+
 Given several tables it also judges the host against itself (`_agreement`): for each campaign, how many of
 its rows the model predicts within ±25 %, how many the median of the other campaigns does, and how many each
 other campaign alone does. No model of a host can be held to more than the host reproduces: a second
@@ -155,7 +160,15 @@ def _args() -> argparse.Namespace:
         metavar="PRINTED",
         help="add up the per-program summaries of tables this script printed, one per campaign; nothing else",
     )
+    ap.add_argument(
+        "--host",
+        action="store_true",
+        help="with --across: each campaign's own prediction against the median of the other campaigns' measurements"
+        " (give one day's campaigns)",
+    )
     a = ap.parse_args()
+    if a.host and not a.across:
+        ap.error("--host needs --across (the campaigns to judge the host against itself on)")
     if a.table and not a.topology:
         ap.error("--table needs --topology (the calibration the measurements were made with)")
     if a.refit and not a.topology:
@@ -166,7 +179,7 @@ def _args() -> argparse.Namespace:
 def main() -> int:
     a = _args()
     if a.across:
-        _across([Path(p) for p in a.across])
+        _across([Path(p) for p in a.across], a.host)
         return 0
     campaigns = [_campaign(Path(t)) for t in a.table] if a.table else []
     table = _median(campaigns) if a.table else None
@@ -243,7 +256,7 @@ def main() -> int:
                 )
     _summary(large, trimmed)
     if len(campaigns) > 1:
-        _agreement(a.table, campaigns, predicted)
+        _agreement(a.table, campaigns, [predicted] * len(campaigns))
     return 0
 
 
@@ -271,10 +284,11 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
 Row = tuple[str, int, int]  # (program, N, size in bytes)
 
 
-def _across(paths: list[Path]) -> None:
+def _across(paths: list[Path], host: bool = False) -> None:
     """The per-program summaries (`_summary`) of several printed tables, one per campaign, added up: per program
     and N, the rows of at least 1 MiB within ±25 % over all of them and the median of the campaigns' median
-    errors; then each campaign's count of all its rows."""
+    errors; then each campaign's count of all its rows. With `host`, each campaign's own prediction against
+    the host's (`_agreement`): campaigns of one day, whose measurements are the host's best guess of each other."""
     line = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) of (\d+) \| ([+-]\d+) % \|$", re.M)
     total = re.compile(r"^Rows of at least 1 MiB within ±25 %: (\d+) of (\d+)\.$", re.M)
     within: dict[tuple[str, str], list[int]] = {}
@@ -309,7 +323,11 @@ def _across(paths: list[Path]) -> None:
     k, n = sum(k for _, k, _ in each), sum(n for _, _, n in each)
     print(f"| all {len(each)} | {k:,} of {n:,} ({k / n:.0%}) |")
     if len(paths) > 1:
-        _typical([_rows(path) for path in paths])
+        printed = [_rows(path) for path in paths]
+        _typical(printed)
+        if host:
+            measured = [{k: m for k, (m, _) in c.items()} for c in printed]
+            _agreement([str(p) for p in paths], measured, [{k: p for k, (_, p) in c.items()} for c in printed])
 
 
 def _rows(path: Path) -> dict[Row, tuple[float, float]]:
@@ -369,23 +387,27 @@ def _median(campaigns: list[dict[Row, float]]) -> dict[tuple[str, int], dict[int
     return out
 
 
-def _agreement(paths: list[str], campaigns: list[dict[Row, float]], predicted: dict[Row, float]) -> None:
+def _agreement(paths: list[str], campaigns: list[dict[Row, float]], predicted: list[dict[Row, float]]) -> None:
     """The model and the host as predictors of each campaign, on the rows of at least 1 MiB that every
-    campaign measured and the model predicted: how many within ±25 % of that campaign for the model, for the
+    campaign measured and the model predicted: how many within ±25 % of that campaign for the model (the
+    campaign's own entry of `predicted`: one prediction for all, or each on its own calibration), for the
     median of the other campaigns, and for each other campaign alone."""
-    rows = [k for k in predicted if k[2] >= 1 << 20 and all(k in c for c in campaigns)]
+    rows = [k for k in predicted[0] if k[2] >= 1 << 20 and all(k in c and k in g for c, g in zip(campaigns, predicted))]
 
     def hits(guess: dict[Row, float], truth: dict[Row, float]) -> int:
         return sum(abs(guess[k] - truth[k]) <= 0.25 * truth[k] for k in rows)
 
     print(f"\n| campaign ({len(rows)} rows ≥ 1 MiB) | the model | the others' median | each other one alone |")
     print("|---|---:|---:|---:|")
-    for i, (path, truth) in enumerate(zip(paths, campaigns)):
+    model = host = 0
+    for i, (path, truth, guess) in enumerate(zip(paths, campaigns, predicted)):
         others = [c for j, c in enumerate(campaigns) if j != i]
         median = {k: statistics.median(c[k] for c in others) for k in rows}
         alone = sorted(hits(c, truth) for c in others)
         spread = f"{alone[0]}–{alone[-1]} (median {statistics.median(alone):g})"
-        print(f"| {Path(path).name} | {hits(predicted, truth)} | {hits(median, truth)} | {spread} |")
+        model, host = model + hits(guess, truth), host + hits(median, truth)
+        print(f"| {Path(path).name} | {hits(guess, truth)} | {hits(median, truth)} | {spread} |")
+    print(f"| all {len(paths)} | {model:,} | {host:,} | |")
 
 
 if __name__ == "__main__":
