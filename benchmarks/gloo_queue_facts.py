@@ -11,6 +11,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py pages [N]   # an all_gather's fresh pages at N ranks (4)
     timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
     timeout 300 python benchmarks/gloo_queue_facts.py between     # all_reduce back to back, or after an add or a wait
+    timeout 600 python benchmarks/gloo_queue_facts.py sweep       # 4 ranks' messages and all_reduce, 1-64 MiB
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -39,6 +40,10 @@ trials not kept"). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one 
 `all_reduce` at 64 KiB, 1, 4 and 16 MiB, called back to back, after an add of the same size, and after 3 ms
 idle: whether a loop of one collective, as `commdsl bench --collective` runs it, pays a ring step's wake-ups
 as a collective between a program's other ops does (docs/predict-accuracy.md, "A tenth campaign").
+`sweep` (four ranks): at 1-64 MiB, the median of 12 calls (6 from 24 MiB) of a lone ping-pong's one way
+between ranks 0 and 1, of two pairs' at once (0-1 and 2-3), of a ring step (every rank isends to the next and
+irecvs from the last) and of the built-in `all_reduce`: whether the bytes cost more a MiB once the four
+ranks' buffers outgrow the cache (docs/predict-accuracy.md, "The model against a second campaign of its day").
 """
 
 import os
@@ -322,6 +327,40 @@ def between(rank: int) -> None:
             )
 
 
+def sweep(rank: int) -> None:
+    world = dist.get_world_size()
+    for mib in (1, 2, 4, 8, 12, 16, 24, 32, 64):
+        x, y = torch.ones(mib << 18), torch.empty(mib << 18)
+
+        def pairs(x=x, y=y):
+            partner = rank ^ 1
+            if rank % 2 == 0:
+                dist.send(x, partner)
+                dist.recv(y, partner)
+            else:
+                dist.recv(y, partner)
+                dist.send(x, partner)
+
+        def ring(x=x, y=y):
+            h, r = dist.isend(x, (rank + 1) % world), dist.irecv(y, (rank - 1) % world)
+            h.wait()
+            r.wait()
+
+        calls = 12 if mib <= 16 else 6
+        lone = statistics.median(t / 2 for t in timed(lambda x=x, y=y: ping_pong(rank, x, y), calls))
+        two = statistics.median(t / 2 for t in timed(pairs, calls))
+        step = statistics.median(timed(ring, calls))
+        reduced = statistics.median(timed(lambda x=x: dist.all_reduce(x), calls))
+        if rank == 0:
+            b = mib << 20
+            print(
+                f"{mib:2d} MiB: a lone pair's one way {lone:7.0f} us ({b / lone / 1e3:.2f} GB/s), two pairs at once"
+                f" {two:7.0f} (x{two / lone:.2f}), a ring step {step:7.0f} ({b / step / 1e3:.2f} GB/s), all_reduce"
+                f" {reduced:7.0f} ({reduced / mib / 1e3:.2f} ms a MiB)",
+                flush=True,
+            )
+
+
 def timed(f, calls: int = 100) -> list[float]:
     """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
     for _ in range(10):
@@ -355,8 +394,10 @@ SCENARIOS = {
     "pages": pages,
     "kinds": kinds,
     "between": between,
+    "sweep": sweep,
 }
-WORLDS = {"crowded": 4, "pages": 4, "between": 4}  # ranks per scenario (default 2; `pages N` or `kinds N` for N)
+# ranks per scenario (default 2; `pages N` or `kinds N` for N)
+WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
