@@ -51,6 +51,18 @@ def test_every_preset_parses_and_cites_a_source(name):
     assert t.name == name and t.source and t.intra_beta > 0 and t.inter_beta > 0
 
 
+def test_a_misspelt_preset_names_the_presets_and_the_closest(tmp_path, monkeypatch, capsys):
+    """A bare name that is no file is most likely a preset misspelt: the error lists them and the nearest;
+    a path stays a plain "no such file"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", "--collective", "all_reduce", "--world", "4", "--topology", "dgx-h10"]) == 2
+    err = capsys.readouterr().err
+    assert "not a preset (dgx-h100, dgx-a100, localhost-gloo)" in err and "did you mean `dgx-h100`?" in err
+    assert main(["predict", "--collective", "all_reduce", "--world", "4", "--topology", "gone.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "gone.toml" in err and "preset" not in err
+
+
 def test_a_topology_file_in_full():
     t = topo(extra='name = "x"\nbackend = "nccl"\nnics_per_node = 4',
              inter="[inter]\nalpha_us = 20\nbandwidth_gbps = 0.5\n[[link]]\nsrc = 0\ndst = 1\nalpha_us = 1\nbandwidth_gbps = 9\n")

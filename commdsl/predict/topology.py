@@ -59,6 +59,7 @@ the same form, measured on this machine.
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
@@ -77,6 +78,7 @@ from pydantic import (
 
 from commdsl import tomlfile
 from commdsl.diagnostics import CommdslError
+from commdsl.files import FileError
 from commdsl.resolve import MAX_WORLD
 from commdsl.rules.sizes import InvalidTopology
 from commdsl.source import SourceFile
@@ -353,9 +355,14 @@ def parse(source: SourceFile) -> Topology:
 
 
 def source_of(name_or_path: str) -> SourceFile:
-    """The text of a preset by name, else of the file at the path (FileError when it cannot be read)."""
+    """The text of a preset by name, else of the file at the path (FileError when it cannot be read; for a
+    bare name that is no file, like a misspelt preset, the presets and the one it is closest to)."""
     if name_or_path in PRESETS and not os.path.exists(name_or_path):
         return SourceFile(f"<preset {name_or_path}>", PRESETS[name_or_path])
+    if not os.path.lexists(name_or_path) and os.sep not in name_or_path and "." not in name_or_path:
+        close = difflib.get_close_matches(name_or_path, PRESETS, n=1, cutoff=0.6)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        raise FileError(f"cannot read {name_or_path}: no such file, and not a preset ({', '.join(PRESETS)}){hint}")
     return SourceFile.read(name_or_path)
 
 
