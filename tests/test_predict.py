@@ -618,6 +618,24 @@ def test_measured_rows_give_an_error_column_and_a_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_bench_of_another_world_or_program_is_refused_as_measured(tmp_path, capsys):
+    """Its times would stand beside these rows as if they measured them: world 2's ring against world 4's,
+    or the ring's against the built-in all_reduce's, is a usage error naming both."""
+    pred = tmp_path / "pred.json"
+    main(["predict", RING, "--world", "2", "--topology", "dgx-h100", "--sizes", "64K", "--json", str(pred)])
+    capsys.readouterr()
+    assert json.loads(pred.read_text())["world"] == 2
+    common = ["--topology", "dgx-h100", "--sizes", "64K", "--measured", str(pred)]
+    for argv, says in (
+        ([RING, "--world", "4"], "measured at 2 ranks, and this predicts --world 4"),
+        (["--collective", "all_reduce", "--world", "2"], "measures `ring_allreduce`, and this predicts `all_reduce`"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(["predict", *argv, *common])
+        assert stop.value.code == 2 and says in capsys.readouterr().err
+    assert main(["predict", RING, "--world", "2", *common]) == 0
+
+
 def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(tmp_path, capsys):
     """`x = i + 1` on the root makes two int64 temporaries: at 16 MiB (32 MiB each) malloc maps them on every
     call, which the model counts; below, they come from the heap, and a run whose malloc trimmed it between

@@ -147,10 +147,11 @@ def run(args) -> int:
     topo = _topology(args, out, err)
     if isinstance(topo, int):
         return topo
-    measured = _read_measured(args.measured) if args.measured else None
+    bench = _read_measured(args.measured) if args.measured else None
     variant = _variant(args, out, err)
     if isinstance(variant, int):
         return variant
+    measured = _measured_rows(args, bench, variant.label) if bench is not None else None
     if topo.capacity() is not None and args.world > topo.capacity():
         raise UsageError(
             f"--world {args.world}: the topology ({args.topology}) holds {topo.capacity()} ranks: "
@@ -252,18 +253,35 @@ def _variant(args, out, err):
         return EXIT_FINDINGS
 
 
-def _read_measured(path: str) -> dict[int, dict]:
-    """A bench JSON's rows by size_bytes (its first variant's)."""
+def _read_measured(path: str) -> dict:
+    """A bench JSON, checked to hold rows with sizes."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        rows = data["rows"]
-        first = rows[0]["variant"] if rows else None
-        return {int(r["size_bytes"]): r for r in rows if r["variant"] == first}
+        if not all(isinstance(r, dict) and int(r["size_bytes"]) >= 0 for r in data["rows"]):
+            raise TypeError
+        return data
     except OSError as e:
         raise UsageError(f"--measured {path}: {e.strerror or e}") from None
     except (ValueError, KeyError, TypeError, IndexError):
         raise UsageError(f"--measured {path}: not a `commdsl bench --json` file (no rows with size_bytes)") from None
+
+
+def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
+    """The bench's rows of what is predicted, by size_bytes: a bench of another world or another program
+    would put its times beside these rows as if they measured them, so it is refused (UsageError)."""
+    world = bench.get("world")
+    if isinstance(world, int) and world != args.world:
+        raise UsageError(
+            f"--measured {args.measured}: measured at {world} ranks, and this predicts --world {args.world}"
+        )
+    rows = [r for r in bench["rows"] if r.get("variant") == label]
+    if bench["rows"] and not rows:
+        measured = sorted({str(r.get("variant")) for r in bench["rows"]})
+        raise UsageError(
+            f"--measured {args.measured}: measures {', '.join(f'`{m}`' for m in measured)}, and this predicts `{label}`"
+        )
+    return {int(r["size_bytes"]): r for r in rows}
 
 
 def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
