@@ -634,6 +634,9 @@ def test_a_bench_of_another_world_or_program_is_refused_as_measured(tmp_path, ca
             main(["predict", *argv, *common])
         assert stop.value.code == 2 and says in capsys.readouterr().err
     assert main(["predict", RING, "--world", "2", *common]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert main(["predict", RING, "--world", "2", *common, "--topology", "localhost-gloo"]) == 0  # the last wins
+    assert "was measured on nccl, and the topology prices gloo" in capsys.readouterr().err
 
 
 def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(tmp_path, capsys):

@@ -152,6 +152,11 @@ def run(args) -> int:
     if isinstance(variant, int):
         return variant
     measured = _measured_rows(args, bench, variant.label) if bench is not None else None
+    if bench is not None and bench.get("backend") not in (None, topo.backend):
+        err.print(
+            f"note: {escape(args.measured)} was measured on {escape(str(bench['backend']))}, and the topology"
+            f" prices {topo.backend}: the error column compares the two"
+        )
     if topo.capacity() is not None and args.world > topo.capacity():
         raise UsageError(
             f"--world {args.world}: the topology ({args.topology}) holds {topo.capacity()} ranks: "
