@@ -60,9 +60,15 @@ class Context:
     reqs: dict[int, object] = field(default_factory=dict)
     coalescing: tuple | None = None  # a `coalesced:` block's open `_coalescing_manager` and its works, between steps
     sync: Step | None = None  # NCCL: wait for the GPU, so "returned" means "done" as in the simulator
+    views: dict[View, torch.Tensor] = field(default_factory=dict)  # `view`'s, made once: the buffers never move
 
     def view(self, v: View) -> torch.Tensor:
-        return self.buffers[v.tensor][v.offset : v.offset + v.numel].view(v.shape)
+        """The tensor of view `v`, sharing its buffer's storage; made on first use and kept, so a step that
+        reads views every call (a local op's operands, a data read) pays for indexing once, not per call."""
+        t = self.views.get(v)
+        if t is None:
+            t = self.views[v] = self.buffers[v.tensor][v.offset : v.offset + v.numel].view(v.shape)
+        return t
 
     def host(self, v: View) -> np.ndarray:
         """A NumPy copy of a view, in the simulator's representation (bfloat16 as float32)."""
@@ -293,7 +299,9 @@ def _read(op: Read, index: int, ctx: Context) -> Step:
 
     def step():
         value = evaluate(op.value, ctx.view, op.shape, lib)
-        got = int(torch.broadcast_to(torch.as_tensor(value, device=ctx.device), op.shape).sum())
+        if not (torch.is_tensor(value) and value.shape == op.shape):  # a scalar, or broadcast to the shape
+            value = torch.broadcast_to(torch.as_tensor(value, device=ctx.device), op.shape)
+        got = int(value) if value.numel() == 1 else int(value.sum())
         if got != op.expected:
             assumed = "no value (no simulated run got there)" if op.expected is None else op.expected
             raise DataReadMismatch(
