@@ -39,7 +39,7 @@ each campaign's count (docs/predict.md, "How close it gets"). Then the model aga
 (`_typical`): each row's median prediction over the campaigns against its median measurement, the rows
 outside ±25 % named; and per size how many rows of all the campaigns came out over and under by more.
 
-    python benchmarks/predict_accuracy.py --across /tmp/refit-1{2,3,4,5,6,7,8}.md --host
+    python benchmarks/predict_accuracy.py --across /tmp/refit-{12,13,14,15,16,17,18,19,20}.md --host
 
 also judges each of those campaigns' own predictions against the host (`_agreement`, below): give it the
 campaigns of one day, whose measurements are each other's best guess (on another day the host itself differs).
@@ -399,15 +399,16 @@ def _agreement(paths: list[str], campaigns: list[dict[Row, float]], predicted: l
 
     print(f"\n| campaign ({len(rows)} rows ≥ 1 MiB) | the model | the others' median | each other one alone |")
     print("|---|---:|---:|---:|")
-    model = host = 0
+    model = host = one_more = 0.0
     for i, (path, truth, guess) in enumerate(zip(paths, campaigns, predicted)):
         others = [c for j, c in enumerate(campaigns) if j != i]
         median = {k: statistics.median(c[k] for c in others) for k in rows}
         alone = sorted(hits(c, truth) for c in others)
         spread = f"{alone[0]}–{alone[-1]} (median {statistics.median(alone):g})"
         model, host = model + hits(guess, truth), host + hits(median, truth)
+        one_more += statistics.median(alone)
         print(f"| {Path(path).name} | {hits(guess, truth)} | {hits(median, truth)} | {spread} |")
-    print(f"| all {len(paths)} | {model:,} | {host:,} | |")
+    print(f"| all {len(paths)} | {model:,.0f} | {host:,.0f} | {one_more:,g} (the medians) |")
 
 
 if __name__ == "__main__":
