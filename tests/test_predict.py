@@ -635,6 +635,15 @@ def test_a_bench_of_another_world_or_program_is_refused_as_measured(tmp_path, ca
         assert stop.value.code == 2 and says in capsys.readouterr().err
     assert main(["predict", RING, "--world", "2", *common]) == 0
     assert "note" not in capsys.readouterr().err
+    # a bench that names a form or a dtype after the label (`--dtype all`: `ring_allreduce float64`) matches
+    data = json.loads(pred.read_text())
+    row = data["rows"][0]
+    data["rows"] = [dict(row, variant="ring_allreduce float32", time_us=1.0), dict(row, variant="ring_allreduce float64")]
+    forms = tmp_path / "forms.json"
+    forms.write_text(json.dumps(data))
+    at = ["predict", RING, "--world", "2", "--topology", "dgx-h100", "--sizes", "64K", "--measured", str(forms)]
+    assert main([*at, "--dtype", "float64"]) == 0
+    assert " pred " in (out := capsys.readouterr().out) and "+0.0" in out  # float64's row: the prediction itself
     assert main(["predict", RING, "--world", "2", *common, "--topology", "localhost-gloo"]) == 0  # the last wins
     assert "was measured on nccl, and the topology prices gloo" in capsys.readouterr().err
 

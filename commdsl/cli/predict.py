@@ -280,7 +280,11 @@ def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
         raise UsageError(
             f"--measured {args.measured}: measured at {world} ranks, and this predicts --world {args.world}"
         )
-    rows = [r for r in bench["rows"] if r.get("variant") == label]
+    labels = list(dict.fromkeys(r.get("variant") for r in bench["rows"]))
+    # the bench names a form or a dtype after the label (`all_reduce in-place`, `ring float64` of --dtype all)
+    same = [v for v in labels if v == label] or [v for v in labels if v == f"{label} {args.dtype}"]
+    same = same or [v for v in labels if isinstance(v, str) and v.startswith(f"{label} ")]
+    rows = [r for r in bench["rows"] if same and r.get("variant") == same[0]]
     if bench["rows"] and not rows:
         measured = sorted({str(r.get("variant")) for r in bench["rows"]})
         raise UsageError(
