@@ -284,13 +284,10 @@ def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
     # the bench names a form or a dtype after the label (`all_reduce in-place`, `ring float64` of --dtype all)
     same = [v for v in labels if v == label] or [v for v in labels if v == f"{label} {args.dtype}"]
     same = same or [v for v in labels if isinstance(v, str) and v.startswith(f"{label} ")]
-    rows = [r for r in bench["rows"] if same and r.get("variant") == same[0]]
-    if bench["rows"] and not rows:
-        measured = sorted({str(r.get("variant")) for r in bench["rows"]})
-        raise UsageError(
-            f"--measured {args.measured}: measures {', '.join(f'`{m}`' for m in measured)}, and this predicts `{label}`"
-        )
-    return {int(r["size_bytes"]): r for r in rows}
+    if labels and not same:
+        measured = ", ".join(f"`{m}`" for m in sorted(map(str, labels)))
+        raise UsageError(f"--measured {args.measured}: measures {measured}, and this predicts `{label}`")
+    return {int(r["size_bytes"]): r for r in bench["rows"] if r.get("variant") == same[0]} if same else {}
 
 
 def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
