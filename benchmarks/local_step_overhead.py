@@ -59,7 +59,7 @@ def main() -> None:
         return step(next(op for op in ops if isinstance(op, Read) and op.text == text))
 
     count = next(i for i, op in enumerate(ops) if isinstance(op, Read) and op.text == "sum(expert == j)")
-    histogram, store = read("sum(expert == j)"), step(ops[count + 1])  # the read, then the value it stores
+    histogram, store = step(ops[count]), step(ops[count + 1])  # the read, then the value it stores
     expert_op = next(op for op in ops if isinstance(op, Compute) and op.value[0] != "c")
     b, n = ctx.buffers, expert_op.target.numel
 
