@@ -12,6 +12,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
     timeout 300 python benchmarks/gloo_queue_facts.py between     # all_reduce back to back, or after an add or a wait
     timeout 600 python benchmarks/gloo_queue_facts.py sweep       # 4 ranks' messages and all_reduce, 1-64 MiB
+    timeout 600 python benchmarks/gloo_queue_facts.py after       # a collective alone, after itself, after an add
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -44,6 +45,12 @@ as a collective between a program's other ops does (docs/predict-accuracy.md, "A
 between ranks 0 and 1, of two pairs' at once (0-1 and 2-3), of a ring step (every rank isends to the next and
 irecvs from the last) and of the built-in `all_reduce`: whether the bytes cost more a MiB once the four
 ranks' buffers outgrow the cache (docs/predict-accuracy.md, "The model against a second campaign of its day").
+`after` (four ranks): at 1, 4 and 8 MiB, the built-in `all_reduce`, `all_gather_into_tensor` and
+`reduce_scatter_tensor` each timed three ways in one launch, the three alternating round by round (24 rounds, after
+3 untimed): alone after a barrier, right after a call of itself, and right after an add of the same size. Each
+round every rank times from the barrier to the end of what precedes the collective and to the collective's end;
+the collective's time is the slowest rank's second less the slowest rank's first, its median over the rounds
+printed (docs/predict-accuracy.md, "A collective right after another").
 """
 
 import os
@@ -361,6 +368,55 @@ def sweep(rank: int) -> None:
             )
 
 
+def after(rank: int) -> None:
+    world = dist.get_world_size()
+    for mib in (1, 4, 8):
+        x, y = torch.ones(mib << 18), torch.empty(mib << 18)
+        gathered, shard = torch.empty(world * (mib << 18)), torch.empty((mib << 18) // world)
+        kinds = {
+            "all_reduce": lambda x=x: dist.all_reduce(x),
+            "all_gather": lambda x=x, g=gathered: dist.all_gather_into_tensor(g, x),
+            "reduce_scatter": lambda x=x, s=shard: dist.reduce_scatter_tensor(s, x),
+        }
+        for name, collective in kinds.items():
+            before = {
+                "alone": lambda: None,
+                "after itself": collective,
+                "after an add": lambda x=x, y=y: torch.add(x, 1, out=y),
+                "after a ring step": lambda x=x, y=y: ring_step(rank, x, y),
+                "after a barrier": dist.barrier,
+            }
+            for _ in range(3):
+                for first in before.values():
+                    first()
+                    collective()
+            ends = torch.zeros(2, len(before), 24, dtype=torch.float64)  # (before's end, collective's end) per round
+            for r in range(24):
+                for j, first in enumerate(before.values()):
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    first()
+                    t1 = time.perf_counter()
+                    collective()
+                    ends[0, j, r], ends[1, j, r] = t1 - t0, time.perf_counter() - t0
+            dist.all_reduce(ends, op=dist.ReduceOp.MAX)  # the slowest rank's, each round
+            if rank == 0:
+                ms = [statistics.median((ends[1, j] - ends[0, j]).tolist()) * 1e3 for j in range(len(before))]
+                print(
+                    f"{mib} MiB {name:14s} at {world} ranks, ms (median of 24 rounds): "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
+                    flush=True,
+                )
+
+
+def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Every rank isends `x` to the next and irecvs `y` from the last, and waits for both."""
+    world = dist.get_world_size()
+    sent, got = dist.isend(x, (rank + 1) % world), dist.irecv(y, (rank - 1) % world)
+    sent.wait()
+    got.wait()
+
+
 def timed(f, calls: int = 100) -> list[float]:
     """Microseconds of each of `calls` calls of `f`, every rank starting each together, after 10 untimed."""
     for _ in range(10):
@@ -395,9 +451,10 @@ SCENARIOS = {
     "kinds": kinds,
     "between": between,
     "sweep": sweep,
+    "after": after,
 }
 # ranks per scenario (default 2; `pages N` or `kinds N` for N)
-WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4}
+WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""

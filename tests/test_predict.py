@@ -1499,9 +1499,10 @@ def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_
         t.at_world(3).describe()
     )
     assert "cores" not in t.describe()
-    all_reduce = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\n"
+    # (after a local op: a ring collective straight from communication hides its steps, see the next test)
+    all_reduce = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nx += 1\nall_reduce x\n"
     p = 4
-    bytes_part = 2 * (p - 1) / p * n / 1e9
+    bytes_part = 2 * (p - 1) / p * n / 1e9 + 2 * n / 1e15  # and the add
     # a ring's step without its own α is a message's: crowded too
     assert seconds(all_reduce, p, t, n) == pytest.approx(2 * (p - 1) * 300e-6 + bytes_part)
     steps = parse(SourceFile("t.toml", "ranks_per_node = 64\n" + head + links + "collective_alpha_us = 500\n"))
@@ -1514,6 +1515,49 @@ def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_
     notes = predict_text(ring, 4, plain, n).notes
     assert any("4 ranks on a node of 2 cores, but the topology gives no `crowded_alpha_us`" in m for m in notes)
     assert not any("crowded_alpha_us" in m for m in predict_text(ring, 2, plain, n).notes + predict_text(ring, 4, t, n).notes)
+
+
+def test_a_crowded_gloo_ring_straight_from_communication_hides_its_steps_under_its_bytes():
+    """On a node with more ranks than cores, a Gloo ring collective whose members all come to it from
+    communication (a collective or a message, as in a loop of one collective) costs the longer of its steps'
+    latency and its bytes; one that any member comes to from a local op or a data read costs their sum (four
+    ranks on the 2-core machine: `all_reduce` right after itself 6-18 ms at 1-8 MiB, right after an add 7-22;
+    `benchmarks/gloo_queue_facts.py after`). The program is priced as the bench loops it: its first collective
+    comes from the rank's last op. Not the all_to_all (one wait after every message), not within the cores,
+    not NCCL."""
+    head = "ranks_per_node = 64\nmemory_gbps = 1e6\ncores_per_node = 2\n"
+    links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\ncollective_alpha_us = 500\n"
+    t = parse(SourceFile("t.toml", head + links))
+    decl = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ntensor y: float32[n]\n"
+    n, p = 1 << 20, 4
+    latency, moved = 2 * (p - 1) * 500e-6, 2 * (p - 1) / p * n / 1e9  # 3.0 ms, 1.57 ms
+    add = 2 * n / 1e15
+    lone = seconds(decl + "all_reduce x\n", p, t, n)
+    assert lone == pytest.approx(max(latency, moved))  # a loop of one all_reduce
+    assert seconds(decl + "all_reduce x\nall_reduce y\n", p, t, n) == pytest.approx(2 * lone)
+    assert seconds(decl + "x += 1\nall_reduce x\n", p, t, n) == pytest.approx(latency + moved + add)
+    assert seconds(decl + "all_reduce x\nx += 1\n", p, t, n) == pytest.approx(latency + moved + add)  # the loop
+    # a check is neither: the all_reduce still comes from the one before
+    assert seconds(decl + "all_reduce x\nexpect x == world\n", p, t, n) == pytest.approx(lone)
+    # every member must come from communication: rank 0's add makes the instance pay both
+    one_adds = decl + "on rank == 0:\n    x += 1\nall_reduce x\n"
+    assert seconds(one_adds, p, t, n) == pytest.approx(latency + moved + add)
+    # from a message: a ring step (crowded α) then the all_reduce with its steps hidden
+    step = "batch:\n    send x to (rank + 1) % world\n    recv y from (rank - 1) % world\n"
+    assert seconds(decl + step + "all_reduce x\n", p, t, n) == pytest.approx(300e-6 + n / 1e9 + lone)
+    # the all_gather (p - 1 steps) too; the all_to_all's one wait is not a ring's steps
+    gather = decl + "tensor g: float32[world * n]\nall_gather x into g\n"
+    after_add = decl + "tensor g: float32[world * n]\nx += 1\nall_gather x into g\n"
+    g_latency, g_moved = (p - 1) * 500e-6, (p - 1) / p * n / 1e9  # the output's n bytes: 1.5 ms, 0.79 ms
+    assert seconds(after_add, p, t, n) - seconds(gather, p, t, n) == pytest.approx(min(g_latency, g_moved) + add / p)
+    a2a = decl + "all_to_all x into y\n"
+    assert seconds(a2a, p, t, n) == pytest.approx(seconds(decl + "x += 1\n" + "all_to_all x into y\n", p, t, n) - add)
+    # two ranks on two cores, and NCCL: the sum
+    assert seconds(decl + "all_reduce x\n", 2, t, n) == pytest.approx(2 * 500e-6 + n / 1e9)
+    nccl = parse(SourceFile("t.toml", head + 'backend = "nccl"\n' + links))
+    assert seconds(decl + "all_reduce x\n", p, nccl, n) == pytest.approx(
+        seconds(decl + "x += 1\nall_reduce x\n", p, nccl, n) - add
+    )
 
 
 @pytest.mark.parametrize("p", [2, 4, 5, 8])

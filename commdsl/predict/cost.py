@@ -48,7 +48,17 @@ from commdsl.elementwise import temporaries
 from commdsl.engine import GLOO, NCCL, Calls, Observer, Outcome, Posts, call_streams, post_streams, run_engine
 from commdsl.limits import Deadline
 from commdsl.predict.topology import Topology
-from commdsl.schedule import UNTIMED_RECORDS, Coalesced, CollectiveRec, ComputeRec, P2PRec, Schedule, split_table
+from commdsl.schedule import (
+    UNTIMED_RECORDS,
+    BatchRec,
+    Coalesced,
+    CollectiveRec,
+    ComputeRec,
+    P2PRec,
+    ReadRec,
+    Schedule,
+    split_table,
+)
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -62,6 +72,11 @@ ROUTES = 64
 """The most message patterns (`Clocks.route`) kept at once."""
 
 _MIX = np.random.default_rng(17)
+
+FROM_COMMUNICATION = {CollectiveRec: True, P2PRec: True, BatchRec: True, ComputeRec: False, ReadRec: False}
+"""Whether a rank that runs a record of this type comes from communication (a collective or a message) or from
+work of its own (a local op, a data read) to its next collective; the other records (a wait, a check) leave it
+as it was (`Clocks.arrivals`)."""
 
 CACHE_VALUES = 16_000_000
 """The most byte counts (ops × sizes) `Bytes` keeps between calls (128 MB)."""
@@ -328,6 +343,12 @@ class Clocks(Observer):
         self.thread_took = np.zeros((0, sizes), dtype=bool)
         self.thread_used = 0
         self.flat_bytes: dict[int, np.ndarray] = {}  # per group: its `coalesced:` block's bytes so far (`flattened`)
+        # Gloo on a crowded node: per rank, whether it comes from communication (`FROM_COMMUNICATION`) to its next
+        # collective, at first as from its last op (the bench loops the program); per collective record, its
+        # ranks' arrivals so (`arrivals`, `steps_hidden`)
+        self.hides_steps = topo.backend == "gloo" and topo.crowded and topo.cores_per_node is not None
+        self.from_communication = _loops_from_communication(schedule) if self.hides_steps else None
+        self.arrived: dict[int, np.ndarray] = {}
         if self.track:  # the profile at size k (`stepping`): per rank, its seconds in each source line so far,
             # and the record it is in and when it began it
             line = np.array(
@@ -424,6 +445,10 @@ class Clocks(Observer):
     def stepping(self, rec, G) -> None:
         """Ranks G begin `rec`: the record each was in ends for the profile now, at its clock caught up with
         what it waited for (what the hook for `rec` makes its clock, `settle`)."""
+        if self.from_communication is not None and type(rec) is not CollectiveRec:
+            came = FROM_COMMUNICATION.get(type(rec))
+            if came is not None:
+                self.from_communication[G] = came
         if not self.track:
             return
         ix = _ix(G)
@@ -846,6 +871,8 @@ class Clocks(Observer):
 
     def called(self, rec, G, pos, me) -> None:
         self.settle(G)
+        if self.from_communication is not None:
+            self.arrivals(rec, G, pos)
         q = None
         if rec.req is not None:
             q = at(rec.req, pos, G.size).astype(np.int64)
@@ -854,6 +881,34 @@ class Clocks(Observer):
         if self.streams and (q is not None or self.stream_last):
             reqs = np.full(G.size, -1, dtype=np.int64) if q is None else q
             self.follow(G, reqs, call_streams(at(rec.gid, pos, G.size), G))
+
+    def arrivals(self, rec: CollectiveRec, G: np.ndarray, pos: np.ndarray) -> None:
+        """Ranks G (at `pos` in `rec.ranks`) call `rec`: whether each comes to it from communication is kept
+        for its instance's cost (`steps_hidden`), and from now on each comes from a collective."""
+        ranks_from = self.from_communication
+        assert ranks_from is not None  # called only where steps may hide (`hides_steps`)
+        came = self.arrived.get(rec.id)
+        if came is None:
+            came = self.arrived[rec.id] = np.zeros(rec.ranks.size, dtype=bool)
+        came[pos] = ranks_from[G]
+        ranks_from[G] = True
+
+    def steps_hidden(self, calls: Calls, s: int, c: int, rec: CollectiveRec, gid: int) -> bool:
+        """Whether instance calls[s : s + c] hides its steps' latency under its bytes, costing the longer of
+        the two instead of their sum: on Gloo, a ring (`Kind.lockstep`, not the all_to_all's one wait) whose
+        members outnumber their node's cores and all come to it from communication. Four ranks on the 2-core
+        machine: an `all_reduce` right after itself (a loop of one collective) took 6-18 ms at 1-8 MiB where
+        the same right after an add took 7-22 (the latency is a member waiting for a core, which the others
+        spend moving bytes while they all run the ring; one that comes from its own work leaves the others
+        idle until it arrives). Measured: `benchmarks/gloo_queue_facts.py after`, docs/predict-accuracy.md,
+        "A collective straight from communication"."""
+        if not (self.hides_steps and rec.kind.lockstep("gloo") and not rec.kind.gloo_posts_at_once):
+            return False
+        assert self.topo.cores_per_node is not None  # `hides_steps` says so
+        if self.per_node(gid) <= self.topo.cores_per_node:
+            return False
+        recs, pos = calls.rec[s : s + c], calls.pos[s : s + c]
+        return all(bool(self.arrived[int(r)][pos[recs == r]].all()) for r in distinct(recs))
 
     def call_time(self, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
         t = np.take(self.T, calls.rank, axis=0)
@@ -998,6 +1053,9 @@ class Clocks(Observer):
             load = sent[:, self.k]
         else:
             dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=backend), dtype=np.float64)
+            if self.steps_hidden(calls, s, c, rec, gid):
+                latency = rec.kind.cost(p, 0.0, alpha, beta, backend=backend)
+                dur = np.maximum(latency, dur - latency)
         ranks = calls.rank[s : s + c]
         counted = ranks if completes else None
         if backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
@@ -1314,6 +1372,20 @@ def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int, capacity: float = 
     out = np.empty_like(b)
     out[order] = cs - base
     return out
+
+
+def _loops_from_communication(schedule: Schedule) -> np.ndarray:
+    """Per rank, whether its last op that `FROM_COMMUNICATION` names is communication: what it comes from to its
+    first collective when the program runs in a loop, as `commdsl bench` runs it (False for a rank with none)."""
+    seq = schedule.sequences
+    last = np.zeros(len(seq.starts) - 1, dtype=bool)
+    for c in range(last.size):
+        for i in range(int(seq.starts[c + 1]) - 1, int(seq.starts[c]) - 1, -1):
+            came = FROM_COMMUNICATION.get(type(schedule.records[int(seq.flat[i])]))
+            if came is not None:
+                last[c] = came
+                break
+    return last[seq.cohort]
 
 
 def predict(
