@@ -1521,7 +1521,7 @@ def test_a_crowded_gloo_ring_straight_from_communication_hides_its_steps_under_i
     """On a node with more ranks than cores, a Gloo ring collective whose members all come to it from
     communication (a collective or a message, as in a loop of one collective) costs the longer of its steps'
     latency and its bytes; one that any member comes to from a local op or a data read costs their sum (four
-    ranks on the 2-core machine: `all_reduce` right after itself 6-18 ms at 1-8 MiB, right after an add 7-22;
+    ranks on the 2-core machine: `all_reduce` right after itself 5-18 ms at 1-8 MiB, right after an add 7-22;
     `benchmarks/gloo_queue_facts.py after`). The program is priced as the bench loops it: its first collective
     comes from the rank's last op. Not the all_to_all (one wait after every message), not within the cores,
     not NCCL."""

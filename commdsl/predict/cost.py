@@ -897,7 +897,7 @@ class Clocks(Observer):
         """Whether instance calls[s : s + c] hides its steps' latency under its bytes, costing the longer of
         the two instead of their sum: on Gloo, a ring (`Kind.lockstep`, not the all_to_all's one wait) whose
         members outnumber their node's cores and all come to it from communication. Four ranks on the 2-core
-        machine: an `all_reduce` right after itself (a loop of one collective) took 6-18 ms at 1-8 MiB where
+        machine: an `all_reduce` right after itself (a loop of one collective) took 5-18 ms at 1-8 MiB where
         the same right after an add took 7-22 (the latency is a member waiting for a core, which the others
         spend moving bytes while they all run the ring; one that comes from its own work leaves the others
         idle until it arrives). Measured: `benchmarks/gloo_queue_facts.py after`, docs/predict-accuracy.md,
