@@ -1054,7 +1054,7 @@ class Clocks(Observer):
         else:
             dur = np.asarray(rec.kind.cost(p, b, alpha, beta, tree=self.topo.tree, backend=backend), dtype=np.float64)
             if self.steps_hidden(calls, s, c, rec, gid):
-                latency = rec.kind.cost(p, 0.0, alpha, beta, backend=backend)
+                latency = rec.kind.cost(p, 0.0, alpha, beta, tree=self.topo.tree, backend=backend)
                 dur = np.maximum(latency, dur - latency)
         ranks = calls.rank[s : s + c]
         counted = ranks if completes else None
