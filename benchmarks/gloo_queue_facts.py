@@ -13,6 +13,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py between     # all_reduce back to back, or after an add or a wait
     timeout 600 python benchmarks/gloo_queue_facts.py sweep       # 4 ranks' messages and all_reduce, 1-64 MiB
     timeout 600 python benchmarks/gloo_queue_facts.py after       # a collective alone, after itself, after an add
+    timeout 600 python benchmarks/gloo_queue_facts.py adders      # all_reduce after an add on 0-4 of its ranks
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -46,11 +47,15 @@ between ranks 0 and 1, of two pairs' at once (0-1 and 2-3), of a ring step (ever
 irecvs from the last) and of the built-in `all_reduce`: whether the bytes cost more a MiB once the four
 ranks' buffers outgrow the cache (docs/predict-accuracy.md, "The model against a second campaign of its day").
 `after` (four ranks): at 1, 4 and 8 MiB, the built-in `all_reduce`, `all_gather_into_tensor` and
-`reduce_scatter_tensor` each timed three ways in one launch, the three alternating round by round (24 rounds, after
-3 untimed): alone after a barrier, right after a call of itself, and right after an add of the same size. Each
-round every rank times from the barrier to the end of what precedes the collective and to the collective's end;
-the collective's time is the slowest rank's second less the slowest rank's first, its median over the rounds
-printed (docs/predict-accuracy.md, "A collective right after another").
+`reduce_scatter_tensor` each timed five ways in one launch, the five alternating round by round (24 rounds, after
+3 untimed): alone after a barrier, right after a call of itself, right after an add of the same size, right after a
+ring step (every rank isends to the next and irecvs from the last) and right after another barrier. Each round every
+rank times from the barrier to the end of what precedes the collective and to the collective's end; the
+collective's time is the slowest rank's second less the slowest rank's first, its median over the rounds printed
+(docs/predict-accuracy.md, "A collective straight from communication"). `adders` (four ranks): the same for the
+built-in `all_reduce` at 4 and 8 MiB right after itself and right after an add of its size on rank 0, on ranks 0
+and 1, on ranks 0 and 2, on ranks 0-2 and on every rank: how many members computing before it make its steps cost
+on top of its bytes.
 """
 
 import os
@@ -386,27 +391,63 @@ def after(rank: int) -> None:
                 "after a ring step": lambda x=x, y=y: ring_step(rank, x, y),
                 "after a barrier": dist.barrier,
             }
-            for _ in range(3):
-                for first in before.values():
-                    first()
-                    collective()
-            ends = torch.zeros(2, len(before), 24, dtype=torch.float64)  # (before's end, collective's end) per round
-            for r in range(24):
-                for j, first in enumerate(before.values()):
-                    dist.barrier()
-                    t0 = time.perf_counter()
-                    first()
-                    t1 = time.perf_counter()
-                    collective()
-                    ends[0, j, r], ends[1, j, r] = t1 - t0, time.perf_counter() - t0
-            dist.all_reduce(ends, op=dist.ReduceOp.MAX)  # the slowest rank's, each round
+            ms = alternated(rank, collective, before)
             if rank == 0:
-                ms = [statistics.median((ends[1, j] - ends[0, j]).tolist()) * 1e3 for j in range(len(before))]
                 print(
                     f"{mib} MiB {name:14s} at {world} ranks, ms (median of 24 rounds): "
                     + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
                     flush=True,
                 )
+
+
+def adders(rank: int) -> None:
+    world = dist.get_world_size()
+    for mib in (4, 8):
+        x, y = torch.ones(mib << 18), torch.empty(mib << 18)
+
+        def add_on(ranks: set[int], x=x, y=y):
+            return lambda: torch.add(x, 1, out=y) if rank in ranks else None
+
+        def collective(x=x):
+            dist.all_reduce(x)
+
+        before = {
+            "after itself": collective,
+            "an add on rank 0": add_on({0}),
+            "on 0 and 1": add_on({0, 1}),
+            "on 0 and 2": add_on({0, 2}),
+            "on 0-2": add_on({0, 1, 2}),
+            "on every rank": add_on(set(range(world))),
+        }
+        ms = alternated(rank, collective, before)
+        if rank == 0:
+            print(
+                f"{mib} MiB all_reduce at {world} ranks, ms (median of 24 rounds): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
+                flush=True,
+            )
+
+
+def alternated(rank: int, collective, before: dict) -> list[float]:
+    """Per case of `before`: the median over 24 rounds (after 3 untimed) of `collective`'s time right after
+    the case, the cases alternating round by round. Each round every rank times from a barrier to the end of
+    the case and to the collective's end; the collective's time is the slowest rank's second less the
+    slowest rank's first."""
+    for _ in range(3):
+        for first in before.values():
+            first()
+            collective()
+    ends = torch.zeros(2, len(before), 24, dtype=torch.float64)  # (the case's end, the collective's) per round
+    for r in range(24):
+        for j, first in enumerate(before.values()):
+            dist.barrier()
+            t0 = time.perf_counter()
+            first()
+            t1 = time.perf_counter()
+            collective()
+            ends[0, j, r], ends[1, j, r] = t1 - t0, time.perf_counter() - t0
+    dist.all_reduce(ends, op=dist.ReduceOp.MAX)  # the slowest rank's, each round
+    return [statistics.median((ends[1, j] - ends[0, j]).tolist()) * 1e3 for j in range(len(before))]
 
 
 def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -452,9 +493,10 @@ SCENARIOS = {
     "between": between,
     "sweep": sweep,
     "after": after,
+    "adders": adders,
 }
 # ranks per scenario (default 2; `pages N` or `kinds N` for N)
-WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4}
+WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""

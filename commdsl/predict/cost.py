@@ -896,19 +896,26 @@ class Clocks(Observer):
     def steps_hidden(self, calls: Calls, s: int, c: int, rec: CollectiveRec, gid: int) -> bool:
         """Whether instance calls[s : s + c] hides its steps' latency under its bytes, costing the longer of
         the two instead of their sum: on Gloo, a ring (`Kind.lockstep`, not the all_to_all's one wait) whose
-        members outnumber their node's cores and all come to it from communication. Four ranks on the 2-core
-        machine: an `all_reduce` right after itself (a loop of one collective) took 5-18 ms at 1-8 MiB where
-        the same right after an add took 7-22 (the latency is a member waiting for a core, which the others
-        spend moving bytes while they all run the ring; one that comes from its own work leaves the others
-        idle until it arrives). Measured: `benchmarks/gloo_queue_facts.py after`, docs/predict-accuracy.md,
-        "A collective straight from communication"."""
+        members outnumber their node's cores, unless as many of them on a node as its cores come to it from
+        their own work (`arrivals`). Four ranks on the 2-core machine: an `all_reduce` right after itself (a
+        loop of one collective) took 5-18 ms at 1-8 MiB where the same right after an add on every rank took
+        7-22; after an add on one rank it took what it took after itself, on three what it took after four,
+        on two mostly between (the latency is a member waiting for a core, which the others spend moving
+        bytes; members computing on every core leave the ring's wake-ups none). Measured:
+        `benchmarks/gloo_queue_facts.py after`, docs/predict-accuracy.md, "A collective straight from
+        communication"."""
         if not (self.hides_steps and rec.kind.lockstep("gloo") and not rec.kind.gloo_posts_at_once):
             return False
         assert self.topo.cores_per_node is not None  # `hides_steps` says so
         if self.per_node(gid) <= self.topo.cores_per_node:
             return False
         recs, pos = calls.rec[s : s + c], calls.pos[s : s + c]
-        return all(bool(self.arrived[int(r)][pos[recs == r]].all()) for r in distinct(recs))
+        came = np.empty(c, dtype=bool)
+        for r in distinct(recs):
+            mine = recs == r
+            came[mine] = self.arrived[int(r)][pos[mine]]
+        worked = self.node[calls.rank[s : s + c][~came]]
+        return not worked.size or int(np.bincount(worked).max()) < self.topo.cores_per_node
 
     def call_time(self, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
         t = np.take(self.T, calls.rank, axis=0)
