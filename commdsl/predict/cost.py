@@ -902,8 +902,8 @@ class Clocks(Observer):
         7-22; after an add on one rank it took what it took after itself, on three what it took after four,
         on two mostly between (the latency is a member waiting for a core, which the others spend moving
         bytes; members computing on every core leave the ring's wake-ups none). Measured:
-        `benchmarks/gloo_queue_facts.py after`, docs/predict-accuracy.md, "A collective straight from
-        communication"."""
+        `benchmarks/gloo_queue_facts.py after` and `adders`, docs/predict-accuracy.md, "A collective straight
+        from communication"."""
         if not (self.hides_steps and rec.kind.lockstep("gloo") and not rec.kind.gloo_posts_at_once):
             return False
         assert self.topo.cores_per_node is not None  # `hides_steps` says so
