@@ -391,13 +391,7 @@ def after(rank: int) -> None:
                 "after a ring step": lambda x=x, y=y: ring_step(rank, x, y),
                 "after a barrier": dist.barrier,
             }
-            ms = alternated(rank, collective, before)
-            if rank == 0:
-                print(
-                    f"{mib} MiB {name:14s} at {world} ranks, ms (median of 24 rounds): "
-                    + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
-                    flush=True,
-                )
+            alternated(rank, f"{mib} MiB {name:14s}", collective, before)
 
 
 def adders(rank: int) -> None:
@@ -419,20 +413,14 @@ def adders(rank: int) -> None:
             "on 0-2": add_on({0, 1, 2}),
             "on every rank": add_on(set(range(world))),
         }
-        ms = alternated(rank, collective, before)
-        if rank == 0:
-            print(
-                f"{mib} MiB all_reduce at {world} ranks, ms (median of 24 rounds): "
-                + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
-                flush=True,
-            )
+        alternated(rank, f"{mib} MiB all_reduce", collective, before)
 
 
-def alternated(rank: int, collective, before: dict) -> list[float]:
-    """Per case of `before`: the median over 24 rounds (after 3 untimed) of `collective`'s time right after
-    the case, the cases alternating round by round. Each round every rank times from a barrier to the end of
-    the case and to the collective's end; the collective's time is the slowest rank's second less the
-    slowest rank's first."""
+def alternated(rank: int, label: str, collective, before: dict) -> None:
+    """Rank 0 prints, per case of `before`, the median over 24 rounds (after 3 untimed) of `collective`'s time
+    right after the case, the cases alternating round by round. Each round every rank times from a barrier to
+    the end of the case and to the collective's end; the collective's time is the slowest rank's second less
+    the slowest rank's first."""
     for _ in range(3):
         for first in before.values():
             first()
@@ -447,7 +435,13 @@ def alternated(rank: int, collective, before: dict) -> list[float]:
             collective()
             ends[0, j, r], ends[1, j, r] = t1 - t0, time.perf_counter() - t0
     dist.all_reduce(ends, op=dist.ReduceOp.MAX)  # the slowest rank's, each round
-    return [statistics.median((ends[1, j] - ends[0, j]).tolist()) * 1e3 for j in range(len(before))]
+    if rank == 0:
+        ms = [statistics.median((ends[1, j] - ends[0, j]).tolist()) * 1e3 for j in range(len(before))]
+        print(
+            f"{label} at {dist.get_world_size()} ranks, ms (median of 24 rounds): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in zip(before, ms)),
+            flush=True,
+        )
 
 
 def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
