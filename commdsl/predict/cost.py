@@ -346,8 +346,8 @@ class Clocks(Observer):
         # Gloo on a crowded node: per rank, whether it comes from communication (`FROM_COMMUNICATION`) to its next
         # collective, at first as from its last op (the bench loops the program); per collective record, its
         # ranks' arrivals so (`arrivals`, `steps_hidden`)
-        self.hides_steps = topo.backend == "gloo" and topo.crowded and topo.cores_per_node is not None
-        self.from_communication = _loops_from_communication(schedule) if self.hides_steps else None
+        hides_steps = topo.backend == "gloo" and topo.crowded and topo.cores_per_node is not None
+        self.from_communication = _loops_from_communication(schedule) if hides_steps else None
         self.arrived: dict[int, np.ndarray] = {}
         if self.track:  # the profile at size k (`stepping`): per rank, its seconds in each source line so far,
             # and the record it is in and when it began it
@@ -886,7 +886,7 @@ class Clocks(Observer):
         """Ranks G (at `pos` in `rec.ranks`) call `rec`: whether each comes to it from communication is kept
         for its instance's cost (`steps_hidden`), and from now on each comes from a collective."""
         ranks_from = self.from_communication
-        assert ranks_from is not None  # called only where steps may hide (`hides_steps`)
+        assert ranks_from is not None  # called only where steps may hide (Gloo on a crowded node)
         came = self.arrived.get(rec.id)
         if came is None:
             came = self.arrived[rec.id] = np.zeros(rec.ranks.size, dtype=bool)
@@ -904,9 +904,9 @@ class Clocks(Observer):
         bytes; members computing on every core leave the ring's wake-ups none). Measured:
         `benchmarks/gloo_queue_facts.py after` and `adders`, docs/predict-accuracy.md, "A collective straight
         from communication"."""
-        if not (self.hides_steps and rec.kind.lockstep("gloo") and not rec.kind.gloo_posts_at_once):
+        if self.from_communication is None or not rec.kind.lockstep("gloo") or rec.kind.gloo_posts_at_once:
             return False
-        assert self.topo.cores_per_node is not None  # `hides_steps` says so
+        assert self.topo.cores_per_node is not None  # kept only on a crowded node, which has it
         if self.per_node(gid) <= self.topo.cores_per_node:
             return False
         recs, pos = calls.rec[s : s + c], calls.pos[s : s + c]
