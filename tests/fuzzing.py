@@ -465,35 +465,35 @@ def _run(plan: dict[str, int], seed: int, save: Path, cli_every: int) -> dict:
     stats = {"inputs": 0, "cli": 0, "ok": 0, "diagnostic": 0, "bugs": [], "hangs": [], "slowest": (0.0, b""),
              "slowest_command": (0.0, "", "", 0),
              "by_source": {}, "started": time.perf_counter()}
-    workdir = tempfile.mkdtemp(prefix="commdsl-fuzz-")
-    for source, count in plan.items():
-        tally = stats["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
-        for k, data in enumerate(SOURCES[source](count, seed)):
-            stats["inputs"] += 1
-            tally["inputs"] += 1
-            t0 = time.perf_counter()
-            try:
-                outcome = exercise(data)
-                if cli_every and k % cli_every == 0:
-                    through_cli(data, workdir)
-                    stats["cli"] += 1
-            except Hang as e:
-                stats["hangs"].append(_keep(save, source, k, data, e))
-                continue
-            except BaseException as e:  # noqa: BLE001 - every other exception is what we are looking for
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                stats["bugs"].append(_keep(save, source, k, data, e))
-                continue
-            dt = time.perf_counter() - t0
-            if dt > stats["slowest"][0]:
-                stats["slowest"] = (dt, data)
-            if SLOWEST["seconds"] > stats["slowest_command"][0]:
-                stats["slowest_command"] = (SLOWEST["seconds"], SLOWEST["verb"], f"{source} {k}", len(data))
-            SLOWEST.update(seconds=0.0, verb="")
-            tally["loaded"] += outcome["check"] == "ok"
-            for verb in VERBS:
-                stats[outcome[verb]] += 1
+    with tempfile.TemporaryDirectory(prefix="commdsl-fuzz-") as workdir:  # the CLI's files, gone after
+        for source, count in plan.items():
+            tally = stats["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
+            for k, data in enumerate(SOURCES[source](count, seed)):
+                stats["inputs"] += 1
+                tally["inputs"] += 1
+                t0 = time.perf_counter()
+                try:
+                    outcome = exercise(data)
+                    if cli_every and k % cli_every == 0:
+                        through_cli(data, workdir)
+                        stats["cli"] += 1
+                except Hang as e:
+                    stats["hangs"].append(_keep(save, source, k, data, e))
+                    continue
+                except BaseException as e:  # noqa: BLE001 - every other exception is what we are looking for
+                    if isinstance(e, KeyboardInterrupt):
+                        raise
+                    stats["bugs"].append(_keep(save, source, k, data, e))
+                    continue
+                dt = time.perf_counter() - t0
+                if dt > stats["slowest"][0]:
+                    stats["slowest"] = (dt, data)
+                if SLOWEST["seconds"] > stats["slowest_command"][0]:
+                    stats["slowest_command"] = (SLOWEST["seconds"], SLOWEST["verb"], f"{source} {k}", len(data))
+                SLOWEST.update(seconds=0.0, verb="")
+                tally["loaded"] += outcome["check"] == "ok"
+                for verb in VERBS:
+                    stats[outcome[verb]] += 1
     stats["seconds"] = time.perf_counter() - stats["started"]
     stats["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return stats

@@ -7,6 +7,7 @@ minimal statement); the others run a few hundred inputs of each source through e
 import random
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -24,6 +25,17 @@ def test_fuzzed_inputs_give_diagnostics_not_internal_errors(source, tmp_path):
     stats = fuzzing.run({source: 150}, seed=20261122, save=tmp_path, cli_every=25)
     assert not stats["bugs"] and not stats["hangs"], fuzzing.report(stats, {source: 150}, 20261122)
     assert stats["diagnostic"] > 0 and stats["ok"] > 0
+
+
+def test_the_fuzzer_leaves_no_files_behind(tmp_path, monkeypatch):
+    """Its CLI inputs and outputs go to a scratch folder of its own, removed when it ends (it once left one
+    in /tmp per run)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    stats = fuzzing.run({"grammar": 4}, seed=1, save=tmp_path / "failures", cli_every=1)
+    assert stats["cli"] == 4
+    assert list(scratch.iterdir()) == []
 
 
 def test_no_hang_timer_runs_while_torch_is_first_imported(tmp_path):
