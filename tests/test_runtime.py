@@ -722,7 +722,8 @@ def test_launcher_variables():
 @pytest.mark.timeout(120)
 def test_killed_launcher_takes_its_workers_along(tmp_path, no_orphans):
     path = write(tmp_path, "hang.comm", HANG)
-    environ = dict(os.environ, **{TOKEN_VAR: no_orphans})
+    # TMPDIR: the launcher's run folder, which a SIGKILL leaves behind, under this test's own folder
+    environ = dict(os.environ, TMPDIR=str(tmp_path), **{TOKEN_VAR: no_orphans})
     proc = subprocess.Popen([sys.executable, "-m", "commdsl", "run", path, "--nproc", "4", "--no-check",
                              "--timeout", "90", "--verbose"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=environ, cwd=ROOT, start_new_session=True)
