@@ -391,19 +391,23 @@ class Measured:
 
     @staticmethod
     def median(runs: list[Measured]) -> Measured:
-        """Each number the median of the runs' (the lower middle of an even count): α and β each its own
-        median, the ping-pong's points each size's median one way; a latency timed apart (`Steps`, `Crowded`)
-        less its bytes at that β; a measurement of several parts (`AtOnce`, `Turns`) the run whose result
-        (capacity, hidden share) is the median, so that its parts stay one launch's."""
+        """Each number the median of the runs' (the lower middle of an even count): α the runs' median, the
+        ping-pong's points each size's median one way, and β fitted once over those points (`fit`): one run's β
+        rests on its few largest sizes, where one slow call moves it, and each size's median over the runs is
+        steadier (seven 3-run calibrations of the 2-core machine predicted their campaigns on 1,749 rows so
+        where the runs' median β got 1,701, and none lost more than a row: docs/predict-accuracy.md, "A
+        fourteenth campaign"); a latency timed apart (`Steps`, `Crowded`) less its bytes at that β; a
+        measurement of several parts (`AtOnce`, `Turns`) the run whose result (capacity, hidden share) is the
+        median, so that its parts stay one launch's."""
         if len(runs) == 1:
             return runs[0]
         alpha = _middle([r.fit.alpha for r in runs])
-        beta = _middle([r.fit.beta for r in runs])
         per_size: dict[int, list[float]] = {}
         for r in runs:
             for size, seconds in r.fit.points:
                 per_size.setdefault(size, []).append(seconds)
         points = tuple((size, _middle(t)) for size, t in sorted(per_size.items()))
+        beta = fit([size for size, _ in points], [t for _, t in points]).beta
         worst = max(abs(alpha + size / beta - t) / t for size, t in points)
         steps = [replace(r.steps, beta=beta) for r in runs if r.steps is not None]
         crowded = [replace(r.crowded, beta=beta) for r in runs if r.crowded is not None]
@@ -540,7 +544,7 @@ def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: in
         f"# (beta fitted again over the sizes whose bytes are {STREAMING:.0%} of their time, where there are two)",
     ]
     if runs > 1:
-        lines.append(f"# (each size its {runs} runs' median; alpha and beta the medians of their fits)")
+        lines.append(f"# (each size its {runs} runs' median, beta fitted over those; alpha the runs' fits' median)")
     lines.append("#        bytes     measured (us)     fitted (us)    error")
     for size, sec in f.points:
         got = f.alpha + size / f.beta
