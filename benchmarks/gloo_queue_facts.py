@@ -11,8 +11,8 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 300 python benchmarks/gloo_queue_facts.py pages [N]   # an all_gather's fresh pages at N ranks (4)
     timeout 300 python benchmarks/gloo_queue_facts.py kinds [N]   # each built-in's latency at N ranks (2)
     timeout 300 python benchmarks/gloo_queue_facts.py between     # all_reduce back to back, or after an add or a wait
-    timeout 600 python benchmarks/gloo_queue_facts.py sweep       # 4 ranks' messages and all_reduce, 1-64 MiB
-    timeout 600 python benchmarks/gloo_queue_facts.py after       # a collective alone, after itself, after an add
+    timeout 600 python benchmarks/gloo_queue_facts.py sweep [N]   # N ranks' messages and all_reduce, 1-64 MiB (4)
+    timeout 600 python benchmarks/gloo_queue_facts.py after [N]   # a collective alone, after itself, after an add (4)
     timeout 600 python benchmarks/gloo_queue_facts.py adders      # all_reduce after an add on 0-4 of its ranks
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
@@ -42,20 +42,22 @@ trials not kept"). Two ranks (four for `crowded` and `pages`) on 127.0.0.1, one 
 `all_reduce` at 64 KiB, 1, 4 and 16 MiB, called back to back, after an add of the same size, and after 3 ms
 idle: whether a loop of one collective, as `commdsl bench --collective` runs it, pays a ring step's wake-ups
 as a collective between a program's other ops does (docs/predict-accuracy.md, "A tenth campaign").
-`sweep` (four ranks): at 1-64 MiB, the median of 12 calls (6 from 24 MiB) of a lone ping-pong's one way
-between ranks 0 and 1, of two pairs' at once (0-1 and 2-3), of a ring step (every rank isends to the next and
-irecvs from the last) and of the built-in `all_reduce`: whether the bytes cost more a MiB once the four
-ranks' buffers outgrow the cache (docs/predict-accuracy.md, "The model against a second campaign of its day").
-`after` (four ranks): at 1, 4 and 8 MiB, the built-in `all_reduce`, `all_gather_into_tensor` and
-`reduce_scatter_tensor` each timed five ways in one launch, the five alternating round by round (24 rounds, after
-3 untimed): alone after a barrier, right after a call of itself, right after an add of the same size, right after a
-ring step (every rank isends to the next and irecvs from the last) and right after another barrier. Each round every
-rank times from the barrier to the end of what precedes the collective and to the collective's end; the
-collective's time is the slowest rank's second less the slowest rank's first, its median over the rounds printed
-(docs/predict-accuracy.md, "A collective straight from communication"). `adders` (four ranks): the same for the
-built-in `all_reduce` at 4 and 8 MiB right after itself and right after an add of its size on rank 0, on ranks 0
-and 1, on ranks 0 and 2, on ranks 0-2 and on every rank: how many members computing before it make its steps cost
-on top of its bytes.
+`sweep` (N ranks, default 4): at 1-64 MiB, the median of 12 calls (6 from 24 MiB) of a lone ping-pong's one way
+between ranks 0 and 1, of two pairs' at once (0-1 and 2-3; at two ranks the one pair again), of a ring step
+(every rank isends to the next and irecvs from the last: at two ranks both send to each other at once) and of the
+built-in `all_reduce`: whether the bytes cost more a MiB once the four ranks' buffers outgrow the cache
+(docs/predict-accuracy.md, "The model against a second campaign of its day"), and at two ranks what an exchange
+costs against a one-way message ("A fourteenth campaign").
+`after` (N ranks, default 4): at 1, 4 and 8 MiB, the built-in `all_reduce`, `all_gather_into_tensor`,
+`reduce_scatter_tensor` and `all_to_all_single` each timed five ways in one launch, the five alternating round by
+round (24 rounds, after 3 untimed): alone after a barrier, right after a call of itself, right after an add of the
+same size, right after a ring step (every rank isends to the next and irecvs from the last) and right after
+another barrier. Each round every rank times from the barrier to the end of what precedes the collective and to
+the collective's end; the collective's time is the slowest rank's second less the slowest rank's first, its median
+over the rounds printed (docs/predict-accuracy.md, "A collective straight from communication"). `adders` (four
+ranks): the same for the built-in `all_reduce` at 4 and 8 MiB right after itself and right after an add of its
+size on rank 0, on ranks 0 and 1, on ranks 0 and 2, on ranks 0-2 and on every rank: how many members computing
+before it make its steps cost on top of its bytes.
 """
 
 import os
@@ -382,6 +384,7 @@ def after(rank: int) -> None:
             "all_reduce": lambda x=x: dist.all_reduce(x),
             "all_gather": lambda x=x, g=gathered: dist.all_gather_into_tensor(g, x),
             "reduce_scatter": lambda x=x, s=shard: dist.reduce_scatter_tensor(s, x),
+            "all_to_all": lambda x=x, y=y: dist.all_to_all_single(y, x),
         }
         for name, collective in kinds.items():
             before = {
@@ -489,14 +492,14 @@ SCENARIOS = {
     "after": after,
     "adders": adders,
 }
-# ranks per scenario (default 2; `pages N` or `kinds N` for N)
+# ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N` or `after N` for N)
 WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
-        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages and kinds]")
-    sized = scenario in ("pages", "kinds") and len(sys.argv) > 2
+        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages, kinds, sweep and after]")
+    sized = scenario in ("pages", "kinds", "after", "sweep") and len(sys.argv) > 2
     world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
     if world < 2:
         sys.exit(f"gloo_queue_facts.py {scenario}: needs 2 ranks or more")
