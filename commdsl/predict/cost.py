@@ -1066,7 +1066,7 @@ class Clocks(Observer):
         ranks = calls.rank[s : s + c]
         counted = ranks if completes else None
         if backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
-            # one too: torch's all_gather of one still gathers into a flat temporary and copies it out)
+            # one too: torch's all_gather of one still copies its input into a flat temporary and that out)
             copy_bps = self.topo.memory_bps if rec.kind.gloo_root_copies else self.copy_bps
             dur = dur + np.asarray(rec.kind.gloo_copy_bytes(p, b), dtype=np.float64) / copy_bps
             # and its sums, every member at once
