@@ -1402,6 +1402,7 @@ def test_several_calibration_runs_fit_beta_over_each_sizes_median():
     assert sorted(r.fit.beta for r in runs)[1] < 0.9 * 4e9  # two runs' β is off, and so is their median
     assert calibrate.Measured.median(runs).fit.beta == pytest.approx(4e9, rel=1e-6)
 
+
 RS = """program rs
 world 1..
 param n = 1024
