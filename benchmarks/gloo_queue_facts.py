@@ -503,4 +503,6 @@ if __name__ == "__main__":
     world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
     if world < 2:
         sys.exit(f"gloo_queue_facts.py {scenario}: needs 2 ranks or more")
+    if scenario in ("after", "sweep") and world & (world - 1):  # blocks of 2^k elements; pairs of ranks
+        sys.exit(f"gloo_queue_facts.py {scenario}: needs a power of two of ranks")
     mp.spawn(worker, args=(world, free_port(), scenario), nprocs=world)
