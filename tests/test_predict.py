@@ -176,6 +176,23 @@ def test_dtype_retypes_a_program_as_the_bench_does_and_a_group_of_one_moves_noth
     assert seconds(gather, 1, t, 1 << 20) == pytest.approx(2 * 2 * (1 << 20) / 1e15)  # memory_gbps = 1e6
 
 
+def test_a_collective_on_a_group_of_one_costs_the_call():
+    """A group of one sends nothing, but torch still hands the call to Gloo's worker thread and waits for it
+    (plain torch on the 2-core machine: an all_reduce on a group of one took 160-250 µs at 4 KiB-4 MiB):
+    `collective_call_us`, once per call whatever its size; absent, nothing. A larger group's steps already
+    hold it (`collective_alpha_us` is timed from whole calls)."""
+    program = (
+        "program o\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\ngroup own = split by rank\n"
+        "all_reduce x op sum in own\nbarrier in own\nall_reduce x op sum\n"
+    )
+    lone = topo(10, 1, extra="collective_call_us = 200\n")
+    assert "a built-in collective on a group of one 200 µs" in lone.describe()
+    for n in (1 << 12, 1 << 20):
+        plain = seconds(program, 2, topo(10, 1), n)
+        assert seconds(program, 2, lone, n) == pytest.approx(plain + 2 * 200e-6)  # the all_reduce and barrier
+    assert seconds(program, 1, lone, 1 << 20) == pytest.approx(3 * 200e-6)  # at world 1 every group is of one
+
+
 # ---- the cost formulas, by hand ------------------------------------------------------------------------
 
 SEND = "program p\nworld 2\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 0:\n    send x to 1\non rank == 1:\n" \
@@ -1213,6 +1230,7 @@ def test_calibrate_on_gloo_writes_a_topology_predict_reads(tmp_path, capfd, no_o
     t, _ = load(str(out))
     assert t.backend == "gloo" and t.intra_alpha >= 0 and t.intra_beta > 0 and t.shared_node
     assert t.bus_bps is None and 1 <= t.memory_capacity <= 2  # two ranks: pairs at once need four
+    assert t.lone_call > 0 and "each on a group of its own" in out.read_text()
     measured = [line for line in out.read_text().splitlines() if re.match(r"#\s+\d+\s+[\d.]+\s+[\d.]+\s+[+-]", line)]
     assert len(measured) == 4  # 1K, 32K, 1M, 32M, each with its fitted time and error
     code = main(["predict", RING, "--world", "2", "--topology", str(out), "--sizes", "64K"])
@@ -1291,6 +1309,21 @@ def test_calibration_writes_a_crowded_hosts_message_latency():
     assert parse(SourceFile("h.toml", roomy)).at_world(64).crowded is False
 
 
+def test_calibration_writes_what_a_collective_on_a_group_of_one_costs():
+    """Every rank's built-in all_reduce on a group of its own, at small sizes, each launch's calls: their mean is
+    what a call that sends nothing costs (`collective_call_us`), every call in a comment; unmeasured, no key."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [100e-6, 4.3e-3])
+    lone = calibrate.Lone(2, ((4096, 180e-6), (65536, 240e-6), (4096, 210e-6)))
+    assert lone.seconds == pytest.approx(210e-6)
+    text = calibrate.topology_text(calibrate.Measured(f, 10e9, lone=lone), 4, "gloo", "cmd", cores=2)
+    assert parse(SourceFile("h.toml", text)).lone_call == pytest.approx(210e-6)
+    assert "# built-in all_reduce of 2 ranks, each on a group of its own, us per call: 4096 B 180, 65536 B 240," in text
+    plain = calibrate.topology_text(calibrate.Measured(f, 10e9), 4, "gloo", "cmd", cores=2)
+    assert "collective_call_us" not in plain and parse(SourceFile("h.toml", plain)).lone_call == 0.0
+
+
 def test_calibration_says_whether_a_ranks_messages_and_adds_overlap():
     """Every rank's isend and irecv, its adds, and both at once: where none of the shorter hides under the
     longer (the 2-core machine: 0-39 %), they take turns (`overlap = false`); where most does, side by side."""
@@ -1363,6 +1396,7 @@ def test_several_calibration_runs_keep_each_numbers_median():
             adds=calibrate.AtOnce(1 << 26, 4, 3e-3, adds_together),
             steps=calibrate.Steps(4, beta, ((4096, step), (65536, step))),
             turns=calibrate.Turns(1 << 24, 10e-3, 10e-3, 20e-3 - hidden * 10e-3),
+            lone=calibrate.Lone(2, ((4096, step / 20),)),
         )
 
     runs = [run(60e-6, 4.2e9, 150e-6, 2.8e9, 5e-3, 12e-3, 0.0),
@@ -1376,12 +1410,14 @@ def test_several_calibration_runs_keep_each_numbers_median():
     assert m.steps.points == runs[2].steps.points  # the run of the median step, its bytes at the fitted β
     assert m.steps.beta == m.fit.beta and m.steps.alpha == pytest.approx(runs[2].steps.alpha, rel=1e-3)
     assert m.adds is runs[1].adds and m.turns is runs[1].turns  # one run's parts together, the median result
+    assert m.lone is runs[2].lone  # the median call on a group of one
     assert calibrate.Measured.median(runs[:1]) is runs[0]
     assert calibrate.Measured.median(runs[:2]).fit.alpha == 60e-6  # an even count: the lower middle, a measured one
     text = calibrate.topology_text(m, 4, "gloo", "cmd", cores=2, runs=runs)
     assert "# 3 runs of every measurement below" in text
     assert "#   alpha 60 / 90 / 70 us, beta 4.2 / 3.2 / 3.8 GB/s" in text
     assert "fresh pages 2.8 / - / 2.6 GB/s" in text
+    assert "#   a call on a group of one 250 / 350 / 300 us" in text
     t = parse(SourceFile("h.toml", text))
     assert t.intra_alpha == pytest.approx(70e-6) and t.intra_beta == pytest.approx(m.fit.beta, rel=1e-3)
 

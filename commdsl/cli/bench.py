@@ -720,6 +720,19 @@ def _collective_steps(args, nproc: int, backend: str, beta: float):
     return cal.Steps(nproc, beta, points)
 
 
+def _lone_call(args, nproc: int, backend: str, cores: int):
+    """A `calibrate.Lone`: every rank's built-in all_reduce on a group of its own (`calibrate.LONE`, its line's
+    time), at as many ranks as the host has cores (at most `nproc`): the call's own cost, not a wait for a
+    core. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    world = max(1, min(nproc, cores))
+    points = _latency_points(args, cal.LONE, "<calibrate-lone>", world, backend, cal.lone_call)
+    if not points:
+        raise ValueError("the all_reduce on a group of one timed nothing")
+    return cal.Lone(world, points)
+
+
 def _crowded(args, nproc: int, backend: str, beta: float, cores: int):
     """A `calibrate.Crowded` when `nproc` ranks are more than the host's `cores` (else None): every rank's isend
     to the next and irecv from the last at once (`calibrate.OVERLAP` without its adds), each launch's time of
@@ -907,4 +920,5 @@ def _measure(args, sizes: list[int], nproc: int, backend: str, cores: int):
         _collective_steps(args, nproc, backend, f.beta),
         _turns(args, nproc, backend),
         _crowded(args, nproc, backend, f.beta, cores),
+        _lone_call(args, nproc, backend, cores),
     )

@@ -10,10 +10,11 @@ are fresh pages (`page_fault_bandwidth`: what a temporary malloc maps anew costs
 isend writes from its caller is read from the kernel's settings (`send_buffer_bytes`).
 
 A built-in collective's step is timed apart (`COLLECTIVE`, `Steps`): the all_reduce of every rank at small
-sizes, less its bytes, over its steps, gives `collective_alpha_us`. With more ranks than the host has cores,
-so is a ring's step of messages, every rank sending to the next at once (`OVERLAP` without its adds, at small
-sizes, `Crowded`): less its bytes it gives `crowded_alpha_us`. So is whether a rank computes while its
-messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`.
+sizes, less its bytes, over its steps, gives `collective_alpha_us`; a collective call that sends nothing
+(`LONE`, `Lone`: each rank's all_reduce on a group of its own) gives `collective_call_us`. With more ranks
+than the host has cores, so is a ring's step of messages, every rank sending to the next at once (`OVERLAP`
+without its adds, at small sizes, `Crowded`): less its bytes it gives `crowded_alpha_us`. So is whether a rank
+computes while its messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`.
 
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
 at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
@@ -95,6 +96,25 @@ tensor x: float32[n] = rank
 
 all_reduce x op sum
 """
+
+LONE = """\
+# the last step of `commdsl bench --calibrate`: every rank calls the built-in all_reduce on a group of its own,
+# timed by its line, after one on every rank (as a mesh's dimension of one, its worker thread idled meanwhile)
+program calibrate_lone
+world 1..
+param n = 1024
+
+tensor x: float32[n] = rank
+tensor y: float32[n] = rank
+
+group own = split by rank
+
+all_reduce x op sum in own
+all_reduce y op sum
+"""
+
+LONE_LINE = "all_reduce x op sum in own"
+"""The statement of `LONE` whose time per call is a collective on a group of one (`lone_call`)."""
 
 LATENCY_SIZES = (4096, 16384, 65536)
 """Bytes at which `bench --calibrate` times the latencies it measures apart from the ping-pong's fit (a
@@ -229,6 +249,25 @@ class Steps:
 
 
 @dataclass(frozen=True)
+class Lone:
+    """The built-in all_reduce on a group of one (`LONE`), every one of `world` ranks on its own at once, each
+    right after an all_reduce of every rank, at small sizes; each launch's time of it: what a collective call
+    costs that sends nothing. On Gloo torch hands the call to the group's worker thread and waits for it to
+    finish (`ProcessGroupGloo`'s work queue), and Gloo's all-reduce of one reduces nothing in place. On the
+    2-core machine such a call took 55-80 µs in a loop of nothing else and 190-470 µs in the hierarchical
+    all-reduce, after a collective of another group, where the model charged nothing (docs/predict-accuracy.md,
+    "A sixteenth campaign")."""
+
+    world: int
+    points: tuple[tuple[int, float], ...]  # (bytes, seconds of one call), every launch's
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of one call: the mean over the calls (as the bench and `one_way` count)."""
+        return float(np.mean([t for _, t in self.points]))
+
+
+@dataclass(frozen=True)
 class Crowded:
     """Every one of `world` ranks sending to the next and receiving from the last at once (`OVERLAP` without its
     adds, a ring's step) at small sizes, on a host of `cores` cores, fewer than the ranks; each launch's time:
@@ -276,6 +315,14 @@ class Turns:
     @property
     def overlap(self) -> bool:
         return self.hidden >= HIDDEN
+
+
+def lone_call(plan, results: dict[int, dict[int, dict]]) -> list[float]:
+    """Seconds of each measured case's `LONE_LINE` a call, on the slowest rank (the bench's per-line time: the
+    mean over the timed iterations)."""
+    from commdsl.bench.results import rows
+
+    return [line["us"] * 1e-6 for row in rows(plan, results) for line in row.lines if line["text"] == LONE_LINE]
 
 
 def one_way(plan, results: dict[int, dict[int, dict]]) -> list[float]:
@@ -388,6 +435,7 @@ class Measured:
     steps: Steps | None = None
     turns: Turns | None = None
     crowded: Crowded | None = None
+    lone: Lone | None = None
 
     @staticmethod
     def median(runs: list[Measured]) -> Measured:
@@ -420,6 +468,7 @@ class Measured:
             _middle(steps, key=lambda s: s.alpha),
             _middle([r.turns for r in runs if r.turns is not None], key=lambda t: t.hidden),
             _middle(crowded, key=lambda c: c.alpha),
+            _middle([r.lone for r in runs if r.lone is not None], key=lambda c: c.seconds),
         )
 
 
@@ -449,6 +498,8 @@ def spread(runs: list[Measured]) -> list[str]:
         lines.append(f"#   a collective's step {each([r.steps and r.steps.alpha for r in runs], ' us', 1e6)}")
     if any(r.crowded is not None for r in runs):
         lines.append(f"#   a crowded message {each([r.crowded and r.crowded.alpha for r in runs], ' us', 1e6)}")
+    if any(r.lone is not None for r in runs):
+        lines.append(f"#   a call on a group of one {each([r.lone and r.lone.seconds for r in runs], ' us', 1e6)}")
     if any(r.pairs is not None for r in runs):
         lines.append(f"#   messages at full speed at once {each([r.pairs and r.pairs.capacity for r in runs], '', 1)}")
     if any(r.adds is not None for r in runs):
@@ -479,7 +530,8 @@ def topology_text(
     a built-in collective's step takes `steps.alpha` (`collective_alpha_us`; without `steps`, a message's α);
     a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`); the host has
     `cores` cores (`cores_per_node`), and messages at once on more ranks than that take `crowded.alpha`
-    (`crowded_alpha_us`; without `crowded`, the ping-pong's α)."""
+    (`crowded_alpha_us`; without `crowded`, the ping-pong's α); a collective on a group of one takes
+    `lone.seconds` (`collective_call_us`; without `lone`, nothing)."""
     f, memory_bps, page_bps, pairs, adds = m.fit, m.memory_bps, m.page_bps, m.pairs, m.adds
     steps, turns, crowded = m.steps, m.turns, m.crowded
     lines = _measurements(m, nproc, backend, command, cores, len(runs or ())) + spread(runs or [])
@@ -518,6 +570,10 @@ def topology_text(
         )
     if cores is not None:
         lines.append(f"cores_per_node = {cores}        # this host's cores: more ranks than this crowd it")
+    if m.lone is not None:
+        lines.append(
+            f"collective_call_us = {m.lone.seconds * 1e6:.4g}    # a built-in collective on a group of one: the call"
+        )
     lines += [
         f'source = "measured with `{command}`"',
         "",
@@ -570,6 +626,12 @@ def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: in
         lines.append(
             f"# built-in all_reduce of {steps.world} ranks, us per call: {calls}: {steps.alpha * 1e6:.1f} us a step"
             f" ({ALL_REDUCE.latency_steps(steps.world)} steps a call, less their bytes at beta)"
+        )
+    if m.lone is not None:
+        calls = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in m.lone.points)
+        lines.append(
+            f"# built-in all_reduce of {m.lone.world} ranks, each on a group of its own, us per call: {calls}:"
+            f" {m.lone.seconds * 1e6:.1f} us a call"
         )
     if crowded is not None:
         ways = ", ".join(f"{n} B {t * 1e6:.0f}" for n, t in crowded.points)

@@ -1053,8 +1053,9 @@ class Clocks(Observer):
         if backend == "gloo" and rec.block is not None and rec.block.index > 0:
             alpha = 0.0  # Gloo flattens a `coalesced:` block into one call: one latency, every member's bytes
         load = b[self.k] * rec.kind.busbw_factor(p)  # what a ring puts on each member's outgoing link
-        if p < 2:  # a group of one sends nothing (a broadcast's n/β would be a copy neither backend makes)
-            dur = np.zeros_like(b, dtype=np.float64)
+        if p < 2:  # a group of one sends nothing (a broadcast's n/β would be a copy neither backend makes), but
+            # the call is still handed to the backend and waited for (`collective_call_us`)
+            dur = np.full_like(b, self.topo.lone_call, dtype=np.float64)
         elif rec.kind is ALL_TO_ALL and rec.in_splits:
             dur, sent = self.uneven(calls, s, c, alpha, share)
             load = sent[:, self.k]

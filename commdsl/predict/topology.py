@@ -23,6 +23,9 @@
                                 # one thread per process moves both; a host with cores to spare)
     overlap = true              # false: a rank's local ops and the messages on its ways take turns (a host
                                 # with no core to spare for Gloo's loop thread while the rank computes)
+    # collective_call_us = 200  # optional: a built-in collective on a group of one, which sends nothing
+                                # (Gloo: torch hands the call to its worker thread and waits for it; `bench
+                                # --calibrate` measures it); default 0
     # cores_per_node = 2        # optional: the cores a node's ranks share; with more ranks on a node than
                                 # this, messages at once on more ranks than cores take crowded_alpha_us,
                                 # and a collective's members there share the cores for its fresh pages
@@ -149,6 +152,7 @@ class TopologyFile(_Model):
     tree: StrictBool | None = None
     source: StrictStr = ""
     cores_per_node: Ranks | None = None
+    collective_call_us: NonNegative | None = None
     intra: NodeLinks
     inter: NodeLinks | None = None
     link: tuple[LinkOverride, ...] = ()
@@ -200,6 +204,7 @@ class Topology:
     crowded_alphas: tuple[float, float] | None = None  # (intra, inter) α on a node with more ranks than cores
     crowded_step_alphas: tuple[float, float] | None = None  # (intra, inter) a collective's step there
     crowded: bool = False  # `at_world` found more ranks on a node than its cores: messages may be crowded
+    lone_call: float = 0.0  # seconds of a built-in collective on a group of one (torch's hand-off to the backend)
 
     @property
     def bus_capacity(self) -> float:
@@ -250,6 +255,7 @@ class Topology:
             m.cores_per_node,
             (intra_crowded[0], inter_crowded[0]) if crowded else None,
             (intra_crowded[1], inter_crowded[1]) if crowded else None,
+            lone_call=(m.collective_call_us or 0.0) * 1e-6,
         )
 
     def over_cores(self, world: int) -> bool:
@@ -303,6 +309,7 @@ class Topology:
                 if self.send_buffer is not None
                 else ""
             )
+            + (f"; a built-in collective on a group of one {self.lone_call * 1e6:.3g} µs" if self.lone_call else "")
             + (
                 f"; a ring collective's step α {self.intra_step_alpha * 1e6:.3g} µs in a node,"
                 f" {self.inter_step_alpha * 1e6:.3g} µs between nodes"
@@ -425,7 +432,8 @@ node_memory_gbps = 30.37   # its ranks' adds together: memory x 1.29 (six adds-a
 page_fault_gbps = 2.458    # a fresh 64 MiB tensor filled less a kept one (five calibrations: 2.00-2.49)
 send_buffer_bytes = 4194304  # net.ipv4.tcp_wmem's maximum here: what an isend to a posted receive writes itself
 cores_per_node = 2         # its cores: crowded α for messages at once on 3+ ranks; a collective's fresh pages shared
-source = "medians of five quiet `bench --calibrate`: 2026-11-25; the collective step, the crowded α 2026-11-28"
+collective_call_us = 206   # an all_reduce on a group of one after one of every rank (2026-11-30, runs: 167-212)
+source = "medians of five quiet `bench --calibrate`: 2026-11-25; the step, crowded α 2026-11-28; the call 2026-11-30"
 
 [intra]
 alpha_us = 205             # fitted to the median one-way time per size (the five fits alone: 106-226 us)
