@@ -14,6 +14,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 600 python benchmarks/gloo_queue_facts.py sweep [N]   # N ranks' messages and all_reduce, 1-64 MiB (4)
     timeout 600 python benchmarks/gloo_queue_facts.py after [N]   # a collective alone, after itself, after an add (4)
     timeout 600 python benchmarks/gloo_queue_facts.py adders      # all_reduce after an add on 0-4 of its ranks
+    timeout 600 python benchmarks/gloo_queue_facts.py lone [N]    # a message, all_to_all, all_reduce of all and of one
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -57,7 +58,11 @@ the collective's end; the collective's time is the slowest rank's second less th
 over the rounds printed (docs/predict-accuracy.md, "A collective straight from communication"). `adders` (four
 ranks): the same for the built-in `all_reduce` at 4 and 8 MiB right after itself and right after an add of its
 size on rank 0, on ranks 0 and 1, on ranks 0 and 2, on ranks 0-2 and on every rank: how many members computing
-before it make its steps cost on top of its bytes.
+before it make its steps cost on top of its bytes. `lone` (N ranks, default 2): at 4 KiB, 64 KiB, 1 and 4 MiB,
+60 rounds (after 5 untimed calls of each) each timing, after a barrier, a ping-pong's one way between ranks 0
+and 1, `all_to_all_single`, the built-in `all_reduce` of every rank and one on a group of the rank alone; the
+slowest rank's mean and median of each (docs/predict-accuracy.md, "A sixteenth campaign, on a fresh machine":
+at two ranks the all-to-all costs one message of its bytes, and a collective on a group of one is not free).
 """
 
 import os
@@ -447,6 +452,39 @@ def alternated(rank: int, label: str, collective, before: dict) -> None:
         )
 
 
+def lone(rank: int) -> None:
+    world = dist.get_world_size()
+    own = [dist.new_group([r]) for r in range(world)][rank]  # every rank makes every group, in the same order
+    for size in (1 << 12, 1 << 16, 1 << 20, 1 << 22):
+        n = size // 4 // world * world
+        x, y = torch.ones(n), torch.empty(n)
+        calls = {
+            "ping-pong one way": lambda x=x, y=y: ping_pong(rank, x, y),
+            "all_to_all": lambda x=x, y=y: dist.all_to_all_single(y, x),
+            "all_reduce": lambda x=x: dist.all_reduce(x),
+            "all_reduce of one": lambda x=x: dist.all_reduce(x, group=own),
+        }
+        us: dict[str, list[float]] = {name: [] for name in calls}
+        for f in calls.values():
+            for _ in range(5):
+                f()
+        for _ in range(60):
+            for name, f in calls.items():
+                dist.barrier()
+                t0 = time.perf_counter()
+                f()
+                us[name].append((time.perf_counter() - t0) * 1e6)
+        halves = {name: 2 if name == "ping-pong one way" else 1 for name in calls}
+        got = torch.tensor([[statistics.mean(t), statistics.median(t)] for t in us.values()], dtype=torch.float64)
+        dist.all_reduce(got, op=dist.ReduceOp.MAX)  # the slowest rank's
+        if rank == 0:
+            print(
+                f"{size >> 10:5d} KiB, {world} ranks, us mean / median: "
+                + ", ".join(f"{k} {m / halves[k]:.0f} / {d / halves[k]:.0f}" for k, (m, d) in zip(calls, got.tolist())),
+                flush=True,
+            )
+
+
 def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
     """Every rank isends `x` to the next and irecvs `y` from the last, and waits for both."""
     world = dist.get_world_size()
@@ -491,15 +529,16 @@ SCENARIOS = {
     "sweep": sweep,
     "after": after,
     "adders": adders,
+    "lone": lone,
 }
-# ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N` or `after N` for N)
+# ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N`, `after N` or `lone N` for N)
 WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
-        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages, kinds, sweep and after]")
-    sized = scenario in ("pages", "kinds", "after", "sweep") and len(sys.argv) > 2
+        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages, kinds, sweep, after and lone]")
+    sized = scenario in ("pages", "kinds", "after", "sweep", "lone") and len(sys.argv) > 2
     world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
     if world < 2:
         sys.exit(f"gloo_queue_facts.py {scenario}: needs 2 ranks or more")
