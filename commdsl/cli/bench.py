@@ -726,7 +726,7 @@ def _lone_call(args, nproc: int, backend: str, cores: int):
     core. ValueError when a rank fails or hangs."""
     from commdsl.predict import calibrate as cal
 
-    world = max(1, min(nproc, cores))
+    world = min(nproc, cores)  # both at least 1: --calibrate needs --nproc 2, `host_cores` counts one or more
     points = _latency_points(args, cal.LONE, "<calibrate-lone>", world, backend, cal.lone_call)
     if not points:
         raise ValueError("the all_reduce on a group of one timed nothing")

@@ -256,7 +256,7 @@ class Lone:
     finish (`ProcessGroupGloo`'s work queue), and Gloo's all-reduce of one reduces nothing in place. On the
     2-core machine such a call took 55-80 µs in a loop of nothing else and 190-470 µs in the hierarchical
     all-reduce, after a collective of another group, where the model charged nothing (docs/predict-accuracy.md,
-    "A sixteenth campaign")."""
+    "A seventeenth campaign, and a collective on a group of one")."""
 
     world: int
     points: tuple[tuple[int, float], ...]  # (bytes, seconds of one call), every launch's
@@ -444,9 +444,9 @@ class Measured:
         rests on its few largest sizes, where one slow call moves it, and each size's median over the runs is
         steadier (seven 3-run calibrations of the 2-core machine predicted their campaigns on 1,749 rows so
         where the runs' median β got 1,701, and none lost more than a row: docs/predict-accuracy.md, "A
-        fourteenth campaign"); a latency timed apart (`Steps`, `Crowded`) less its bytes at that β; a
-        measurement of several parts (`AtOnce`, `Turns`) the run whose result (capacity, hidden share) is the
-        median, so that its parts stay one launch's."""
+        fourteenth campaign"); a latency timed apart (`Steps`, `Crowded`) less its bytes at that β; a call on a
+        group of one (`Lone`) the run whose mean call is the median; a measurement of several parts (`AtOnce`,
+        `Turns`) the run whose result (capacity, hidden share) is the median, so that its parts stay one launch's."""
         if len(runs) == 1:
             return runs[0]
         alpha = _middle([r.fit.alpha for r in runs])
