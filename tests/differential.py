@@ -137,8 +137,10 @@ def static_verdict(world: int, text: str) -> Verdict:
 
 
 def with_expects(world: int, text: str) -> str:
-    """The program with the simulator's final values of every tensor of every rank appended as `expect`s
-    (one per element), so a real run checks them itself. Only for programs the simulation completes."""
+    """The program with the simulator's final values of every tensor of every rank appended as `expect`s, so a
+    real run checks them itself. Only for programs the simulation completes. Each row of the last dimension is
+    cut into runs that one `expect` states exactly (`_runs`): the pinned ring was 3,000 lines, one an element,
+    and parsing them, not running, was most of a leg's time."""
     from commdsl.simulate import simulate
 
     sim = simulate(expand(load(SourceFile("gen.comm", text)), world))
@@ -147,28 +149,57 @@ def with_expects(world: int, text: str) -> str:
     for rank in range(world):
         lines.append(f"on rank == {rank}:")
         for name, values in sim.tensors[rank].items():
-            undefined = sim.undefined[rank][name].reshape(-1)
-            for k, v in enumerate(values.reshape(-1).tolist()):
-                if not undefined[k] and v == v and abs(v) != float("inf"):  # the language has no NaN or inf
-                    lines.append(f"    expect {name}{_element(values.shape, k)} == {_literal(v)}")
+            undefined = sim.undefined[rank][name]
+            if not values.shape:
+                if not undefined and _pinnable(values.item()):
+                    lines.append(f"    expect {name} == {_literal(values.item())}")
+                continue
+            rows = values.reshape(-1, values.shape[-1])
+            for r, (row, skip) in enumerate(zip(rows.tolist(), undefined.reshape(rows.shape).tolist())):
+                head = "".join(f"[{k}]" for k in np.unravel_index(r, values.shape[:-1])) if values.ndim > 1 else ""
+                for start, stop, expr in _runs(row, skip):
+                    lines.append(f"    expect {name}{head}[{start}:{stop}] == {expr}")
     return "\n".join(lines) + "\n"
 
 
-def _element(shape: tuple, k: int) -> str:
-    """The view of flat element k: rows of rows down to a one-element slice (`t[1][2:3]`; `` for 0-d)."""
-    if not shape:
-        return ""
-    index = np.unravel_index(k, shape)
-    return "".join(f"[{i}]" for i in index[:-1]) + f"[{index[-1]}:{index[-1] + 1}]"
+def _pinnable(v) -> bool:
+    return v == v and abs(v) != float("inf")  # the language has no NaN or inf
+
+
+def _runs(row: list, skip: list) -> list[tuple[int, int, str]]:
+    """(start, stop, element expression) covering every defined, finite element of one row: the longest runs
+    of one value (`v`) or of integers stepping by one integer (`v + d * i`, `i` counting from the run's start;
+    not for booleans), else one element each."""
+    out, k = [], 0
+    while k < len(row):
+        if skip[k] or not _pinnable(row[k]):
+            k += 1
+            continue
+        end = k + 1
+        nxt = k + 1 < len(row) and not skip[k + 1] and _pinnable(row[k + 1])
+        step = None if not nxt or isinstance(row[k], bool) and row[k + 1] != row[k] else row[k + 1] - row[k]
+        whole = step is not None and float(row[k]).is_integer() and float(step).is_integer()
+        while end < len(row) and not skip[end] and _pinnable(row[end]) and row[end] - row[end - 1] == step:
+            if step != 0 and not whole:
+                break
+            end += 1
+        if end - k == 1 or step == 0:
+            out.append((k, end, _literal(row[k])))
+        else:
+            out.append((k, end, f"{_literal(row[k])} + {_literal(step)} * i"))
+        k = end
+    return out
 
 
 def _literal(v) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else repr(v)
 
 
-def script_run(world: int, text: str, timeout: float, env: dict | None = None) -> dict:
+def script_run(world: int, text: str, timeout: float, env: dict | None = None, forked: bool = False) -> dict:
     """`commdsl compile --no-check` the program, then run the script under torchrun (a subprocess in its own
-    session, killed with everything it started after `timeout` seconds): exit code, output, whether it hung."""
+    session, killed with everything it started after `timeout` seconds): exit code, output, whether it hung.
+    `forked`: the ranks are forked from one torch import with torchrun's worker environment instead
+    (tests/forked_ranks.py: 3.5 s a launch here where torchrun takes 7-12 s)."""
     import subprocess
 
     from commdsl.cli.main import main
@@ -180,9 +211,11 @@ def script_run(world: int, text: str, timeout: float, env: dict | None = None) -
             code = main(["compile", str(path), "--world", str(world), "--no-check", "-o", str(script)])
         if code != 0:
             return {"exit_code": code, "output": (Path(tmp) / "compile.txt").read_text(), "hung": False, "compiled": False}
-        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                 str(world), str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                cwd=tmp, start_new_session=True, env={**os.environ, **(env or {})})
+        launch = ([str(Path(__file__).with_name("forked_ranks.py")), str(world)] if forked else
+                  ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world)])  # fmt: skip
+        proc = subprocess.Popen([sys.executable, *launch, str(script)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=tmp, start_new_session=True,
+                                env={**os.environ, **(env or {})})
         try:
             out, _ = proc.communicate(timeout=timeout)
             hung = False

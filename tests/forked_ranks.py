@@ -6,9 +6,9 @@ forked from one process that has imported torch once.
 Each rank is `python SCRIPT ARGS` with torchrun's worker environment (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, ...; env:// rendezvous on a free port of 127.0.0.1). On this 2-core machine
 torchrun spends most of a launch importing torch in its agent and in every worker (~2.5 s each: a 4-rank
-run of the ring takes 8 s, this 3.5 s), and the suite launches compiled scripts some fifty times. The
-tests that are about torchrun itself, and every shipped program's script once (test_differential's fourth
-leg), still run under real torchrun.
+run of the ring takes 8 s, this 3.5 s), and the suite launches compiled scripts some eighty times. The
+tests that are about torchrun itself, and the generated programs of test_differential's fourth leg (clean
+and stalled), still run under real torchrun.
 
 As torchrun does, the first rank to fail ends the run: the others are killed (after a second for their
 output to come out) and the exit status is 1.

@@ -92,10 +92,14 @@ def test_the_compiled_script_agrees_on_4_generated_programs(no_orphans):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("path", sorted((ROOT / "programs").glob("*.comm")), ids=lambda p: p.stem)
 def test_every_program_agrees_in_all_four_legs(path, no_orphans):
+    """Every shipped program, its final tensors pinned by `expect`s. The script's ranks are forked with
+    torchrun's worker environment (half a torchrun launch here); the generated programs above, the stalled
+    ones among them, and tests/test_torchrun_flags.py run under torchrun itself."""
     text = path.read_text()
     world = next(w for w in (2, 4) if load(SourceFile(path.name, text)).accepts(w))
     verdict = static_verdict(world, text)
     assert verdict.kind == "clean"
     pinned = with_expects(world, text)
     assert compare(verdict, real_run(world, pinned, timeout=30)) == ("exact", "")
-    assert compare_script(verdict, world, script_run(world, pinned, 120, {TOKEN_VAR: no_orphans})) == ("exact", "")
+    script = script_run(world, pinned, 120, {TOKEN_VAR: no_orphans}, forked=True)
+    assert compare_script(verdict, world, script) == ("exact", "")
