@@ -446,29 +446,68 @@ def _import_lazy_modules() -> None:
     import torch  # noqa: F401
 
 
-def run(plan: dict[str, int], seed: int, save: Path, cli_every: int = CLI_EVERY) -> dict:
-    """Fuzz `plan` (source → input count); SIGALRM is borrowed for the hang timer and handed back after
-    (pytest-timeout's alarm, when under pytest, is re-armed with the time it had left)."""
+def run(
+    plan: dict[str, int], seed: int, save: Path, cli_every: int = CLI_EVERY, shard: tuple[int, int] = (0, 1)
+) -> dict:
+    """Fuzz `plan` (source → input count), or shard (j, n) of it: the inputs numbered j, j + n, j + 2n, ... of
+    each source. SIGALRM is borrowed for the hang timer and handed back after (pytest-timeout's alarm, when
+    under pytest, is re-armed with the time it had left)."""
     _import_lazy_modules()
     previous = signal.signal(signal.SIGALRM, _alarm)
     pending, _ = signal.getitimer(signal.ITIMER_REAL)
     started = time.monotonic()
     try:
-        return _run(plan, seed, save, cli_every)
+        return _run(plan, seed, save, cli_every, shard)
     finally:
         signal.signal(signal.SIGALRM, previous)
         if pending:
             signal.setitimer(signal.ITIMER_REAL, max(0.001, pending - (time.monotonic() - started)))
 
 
-def _run(plan: dict[str, int], seed: int, save: Path, cli_every: int) -> dict:
+def run_parallel(plan: dict[str, int], seed: int, save: Path, cli_every: int, jobs: int) -> dict:
+    """`run` split over `jobs` forked processes, one shard each: the same inputs as one process, the same
+    numbering of kept failures, each process under the same hang timer and memory limit."""
+    if jobs <= 1:
+        return run(plan, seed, save, cli_every)
+    import multiprocessing
+
+    started = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        parts = pool.starmap(run, [(plan, seed, save, cli_every, (j, jobs)) for j in range(jobs)])
+    stats = _merge(parts)
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
+def _merge(parts: list[dict]) -> dict:
+    """One `run`'s statistics from its shards': counts added, findings joined, the slowest kept, memory the
+    largest process's."""
+    out = dict(parts[0])
+    for part in parts[1:]:
+        for key in ("inputs", "cli", "ok", "diagnostic"):
+            out[key] += part[key]
+        for key in ("bugs", "hangs"):
+            out[key] = out[key] + part[key]
+        for key in ("slowest", "slowest_command"):
+            out[key] = max(out[key], part[key], key=lambda v: v[0])
+        out["peak_rss"] = max(out["peak_rss"], part["peak_rss"])
+        for source, tally in part["by_source"].items():
+            mine = out["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
+            out["by_source"][source] = {k: mine[k] + tally[k] for k in mine}
+    return out
+
+
+def _run(plan: dict[str, int], seed: int, save: Path, cli_every: int, shard: tuple[int, int]) -> dict:
     stats = {"inputs": 0, "cli": 0, "ok": 0, "diagnostic": 0, "bugs": [], "hangs": [], "slowest": (0.0, b""),
              "slowest_command": (0.0, "", "", 0),
              "by_source": {}, "started": time.perf_counter()}
+    mine, shards = shard
     with tempfile.TemporaryDirectory(prefix="commdsl-fuzz-") as workdir:  # the CLI's files, gone after
         for source, count in plan.items():
             tally = stats["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
             for k, data in enumerate(SOURCES[source](count, seed)):
+                if k % shards != mine:
+                    continue
                 stats["inputs"] += 1
                 tally["inputs"] += 1
                 t0 = time.perf_counter()
@@ -520,7 +559,7 @@ def report(stats: dict, plan: dict, seed: int) -> str:
              f"slowest command: {stats['slowest_command'][0] * 1e3:.0f} ms ({stats['slowest_command'][1]} on "
              f"{stats['slowest_command'][2]}, {stats['slowest_command'][3]} bytes); slowest input, all commands: "
              f"{stats['slowest'][0] * 1e3:.0f} ms",
-             f"peak memory (max RSS of the fuzzing process): {stats['peak_rss'] / (1 << 20):.0f} MiB"]
+             f"peak memory (max RSS of a fuzzing process): {stats['peak_rss'] / (1 << 20):.0f} MiB"]
     for path in stats["bugs"] + stats["hangs"]:
         lines.append(f"  kept: {path} (traceback beside it)")
     return "\n".join(lines)
@@ -534,12 +573,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=20261123)
     ap.add_argument("--cli-every", type=int, default=CLI_EVERY, help="every Nth input also through the CLI (0: never)")
     ap.add_argument("--save", type=Path, default=Path(tempfile.gettempdir()) / "commdsl-fuzz-failures")
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                    help="processes, each fuzzing its share of the inputs (default: the usable cores)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)  # a blow-up becomes a MemoryError (a bug), not a dead machine
     if soft == resource.RLIM_INFINITY or soft > MEMORY_LIMIT:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, hard))
     plan = dict(PROFILES[args.profile]) if args.profile else {s: args.count for s in (args.source or SOURCES)}
-    stats = run(plan, args.seed, args.save, args.cli_every)
+    stats = run_parallel(plan, args.seed, args.save, args.cli_every, max(1, args.jobs))
     print(report(stats, plan, args.seed))
     return 1 if stats["bugs"] or stats["hangs"] else 0
 
