@@ -257,15 +257,17 @@ def compare_script(verdict: Verdict, world: int, result: dict) -> tuple[str, str
     return "disagree", f"stalled program, but the script exited 0: {output}"
 
 
-def real_run(world: int, text: str, timeout: float) -> dict:
+def real_run(world: int, text: str, timeout: float, clean: bool = False) -> dict:
     """`commdsl run --no-check` (workers fork from this process); returns the --report JSON.
 
     A run that torch's set-up failed says nothing about the program (a loaded machine can take seconds to
     form a group, and a rank that ends at once can break a slower rank's connecting: `failed_in_set_up`):
-    it is run again with a longer timeout.
+    it is run again with a longer timeout. So is a `clean` program (the checker's verdict) that the hang
+    guard stopped: a rank of a loaded 2-core machine can make no progress for the 2 s the random programs
+    are given, and a program that hangs hangs again.
     """
     data = _run_once(world, text, timeout)
-    if failed_in_set_up(data):
+    if failed_in_set_up(data) or clean and data.get("hang"):
         data = _run_once(world, text, timeout * 4)
     return data
 
@@ -359,7 +361,7 @@ def main() -> None:
         ran += 1
         if verdict.kind == "clean":
             text = with_expects(world, text)
-        outcome, detail = compare(verdict, real_run(world, text, args.timeout))
+        outcome, detail = compare(verdict, real_run(world, text, args.timeout, clean=verdict.kind == "clean"))
         legs["run"][outcome] += 1
         if outcome != "exact":
             print(f"run: {outcome.upper()} on program {k}:\n{text}{detail}", file=sys.stderr)
@@ -389,9 +391,9 @@ def shipped(args) -> None:
         program = load(SourceFile(path.name, text))
         for world in (w for w in worlds if program.accepts(w)):
             verdict = static_verdict(world, text)
-            run_outcome, detail = compare(verdict, real_run(world, with_expects(world, text), args.timeout))
-            script_outcome, detail2 = compare_script(verdict, world,
-                                                     script_run(world, with_expects(world, text), args.script_timeout))
+            pinned = with_expects(world, text)
+            run_outcome, detail = compare(verdict, real_run(world, pinned, args.timeout, clean=verdict.kind == "clean"))
+            script_outcome, detail2 = compare_script(verdict, world, script_run(world, pinned, args.script_timeout))
             rows.append((path.stem, world, verdict.kind, run_outcome, script_outcome))
             print(f"| {path.stem} | {world} | {verdict.kind} | {run_outcome} | {script_outcome} |", flush=True)
             for d in (detail, detail2):
