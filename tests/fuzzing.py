@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import io
 import os
 import random
@@ -446,96 +447,91 @@ def _import_lazy_modules() -> None:
     import torch  # noqa: F401
 
 
-def run(
-    plan: dict[str, int], seed: int, save: Path, cli_every: int = CLI_EVERY, shard: tuple[int, int] = (0, 1)
-) -> dict:
-    """Fuzz `plan` (source → input count), or shard (j, n) of it: the inputs numbered j, j + n, j + 2n, ... of
-    each source. SIGALRM is borrowed for the hang timer and handed back after (pytest-timeout's alarm, when
-    under pytest, is re-armed with the time it had left)."""
+def run(plan: dict[str, int], seed: int, save: Path, cli_every: int = CLI_EVERY, jobs: int = 1) -> dict:
+    """Fuzz `plan` (source → input count). Every input is generated once, here; with `jobs` > 1 each goes to
+    the next free one of `jobs` forked processes (each under its own hang timer and the memory limit), in
+    order, so the counts and kept failures are one process's. With one job SIGALRM is borrowed for the hang
+    timer and handed back after (pytest-timeout's alarm, when under pytest, is re-armed with the time it had
+    left)."""
     _import_lazy_modules()
+    stats = {"inputs": 0, "cli": 0, "ok": 0, "diagnostic": 0, "bugs": [], "hangs": [], "slowest": (0.0, ""),
+             "slowest_command": (0.0, "", "", 0), "by_source": {s: {"inputs": 0, "loaded": 0} for s in plan}}
+    started = time.perf_counter()
+    numbered = ((source, k, data) for source, count in plan.items()
+                for k, data in enumerate(SOURCES[source](count, seed)))  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="commdsl-fuzz-") as workdir:  # the CLI's files, gone after
+        one = functools.partial(_fuzz_one, save=save, cli_every=cli_every, workdir=workdir)
+        if jobs <= 1:
+            with _hang_timer():
+                for result in map(one, numbered):
+                    _tally(stats, result)
+        else:
+            import multiprocessing
+
+            fork = multiprocessing.get_context("fork")
+            with fork.Pool(jobs, initializer=signal.signal, initargs=(signal.SIGALRM, _alarm)) as pool:
+                for result in pool.imap(one, numbered, chunksize=4):
+                    _tally(stats, result)
+                pool.close()
+                pool.join()  # reaped, so that their peak memory counts below
+    stats["seconds"] = time.perf_counter() - started
+    peaks = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    stats["peak_rss"] = max(peaks) * 1024
+    return stats
+
+
+@contextlib.contextmanager
+def _hang_timer():
     previous = signal.signal(signal.SIGALRM, _alarm)
     pending, _ = signal.getitimer(signal.ITIMER_REAL)
     started = time.monotonic()
     try:
-        return _run(plan, seed, save, cli_every, shard)
+        yield
     finally:
         signal.signal(signal.SIGALRM, previous)
         if pending:
             signal.setitimer(signal.ITIMER_REAL, max(0.001, pending - (time.monotonic() - started)))
 
 
-def run_parallel(plan: dict[str, int], seed: int, save: Path, cli_every: int, jobs: int) -> dict:
-    """`run` split over `jobs` forked processes, one shard each: the same inputs as one process, the same
-    numbering of kept failures, each process under the same hang timer and memory limit."""
-    if jobs <= 1:
-        return run(plan, seed, save, cli_every)
-    import multiprocessing
-
-    started = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        parts = pool.starmap(run, [(plan, seed, save, cli_every, (j, jobs)) for j in range(jobs)])
-    stats = _merge(parts)
-    stats["seconds"] = time.perf_counter() - started
-    return stats
-
-
-def _merge(parts: list[dict]) -> dict:
-    """One `run`'s statistics from its shards': counts added, findings joined, the slowest kept, memory the
-    largest process's."""
-    out = dict(parts[0])
-    for part in parts[1:]:
-        for key in ("inputs", "cli", "ok", "diagnostic"):
-            out[key] += part[key]
-        for key in ("bugs", "hangs"):
-            out[key] = out[key] + part[key]
-        for key in ("slowest", "slowest_command"):
-            out[key] = max(out[key], part[key], key=lambda v: v[0])
-        out["peak_rss"] = max(out["peak_rss"], part["peak_rss"])
-        for source, tally in part["by_source"].items():
-            mine = out["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
-            out["by_source"][source] = {k: mine[k] + tally[k] for k in mine}
-    return out
+def _fuzz_one(item: tuple[str, int, bytes], save: Path, cli_every: int, workdir: str) -> dict:
+    """One numbered input through every command (and every `cli_every`-th through the CLI too, in a folder of
+    this process's own): its outcome, or the kept file of the bug or hang it found."""
+    source, k, data = item
+    result: dict = {"source": source, "k": k}
+    SLOWEST.update(seconds=0.0, verb="")
+    t0 = time.perf_counter()
+    try:
+        result["outcome"] = exercise(data)
+        if cli_every and k % cli_every == 0:
+            own = os.path.join(workdir, str(os.getpid()))
+            os.makedirs(own, exist_ok=True)
+            through_cli(data, own)
+            result["cli"] = True
+    except Hang as e:
+        return {**result, "hang": _keep(save, source, k, data, e)}
+    except BaseException as e:  # noqa: BLE001 - every other exception is what we are looking for
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {**result, "bug": _keep(save, source, k, data, e)}
+    result["seconds"] = time.perf_counter() - t0
+    result["slowest_command"] = (SLOWEST["seconds"], SLOWEST["verb"], f"{source} {k}", len(data))
+    return result
 
 
-def _run(plan: dict[str, int], seed: int, save: Path, cli_every: int, shard: tuple[int, int]) -> dict:
-    stats = {"inputs": 0, "cli": 0, "ok": 0, "diagnostic": 0, "bugs": [], "hangs": [], "slowest": (0.0, b""),
-             "slowest_command": (0.0, "", "", 0),
-             "by_source": {}, "started": time.perf_counter()}
-    mine, shards = shard
-    with tempfile.TemporaryDirectory(prefix="commdsl-fuzz-") as workdir:  # the CLI's files, gone after
-        for source, count in plan.items():
-            tally = stats["by_source"].setdefault(source, {"inputs": 0, "loaded": 0})
-            for k, data in enumerate(SOURCES[source](count, seed)):
-                if k % shards != mine:
-                    continue
-                stats["inputs"] += 1
-                tally["inputs"] += 1
-                t0 = time.perf_counter()
-                try:
-                    outcome = exercise(data)
-                    if cli_every and k % cli_every == 0:
-                        through_cli(data, workdir)
-                        stats["cli"] += 1
-                except Hang as e:
-                    stats["hangs"].append(_keep(save, source, k, data, e))
-                    continue
-                except BaseException as e:  # noqa: BLE001 - every other exception is what we are looking for
-                    if isinstance(e, KeyboardInterrupt):
-                        raise
-                    stats["bugs"].append(_keep(save, source, k, data, e))
-                    continue
-                dt = time.perf_counter() - t0
-                if dt > stats["slowest"][0]:
-                    stats["slowest"] = (dt, data)
-                if SLOWEST["seconds"] > stats["slowest_command"][0]:
-                    stats["slowest_command"] = (SLOWEST["seconds"], SLOWEST["verb"], f"{source} {k}", len(data))
-                SLOWEST.update(seconds=0.0, verb="")
-                tally["loaded"] += outcome["check"] == "ok"
-                for verb in VERBS:
-                    stats[outcome[verb]] += 1
-    stats["seconds"] = time.perf_counter() - stats["started"]
-    stats["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return stats
+def _tally(stats: dict, result: dict) -> None:
+    stats["inputs"] += 1
+    tally = stats["by_source"][result["source"]]
+    tally["inputs"] += 1
+    if "hang" in result or "bug" in result:
+        stats["hangs" if "hang" in result else "bugs"].append(result.get("hang") or result["bug"])
+        return
+    stats["cli"] += result.get("cli", False)
+    stats["slowest"] = max(stats["slowest"], (result["seconds"], f"{result['source']} {result['k']}"))
+    stats["slowest_command"] = max(stats["slowest_command"], result["slowest_command"], key=lambda c: c[0])
+    outcome = result["outcome"]
+    tally["loaded"] += outcome["check"] == "ok"
+    for verb in VERBS:
+        stats[outcome[verb]] += 1
 
 
 def _keep(save: Path, source: str, k: int, data: bytes, e: BaseException) -> str:
@@ -558,7 +554,7 @@ def report(stats: dict, plan: dict, seed: int) -> str:
              f"internal errors: {len(stats['bugs'])}, hangs over {HANG_S:g} s: {len(stats['hangs'])}",
              f"slowest command: {stats['slowest_command'][0] * 1e3:.0f} ms ({stats['slowest_command'][1]} on "
              f"{stats['slowest_command'][2]}, {stats['slowest_command'][3]} bytes); slowest input, all commands: "
-             f"{stats['slowest'][0] * 1e3:.0f} ms",
+             f"{stats['slowest'][0] * 1e3:.0f} ms ({stats['slowest'][1]})",
              f"peak memory (max RSS of a fuzzing process): {stats['peak_rss'] / (1 << 20):.0f} MiB"]
     for path in stats["bugs"] + stats["hangs"]:
         lines.append(f"  kept: {path} (traceback beside it)")
@@ -574,13 +570,13 @@ def main() -> int:
     ap.add_argument("--cli-every", type=int, default=CLI_EVERY, help="every Nth input also through the CLI (0: never)")
     ap.add_argument("--save", type=Path, default=Path(tempfile.gettempdir()) / "commdsl-fuzz-failures")
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                    help="processes, each fuzzing its share of the inputs (default: the usable cores)")
+                    help="processes that run the inputs, each the next one free (default: the usable cores)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)  # a blow-up becomes a MemoryError (a bug), not a dead machine
     if soft == resource.RLIM_INFINITY or soft > MEMORY_LIMIT:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, hard))
     plan = dict(PROFILES[args.profile]) if args.profile else {s: args.count for s in (args.source or SOURCES)}
-    stats = run_parallel(plan, args.seed, args.save, args.cli_every, max(1, args.jobs))
+    stats = run(plan, args.seed, args.save, args.cli_every, args.jobs)
     print(report(stats, plan, args.seed))
     return 1 if stats["bugs"] or stats["hangs"] else 0
 
