@@ -55,8 +55,9 @@ def line_span(source: SourceFile, line: int, column: int = 1) -> Span:
 
 
 def key_span(source: SourceFile, loc: tuple) -> Span | None:
-    """The `key = value` line of the key at `loc` (("tool", "commdsl", "select"), ("link", 0, "dst")),
-    found by scanning the file's tables; None when the key is not written."""
+    """Where the key at `loc` (("tool", "commdsl", "select"), ("link", 0, "dst")) is written: its `key = value`
+    line, the header of the table it names (`[intra.sub]`), or its `key = ` inside an inline table of the key
+    before it (`intra = { bogus = 3 }`); None when the key is not written."""
     names = [p for p in loc if isinstance(p, str)]
     if not names:
         return None
@@ -71,13 +72,22 @@ def key_span(source: SourceFile, loc: tuple) -> Span | None:
             if stripped.startswith("[[") and table == want_table:
                 seen += 1
             index = seen if stripped.startswith("[[") else -1
+            if table == ".".join(names) and want_index < 0:
+                start = offset + len(line) - len(line.lstrip())
+                return source.span(start, offset + len(line.rstrip("\r\n")))
         else:
             m = re.match(r"^(\s*)(" + re.escape(key) + r"|\"" + re.escape(key) + r"\")\s*=", line)
             if m and table == want_table and (want_index < 0 or index == want_index):
                 start = offset + len(m.group(1))
                 return source.span(start, offset + len(line.rstrip("\r\n")))
         offset += len(line)
-    return None
+    outer = key_span(source, loc[:-1]) if len(names) > 1 else None
+    if outer is not None:  # an inline table: the key inside its line
+        text = source.text[outer.start : outer.end]
+        m = re.search(r"[{,]\s*(" + re.escape(key) + r"|\"" + re.escape(key) + r"\")\s*=", text)
+        if m:
+            return source.span(outer.start + m.start(1), outer.start + m.end(1))
+    return outer
 
 
 def table_span(source: SourceFile, table: str, index: int = -1) -> Span | None:
@@ -126,7 +136,13 @@ def _validation_error(source: SourceFile, err, rule: type[Rule], model: type, ta
             help=f"{hint}the keys are {', '.join(f'`{k}`' for k in known)}",
         )
     msg = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]  # without "Value error, "
-    return rule.diagnostic(f"{source.path}: `{where}`: {msg[0].lower() + msg[1:]}", span=span, label="here")
+    single = err["type"] in ("tuple_type", "list_type") and table_span(source, ".".join(map(str, full))) is not None
+    return rule.diagnostic(
+        f"{source.path}: `{where}`: {msg[0].lower() + msg[1:]}",
+        span=span,
+        label="here",
+        help=f"each entry of a list of tables is its own `[[{'.'.join(map(str, full))}]]`" if single else None,
+    )
 
 
 def _known(model: type, loc: tuple) -> list[str]:

@@ -45,6 +45,13 @@ def seconds(text: str, world: int, t: Topology, size: int) -> float:
 # ---- topology files ------------------------------------------------------------------------------------
 
 
+def as_measured(doc: dict) -> dict:
+    """A `predict --json` document made to stand for a bench's (`--measured` refuses what says it is predicted)."""
+    doc = {k: v for k, v in doc.items() if k != "predicted"}
+    doc["rows"] = [{k: v for k, v in r.items() if k != "predicted"} for r in doc["rows"]]
+    return doc
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_preset_parses_and_cites_a_source(name):
     t, _ = load(name)
@@ -80,7 +87,16 @@ def test_a_topology_file_in_full():
     ("ranks_per_node = 8\n[intra\n", "not a TOML file", 2),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwith_gbps = 100\n", "unknown key `intra.bandwith_gbps`", 4),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\n", "`intra.bandwidth_gbps` is required", 2),
-    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 0\n", "`intra.bandwidth_gbps`: input should be greater than 0", 4),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 0\n", "`intra.bandwidth_gbps`: input should be greater than or equal to 0.000001", 4),
+    # past these a predicted time is not a finite number
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1e-305\n", "`intra.bandwidth_gbps`: input should be greater", 4),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1e300\nbandwidth_gbps = 1\n", "`intra.alpha_us`: input should be less", 3),
+    # a table that is not a setting points at its header, a key inside an inline table at the key
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[intra.sub]\nx = 1\n", "unknown key `intra.sub`", 5),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[bogus]\nx = 1\n", "unknown key `bogus`", 5),
+    ("ranks_per_node = 8\n\nintra = { alpha_us = 1, bandwidth_gbps = 1, bogus = 3 }\n", "unknown key `intra.bogus`", 3),
+    ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[link]\nsrc = 0\ndst = 1\nalpha_us = 1\n"
+     "bandwidth_gbps = 1\n", "`link`: input should be a valid tuple", 5),
     ("ranks_per_node = 8\n[intra]\nalpha_us = -1\nbandwidth_gbps = 1\n", "`intra.alpha_us`", 3),
     ("[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`ranks_per_node` is required", 1),
     ('ranks_per_node = "8x"\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n', "`ranks_per_node`", 1),
@@ -91,7 +107,7 @@ def test_a_topology_file_in_full():
     ("ranks_per_node = 8\nbus_gbps = 4\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
      "`bus_gbps`: needs `shared_node = true`", 2),
     ("ranks_per_node = 8\nshared_node = true\nnode_memory_gbps = 0\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n",
-     "`node_memory_gbps`: input should be greater than 0", 3),
+     "`node_memory_gbps`: input should be greater than or equal to 0.000001", 3),
     ('backend = "nccl"\nranks_per_node = 8\nsend_buffer_bytes = 4194304\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n',
      '`send_buffer_bytes`: needs `backend = "gloo"`', 3),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\ncrowded_alpha_us = 5\n",
@@ -622,7 +638,7 @@ def test_measured_rows_give_an_error_column_and_a_plot(tmp_path, capsys):
     pred = tmp_path / "pred.json"
     main(["predict", RING, "--world", "4", "--topology", "dgx-h100", "--sizes", "64K:128K", "--json", str(pred)])
     capsys.readouterr()
-    bench = json.loads(pred.read_text())
+    bench = as_measured(json.loads(pred.read_text()))
     for r in bench["rows"]:
         r["time_us"] *= 2  # a "measurement" twice the prediction
     fake = tmp_path / "bench.json"
@@ -643,6 +659,7 @@ def test_a_bench_of_another_world_or_program_is_refused_as_measured(tmp_path, ca
     main(["predict", RING, "--world", "2", "--topology", "dgx-h100", "--sizes", "64K", "--json", str(pred)])
     capsys.readouterr()
     assert json.loads(pred.read_text())["world"] == 2
+    pred.write_text(json.dumps(as_measured(json.loads(pred.read_text()))))
     common = ["--topology", "dgx-h100", "--sizes", "64K", "--measured", str(pred)]
     for argv, says in (
         ([RING, "--world", "4"], "measured at 2 ranks, and this predicts --world 4"),
@@ -675,7 +692,7 @@ def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(
     pred = tmp_path / "pred.json"
     assert main([*args, "--json", str(pred)]) == 0
     capsys.readouterr()
-    bench = json.loads(pred.read_text())
+    bench = as_measured(json.loads(pred.read_text()))
     from commdsl.predict.cost import PAGE
 
     assert [r["rank_page_faults"] for r in bench["rows"]] == [[0, 0], [0, 0], [2 * (32 << 20) / PAGE, 0]]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from commdsl.bench.results import Row, Summary
 from commdsl.bench.sizes import format_size
@@ -115,6 +118,64 @@ def as_dict(meta: dict, rows: list[Row], summaries: list[Summary]) -> dict:
         ],
         "rows": [_row(r) for r in rows],
     }
+
+
+class _Read(BaseModel):
+    """What a reader of `as_dict`'s document relies on; anything else it holds passes through unread."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+Micros = Annotated[StrictFloat, Field(ge=0)]
+
+
+class _Line(_Read):
+    line: StrictInt
+    us: Micros
+
+
+class _MeasuredRow(_Read):
+    variant: str | None = None
+    size_bytes: Annotated[StrictInt, Field(ge=0)]
+    time_us: Annotated[StrictFloat, Field(gt=0)]
+    predicted: bool = False
+    rank_time_us: list[Micros] | None = None
+    rank_page_faults: list[Annotated[StrictFloat, Field(ge=0)] | None] | None = None
+    lines: list[_Line] | None = None
+
+
+class _Measured(_Read):
+    world: StrictInt | None = None
+    backend: str | None = None
+    predicted: bool = False
+    rows: Annotated[list[_MeasuredRow], Field(min_length=1)]
+
+
+def read_json(path: str) -> dict:
+    """A `--json` document of `commdsl bench`, checked to hold what `as_dict` writes where a reader uses it
+    (positive finite times, sizes in bytes, per-line times), as plain data. ValueError says what is wrong and
+    where; OSError when it cannot be read. A document `commdsl predict --json` wrote (`"predicted": true`) is
+    refused: its times are not measurements."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f, parse_constant=_no_constant)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON: {e}") from None
+    try:
+        doc = _Measured.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+        why = f"{where}: {first['msg']}" if where else "not a JSON object"
+        raise ValueError(f"not a `commdsl bench --json` file: {why}") from None
+    if doc.predicted or any(r.predicted for r in doc.rows):
+        raise ValueError("written by `commdsl predict --json`: its times are predicted, not measured")
+    return doc.model_dump()
+
+
+def _no_constant(name: str) -> float:
+    """JSON has no NaN or Infinity; Python's json module reads them unless told not to."""
+    raise ValueError(f"`{name}` is not a JSON number")
 
 
 def _row(r: Row) -> dict:

@@ -11,7 +11,6 @@ be read, a program that does not complete at this world size).
 
 from __future__ import annotations
 
-import json
 import os
 
 from rich.markup import escape
@@ -174,7 +173,7 @@ def run(args) -> int:
         args.max_time or TIME_LIMIT, "prediction", "predict fewer sizes (`--sizes`) or a smaller world (`--world`)"
     )
     try:
-        pred = sweep(variant, args.world, sizes, topo, deadline=deadline)
+        pred = sweep(variant, args.world, sizes, topo, paths=args.json is not None, deadline=deadline)
     except TimeLimitReached as stop:
         print_diagnostics([stop.diagnostic], {variant.program.path: variant.program.source}, args.format, out, err)
         return EXIT_FAILURE
@@ -259,17 +258,15 @@ def _variant(args, out, err):
 
 
 def _read_measured(path: str) -> dict:
-    """A bench JSON, checked to hold rows with sizes."""
+    """A bench JSON, checked to hold what the report reads (`bench.output.read_json`)."""
+    from commdsl.bench.output import read_json
+
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        if not all(isinstance(r, dict) and int(r["size_bytes"]) >= 0 for r in data["rows"]):
-            raise TypeError
-        return data
+        return read_json(path)
     except OSError as e:
         raise UsageError(f"--measured {path}: {e.strerror or e}") from None
-    except (ValueError, KeyError, TypeError, IndexError):
-        raise UsageError(f"--measured {path}: not a `commdsl bench --json` file (no rows with size_bytes)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"--measured {path}: {e}") from None
 
 
 def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
@@ -284,6 +281,8 @@ def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
     # the bench names a form or a dtype after the label (`all_reduce in-place`, `ring float64` of --dtype all)
     same = [v for v in labels if v == label] or [v for v in labels if v == f"{label} {args.dtype}"]
     same = same or [v for v in labels if isinstance(v, str) and v.startswith(f"{label} ")]
+    if labels == [None]:
+        raise UsageError(f"--measured {args.measured}: its rows name no `variant`, so none can be matched to `{label}`")
     if labels and not same:
         measured = ", ".join(f"`{m}`" for m in sorted(map(str, labels)))
         raise UsageError(f"--measured {args.measured}: measures {measured}, and this predicts `{label}`")

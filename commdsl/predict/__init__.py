@@ -126,7 +126,8 @@ def fit(v: Variant, world: int, requested: int) -> tuple[int, int]:
 
 def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool = True, deadline=None) -> Prediction:
     """Predicted rows for `sizes` (requested bytes). BenchError when the program does not complete at this
-    world (a deadlock or a mismatch: `commdsl check` says which)."""
+    world (a deadlock or a mismatch: `commdsl check` says which). `paths`: every size's critical path and
+    per-line profile (an engine run per size, for `--json`); else the largest size's only."""
     topo = topo.at_world(world)
     notes: list[str] = []
     cores = topo.cores_per_node

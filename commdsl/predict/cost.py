@@ -463,7 +463,8 @@ class Clocks(Observer):
     def close(self, G: np.ndarray, now: np.ndarray) -> None:
         """The records ranks G (distinct) are in end at `now`: their time goes to their lines."""
         rid = self.in_rec[G]
-        col = np.where(rid >= 0, self.line_col[rid], -1)
+        col = np.full(rid.shape, -1, dtype=np.int64)  # -1: in no record yet (a program of no ops has no lines)
+        col[rid >= 0] = self.line_col[rid[rid >= 0]]
         timed = col >= 0
         self.profile[G[timed], col[timed]] += (now - self.began[G])[timed]
 

@@ -102,8 +102,8 @@ class _Model(BaseModel):
 
 Rank = Annotated[StrictInt, Field(ge=0, lt=MAX_WORLD)]
 Ranks = Annotated[StrictInt, Field(ge=1, le=MAX_WORLD)]
-Positive = Annotated[StrictFloat, Field(gt=0)]
-NonNegative = Annotated[StrictFloat, Field(ge=0)]
+Positive = Annotated[StrictFloat, Field(ge=1e-6)]  # GB/s: at least 1 kB/s, so a time in seconds stays finite
+NonNegative = Annotated[StrictFloat, Field(ge=0, le=1e9)]  # µs: at most 1,000 s
 
 
 class LinkClass(_Model):
