@@ -235,6 +235,60 @@ def test_builtin_ring_all_reduce_is_2_p_minus_1_steps(p):
     assert seconds(text, p, topo(10, 1), n) == pytest.approx(want)
 
 
+BUILT_IN_A2A = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = rank\ntensor y: float32[n]\nall_to_all x into y\n"
+PAIRWISE_A2A = (  # the same exchange as each pair's messages, posted at once
+    "program d\nworld 1..\nparam n = 1024\ntensor x: float32[world, n // world] = rank\n"
+    "tensor y: float32[world, n // world]\nbatch:\n    for j in 0 .. world - 1:\n        on rank != j:\n"
+    "            send x[j] to j\n            recv y[j] from j\ny[rank] = x[rank]\n"
+)
+
+
+def test_a_built_in_all_to_all_between_nodes_is_bound_by_their_nics():
+    """Every member sends to every other at once: at world 16 on two 8-GPU nodes each member sends half its
+    bytes off its node, through the node's 8 NICs together. Priced as the ring of an all_gather (8 NICs side
+    by side per hop), it took 728 µs at 256 MiB where the NICs need 2,684 and the same exchange written as
+    messages took 2,711 (found 2026-11-30). On one node nothing changes."""
+    t = load("dgx-h100")[0]
+    n = 256 << 20
+    nics = 8 * 8 / 16 * n / (8 * 50e9)  # a node's members' bytes for the other node over its 8 NICs
+    built_in = seconds(BUILT_IN_A2A, 16, t, n)
+    assert nics < built_in < nics * 1.05
+    assert built_in == pytest.approx(seconds(PAIRWISE_A2A, 16, t, n), rel=0.05)
+    assert seconds(BUILT_IN_A2A, 8, t, n) == pytest.approx(7 * 5.7e-6 + 7 / 8 * n / 450e9, rel=1e-6)  # one node
+
+
+def test_a_node_holding_one_member_drives_one_ring_between_nodes():
+    """NCCL runs one ring per NIC between nodes, as many as the group has members per node, on its emptiest
+    node: world 9 on 8-GPU nodes puts rank 8 alone on the second, with one NIC, so the ring's hop between the
+    nodes is 50 GB/s, not 8 × 50 (busbw was 367 GB/s, over NVLink's 450, before 2026-11-30)."""
+    t = load("dgx-h100")[0]
+    n = 256 << 20
+    ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x op sum\n"
+    assert seconds(ring, 9, t, n) > 2 * 8 / 9 * n / 50e9  # the ring's bytes at one NIC's β
+    assert seconds(ring, 16, t, n) < 2 * 15 / 16 * n / (4 * 50e9)  # two full nodes: eight rings side by side
+
+
+@pytest.mark.parametrize("argv", [
+    ["--collective", "all_reduce", "--algo", "ring", "--world", "16"],
+    ["--collective", "all_to_all", "--world", "16"],
+    ["--collective", "all_gather", "--world", "24"],
+    ["--collective", "all_reduce", "--algo", "ring", "--world", "9"],
+])
+def test_a_built_in_collectives_link_figures_are_possible(argv, tmp_path, capsys):
+    """No port busier than the prediction, both ends of each hop counted, and the bytes between nodes spread
+    over the NICs of the rings side by side: all 480 MiB of a ring all_reduce at world 16 were on one 50 GB/s
+    NIC, busy as if at 400 GB/s, and no way in was counted (before 2026-11-30)."""
+    out = tmp_path / "p.json"
+    assert main(["predict", *argv, "--topology", "dgx-h100", "--sizes", "256M", "--json", str(out)]) == 0
+    capsys.readouterr()
+    links = json.loads(out.read_text())["links"]
+    assert links and all(e["utilisation"] <= 1 + 1e-9 for e in links), links[:3]
+    assert any(e["link"].endswith(" in") for e in links) and any(e["link"].endswith(" out") for e in links)
+    for e in links:
+        if "NIC" in e["link"]:
+            assert e["bytes"] / (e["busy_us"] * 1e-6) == pytest.approx(50e9)  # each NIC at its own β
+
+
 def test_nccl_takes_the_tree_when_it_is_faster():
     text = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
     t = topo(10, 1, extra='backend = "nccl"')

@@ -315,6 +315,7 @@ class Clocks(Observer):
         self.port_busy = np.zeros(ports)
         self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
         self.group_per_node: dict[int, int] = {}  # per group: the most of its members on one node (`per_node`)
+        self.group_nodes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per group: `node_spread`
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
@@ -1065,6 +1066,9 @@ class Clocks(Observer):
             if self.steps_hidden(calls, s, c, rec, gid):
                 latency = rec.kind.cost(p, 0.0, alpha, beta, tree=self.topo.tree, backend=backend)
                 dur = np.maximum(latency, dur - latency)
+            if rec.kind is ALL_TO_ALL and self.node_spread(gid)[0].size > 1:  # every pair at once: node NICs bound
+                latency = rec.kind.cost(p, 0.0, alpha, beta, tree=self.topo.tree, backend=backend)
+                dur = np.maximum(dur, latency + b * self.through_nics(gid))
         ranks = calls.rank[s : s + c]
         counted = ranks if completes else None
         if backend == "gloo":  # torch's copies around Gloo's algorithm, at memory speed (a group of
@@ -1077,11 +1081,79 @@ class Clocks(Observer):
             dur = dur + self.fresh_pages(rec.kind.gloo_temporaries(p, b), self.per_node(gid) * share, counted)
             if rec.block is not None and rec.kind.name == "all_reduce":
                 dur = dur + self.flattened(gid, rec.block, b, counted)
-        nxt = np.roll(np.asarray(self.s.groups[gid].ranks), -1)[calls.me[s : s + c]]
-        _, _, e, _, _ = self.links(ranks, nxt)
-        np.add.at(self.port_bytes, e, load)
-        np.add.at(self.port_busy, e, load / beta)
+        if p >= 2:
+            self.collective_traffic(rec, gid, ranks, calls.me[s : s + c], load, b[self.k])
         return np.broadcast_to(dur, (self.T.shape[1],))
+
+    def collective_traffic(self, rec: CollectiveRec, gid: int, ranks, me, load, size: float) -> None:
+        """A built-in collective instance's bytes on the ports it uses, for the link figures (its time is its
+        kind's formula, not these ports'): each member's `load` to the next member in group order, out of its
+        way and into the next's and through their node's bus (`shared_node`), or between nodes out of and into
+        the NICs of the rings NCCL runs side by side (`net`). An even `all_to_all` sends to every member at
+        once instead: its share for its node's members through its own ways, the rest out of its node's NICs,
+        and as much in (`through_nics`)."""
+        group = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
+        rings = self.rings_across(gid)
+        if rec.kind is ALL_TO_ALL and not rec.in_splits:
+            nodes, count = self.node_spread(gid)
+            m = count[np.searchsorted(nodes, self.node[ranks])]
+            self.on_ways(ranks, ranks, size * (m - 1) / group.size)  # to and from its node's other members
+            away = np.broadcast_to(size * (group.size - m) / group.size, ranks.shape)
+            self.on_nics(ranks, away, rings, out=True)
+            self.on_nics(ranks, away, rings, out=False)
+            return
+        nxt = np.roll(group, -1)[me]
+        load = np.broadcast_to(np.asarray(load, dtype=np.float64), ranks.shape)
+        here = self.node[ranks] == self.node[nxt]
+        self.on_ways(ranks[here], nxt[here], load[here])
+        self.on_nics(ranks[~here], load[~here], rings, out=True)
+        self.on_nics(nxt[~here], load[~here], rings, out=False)
+
+    def on_ways(self, src: np.ndarray, dst: np.ndarray, load: np.ndarray) -> None:
+        """`load` bytes from each src to its dst inside their node: out of the sender's way, into the
+        receiver's (one way when not duplex), through the node's bus (`shared_node`). src == dst: a member's
+        traffic with the others of its node, out and in."""
+        _, beta, e, i, bus = self.links(src, dst)
+        for port in (e, i):
+            np.add.at(self.port_bytes, port, load)
+            np.add.at(self.port_busy, port, load / beta)
+        if bus is not None:
+            np.add.at(self.port_bytes, bus, load)
+            np.add.at(self.port_busy, bus, load / self.topo.bus_bandwidth)
+
+    def on_nics(self, ranks: np.ndarray, load: np.ndarray, rings: int, out: bool) -> None:
+        """`load` bytes of each rank leaving (`out`) or entering its node, spread over `rings` of its node's
+        NICs from its own on."""
+        nics, per = self.topo.nics_per_node, self.topo.ranks_per_node
+        base = 2 * self.W + (0 if out else self.n_nics) + self.node[ranks] * nics
+        for j in range(rings):
+            port = base + ((ranks % per) % nics + j) % nics
+            np.add.at(self.port_bytes, port, load / rings)
+            np.add.at(self.port_busy, port, load / rings / self.topo.inter_beta)
+
+    def node_spread(self, gid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes group `gid` has members on, ascending, and how many on each."""
+        got = self.group_nodes.get(gid)
+        if got is None:
+            ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
+            got = self.group_nodes[gid] = np.unique(self.node[ranks], return_counts=True)
+        return got
+
+    def rings_across(self, gid: int) -> int:
+        """How many rings NCCL runs side by side between nodes for group `gid`, one per NIC: as many as its
+        NICs per node and as its members on its emptiest node (a node holding one member drives one; Gloo: 1)."""
+        if self.topo.backend != "nccl":
+            return 1
+        return int(min(self.topo.nics_per_node, self.node_spread(gid)[1].min()))
+
+    def through_nics(self, gid: int) -> float:
+        """Seconds per byte of an even `all_to_all` of group `gid` through the NICs of its busiest node: each
+        of a node's m members sends (p - m)/p of its bytes to members elsewhere, all at once, through the
+        node's NICs it can use (`rings_across`, at the inter-node β each), and receives as much."""
+        nodes, m = self.node_spread(gid)
+        p = int(m.sum())
+        nics = np.minimum(self.topo.nics_per_node, m) if self.topo.backend == "nccl" else np.ones_like(m)
+        return float((m * (p - m) / (p * nics * self.topo.inter_beta)).max())
 
     def uneven(self, calls: Calls, s: int, c: int, alpha: float, share: int) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of an uneven `all_to_all` instance (calls[s : s + c]) at every size, and what each member
@@ -1205,8 +1277,7 @@ class Clocks(Observer):
                 if self.topo.shared_node:
                     bus = link * (self.topo.bus_capacity / ((per_node if lockstep else 1) * share))
                     beta = np.where(inside, np.minimum(beta, bus), beta)
-                if self.topo.backend == "nccl":
-                    beta = np.where(~inside, beta * min(self.topo.nics_per_node, per_node), beta)
+                beta = np.where(~inside, beta * self.rings_across(gid), beta)
                 got = (float(alpha.max()), float(beta.min()))
             self.group_net[(gid, share, lockstep)] = got
         return got
