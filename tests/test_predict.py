@@ -289,6 +289,28 @@ def test_a_built_in_collectives_link_figures_are_possible(argv, tmp_path, capsys
             assert e["bytes"] / (e["busy_us"] * 1e-6) == pytest.approx(50e9)  # each NIC at its own β
 
 
+def test_a_large_world_is_labelled_by_the_collective_proved_nearest_it():
+    """Above world 16 the collective a program computes is proved at a smaller size it declares, the nearest:
+    pairs swapping with `rank ^ 1` all-reduce at world 2 and at no larger size. Proved at the smallest, this
+    program was an all_reduce at world 64, with a busbw over NVLink's (found 2026-11-30)."""
+    pairs = ("program pairs\nworld [2, 4, 16, 64]\nparam n = 1024\ntensor x: float32[n] = rank\ntensor y: float32[n]\n"
+             "batch:\n    send x to rank ^ 1\n    recv y from rank ^ 1\nx += y\nexpect x == rank + (rank ^ 1)\n")
+    program = load_program(SourceFile("p.comm", pairs))
+    assert variant_for(program, 2, "n", {}, None).measure.kind == "all_reduce"
+    assert variant_for(program, 64, "n", {}, None).measure.kind is None
+    ring = load_program(SourceFile("r.comm", Path(RING).read_text().replace("world 1..16", "world 1..")))
+    assert variant_for(ring, 256, "n", {}, None).measure.kind == "all_reduce"
+
+
+def test_a_collective_on_a_group_of_one_puts_nothing_on_a_link(tmp_path, capsys):
+    """It sends nothing: a broadcast of one had its bytes on the rank's port, 11,292 % busy (before 2026-11-30)."""
+    out = tmp_path / "p.json"
+    for argv in (["--collective", "broadcast", "--world", "1"], ["--collective", "reduce", "--world", "1"]):
+        assert main(["predict", *argv, "--topology", "localhost-gloo", "--sizes", "64M", "--json", str(out)]) == 0
+        capsys.readouterr()
+        assert all(e["bytes"] == 0 for e in json.loads(out.read_text())["links"])
+
+
 def test_nccl_takes_the_tree_when_it_is_faster():
     text = "program a\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x\nexpect x == world\n"
     t = topo(10, 1, extra='backend = "nccl"')
@@ -337,6 +359,41 @@ def test_two_messages_on_one_link_each_get_half():
     n = 1 << 20
     assert seconds(TWO_SENDS, 4, topo(10, 1), n) == pytest.approx(10e-6 + 2 * n / 1e9)  # rank 0's way out is shared
     assert seconds(TWO_PAIRS, 4, topo(10, 1), n) == pytest.approx(10e-6 + n / 1e9)  # two links, full speed each
+
+
+FAN_IN = """program fanin
+world 3
+param n = 1024
+tensor x: float32[n]
+tensor a: float32[n]
+tensor b: float32[n]
+on rank == 1:
+    send x to 0
+on rank == 2:
+    send x to 0
+on rank == 0:
+    batch:
+        recv a from 1
+        recv b from 2
+"""
+
+
+@pytest.mark.parametrize("slow_gbps", [0.1, 0.5, 0.9])
+def test_a_slow_link_beside_a_fast_one_on_a_port_keeps_its_own_rate(slow_gbps):
+    """Rank 0's way in carries two messages, one over a [[link]] slower than half the port: its link holds it
+    below its fair share, so it moves at its own β the whole time and the other takes the rest of the port
+    until it ends (max-min fair). It was charged half its own β throughout: 2n/β, twice its time alone (found
+    2026-11-30); a link above half the port shares evenly until the other ends, then runs at its own β."""
+    n = 1 << 20
+    override = f"[[link]]\nsrc = 1\ndst = 0\nalpha_us = 10\nbandwidth_gbps = {slow_gbps}\n"
+    t = topo(10, 1, inter=override)
+    got = predict_text(FAN_IN, 3, t, n)
+    slow = slow_gbps * 1e9
+    if slow <= 0.5e9:
+        assert got.rows[0].time_us * 1e-6 == pytest.approx(10e-6 + n / slow)
+    else:
+        half = n / 0.5e9  # both at half the port until the fast one ends, then the slow one at its own β
+        assert got.rows[0].time_us * 1e-6 == pytest.approx(10e-6 + half + (n - 0.5e9 * half) / slow)
 
 
 BATCH_WAITED_LATER = """program b
@@ -655,6 +712,14 @@ def test_measured_lines_are_compared_line_by_line(tmp_path, capfd, no_orphans):
     assert "iteration goes at 256 KiB (the bench's slowest), per source line:" in text
     compared = [line for line in text.splitlines() if re.match(r"#   line +\d+ +[\d.]+ us +[\d.]+ us +[+-]", line)]
     assert {int(line.split()[2]) for line in compared} == got == {17, 20, 22}, text
+
+
+def test_a_continued_statement_is_quoted_whole_on_the_critical_path(tmp_path, capsys):
+    prog = tmp_path / "c.comm"
+    prog.write_text("program c\nworld 2\nparam n = 1024\ntensor x: float32[n] = rank\ntensor y: float32[n]\n"
+                    "batch:\n    send x to \\\n        (rank + 1) % world\n    recv y from (rank + 1) % world\n")
+    assert main(["predict", str(prog), "--topology", "dgx-h100", "--sizes", "1M", "--links", "0"]) == 0
+    assert "`send x to (rank + 1) % world`" in capsys.readouterr().out  # it was `send x to \`
 
 
 def test_each_line_is_named_by_its_statement_not_a_value_it_reads(tmp_path, capsys):

@@ -426,10 +426,17 @@ def _ops_limit() -> int:
 
 
 def _line_text(program, line: int) -> str:
+    """The code of a statement that starts on `line`, its continued lines (`\\`) joined."""
     from commdsl.source import code_of
 
     text = program.source.text.splitlines()
-    return code_of(text[line - 1]).strip() if 0 < line <= len(text) else ""
+    parts: list[str] = []
+    for raw in text[line - 1 :] if 0 < line <= len(text) else []:
+        code = code_of(raw)
+        parts.append(code.removesuffix("\\").strip())
+        if not code.endswith("\\"):
+            break
+    return " ".join(p for p in parts if p)
 
 
 def _write(args, pred, measured) -> None:

@@ -651,14 +651,15 @@ class Clocks(Observer):
         n_ports = self.free.shape[0]
         if way.joint:  # a port shared by messages in and out: each message as slow as its busier port
             full = np.broadcast_to(b, start.shape)
-            both = _shared(np.concatenate([way.e.at, way.i.at]), np.concatenate([full, full]), k, n_ports)
+            twice = np.concatenate([np.broadcast_to(way.beta, (full.shape[0], 1))] * 2)
+            both = _shared(np.concatenate([way.e.at, way.i.at]), np.concatenate([full, full]), k, n_ports, rates=twice)
             eff = np.maximum(both[: full.shape[0]], both[full.shape[0] :])
         elif way.e.distinct and way.i.distinct:
             eff = b
         else:
             full = np.broadcast_to(b, start.shape)
-            se = full if way.e.distinct else _shared(way.e.at, full, k, n_ports)
-            si = full if way.i.distinct else _shared(way.i.at, full, k, n_ports)
+            se = full if way.e.distinct else _shared(way.e.at, full, k, n_ports, rates=way.beta)
+            si = full if way.i.distinct else _shared(way.i.at, full, k, n_ports, rates=way.beta)
             eff = se if si is full else si if se is full else np.maximum(se, si)
         if way.bus is not None:  # and their node's bus, shared by every message crossing it
             sel, bus = way.bus
@@ -1429,16 +1430,23 @@ def _members(a: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(np.bincount(a, minlength=n))
 
 
-def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int, capacity: float = 1.0) -> np.ndarray:
+def _shared(
+    ports: np.ndarray, b: np.ndarray, k: int, n: int, capacity: float = 1.0, rates: np.ndarray | float | None = None
+) -> np.ndarray:
     """Bytes each message effectively moves (at its full speed) when the messages on one port share it fairly
     from a common start. The port carries `capacity` messages at full speed at once: m at once each move at
     min(1, capacity / m) of it. With the port's messages sorted by size, message q finishes after
     Σ_{j≤q} (b_j − b_{j−1}) · max(1, m_j / capacity) bytes, m_j the messages still moving while the j-th
     smallest finishes (processor sharing; with capacity 1: Σ_{j<q} b_j + m_q·b_q). A message alone on a port
-    of capacity ≥ 1 moves its own bytes."""
+    of capacity ≥ 1 moves its own bytes. `rates`: each message's β (a scalar or a column), where a port's
+    messages may differ (`_water_filled`)."""
     M = ports.size
     if _distinct(ports, n):
         return b if capacity >= 1 else b / capacity
+    if rates is not None and np.ndim(rates) and capacity == 1:
+        beta = np.asarray(rates, dtype=np.float64).reshape(-1)
+        if not (beta == beta[0]).all():
+            return _water_filled(ports, b, beta, _shared(ports, b, k, n))
     order = np.lexsort((b[:, k], ports))
     ps, bs = ports[order], b[order]
     new = np.r_[True, ps[1:] != ps[:-1]]
@@ -1452,6 +1460,48 @@ def _shared(ports: np.ndarray, b: np.ndarray, k: int, n: int, capacity: float = 
     out = np.empty_like(b)
     out[order] = cs - base
     return out
+
+
+def _water_filled(ports: np.ndarray, b: np.ndarray, beta: np.ndarray, alike: np.ndarray) -> np.ndarray:
+    """`_shared` where messages of different β ([[link]] overrides) share a port: the port moves at most its
+    fastest message's β, each message at most its own, the rest shared max-min fairly (a message its own
+    link holds below its share leaves the difference to the others), re-divided as each one ends. Bytes at
+    its own β that take as long (what `_shared` gives where every β is alike: `alike`). A slow link beside a
+    fast one was charged half its own β for its whole transfer: twice its time alone."""
+    out = alike.copy()
+    _, where, count = np.unique(ports, return_inverse=True, return_counts=True)
+    for g in np.flatnonzero(count > 1):
+        idx = np.flatnonzero(where == g)
+        caps = beta[idx]
+        if (caps == caps[0]).all():
+            continue
+        for c in range(b.shape[1]):
+            out[idx, c] = _water_fill(b[idx, c], caps) * caps
+    return out
+
+
+def _water_fill(nbytes: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Seconds until each message (`nbytes`, at most `caps` bytes/s each) ends on a port of the largest cap,
+    shared max-min fairly from a common start."""
+    left = nbytes.astype(np.float64).copy()
+    end = np.zeros(left.size)
+    active = left > 0
+    now, port = 0.0, float(caps.max())
+    while active.any():
+        idx = np.flatnonzero(active)
+        rate = np.empty(idx.size)
+        spare, waiting = port, idx.size
+        for j in np.argsort(caps[idx], kind="stable"):  # the slowest first: each takes its cap or an even share
+            rate[j] = min(float(caps[idx[j]]), spare / waiting)
+            spare -= rate[j]
+            waiting -= 1
+        step = float((left[idx] / rate).min())
+        now += step
+        left[idx] -= rate * step
+        done = idx[left[idx] <= 1e-9 * np.maximum(nbytes[idx], 1.0)]
+        end[done] = now
+        active[done] = False
+    return end
 
 
 def _loops_from_communication(schedule: Schedule) -> np.ndarray:
