@@ -268,6 +268,17 @@ def test_a_node_holding_one_member_drives_one_ring_between_nodes():
     assert seconds(ring, 16, t, n) < 2 * 15 / 16 * n / (4 * 50e9)  # two full nodes: eight rings side by side
 
 
+def test_a_link_override_between_nodes_is_not_multiplied_by_the_rings_beside_it():
+    """NCCL's rings side by side between nodes multiply a NIC's β; a [[link]] names one rank pair, its own β:
+    a built-in ring through a 1 GB/s override ran at 2 GB/s on two NICs, twice the hand-written ring's speed
+    over the same link (found 2026-11-30)."""
+    slow = "[[link]]\nsrc = 3\ndst = 4\nalpha_us = 10\nbandwidth_gbps = 1\n"
+    t = topo(10, 100, rpn=4, extra='backend = "nccl"\ntree = false\nnics_per_node = 2', inter=slow)
+    n = 64 << 20
+    ring = "program r\nworld 1..\nparam n = 1024\ntensor x: float32[n] = 1\nall_reduce x op sum\n"
+    assert seconds(ring, 8, t, n) >= 2 * 7 / 8 * n / 1e9
+
+
 @pytest.mark.parametrize("argv", [
     ["--collective", "all_reduce", "--algo", "ring", "--world", "16"],
     ["--collective", "all_to_all", "--world", "16"],

@@ -1278,7 +1278,8 @@ class Clocks(Observer):
                 if self.topo.shared_node:
                     bus = link * (self.topo.bus_capacity / ((per_node if lockstep else 1) * share))
                     beta = np.where(inside, np.minimum(beta, bus), beta)
-                beta = np.where(~inside, beta * self.rings_across(gid), beta)
+                overridden = np.array([(a, z) in self.topo.overrides for a, z in zip(ranks.tolist(), ring.tolist())])
+                beta = np.where(~inside & ~overridden, beta * self.rings_across(gid), beta)  # a [[link]] is its own
                 got = (float(alpha.max()), float(beta.min()))
             self.group_net[(gid, share, lockstep)] = got
         return got
