@@ -155,5 +155,5 @@ def memory_problem(schedule: Schedule, what: str = "the simulator", local_ranks:
         span=biggest.span,
         label=f"`{biggest.name}`: {list(biggest.shape)} {biggest.dtype} per rank",
         notes=tuple(notes),
-        help="lower the size params with `--set`, or run on more machines",
+        help="lower the size params (`--set`; `--sizes` for the one `bench` or `predict` sweeps), or use more machines",
     )
