@@ -1058,6 +1058,16 @@ def test_an_isend_before_its_receive_or_on_nccl_returns_at_once():
     assert seconds(ISEND_TO_A_WAITING_RECV.format(late=""), 2, nccl, n) == pytest.approx(2 * add)
 
 
+def test_calibrating_on_a_busy_host_warns(monkeypatch):
+    """A calibration at load 7 on two cores fitted α 1.6 ms where the quiet host gave 574 µs (2026-11-30), and
+    wrote it without a word."""
+    monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (7.0, 4.0, 2.0))
+    said = calibrate.busy_host(2)
+    assert said is not None and "load average 7.0 on 2 cores" in said and "calibrate when it is idle" in said
+    monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (0.6, 0.4, 0.2))
+    assert calibrate.busy_host(2) is None
+
+
 def test_calibration_writes_the_send_buffer_the_kernel_gives(tmp_path):
     from commdsl.predict import calibrate
 

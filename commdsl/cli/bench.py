@@ -868,6 +868,9 @@ def calibrate(args) -> int:
         err.print(f"[bold red]error[/]: {escape(str(e))}")
         return EXIT_FAILURE
     cores = cal.host_cores()
+    busy = cal.busy_host(cores)
+    if busy is not None:
+        err.print(f"[bold yellow]warning[/]: {escape(busy)}")
     count = cal.RUNS if args.runs is None else args.runs
     runs = []
     try:

@@ -295,6 +295,27 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
+BUSY_LOAD = 0.5
+"""Load average per core above which, before anything of the calibration runs, the host is said to be busy."""
+
+
+def busy_host(cores: int) -> str | None:
+    """A warning when other work already loads the host (the 1-minute load average over `cores`): a latency
+    measured then can be several times a quiet host's (a calibration at load 7 on two cores fitted α 1.6 ms and
+    a crowded α 3.7 ms where one an hour later, idle, fitted 574 µs and 1.5 ms; programs predicted on the first
+    came out +76..+126 % at 1 MiB). None on a quiet host, or where the load average cannot be read."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available here
+        return None
+    if load <= BUSY_LOAD * cores:
+        return None
+    return (
+        f"the host is busy before calibrating (load average {load:.1f} on {cores} core{'s' * (cores != 1)}): "
+        "latencies measured now can be several times a quiet host's; calibrate when it is idle"
+    )
+
+
 @dataclass(frozen=True)
 class Turns:
     """Seconds of every rank's isend and irecv of `size` bytes (to the next rank, from the last) alone, of its
