@@ -651,7 +651,7 @@ class Clocks(Observer):
         n_ports = self.free.shape[0]
         if way.joint:  # a port shared by messages in and out: each message as slow as its busier port
             full = np.broadcast_to(b, start.shape)
-            twice = np.concatenate([np.broadcast_to(way.beta, (full.shape[0], 1))] * 2)
+            twice = None if np.ndim(way.beta) == 0 else np.concatenate([way.beta, way.beta])
             both = _shared(np.concatenate([way.e.at, way.i.at]), np.concatenate([full, full]), k, n_ports, rates=twice)
             eff = np.maximum(both[: full.shape[0]], both[full.shape[0] :])
         elif way.e.distinct and way.i.distinct:
@@ -1278,8 +1278,10 @@ class Clocks(Observer):
                 if self.topo.shared_node:
                     bus = link * (self.topo.bus_capacity / ((per_node if lockstep else 1) * share))
                     beta = np.where(inside, np.minimum(beta, bus), beta)
-                overridden = np.array([(a, z) in self.topo.overrides for a, z in zip(ranks.tolist(), ring.tolist())])
-                beta = np.where(~inside & ~overridden, beta * self.rings_across(gid), beta)  # a [[link]] is its own
+                across = ~inside
+                if self.topo.overrides:  # a [[link]] is its own β, not the NICs' side by side
+                    across &= ~np.array([(a, z) in self.topo.overrides for a, z in zip(ranks.tolist(), ring.tolist())])
+                beta = np.where(across, beta * self.rings_across(gid), beta)
                 got = (float(alpha.max()), float(beta.min()))
             self.group_net[(gid, share, lockstep)] = got
         return got
@@ -1470,12 +1472,13 @@ def _water_filled(ports: np.ndarray, b: np.ndarray, beta: np.ndarray, alike: np.
     its own β that take as long (what `_shared` gives where every β is alike: `alike`). A slow link beside a
     fast one was charged half its own β for its whole transfer: twice its time alone."""
     out = alike.copy()
-    _, where, count = np.unique(ports, return_inverse=True, return_counts=True)
-    for g in np.flatnonzero(count > 1):
-        idx = np.flatnonzero(where == g)
+    order = np.argsort(ports, kind="stable")
+    starts = np.flatnonzero(np.r_[True, ports[order][1:] != ports[order][:-1]])
+    lo, hi = np.minimum.reduceat(beta[order], starts), np.maximum.reduceat(beta[order], starts)
+    ends = np.r_[starts[1:], order.size]
+    for g in np.flatnonzero(lo != hi):  # only the ports whose messages' β differ
+        idx = order[starts[g] : ends[g]]
         caps = beta[idx]
-        if (caps == caps[0]).all():
-            continue
         for c in range(b.shape[1]):
             out[idx, c] = _water_fill(b[idx, c], caps) * caps
     return out
