@@ -813,6 +813,82 @@ def test_a_bench_of_another_world_or_program_is_refused_as_measured(tmp_path, ca
     assert "was measured on nccl, and the topology prices gloo" in capsys.readouterr().err
 
 
+def test_a_malformed_or_predicted_measurement_is_refused_naming_the_field(tmp_path, capsys):
+    """Each of these was an internal error (TypeError, KeyError, ZeroDivisionError, OverflowError) or was
+    compared as if measured (a negative time, a `predict --json` document): found by a sweep of bad files
+    (2026-11-30)."""
+    pred = tmp_path / "pred.json"
+    args = ["predict", RING, "--world", "4", "--topology", "localhost-gloo", "--sizes", "1K:4K"]
+    assert main([*args, "--json", str(pred)]) == 0
+    capsys.readouterr()
+    good = as_measured(json.loads(pred.read_text()))
+    row = good["rows"][0]
+    cases = [
+        (json.loads(pred.read_text()), "written by `commdsl predict --json`: its times are predicted, not measured"),
+        (dict(good, rows=[dict(row, time_us=None)]), "rows[0].time_us: Input should be a valid number"),
+        (dict(good, rows=[{k: v for k, v in row.items() if k != "time_us"}]), "rows[0].time_us: Field required"),
+        (dict(good, rows=[dict(row, time_us="slow")]), "rows[0].time_us: Input should be a valid number"),
+        (dict(good, rows=[dict(row, time_us=0)]), "rows[0].time_us: Input should be greater than 0"),
+        (dict(good, rows=[dict(row, time_us=-5.0)]), "rows[0].time_us: Input should be greater than 0"),
+        (dict(good, rows=[dict(row, lines="x")]), "rows[0].lines: Input should be a valid list"),
+        (dict(good, rows=[dict(row, lines=[{"line": "a", "us": 1.0}])]), "rows[0].lines[0].line: Input should be"),
+        (dict(good, rows=[dict(row, size_bytes=1.5)]), "rows[0].size_bytes: Input should be a valid integer"),
+        (dict(good, rows=[]), "rows: List should have at least 1 item"),
+        ([row], "not a JSON object"),
+        (dict(good, rows=[dict(row, variant=None)]), "its rows name no `variant`"),
+    ]
+    bad = tmp_path / "bad.json"
+    for doc, says in cases:
+        bad.write_text(json.dumps(doc))
+        with pytest.raises(SystemExit) as stop:
+            main([*args, "--measured", str(bad)])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and says in err and "internal error" not in err, (says, err)
+    for text, says in (('{"rows": [{"size_bytes": 1e400, ', "not JSON"), ('{"rows": [{"time_us": NaN}]}', "`NaN` is not")):
+        bad.write_text(text)
+        with pytest.raises(SystemExit):
+            main([*args, "--measured", str(bad)])
+        assert says in capsys.readouterr().err
+
+
+def test_a_program_of_no_ops_is_predicted_to_take_no_time(tmp_path, capsys):
+    """It was an IndexError in the profile: a rank that ran no record has no line to close."""
+    empty = tmp_path / "empty.comm"
+    empty.write_text("program empty\nworld 2\nparam n = 16\ntensor x: float32[n] = rank\n")
+    looped = tmp_path / "none.comm"
+    looped.write_text("program none\nworld 2\nparam n = 16\nparam steps = 0\ntensor x: float32[n] = rank\n"
+                      "for s in 0 .. steps - 1:\n    all_reduce x op sum\n")
+    for path in (empty, looped):
+        assert main(["predict", str(path), "--topology", "dgx-h100", "--sizes", "64K:128K"]) == 0
+        out, err = capsys.readouterr()
+        assert "internal error" not in err and re.search(r"65536 .* 0\.0 +0\.000 +0\.000 +pred", out), out + err
+
+
+def test_a_table_where_a_list_of_tables_goes_says_to_double_its_brackets():
+    text = "ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[link]\nsrc = 0\ndst = 1\n"
+    with pytest.raises(CommdslError) as e:
+        parse(SourceFile("bad.toml", text))
+    (d,) = e.value.diagnostics
+    assert d.help == "each entry of a list of tables is its own `[[link]]`"
+    inline = "ranks_per_node = 8\nintra = { alpha_us = 1, bandwidth_gbps = 1, bogus = 3 }\n"
+    with pytest.raises(CommdslError) as e:
+        parse(SourceFile("bad.toml", inline))
+    (d,) = e.value.diagnostics
+    assert (d.span.line, d.span.column) == (2, inline.splitlines()[1].index("bogus") + 1)
+
+
+def test_without_json_the_clocks_run_once_for_the_largest_sizes_path():
+    """The text shows the largest size's path only; every size's path and per-line profile (an engine run per
+    size) is for `--json`: a 500-rank GPipe of 15 sizes took 89 s with them, 10 s without (2026-11-30)."""
+    program = load_program(SourceFile("r.comm", Path(RING).read_text()))
+    v = variant_for(program, 4, "n", {}, None)
+    sizes = [1 << 16, 1 << 18, 1 << 20]
+    every, last = sweep(v, 4, sizes, topo(10, 1)), sweep(v, 4, sizes, topo(10, 1), paths=False)
+    assert sorted(every.paths) == [0, 1, 2] and sorted(last.paths) == [2] and last.paths[2] == every.paths[2]
+    assert [r.time_us for r in last.rows] == [r.time_us for r in every.rows]
+    assert [bool(r.lines) for r in last.rows] == [False, False, True]
+
+
 def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(tmp_path, capsys):
     """`x = i + 1` on the root makes two int64 temporaries: at 16 MiB (32 MiB each) malloc maps them on every
     call, which the model counts; below, they come from the heap, and a run whose malloc trimmed it between
