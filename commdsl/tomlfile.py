@@ -72,15 +72,15 @@ def key_span(source: SourceFile, loc: tuple) -> Span | None:
             if stripped.startswith("[[") and table == want_table:
                 seen += 1
             index = seen if stripped.startswith("[[") else -1
-            if table == ".".join(names) and want_index < 0:
-                start = offset + len(line) - len(line.lstrip())
-                return source.span(start, offset + len(line.rstrip("\r\n")))
         else:
             m = re.match(r"^(\s*)(" + re.escape(key) + r"|\"" + re.escape(key) + r"\")\s*=", line)
             if m and table == want_table and (want_index < 0 or index == want_index):
                 start = offset + len(m.group(1))
                 return source.span(start, offset + len(line.rstrip("\r\n")))
         offset += len(line)
+    own_table = table_span(source, ".".join(names)) if want_index < 0 else None
+    if own_table is not None:  # a table of its own: its header
+        return own_table
     outer = key_span(source, loc[:-1]) if len(names) > 1 else None
     if outer is not None:  # an inline table: the key inside its line
         text = source.text[outer.start : outer.end]
@@ -136,12 +136,13 @@ def _validation_error(source: SourceFile, err, rule: type[Rule], model: type, ta
             help=f"{hint}the keys are {', '.join(f'`{k}`' for k in known)}",
         )
     msg = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]  # without "Value error, "
-    single = err["type"] in ("tuple_type", "list_type") and table_span(source, ".".join(map(str, full))) is not None
+    dotted = ".".join(map(str, full))
+    single = err["type"] in ("tuple_type", "list_type") and table_span(source, dotted) is not None
     return rule.diagnostic(
         f"{source.path}: `{where}`: {msg[0].lower() + msg[1:]}",
         span=span,
         label="here",
-        help=f"each entry of a list of tables is its own `[[{'.'.join(map(str, full))}]]`" if single else None,
+        help=f"each entry of a list of tables is its own `[[{dotted}]]`" if single else None,
     )
 
 

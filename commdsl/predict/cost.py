@@ -314,7 +314,6 @@ class Clocks(Observer):
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
         self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
-        self.group_per_node: dict[int, int] = {}  # per group: the most of its members on one node (`per_node`)
         self.group_nodes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per group: `node_spread`
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
@@ -1125,10 +1124,11 @@ class Clocks(Observer):
     def on_nics(self, ranks: np.ndarray, load: np.ndarray, rings: int, out: bool) -> None:
         """`load` bytes of each rank leaving (`out`) or entering its node, spread over `rings` of its node's
         NICs from its own on."""
-        nics, per = self.topo.nics_per_node, self.topo.ranks_per_node
-        base = 2 * self.W + (0 if out else self.n_nics) + self.node[ranks] * nics
+        nics = self.topo.nics_per_node
+        own = self.nic[ranks]  # its node's first NIC plus its own among them
+        base = 2 * self.W + (0 if out else self.n_nics) + own - own % nics
         for j in range(rings):
-            port = base + ((ranks % per) % nics + j) % nics
+            port = base + (own % nics + j) % nics
             np.add.at(self.port_bytes, port, load / rings)
             np.add.at(self.port_busy, port, load / rings / self.topo.inter_beta)
 
@@ -1140,21 +1140,24 @@ class Clocks(Observer):
             got = self.group_nodes[gid] = np.unique(self.node[ranks], return_counts=True)
         return got
 
+    def nics_driven(self, gid: int) -> np.ndarray:
+        """Per node of group `gid` (`node_spread`), the NICs its members drive at once between nodes: on NCCL
+        one ring per NIC, as many as the node's NICs and its members; Gloo: one."""
+        m = self.node_spread(gid)[1]
+        return np.minimum(self.topo.nics_per_node, m) if self.topo.backend == "nccl" else np.ones_like(m)
+
     def rings_across(self, gid: int) -> int:
-        """How many rings NCCL runs side by side between nodes for group `gid`, one per NIC: as many as its
-        NICs per node and as its members on its emptiest node (a node holding one member drives one; Gloo: 1)."""
-        if self.topo.backend != "nccl":
-            return 1
-        return int(min(self.topo.nics_per_node, self.node_spread(gid)[1].min()))
+        """How many rings run side by side between nodes for group `gid`: as many as its emptiest node drives
+        (a node holding one member drives one)."""
+        return int(self.nics_driven(gid).min())
 
     def through_nics(self, gid: int) -> float:
         """Seconds per byte of an even `all_to_all` of group `gid` through the NICs of its busiest node: each
         of a node's m members sends (p - m)/p of its bytes to members elsewhere, all at once, through the
-        node's NICs it can use (`rings_across`, at the inter-node β each), and receives as much."""
-        nodes, m = self.node_spread(gid)
+        NICs the node drives (`nics_driven`, at the inter-node β each), and receives as much."""
+        m = self.node_spread(gid)[1]
         p = int(m.sum())
-        nics = np.minimum(self.topo.nics_per_node, m) if self.topo.backend == "nccl" else np.ones_like(m)
-        return float((m * (p - m) / (p * nics * self.topo.inter_beta)).max())
+        return float((m * (p - m) / (p * self.nics_driven(gid) * self.topo.inter_beta)).max())
 
     def uneven(self, calls: Calls, s: int, c: int, alpha: float, share: int) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of an uneven `all_to_all` instance (calls[s : s + c]) at every size, and what each member
@@ -1245,11 +1248,8 @@ class Clocks(Observer):
 
     def per_node(self, gid: int) -> int:
         """The most members of group `gid` on one node."""
-        got = self.group_per_node.get(gid)
-        if got is None:
-            ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
-            got = self.group_per_node[gid] = int(np.bincount(self.node[ranks]).max()) if ranks.size else 0
-        return got
+        count = self.node_spread(gid)[1]
+        return int(count.max()) if count.size else 0
 
     def net(self, gid: int, share: int = 1, lockstep: bool = True) -> tuple[float, float]:
         """(α, β) of a group's ring in group order: the slowest hop's. `lockstep` (`Kind.lockstep`): a ring
