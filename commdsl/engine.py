@@ -232,6 +232,12 @@ class Observer:
     where no receive takes any source: matching earlier changes nothing then, since each channel meets its
     sends and receives in posting order whenever it is matched."""
 
+    completes_async_at_once = False
+    """True: an async collective whose last member's call makes it complete is completed before that member
+    goes on, so the observer times it before the ops its members issue while it runs (the timing observer on
+    a Gloo host whose cores the collective shares with them: `predict.cost.Clocks.cores_taken`). Only where
+    no receive takes any source, as `meets_isend_at_once`."""
+
     def stepping(self, rec, G: np.ndarray) -> None:
         """Ranks G begin record `rec` (each rank once per record it runs, in its program order): the
         predictor's per-line profile starts the record's time here."""
@@ -531,6 +537,8 @@ class Engine:
                 self.settle(G)
             else:
                 self.advance(G)
+                if self.obs.completes_async_at_once and self.clocks is None:
+                    self.complete_calls()
         elif t is WaitRec:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records

@@ -238,6 +238,15 @@ class Kind:
         in `cost`. None here: the kind does not reduce."""
         return 0.0 * size
 
+    def gloo_sent_bytes(self, world: int, size):
+        """Bytes all members of one call together send on torch's Gloo backend (`commdsl predict`: what the
+        host's cores move for it, `Clocks.cores_taken`): `cost`'s ring, every member `busbw_factor` × `size`;
+        a kind Gloo runs direct to or from its root (`gloo_direct`), the other members' parts once. `size` as
+        in `cost`."""
+        if self.gloo_direct:
+            return (world - 1) / world * np.asarray(size, dtype=np.float64)
+        return world * self.busbw_factor(world) * np.asarray(size, dtype=np.float64)
+
     gloo_root_copies = False
     """Whether only the root makes the copies `gloo_copy_bytes` counts (`commdsl predict`: it copies at the
     memory's full speed, not sharing it with the other members as when every member copies at once)."""

@@ -71,6 +71,10 @@ class Broadcast(Kind):
             return super().cost(world, size, alpha, beta, tree, backend)
         return math.ceil(math.log2(world)) * (alpha + np.asarray(size) / beta)
 
+    def gloo_sent_bytes(self, world: int, size):
+        """The binomial tree: every member but the root receives the buffer once."""
+        return (world - 1) * np.asarray(size, dtype=np.float64)
+
 
 KIND = Broadcast()
 

@@ -300,6 +300,8 @@ class Clocks(Observer):
         # (`held_by_isend`); the engine then matches it before its rank goes on
         self.send_buffer = topo.send_buffer if topo.backend == "gloo" else None
         self.meets_isend_at_once = self.send_buffer is not None
+        # and an async collective its last member calls is timed before that member goes on (`cores_taken`)
+        self.completes_async_at_once = topo.shared_node and topo.backend == "gloo"
         if topo.shared_node and W:
             self.copy_bps *= min(1.0, topo.memory_capacity / min(rpn, W))
         # per node, when its memory is free of the local ops already timed (shared_node: see `memory_share`)
@@ -314,6 +316,7 @@ class Clocks(Observer):
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
         self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
+        self.hop_betas: dict[int, float] = {}  # per group: `hop_beta`
         self.group_nodes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per group: `node_spread`
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
@@ -959,6 +962,8 @@ class Clocks(Observer):
         dur = np.stack(
             [self.duration(calls, int(s), int(c), int(k), completes=True) for s, c, k in zip(starts, counts, share)]
         )
+        carried = self.memory_free is not None and self.gloo_threads
+        called = t.copy() if carried else t  # when each member called, before it waited for a thread
         if self.gloo_threads:
             self.on_threads(calls, starts, counts, t, node, dur)
         start = np.maximum.reduceat(t, starts, axis=0)
@@ -969,6 +974,8 @@ class Clocks(Observer):
         nodes = self.add_nodes(
             calls.rec[starts], calls.rank[latest], -1, node[latest], start[:, self.k], end[:, self.k]
         )
+        if carried:
+            self.cores_taken(calls, starts, counts, called)
         staying = calls.released == 0
         idx = np.flatnonzero(staying)
         self.release(calls.take(idx), end[first[idx]], nodes[first[idx]])
@@ -1010,6 +1017,57 @@ class Clocks(Observer):
             self.thread_free[th[:, None], pick, everything] = end
             self.thread_node[th, pick[:, k]] = ids[i]
             self.thread_took[th] = took
+
+    def cores_taken(self, calls: Calls, starts, counts, called: np.ndarray) -> None:
+        """Gloo on a `shared_node` host: a collective's work is done by its members' cores (torch's worker
+        thread sums and copies, the kernel copies its messages over loopback TCP), so their nodes' memory
+        carries it as it carries a message's bytes (`cores_carry`): a local op issued while an async collective
+        runs shares the cores with it instead of running beside it for free. The 2-core machine,
+        `async_allreduce_overlap.comm` at 16 MiB: the adds issued under the collective took 1.5-2.2× their time
+        and the row as long as its blocking control's (N = 2: 53.5 against 53.2 ms), where the model had the
+        overlap save 43 % (docs/predict-accuracy.md, "An async collective shares the cores"). Per member, its
+        share of what the call sends (`Kind.gloo_sent_bytes`; an uneven `all_to_all`'s member what its splits
+        send) at its hop's β over the bus's room, and its sums and copies (the root's, shared, where only the
+        root copies) at one rank's memory speed over the memory's room; a group of one moves nothing. From the
+        members' calls (`called`, rows like `calls`'s), not from when the instance begins on its thread, which
+        may be much later: the backlog keeps one free time per node, and work begun later pushes it over the
+        ops issued meanwhile (an async `coalesced:` block's second collective, which follows the first on its
+        thread, delayed the DDP step's division by the first's whole time)."""
+        sent, moved, at, first = [], [], [], []
+        for s, c in zip(starts.tolist(), counts.tolist()):
+            rec = self.s.records[int(calls.rec[s])]
+            assert isinstance(rec, CollectiveRec)
+            gid = int(calls.gid[s])
+            p = len(self.s.groups[gid].ranks)
+            if p < 2:
+                continue
+            b = self.nbytes.of(rec.id)
+            b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
+            ranks = calls.rank[s : s + c]
+            if rec.kind is ALL_TO_ALL and rec.in_splits:
+                out = self.exchanged(calls, s, c)[0]
+            else:
+                out = rec.kind.gloo_sent_bytes(p, b) / p
+            copies = rec.kind.gloo_copy_bytes(p, b) / (p if rec.kind.gloo_root_copies else 1)
+            copied = np.asarray(copies + rec.kind.gloo_reduce_bytes(p, b), dtype=np.float64)
+            sent.append(np.broadcast_to(out / self.hop_beta(gid), (c, b.size)))
+            moved.append(np.broadcast_to(copied / self.topo.memory_bps, (c, b.size)))
+            at.append(self.node[ranks])
+            first.append(called[s : s + c])
+        if not at:
+            return
+        assert self.memory_free is not None  # called on a shared_node host only
+        nodes, begun = np.concatenate(at), np.concatenate(first)
+        self.cores_carry(self.memory_free, nodes, begun, np.concatenate(sent), self.topo.bus_capacity)
+        self.cores_carry(self.memory_free, nodes, begun, np.concatenate(moved), self.topo.memory_capacity)
+
+    def hop_beta(self, gid: int) -> float:
+        """The β of a group's slowest hop in group order, undivided: one member's message at full speed."""
+        got = self.hop_betas.get(gid)
+        if got is None:
+            ranks = np.asarray(self.s.groups[gid].ranks, dtype=np.int64)
+            got = self.hop_betas[gid] = float(self.links(ranks, np.roll(ranks, -1))[1].min())
+        return got
 
     def thread_rows(self, gid: np.ndarray, me: np.ndarray) -> np.ndarray:
         """The rows of members `me` of groups `gid` in the thread arrays, made for a group's first call (the
@@ -1166,11 +1224,7 @@ class Clocks(Observer):
         of the `share` instances at once), whichever is longer, after the even form's latency. Priced as
         even, a call whose splits send most rows to one member put the largest member's bytes through every
         member's way: the MoE dispatch at N = 4 1.8-2.5× what the bench measured."""
-        recs, pos, me = calls.rec[s : s + c], calls.pos[s : s + c], calls.me[s : s + c]
-        sent, received = np.zeros((c, self.T.shape[1])), np.zeros((c, self.T.shape[1]))
-        for rid in distinct(recs):  # the members' calls may be different statements (`on rank == 0:` ...)
-            mine = recs == rid
-            sent[mine], received[mine] = self.nbytes.exchange(int(rid), pos[mine], me[mine])
+        sent, received = self.exchanged(calls, s, c)
         ranks = calls.rank[s : s + c]
         _, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1))
         seconds = ALL_TO_ALL.busiest_way(sent, received, self.topo.duplex) / float(beta.min())
@@ -1181,6 +1235,16 @@ class Clocks(Observer):
             bus = self.topo.bus_bandwidth / share
             seconds = np.maximum(seconds, on_node.max(axis=0) / bus)
         return ALL_TO_ALL.latency_hops(c, self.topo.backend) * alpha + seconds, sent
+
+    def exchanged(self, calls: Calls, s: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """What each member of an uneven `all_to_all` instance (calls[s : s + c]) sends to the others and
+        receives from them (members × sizes)."""
+        recs, pos, me = calls.rec[s : s + c], calls.pos[s : s + c], calls.me[s : s + c]
+        sent, received = np.zeros((c, self.T.shape[1])), np.zeros((c, self.T.shape[1]))
+        for rid in distinct(recs):  # the members' calls may be different statements (`on rank == 0:` ...)
+            mine = recs == rid
+            sent[mine], received[mine] = self.nbytes.exchange(int(rid), pos[mine], me[mine])
+        return sent, received
 
     def flattened(self, gid: int, block: Coalesced, b: np.ndarray, ranks: np.ndarray | None) -> np.ndarray:
         """Seconds Gloo's `allreduce_coalesced` adds for a block's member of `b` bytes: it copies the block's
