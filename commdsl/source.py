@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,24 +34,26 @@ def code_of(line: str) -> str:
     return line.split("#", 1)[0].rstrip()
 
 
+def logical_lines(raw_lines: Iterable[str]) -> Iterator[str]:
+    """The code of each logical line of `raw_lines`: a line ending in `\\` joined with the next, comments
+    removed, blanks collapsed ("" for a blank or comment line)."""
+    joined = ""
+    for raw in raw_lines:
+        continued = raw.endswith("\\")
+        code = code_of(raw[:-1] if continued else raw)
+        joined = f"{joined} {code}" if joined else code
+        if not continued:
+            yield " ".join(joined.split())
+            joined = ""
+    if joined.strip():
+        yield " ".join(joined.split())
+
+
 def statement_text(text: str, span: Span) -> str:
     """The source text of a statement on one line, without comments, blank lines or continuation
     backslashes: a block's lines joined by `; ` after its head (`batch: send x to 1; recv y from 1`).
     Messages quote statements this way, so a comment inside a `batch:` is never quoted as code."""
-    lines: list[str] = []
-    joined = ""
-    for raw in text[span.start : span.end].splitlines():
-        continued = raw.endswith("\\")
-        code = code_of(raw[:-1] if continued else raw)
-        joined = f"{joined} {code}" if joined else code
-        if continued:
-            continue
-        joined = " ".join(joined.split())
-        if joined:
-            lines.append(joined)
-        joined = ""
-    if joined.strip():
-        lines.append(" ".join(joined.split()))
+    lines = [line for line in logical_lines(text[span.start : span.end].splitlines()) if line]
     if len(lines) > 1 and lines[0].endswith(":"):
         return lines[0] + " " + "; ".join(lines[1:])
     return "; ".join(lines)

@@ -426,17 +426,11 @@ def _ops_limit() -> int:
 
 
 def _line_text(program, line: int) -> str:
-    """The code of a statement that starts on `line`, its continued lines (`\\`) joined."""
-    from commdsl.source import code_of
+    """The code of the statement that starts on `line`, its continued lines (`\\`) joined."""
+    from commdsl.source import logical_lines
 
     text = program.source.text.splitlines()
-    parts: list[str] = []
-    for raw in text[line - 1 :] if 0 < line <= len(text) else []:
-        code = code_of(raw)
-        parts.append(code.removesuffix("\\").strip())
-        if not code.endswith("\\"):
-            break
-    return " ".join(p for p in parts if p)
+    return next(logical_lines(text[line - 1 :]), "") if 0 < line <= len(text) else ""
 
 
 def _write(args, pred, measured) -> None:
