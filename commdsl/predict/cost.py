@@ -1057,8 +1057,7 @@ class Clocks(Observer):
             p = len(self.s.groups[gid].ranks)
             if p < 2:
                 continue
-            b = self.nbytes.of(rec.id)
-            b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
+            b = self.instance_bytes(calls, s, c)
             ranks = calls.rank[s : s + c]
             if rec.kind is ALL_TO_ALL and rec.in_splits:
                 out = self.exchanged(calls, s, c)[0]
@@ -1076,6 +1075,11 @@ class Clocks(Observer):
         nodes, begun = np.concatenate(at), np.concatenate(first)
         self.cores_carry(self.memory_free, nodes, begun, np.concatenate(sent), self.topo.bus_capacity)
         self.cores_carry(self.memory_free, nodes, begun, np.concatenate(moved), self.topo.memory_capacity)
+
+    def instance_bytes(self, calls: Calls, s: int, c: int) -> np.ndarray:
+        """A collective instance's (calls[s : s + c]) nccl-tests size per predicted size: its largest member's."""
+        b = self.nbytes.of(int(calls.rec[s]))
+        return b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
 
     def hop_beta(self, gid: int) -> float:
         """The β of a group's slowest hop in group order, undivided: one member's message at full speed."""
@@ -1120,8 +1124,7 @@ class Clocks(Observer):
         assert isinstance(rec, CollectiveRec)
         gid = int(calls.gid[s])
         p = len(self.s.groups[gid].ranks)
-        b = self.nbytes.of(rid)
-        b = b if b.ndim == 1 else b[calls.pos[s : s + c]].max(axis=0)
+        b = self.instance_bytes(calls, s, c)
         backend = self.topo.backend
         alpha, beta = self.net(gid, share, rec.kind.lockstep(backend))
         if backend == "gloo" and rec.kind.gloo_posts_at_once:
