@@ -1,17 +1,20 @@
 """Issue 17: `commdsl predict` against `commdsl bench` on this machine, every program the bench runs.
 
     python benchmarks/predict_accuracy.py [--out DIR] [--iters 10] [--sizes 64K:64M] [--worlds 2,4]
-                                          [--cases all|first|more]
+                                          [--cases all|first|more|novel]
 
 Calibrates first (`commdsl bench --calibrate --nproc N -o DIR/host.toml`, N the largest world), then for each
 program and world size measures it (`commdsl bench ... --json DIR/<name>-<N>-bench.json`) and predicts it on
 the calibrated topology (`commdsl predict ... --measured ... --json DIR/<name>-<N>-predict.json`), and prints
 one markdown table (size, measured and predicted time, error), a summary per program and how many rows of at
 least 1 MiB are within ±25 % (and how many of them faulted in pages the model does not count, as `predict
---measured` names them: docs/predict-accuracy.md, "The heap's trims, measured"). The programs: the seven judged since
-the first campaigns (`CASES`), every other shipped program the bench sweeps at N = 2 and 4 (`MORE_CASES`,
-since 2026-11-28), and the programs written to test the model after it was built (`NOVEL_CASES`, since
-2026-12-01), counted apart: the total is the shipped programs'. Every command it runs is printed to stderr first.
+--measured` names them: docs/predict-accuracy.md, "The heap's trims, measured"), and the rows' timed lines summed
+by what they do (messages, waits, collectives, local ops) measured and predicted (`_by_kind`: which part of the
+model a row's error comes from; `--reuse --topology DIR/host.toml` prints it again from a campaign's JSONs).
+The programs: the seven judged since the first campaigns (`CASES`), every other shipped program the bench sweeps
+at N = 2 and 4 (`MORE_CASES`, since 2026-11-28), and the programs written to test the model after it was built
+(`NOVEL_CASES`, since 2026-11-30), counted apart: the total is the shipped programs'. Every command it runs is
+printed to stderr first.
 
     python benchmarks/predict_accuracy.py --topology benchmarks/figures/predict-host.toml \
         --table benchmarks/figures/predict-run1.md
@@ -65,6 +68,7 @@ from pathlib import Path
 
 from commdsl.predict import unexpected_pages
 from commdsl.predict.topology import load
+from commdsl.syntax import nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,9 +99,9 @@ MORE_CASES = [  # every other shipped program the bench sweeps at N = 2 and 4 (a
     ("moe_dispatch", ["programs/moe_dispatch.comm"], ["--param", "hidden"]),
 ]
 NOVEL = "benchmarks/figures/predict-novel"
-NOVEL_CASES = [  # written to test the model after it was built (2026-11-30), not shipped: counted apart, as how the
-    # model does on programs it was not refined against (docs/predict-accuracy.md, "Eight programs the model was
-    # not built on")
+# written to test the model after it was built (2026-11-30), not shipped: counted apart, as how the model does on
+# programs it was not refined against (docs/predict-accuracy.md, "Eight programs the model was not built on")
+NOVEL_CASES: list[tuple[str, list[str], list[str]]] = [
     (name, [f"{NOVEL}/{name}.comm"], [])
     for name in (
         "halo_exchange",
@@ -274,6 +278,8 @@ def main() -> int:
                     flush=True,
                 )
     _summary(large, trimmed)
+    if table is None:
+        _by_kind(out, cases, a.worlds.split(","))
     if len(campaigns) > 1:
         _agreement(a.table, campaigns, [predicted] * len(campaigns))
     return 0
@@ -306,6 +312,74 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
             f"\nOf them, rows whose ranks faulted in pages the model does not count (at least a tenth of the row's"
             f" time at page_fault_gbps: malloc trimmed its heap): {len(trimmed)}, {_within(trimmed)} within ±25 %."
         )
+
+
+KINDS = {  # what a timed line does, by its statement (`_by_kind`)
+    nodes.Send: "messages",
+    nodes.Recv: "messages",
+    nodes.Batch: "messages",
+    nodes.Wait: "waits",
+    nodes.Collective: "collectives",
+    nodes.Coalesced: "collectives",
+    nodes.Assign: "local ops",
+}
+
+
+def _by_kind(out: Path, cases, worlds: list[str]) -> None:
+    """Where the model's error lies: every timed line of every row of at least 1 MiB, measured (the bench's
+    per-line times) and predicted (predict's), summed by what the line does and N. A row can come out within
+    ±25 % on errors of opposite sign in its lines (messages too fast, adds too slow): this says which part of
+    the model a change should move. A built-in's one timed line is its collective."""
+    measured: dict[tuple[str, str], list[float]] = {}
+    predicted: dict[tuple[str, str], list[float]] = {}
+    for name, prog, _ in cases:
+        kinds = _statement_kinds(ROOT / prog[0]) if prog[0].endswith(".comm") else None
+        stem = name.split(" ")[0] + ("-builtin" if "built-in" in name else "")
+        for world in worlds:
+            bench, pred = out / f"{stem}-{world}-bench.json", out / f"{stem}-{world}-predict.json"
+            if not (bench.exists() and pred.exists()):
+                continue
+            rows = {r["size_bytes"]: r for r in json.loads(pred.read_text())["rows"]}
+            for row in json.loads(bench.read_text())["rows"]:
+                got = rows.get(row["size_bytes"])
+                if got is None or row["size_bytes"] < 1 << 20:
+                    continue
+                model = {line["line"]: line["us"] for line in got.get("lines") or []}
+                for line in row.get("lines") or []:
+                    kind = "collectives" if kinds is None else kinds.get(line["line"], "other")
+                    measured.setdefault((kind, world), []).append(line["us"])
+                    predicted.setdefault((kind, world), []).append(model.get(line["line"], 0.0))
+    if not measured:
+        return
+    print("\n| line kind | N | lines | measured (s) | predicted (s) | predicted / measured |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for kind, world in sorted(measured):
+        m, p = sum(measured[kind, world]) / 1e6, sum(predicted[kind, world]) / 1e6
+        ratio = f"{p / m:.2f}" if m > 0 else "—"
+        print(f"| {kind} | {world} | {len(measured[kind, world])} | {m:.2f} | {p:.2f} | {ratio} |")
+
+
+def _statement_kinds(path: Path) -> dict[int, str]:
+    """The kind (`KINDS`) of the statement that starts on each line of a program: the bench times a line as
+    its statement, a `batch:` as a whole."""
+    from commdsl.resolve import load as load_program
+    from commdsl.source import SourceFile
+
+    kinds: dict[int, str] = {}
+
+    def visit(stmts) -> None:
+        for s in stmts:
+            kinds.setdefault(s.span.line, KINDS.get(type(s), "other"))
+            for block in (getattr(s, "body", ()), getattr(s, "orelse", ())):
+                visit(block)
+            for branch in getattr(s, "branches", ()):
+                visit(branch.body)
+
+    program = load_program(SourceFile.read(path))
+    visit(program.body)
+    for function in program.functions:
+        visit(function.body)
+    return kinds
 
 
 Row = tuple[str, int, int]  # (program, N, size in bytes)
@@ -348,8 +422,8 @@ def _across(paths: list[Path], host: bool = False) -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\n| campaign | rows ≥ 1 MiB within ±25 % | the programs the model was not built on, apart |")
     print("|---|---:|---:|")
-    for name, k, n, apart in each:
-        print(f"| {name} | {k} of {n} | {apart} |")
+    for name, k, n, novel_count in each:
+        print(f"| {name} | {k} of {n} | {novel_count} |")
     k, n = sum(e[1] for e in each), sum(e[2] for e in each)
     print(f"| all {len(each)} | {k:,} of {n:,} ({k / n:.0%}) | |")
     if len(paths) > 1:
