@@ -249,6 +249,41 @@ def test_batches_bound_to_handles_compile_to_lists_of_works(tmp_path, capfd, no_
     assert "every expect holds" in proc.stdout
 
 
+HANDLES_IN_A_WHILE = """\
+program handles_in_a_while
+world 2
+param n = 16
+
+tensor x: float32[n] = rank + 1
+tensor y: float32[n]
+
+let k = 0
+while k < 2:
+    h[k] = isend x to 1 - rank
+    r = irecv y from 1 - rank
+    wait all
+    k += 1
+
+expect y == 2 - rank
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(300)
+def test_handles_bound_inside_a_while_loop_compile_and_run(tmp_path, capfd, no_orphans):
+    """The handles a `while` body binds (an array `h[k]`, a plain `r`) and its `wait all` are the script's, as
+    a `for` body's are: the script declared them only from the statements outside while loops, and `compile`
+    stopped with an internal error (KeyError) on a program `run` ran."""
+    prog = tmp_path / "prog.comm"
+    prog.write_text(HANDLES_IN_A_WHILE)
+    code, text = compile_to(tmp_path, str(prog))
+    assert code == 0, capfd.readouterr().err
+    assert "    h = {}  # an array of handles: slot → request\n" in text
+    proc = run_script(tmp_path / "out.py", 2, no_orphans)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("every expect holds") == 2
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(300)
 def test_failing_expect_makes_the_script_exit_1_naming_its_line(tmp_path, capfd, no_orphans):

@@ -976,7 +976,7 @@ def _statements(stmts):
     for s in stmts:
         yield s
         match s:
-            case n.For() | n.Batch() | n.Coalesced():
+            case n.For() | n.While() | n.Batch() | n.Coalesced():
                 yield from _statements(s.body)
             case n.On():
                 for br in s.branches:
