@@ -126,8 +126,10 @@ def commdsl(*args: str) -> None:
 
 def _refitted(topology: Path, to: Path) -> Path:
     """`topology` with its [intra] β (and `bus_gbps`, its multiple) fitted again by `calibrate.fit` from the
-    one-way times its comments list (each size's median over the calibration's runs), α as it was."""
-    from commdsl.predict.calibrate import fit
+    one-way times its comments list (each size's median over the calibration's runs), α as it was; and, where
+    it has none, the `exchange_gbps` its comments' messages-alone time gives (`calibrate.Turns.exchange_bps`,
+    written since 2026-11-30)."""
+    from commdsl.predict.calibrate import Turns, fit
 
     text = topology.read_text()
     rows = [(int(m[1]), float(m[2]) * 1e-6) for m in re.finditer(r"^#\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+[+-]", text, re.M)]
@@ -135,6 +137,18 @@ def _refitted(topology: Path, to: Path) -> Path:
     old = float(re.search(r"^bandwidth_gbps = ([\d.]+)", text, re.M)[1])
     text = re.sub(r"^bandwidth_gbps = [\d.]+", f"bandwidth_gbps = {beta:.4g}", text, count=1, flags=re.M)
     text = re.sub(r"^bus_gbps = ([\d.]+)", lambda m: f"bus_gbps = {float(m[1]) * beta / old:.4g}", text, flags=re.M)
+    alone = re.search(r"every rank's isend and irecv of (\d+) bytes: ([\d.]+) us", text)
+    if alone and not re.search(r"^exchange_gbps", text, re.M) and re.search(r"^bus_gbps", text, re.M):
+        nproc = int(re.search(r"--nproc (\d+)", text)[1])
+        cores = re.search(r"^cores_per_node = (\d+)", text, re.M)
+        crowded = re.search(r"^crowded_alpha_us = ([\d.]+)", text, re.M)
+        alpha = re.search(r"^alpha_us = ([\d.]+)", text, re.M)
+        latency = crowded if crowded and cores and nproc > int(cores[1]) else alpha
+        turns = Turns(int(alone[1]), float(alone[2]) * 1e-6, 0.0, 0.0)
+        exchange = turns.exchange_bps(nproc, float(latency[1]) * 1e-6)
+        if exchange is not None:
+            line = f"\nexchange_gbps = {exchange / 1e9:.4g}"
+            text = re.sub(r"^(bus_gbps = .*)$", lambda m: m[1] + line, text, count=1, flags=re.M)
     print(f"{topology}: beta {old} GB/s fitted again: {beta:.4g} GB/s", file=sys.stderr)
     to.write_text(text)
     return to

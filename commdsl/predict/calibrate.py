@@ -337,6 +337,13 @@ class Turns:
     def overlap(self) -> bool:
         return self.hidden >= HIDDEN
 
+    def exchange_bps(self, world: int, alpha: float) -> float | None:
+        """Bytes per second the host moved in all while every one of `world` ranks sent and received at once:
+        their messages' bytes over the time less one message's latency (`alpha`, the crowded one where the
+        ranks outnumber the cores). None where the latency is most of it (no bandwidth to read)."""
+        moving = self.messages - alpha
+        return world * self.size / moving if moving > 0.5 * self.messages else None
+
 
 def lone_call(plan, results: dict[int, dict[int, dict]]) -> list[float]:
     """Seconds of each measured case's `LONE_LINE` a call, on the slowest rank (the bench's per-line time: the
@@ -566,6 +573,13 @@ def topology_text(
     if pairs is not None:
         lines.append(
             f"bus_gbps = {pairs.capacity * f.beta / 1e9:.4g}    # its messages together: beta x {pairs.capacity:.2f}"
+        )
+    latency = crowded.alpha if crowded is not None and cores is not None and nproc > cores else f.alpha
+    exchange = None if turns is None else turns.exchange_bps(nproc, latency)
+    if exchange is not None:
+        lines.append(
+            f"exchange_gbps = {exchange / 1e9:.4g}    # its messages together when every rank sends and receives"
+            f" at once: beta x {exchange / f.beta:.2f}"
         )
     if backend == "gloo":
         lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")

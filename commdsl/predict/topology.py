@@ -17,6 +17,8 @@
                                 # ops that run at once share the node's memory
     # bus_gbps = 900            # only with shared_node: the bus's bandwidth, all its messages together
                                 # (each still at most its link's); default: [intra]'s (one at full speed)
+    # exchange_gbps = 2.0       # only with shared_node: the bus's bandwidth when its ranks send and receive
+                                # at once (a ring's step, a swap); default: bus_gbps
     # node_memory_gbps = 6700   # only with shared_node: the node's memory, all its ranks' local ops
                                 # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
@@ -146,6 +148,7 @@ class TopologyFile(_Model):
     send_buffer_bytes: Annotated[StrictInt, Field(ge=0, le=1 << 62)] | None = None
     shared_node: StrictBool = False
     bus_gbps: Positive | None = None
+    exchange_gbps: Positive | None = None
     node_memory_gbps: Positive | None = None
     duplex: StrictBool = True
     overlap: StrictBool = True
@@ -164,7 +167,7 @@ class TopologyFile(_Model):
             raise ValueError('needs `backend = "gloo"` (an NCCL isend returns once it is queued on its stream)')
         return value
 
-    @field_validator("bus_gbps", "node_memory_gbps")
+    @field_validator("bus_gbps", "exchange_gbps", "node_memory_gbps")
     @classmethod
     def _only_shared(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is not None and not info.data.get("shared_node"):
@@ -205,12 +208,21 @@ class Topology:
     crowded_step_alphas: tuple[float, float] | None = None  # (intra, inter) a collective's step there
     crowded: bool = False  # `at_world` found more ranks on a node than its cores: messages may be crowded
     lone_call: float = 0.0  # seconds of a built-in collective on a group of one (torch's hand-off to the backend)
+    exchange_bps: float | None = None  # shared_node: the bus when its ranks send and receive at once (None: bus_bps)
 
     @property
     def bus_capacity(self) -> float:
         """How many intra-node messages the bus carries at once at full speed (its bandwidth over one
         message's): m at once each move at min(1, capacity / m) of full speed."""
         return 1.0 if self.bus_bps is None else self.bus_bps / self.intra_beta
+
+    def bus_capacity_for(self, exchange: bool) -> float:
+        """`bus_capacity`, or where the messages at once include a rank's way out and its way in (a ring's
+        step, a swap) the capacity the bus has then (`exchange_bps`): on the 2-core host, every rank sending
+        and receiving at once moved 0.6-1.1 messages at full speed in all, two pairs one way each 1.4-1.7."""
+        if exchange and self.exchange_bps is not None:
+            return self.exchange_bps / self.intra_beta
+        return self.bus_capacity
 
     @property
     def bus_bandwidth(self) -> float:
@@ -256,6 +268,7 @@ class Topology:
             (intra_crowded[0], inter_crowded[0]) if crowded else None,
             (intra_crowded[1], inter_crowded[1]) if crowded else None,
             lone_call=(m.collective_call_us or 0.0) * 1e-6,
+            exchange_bps=None if m.exchange_gbps is None else m.exchange_gbps * 1e9,
         )
 
     def over_cores(self, world: int) -> bool:
@@ -285,6 +298,11 @@ class Topology:
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
             + ("; messages in a node share one bus" if self.shared_node else "")
             + (f" of {self.bus_bps / 1e9:.3g} GB/s" if self.shared_node and self.bus_bps is not None else "")
+            + (
+                f" ({self.exchange_bps / 1e9:.3g} GB/s where ranks send and receive at once)"
+                if self.shared_node and self.exchange_bps is not None
+                else ""
+            )
             + (
                 f"; its ranks' local ops share {self.node_memory_bps / 1e9:.3g} GB/s of memory"
                 if self.shared_node and self.node_memory_bps is not None
