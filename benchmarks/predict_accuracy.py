@@ -142,10 +142,9 @@ def _refitted(topology: Path, to: Path) -> Path:
         nproc = int(re.search(r"--nproc (\d+)", text)[1])
         cores = re.search(r"^cores_per_node = (\d+)", text, re.M)
         crowded = re.search(r"^crowded_alpha_us = ([\d.]+)", text, re.M)
-        alpha = re.search(r"^alpha_us = ([\d.]+)", text, re.M)
-        latency = crowded if crowded and cores and nproc > int(cores[1]) else alpha
+        alpha = float(re.search(r"^alpha_us = ([\d.]+)", text, re.M)[1]) * 1e-6
         turns = Turns(int(alone[1]), float(alone[2]) * 1e-6, 0.0, 0.0)
-        exchange = turns.exchange_bps(nproc, float(latency[1]) * 1e-6)
+        exchange = turns.exchange_bps(nproc, alpha, crowded and float(crowded[1]) * 1e-6, cores and int(cores[1]))
         if exchange is not None:
             line = f"\nexchange_gbps = {exchange / 1e9:.4g}"
             text = re.sub(r"^(bus_gbps = .*)$", lambda m: m[1] + line, text, count=1, flags=re.M)
@@ -380,19 +379,10 @@ def _statement_kinds(path: Path) -> dict[int, str]:
     from commdsl.source import SourceFile
 
     kinds: dict[int, str] = {}
-
-    def visit(stmts) -> None:
-        for s in stmts:
-            kinds.setdefault(s.span.line, KINDS.get(type(s), "other"))
-            for block in (getattr(s, "body", ()), getattr(s, "orelse", ())):
-                visit(block)
-            for branch in getattr(s, "branches", ()):
-                visit(branch.body)
-
     program = load_program(SourceFile.read(path))
-    visit(program.body)
-    for function in program.functions:
-        visit(function.body)
+    for block in (program.body, *(function.body for function in program.functions)):
+        for s in nodes.statements(block):
+            kinds.setdefault(s.span.line, KINDS.get(type(s), "other"))
     return kinds
 
 

@@ -1253,7 +1253,7 @@ def _bindings(stmts):
     for s in stmts:
         if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None:
             yield s.handle
-        for child in _children(s):
+        for child in n.blocks(s):
             yield from _bindings(child)
 
 
@@ -1282,7 +1282,7 @@ def _calls(stmts) -> list[n.CallStmt]:
     for s in stmts:
         if isinstance(s, n.CallStmt):
             out.append(s)
-        for child in _children(s):
+        for child in n.blocks(s):
             out.extend(_calls(child))
     return out
 
@@ -1294,18 +1294,9 @@ def step_group_names(stmts) -> dict[str, n.Node]:
     for s in stmts:
         if isinstance(s, n.NewGroup):
             out.setdefault(s.name.name, s.name)
-        for child in _children(s):
+        for child in n.blocks(s):
             out.update({k: v for k, v in step_group_names(child).items() if k not in out})
     return out
-
-
-def _children(s) -> list[tuple]:
-    match s:
-        case n.For() | n.While() | n.Batch() | n.Coalesced():
-            return [s.body]
-        case n.On():
-            return [br.body for br in s.branches] + [s.orelse]
-    return []
 
 
 def resolve(module: n.Module, source: SourceFile) -> Program:

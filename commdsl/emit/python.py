@@ -971,41 +971,28 @@ def say(text):
 # ---- the program's shape ------------------------------------------------------------------------------------
 
 
-def _statements(stmts):
-    """Every statement, nested ones included."""
-    for s in stmts:
-        yield s
-        match s:
-            case n.For() | n.While() | n.Batch() | n.Coalesced():
-                yield from _statements(s.body)
-            case n.On():
-                for br in s.branches:
-                    yield from _statements(br.body)
-                yield from _statements(s.orelse)
-
-
 def _uses_wait_all(stmts) -> bool:
-    return any(isinstance(s, n.Wait) and s.all for s in _statements(stmts))
+    return any(isinstance(s, n.Wait) and s.all for s in n.statements(stmts))
 
 
 def _bound_handles(stmts) -> list[tuple[n.HandleRef, bool]]:
     """(handle, whether a batch: a list of works) of every op and batch bound to a handle."""
     return [
         (s.handle, isinstance(s, n.Batch))
-        for s in _statements(stmts)
+        for s in n.statements(stmts)
         if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None
     ]
 
 
 def _waited(stmts) -> set[str]:
     """Every handle a `wait` names, bound or not (one bound on no rank sits in a branch no rank takes)."""
-    return {h.name for s in _statements(stmts) if isinstance(s, n.Wait) for h in s.handles}
+    return {h.name for s in n.statements(stmts) if isinstance(s, n.Wait) for h in s.handles}
 
 
 def _waited_arrays(stmts) -> set[str]:
     """Arrays of handles that a `wait` names (`wait h[j]`, `wait all h`)."""
     out = set()
-    for s in _statements(stmts):
+    for s in n.statements(stmts):
         if isinstance(s, n.Wait):
             out |= {h.name for h in s.handles if h.index is not None}
             out |= {s.array.name} if s.array is not None else set()

@@ -7,6 +7,7 @@ stay immutable and hashable.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Annotated, ClassVar, Literal
 
@@ -466,6 +467,25 @@ def view_tensor(e) -> str | None:
         case Call(func=Attr(attr="chunk") as f):
             return view_tensor(f.value)
     return None
+
+
+def blocks(s) -> list[tuple]:
+    """The blocks of statements directly inside a statement: a loop's, a `batch:`'s or `coalesced:`'s body, each
+    branch of an `on` and its `else` (none for a simple statement; a function's body is its definition's)."""
+    match s:
+        case For() | While() | Batch() | Coalesced():
+            return [s.body]
+        case On():
+            return [br.body for br in s.branches] + [s.orelse]
+    return []
+
+
+def statements(stmts: Iterable) -> Iterator:
+    """Every statement of a block, each followed by the statements nested in it (`blocks`), in program order."""
+    for s in stmts:
+        yield s
+        for block in blocks(s):
+            yield from statements(block)
 
 
 def children(e) -> list:
