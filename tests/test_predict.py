@@ -1550,7 +1550,8 @@ def test_calibration_writes_the_bus_of_an_exchange_from_every_ranks_messages_alo
     pairs = calibrate.AtOnce(1 << 24, 2, 6.9e-3, 8.0e-3)
     turns = calibrate.Turns(1 << 24, 35.6e-3, 50e-3, 84e-3)
     crowded = calibrate.Crowded(2, 4, f.beta, ((4096, 1.3e-3),))
-    assert turns.exchange_bps(4, 1.3e-3) == pytest.approx(4 * (1 << 24) / 34.3e-3)
+    assert turns.exchange_bps(4, 0.3e-3, 1.3e-3, 2) == pytest.approx(4 * (1 << 24) / 34.3e-3)  # crowded
+    assert turns.exchange_bps(2, 0.3e-3, 1.3e-3, 2) == pytest.approx(2 * (1 << 24) / 35.3e-3)  # within the cores
     assert calibrate.Turns(1 << 24, 1e-3, 1.0, 1.0).exchange_bps(4, 0.9e-3) is None
     m = calibrate.Measured(f, 10e9, pairs=pairs, turns=turns, crowded=crowded)
     t = parse(SourceFile("h.toml", calibrate.topology_text(m, 4, "gloo", "cmd", cores=2)))

@@ -337,10 +337,14 @@ class Turns:
     def overlap(self) -> bool:
         return self.hidden >= HIDDEN
 
-    def exchange_bps(self, world: int, alpha: float) -> float | None:
+    def exchange_bps(
+        self, world: int, alpha: float, crowded_alpha: float | None = None, cores: int | None = None
+    ) -> float | None:
         """Bytes per second the host moved in all while every one of `world` ranks sent and received at once:
-        their messages' bytes over the time less one message's latency (`alpha`, the crowded one where the
-        ranks outnumber the cores). None where the latency is most of it (no bandwidth to read)."""
+        their messages' bytes over the time less one message's latency (`alpha`; `crowded_alpha` where the
+        ranks outnumber the host's `cores`). None where the latency is most of it (no bandwidth to read)."""
+        if crowded_alpha is not None and cores is not None and world > cores:
+            alpha = crowded_alpha
         moving = self.messages - alpha
         return world * self.size / moving if moving > 0.5 * self.messages else None
 
@@ -574,8 +578,8 @@ def topology_text(
         lines.append(
             f"bus_gbps = {pairs.capacity * f.beta / 1e9:.4g}    # its messages together: beta x {pairs.capacity:.2f}"
         )
-    latency = crowded.alpha if crowded is not None and cores is not None and nproc > cores else f.alpha
-    exchange = None if turns is None else turns.exchange_bps(nproc, latency)
+    crowded_alpha = None if crowded is None else crowded.alpha
+    exchange = None if turns is None else turns.exchange_bps(nproc, f.alpha, crowded_alpha, cores)
     if exchange is not None:
         lines.append(
             f"exchange_gbps = {exchange / 1e9:.4g}    # its messages together when every rank sends and receives"
