@@ -542,7 +542,7 @@ class _Resolver:
         if None in [k for k, _ in kinds] or any(c.name.name == name for c in self.calling):
             return  # a bad argument (reported), or a recursive call (N113)
         body = _Scope(names={p.name: kind for p, kind in zip(f.params, kinds, strict=True)}, parent=self.top)
-        for h in _bindings(f.body):  # local to each call (`check_def` reported a name bound both ways)
+        for h in n.handles_bound(f.body):  # local to each call (`check_def` reported a name bound both ways)
             body.names.setdefault(h.name, ("handle array" if h.is_array else "handle", h))
         before = len(self.diags)
         self.calling.append(s)
@@ -598,7 +598,7 @@ class _Resolver:
         """Every handle name bound anywhere, by its first binding: one name is a handle or an array of
         handles (`h[i] = ...`), never both (N108)."""
         first: dict[str, n.HandleRef] = {}
-        for h in _bindings(stmts):
+        for h in n.handles_bound(stmts):
             if h.name in BUILTINS:
                 self.error(DuplicateDeclaration, f"`{h.name}` is a built-in name", h, label="cannot name a handle")
                 continue
@@ -1248,15 +1248,6 @@ def _stmt_words(s) -> str:
     return f"`{s.kind}`"
 
 
-def _bindings(stmts):
-    """Every handle an op or a batch is bound to, in program order."""
-    for s in stmts:
-        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None:
-            yield s.handle
-        for child in n.blocks(s):
-            yield from _bindings(child)
-
-
 def call_note(chain: tuple[n.CallStmt, ...]):
     """The note a finding inside a function's body carries for the chain of calls (outermost first) that
     reached it: it points at the innermost call and names the calls around it."""
@@ -1273,7 +1264,7 @@ def _noted(d: Diagnostic, note) -> Diagnostic:
 
 def bound_handle_names(stmts) -> frozenset[str]:
     """The names of the handles a block binds (a function's: local to each call)."""
-    return frozenset(h.name for h in _bindings(stmts))
+    return frozenset(h.name for h in n.handles_bound(stmts))
 
 
 def _calls(stmts) -> list[n.CallStmt]:

@@ -977,11 +977,7 @@ def _uses_wait_all(stmts) -> bool:
 
 def _bound_handles(stmts) -> list[tuple[n.HandleRef, bool]]:
     """(handle, whether a batch: a list of works) of every op and batch bound to a handle."""
-    return [
-        (s.handle, isinstance(s, n.Batch))
-        for s in n.statements(stmts)
-        if isinstance(s, (n.Send, n.Recv, n.Collective, n.Batch, n.Coalesced)) and s.handle is not None
-    ]
+    return [(s.handle, isinstance(s, n.Batch)) for s in n.bound(stmts)]
 
 
 def _waited(stmts) -> set[str]:

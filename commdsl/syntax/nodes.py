@@ -488,6 +488,19 @@ def statements(stmts: Iterable) -> Iterator:
             yield from statements(block)
 
 
+def bound(stmts: Iterable) -> Iterator:
+    """Every op and batch of a block (nested ones too, in program order) bound to a handle (`h = isend ...`,
+    `h = batch:`), which a `wait` may name."""
+    for s in statements(stmts):
+        if isinstance(s, (Send, Recv, Collective, Batch, Coalesced)) and s.handle is not None:
+            yield s
+
+
+def handles_bound(stmts: Iterable) -> Iterator:
+    """The handles of `bound`, in program order."""
+    return (s.handle for s in bound(stmts))
+
+
 def children(e) -> list:
     """The sub-expressions of an expression node (none for literals and names)."""
     match e:
