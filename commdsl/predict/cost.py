@@ -1244,17 +1244,15 @@ class Clocks(Observer):
 
     def uneven(self, calls: Calls, s: int, c: int, alpha: float, share: int) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of an uneven `all_to_all` instance (calls[s : s + c]) at every size, and what each member
-        sends to the others (members × sizes): its busiest member's way at the slowest member's link β
-        (`AllToAll.busiest_way`), or with `shared_node` the node's bus all its members' sends cross (its share
-        of the `share` instances at once), whichever is longer, after the even form's latency. Priced as
+        sends to the others (members × sizes): its busiest member's way at the β of the group's slowest hop
+        (`AllToAll.busiest_way`, `hop_beta`), or with `shared_node` the node's bus all its members' sends cross
+        (its share of the `share` instances at once), whichever is longer, after the even form's latency. Priced as
         even, a call whose splits send most rows to one member put the largest member's bytes through every
         member's way: the MoE dispatch at N = 4 1.8-2.5× what the bench measured."""
         sent, received = self.exchanged(calls, s, c)
-        ranks = calls.rank[s : s + c]
-        _, beta, _, _, _ = self.links(ranks, np.roll(ranks, -1))
-        seconds = ALL_TO_ALL.busiest_way(sent, received, self.topo.duplex) / float(beta.min())
+        seconds = ALL_TO_ALL.busiest_way(sent, received, self.topo.duplex) / self.hop_beta(int(calls.gid[s]))
         if self.topo.shared_node:
-            node = self.node[ranks]
+            node = self.node[calls.rank[s : s + c]]
             on_node = np.zeros((int(node.max()) + 1, sent.shape[1]))
             np.add.at(on_node, node, sent)
             bus = self.topo.bus_bandwidth / share
