@@ -7,6 +7,7 @@ import json
 import math
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -466,6 +467,36 @@ def test_an_exchange_on_a_bus_gets_the_exchanges_bandwidth_and_pairs_the_buss():
     plain = topo(10, 1, extra="shared_node = true\nbus_gbps = 2")
     assert plain.bus_capacity_for(True) == plain.bus_capacity == pytest.approx(2.0)
     assert seconds(EXCHANGE, 4, plain, n) == pytest.approx(10e-6 + 2 * n / 1e9)
+
+
+PAIRWISE = """program pairwise
+world 2..
+param n = 1024
+tensor x: float32[n] = 1
+tensor y: float32[n] = 2
+batch:
+    send x to rank ^ 1
+    recv y from rank ^ 1
+"""
+
+
+def test_a_swap_on_a_bus_gets_the_swaps_bandwidth_and_more_ranks_the_exchanges():
+    """`swap_gbps`: the bus's bandwidth when only two of a node's ranks send and receive, to each other (the
+    2-core host: a swap moved 0.8-0.9 x β in all, where 4 ranks' ring step moved 0.9-1.4 x β). The ring's step
+    at 2 ranks is a swap; at 4 ranks, and two pairs swapping at once, it is an exchange. Without the key a swap
+    gets `exchange_gbps`."""
+    n = 1 << 20
+    t = topo(10, 1, extra="shared_node = true\nbus_gbps = 2\nexchange_gbps = 1\nswap_gbps = 0.5")
+    assert t.bus_capacity_for(True, swap=True) == pytest.approx(0.5) and t.bus_capacity_for(False, swap=True) == 2.0
+    assert seconds(EXCHANGE, 2, t, n) == pytest.approx(10e-6 + 4 * n / 1e9)  # two at once on 0.5 GB/s
+    assert seconds(PAIRWISE, 2, t, n) == pytest.approx(10e-6 + 4 * n / 1e9)
+    assert seconds(EXCHANGE, 4, t, n) == pytest.approx(10e-6 + 4 * n / 1e9)  # four at once on 1 GB/s
+    assert seconds(PAIRWISE, 4, t, n) == pytest.approx(10e-6 + 4 * n / 1e9)  # two swaps: four ranks at once
+    assert "(1 GB/s where ranks send and receive at once, 0.5 GB/s where two ranks swap)" in t.describe()
+    one_node_each = topo(10, 1, rpn=2, extra="shared_node = true\nexchange_gbps = 1\nswap_gbps = 0.5")
+    assert seconds(PAIRWISE, 4, one_node_each, n) == pytest.approx(10e-6 + 4 * n / 1e9)  # a swap on each node's bus
+    plain = topo(10, 1, extra="shared_node = true\nbus_gbps = 2\nexchange_gbps = 1")
+    assert seconds(EXCHANGE, 2, plain, n) == pytest.approx(10e-6 + 2 * n / 1e9)  # two at once on 1 GB/s
 
 
 def test_a_built_in_ring_on_a_bus_gets_its_share_of_it():
@@ -1558,6 +1589,30 @@ def test_calibration_writes_the_bus_of_an_exchange_from_every_ranks_messages_alo
     assert t.exchange_bps == pytest.approx(4 * (1 << 24) / (35.6e-3 - crowded.alpha), rel=1e-3)
     two = parse(SourceFile("h.toml", calibrate.topology_text(m, 2, "gloo", "cmd", cores=2)))  # within the cores
     assert two.exchange_bps == pytest.approx(2 * (1 << 24) / (35.6e-3 - f.alpha), rel=1e-3)
+
+
+def test_calibration_writes_the_bus_of_a_swap_from_two_ranks_messages():
+    """With more than 2 ranks, `--calibrate` also times 2 ranks' isend and irecv to each other (`Swap`): their
+    bytes over the time less one message's latency, the crowded one only where 2 ranks outnumber the cores,
+    give `swap_gbps`; at 2 ranks the exchange is the swap and nothing more is written."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    turns = calibrate.Turns(1 << 24, 35.6e-3, 50e-3, 84e-3)
+    crowded = calibrate.Crowded(2, 4, f.beta, ((4096, 1.3e-3),))
+    swap = calibrate.Swap(1 << 24, 20.3e-3)
+    assert swap.bps(0.3e-3, 1.3e-3, 2) == pytest.approx(2 * (1 << 24) / 20e-3)  # 2 ranks fit 2 cores
+    assert swap.bps(0.3e-3, 1.3e-3, 1) == pytest.approx(2 * (1 << 24) / 19e-3)  # 2 ranks crowd 1 core
+    assert calibrate.Swap(1 << 24, 1e-3).bps(0.9e-3) is None
+    m = calibrate.Measured(f, 10e9, turns=turns, crowded=crowded, swap=swap)
+    text = calibrate.topology_text(m, 4, "gloo", "cmd", cores=2)
+    t = parse(SourceFile("h.toml", text))
+    assert t.swap_bps == pytest.approx(2 * (1 << 24) / (20.3e-3 - f.alpha), rel=1e-3)
+    assert t.exchange_bps == pytest.approx(4 * (1 << 24) / (35.6e-3 - crowded.alpha), rel=1e-3)
+    assert "# 2 ranks' isend and irecv of 16777216 bytes, to each other at once: 20300.0 us" in text
+    assert calibrate.Measured.median([m, replace(m, swap=calibrate.Swap(1 << 24, 30e-3)), m]).swap == swap
+    assert "#   a swap of 2 ranks 20.3 / 20.3 ms" in calibrate.topology_text(m, 4, "gloo", "cmd", cores=2, runs=[m, m])
+    assert "swap_gbps" not in calibrate.topology_text(replace(m, swap=None), 2, "gloo", "cmd", cores=2)
 
 
 def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():

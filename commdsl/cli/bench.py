@@ -775,6 +775,19 @@ def _turns(args, nproc: int, backend: str):
     return None if mean is None else cal.Turns(cal.OVERLAP_BYTES, mean["messages"], mean["adds"], mean["together"])
 
 
+def _swap(args, nproc: int, backend: str):
+    """A `calibrate.Swap` when the calibration runs more than 2 ranks (at 2, `_turns` times a swap): 2 ranks'
+    isend and irecv to each other (`calibrate.OVERLAP` without its adds) at `calibrate.OVERLAP_BYTES`; None
+    when a run timed nothing. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    if nproc <= 2:
+        return None
+    cases = {"swap": ("<calibrate-swap>", cal.OVERLAP, {"adds": 0})}
+    mean = _in_turn(args, cal.OVERLAP_BYTES, 2, backend, cases)
+    return None if mean is None else cal.Swap(cal.OVERLAP_BYTES, mean["swap"])
+
+
 def _at_once(args, size, nproc, backend, count, alone, together, per_time=1.0):
     """`count` things at once against one alone (`_in_turn`), times `per_time` (a round trip's half for one
     way). None when a run timed nothing."""
@@ -924,4 +937,5 @@ def _measure(args, sizes: list[int], nproc: int, backend: str, cores: int):
         _turns(args, nproc, backend),
         _crowded(args, nproc, backend, f.beta, cores),
         _lone_call(args, nproc, backend, cores),
+        _swap(args, nproc, backend),
     )

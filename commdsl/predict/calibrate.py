@@ -340,13 +340,35 @@ class Turns:
     def exchange_bps(
         self, world: int, alpha: float, crowded_alpha: float | None = None, cores: int | None = None
     ) -> float | None:
-        """Bytes per second the host moved in all while every one of `world` ranks sent and received at once:
-        their messages' bytes over the time less one message's latency (`alpha`; `crowded_alpha` where the
-        ranks outnumber the host's `cores`). None where the latency is most of it (no bandwidth to read)."""
-        if crowded_alpha is not None and cores is not None and world > cores:
-            alpha = crowded_alpha
-        moving = self.messages - alpha
-        return world * self.size / moving if moving > 0.5 * self.messages else None
+        """Bytes per second the host moved in all while every one of `world` ranks sent and received at once
+        (`moved_bps`)."""
+        return moved_bps(world, self.size, self.messages, alpha, crowded_alpha, cores)
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Seconds of two ranks' isend and irecv of `size` bytes each, to each other (`OVERLAP` without its adds,
+    at 2 ranks), where the calibration runs more: a swap is not every rank of a ring's step at once (on the
+    2-core host two ranks swapping moved 0.8-0.9 x β in all, four ranks' ring step 0.9-1.4 x β)."""
+
+    size: int
+    seconds: float
+
+    def bps(self, alpha: float, crowded_alpha: float | None = None, cores: int | None = None) -> float | None:
+        """Bytes per second the two moved in all (`moved_bps`)."""
+        return moved_bps(2, self.size, self.seconds, alpha, crowded_alpha, cores)
+
+
+def moved_bps(
+    world: int, size: int, seconds: float, alpha: float, crowded_alpha: float | None = None, cores: int | None = None
+) -> float | None:
+    """Bytes per second `world` ranks each sending `size` bytes and receiving as many at once moved in all, in
+    `seconds`: their bytes over the time less one message's latency (`alpha`; `crowded_alpha` where the ranks
+    outnumber the host's `cores`). None where the latency is most of it (no bandwidth to read)."""
+    if crowded_alpha is not None and cores is not None and world > cores:
+        alpha = crowded_alpha
+    moving = seconds - alpha
+    return world * size / moving if moving > 0.5 * seconds else None
 
 
 def lone_call(plan, results: dict[int, dict[int, dict]]) -> list[float]:
@@ -468,6 +490,7 @@ class Measured:
     turns: Turns | None = None
     crowded: Crowded | None = None
     lone: Lone | None = None
+    swap: Swap | None = None
 
     @staticmethod
     def median(runs: list[Measured]) -> Measured:
@@ -501,6 +524,7 @@ class Measured:
             _middle([r.turns for r in runs if r.turns is not None], key=lambda t: t.hidden),
             _middle(crowded, key=lambda c: c.alpha),
             _middle([r.lone for r in runs if r.lone is not None], key=lambda c: c.seconds),
+            _middle([r.swap for r in runs if r.swap is not None], key=lambda w: w.seconds),
         )
 
 
@@ -540,6 +564,8 @@ def spread(runs: list[Measured]) -> list[str]:
         lines.append(
             f"#   share of messages hidden under adds {each([r.turns and r.turns.hidden for r in runs], ' %', 100)}"
         )
+    if any(r.swap is not None for r in runs):
+        lines.append(f"#   a swap of 2 ranks {each([r.swap and r.swap.seconds for r in runs], ' ms', 1e3)}")
     return lines
 
 
@@ -563,7 +589,9 @@ def topology_text(
     a rank's local ops and messages take turns where `turns` saw them do so (`overlap = false`); the host has
     `cores` cores (`cores_per_node`), and messages at once on more ranks than that take `crowded.alpha`
     (`crowded_alpha_us`; without `crowded`, the ping-pong's α); a collective on a group of one takes
-    `lone.seconds` (`collective_call_us`; without `lone`, nothing)."""
+    `lone.seconds` (`collective_call_us`; without `lone`, nothing); its ranks' messages when every rank sends and
+    receives at once a bus of what `turns` moved so (`exchange_gbps`), and when two ranks swap what `swap` moved
+    (`swap_gbps`)."""
     f, memory_bps, page_bps, pairs, adds = m.fit, m.memory_bps, m.page_bps, m.pairs, m.adds
     steps, turns, crowded = m.steps, m.turns, m.crowded
     lines = _measurements(m, nproc, backend, command, cores, len(runs or ())) + spread(runs or [])
@@ -584,6 +612,11 @@ def topology_text(
         lines.append(
             f"exchange_gbps = {exchange / 1e9:.4g}    # its messages together when every rank sends and receives"
             f" at once: beta x {exchange / f.beta:.2f}"
+        )
+    swap = None if m.swap is None else m.swap.bps(f.alpha, crowded_alpha, cores)
+    if swap is not None:
+        lines.append(
+            f"swap_gbps = {swap / 1e9:.4g}    # its messages together when two ranks swap: beta x {swap / f.beta:.2f}"
         )
     if backend == "gloo":
         lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")
@@ -687,6 +720,10 @@ def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: in
             f"# every rank's isend and irecv of {turns.size} bytes: {turns.messages * 1e6:.1f} us, its adds of them:"
             f" {turns.adds * 1e6:.1f} us, both at once: {turns.together * 1e6:.1f} us ({turns.hidden * 100:.0f} % of"
             f" the shorter hidden under the longer): {'side by side' if turns.overlap else 'they take turns'}"
+        )
+    if m.swap is not None:
+        lines.append(
+            f"# 2 ranks' isend and irecv of {m.swap.size} bytes, to each other at once: {m.swap.seconds * 1e6:.1f} us"
         )
     if adds is not None:
         lines.append(

@@ -254,7 +254,7 @@ class Route:
     alphas: np.ndarray | None = None
     own: bool = False  # every message has its two ports to itself (`Clocks.held`)
     joint: bool = False  # a port is one message's way out and another's way in (a rank that is not duplex)
-    exchange: bool = False  # a rank sends and receives among these messages (`Topology.bus_capacity_for`)
+    capacity: float = 1.0  # messages at full speed their node's bus carries at once (`Clocks.bus_capacity`)
     crowded: bool = False  # they crowd their node's cores (`Clocks.crowds`): their α runs under their bytes
     bus: tuple[np.ndarray | slice, np.ndarray] | None = None  # the messages crossing their node's bus, its port
 
@@ -655,7 +655,7 @@ class Clocks(Observer):
                 m = sends.rec == rid
                 b[m] = self.nbytes.rows(rid, sends.pos[m])
         n_ports = self.free.shape[0]
-        capacity = self.topo.bus_capacity_for(way.exchange)  # the node's bus, for these messages at once
+        capacity = way.capacity  # the node's bus, for these messages at once
         if way.joint:  # a port shared by messages in and out: each message as slow as its busier port
             full = np.broadcast_to(b, start.shape)
             twice = None if np.ndim(way.beta) == 0 else np.concatenate([way.beta, way.beta])
@@ -837,7 +837,7 @@ class Clocks(Observer):
             got.bus = (sel, bus[sel])
         got.own = ports[0].distinct and ports[1].distinct and apart and got.bus is None
         got.joint = not apart and bool((i != e).all())
-        got.exchange = bool(np.isin(src, dst).any())
+        got.capacity = self.bus_capacity(src, dst)
         got.crowded = crowded
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
@@ -1311,6 +1311,18 @@ class Clocks(Observer):
             return []
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
         return [elements * size for size in sizes]
+
+    def bus_capacity(self, src: np.ndarray, dst: np.ndarray) -> float:
+        """Messages at full speed a node's bus carries at once for messages src → dst, which the engine matched
+        together (`Topology.bus_capacity_for`): an exchange's where some rank both sends and receives among
+        them (a ring's step), a swap's where at most two ranks of any node take part (a ring's step at 2
+        ranks, a pairwise exchange's): on the 2-core host a swap moved 0.8-0.9 x β in all, 4 ranks' ring
+        step 0.9-1.4 x β (docs/predict-accuracy.md, "A swap is not a crowd")."""
+        exchange = bool(np.isin(src, dst).any())
+        if not exchange or self.topo.swap_bps is None:
+            return self.topo.bus_capacity_for(exchange)
+        ranks = distinct(np.concatenate([src, dst]))
+        return self.topo.bus_capacity_for(exchange, swap=bool(np.bincount(self.node[ranks]).max() <= 2))
 
     def crowds(self, src: np.ndarray, dst: np.ndarray) -> bool:
         """Whether messages src → dst, which the engine matched together (they run at once), crowd their node

@@ -18,7 +18,10 @@
     # bus_gbps = 900            # only with shared_node: the bus's bandwidth, all its messages together
                                 # (each still at most its link's); default: [intra]'s (one at full speed)
     # exchange_gbps = 2.0       # only with shared_node: the bus's bandwidth when its ranks send and receive
-                                # at once (a ring's step, a swap); default: bus_gbps
+                                # at once (a ring's step); default: bus_gbps
+    # swap_gbps = 1.5           # only with shared_node: the same when only two of a node's ranks send and
+                                # receive, to each other (a swap: a ring's step at 2 ranks, a pairwise
+                                # step); default: exchange_gbps
     # node_memory_gbps = 6700   # only with shared_node: the node's memory, all its ranks' local ops
                                 # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
@@ -149,6 +152,7 @@ class TopologyFile(_Model):
     shared_node: StrictBool = False
     bus_gbps: Positive | None = None
     exchange_gbps: Positive | None = None
+    swap_gbps: Positive | None = None
     node_memory_gbps: Positive | None = None
     duplex: StrictBool = True
     overlap: StrictBool = True
@@ -167,7 +171,7 @@ class TopologyFile(_Model):
             raise ValueError('needs `backend = "gloo"` (an NCCL isend returns once it is queued on its stream)')
         return value
 
-    @field_validator("bus_gbps", "exchange_gbps", "node_memory_gbps")
+    @field_validator("bus_gbps", "exchange_gbps", "swap_gbps", "node_memory_gbps")
     @classmethod
     def _only_shared(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is not None and not info.data.get("shared_node"):
@@ -209,6 +213,7 @@ class Topology:
     crowded: bool = False  # `at_world` found more ranks on a node than its cores: messages may be crowded
     lone_call: float = 0.0  # seconds of a built-in collective on a group of one (torch's hand-off to the backend)
     exchange_bps: float | None = None  # shared_node: the bus when its ranks send and receive at once (None: bus_bps)
+    swap_bps: float | None = None  # shared_node: the same when two ranks swap (None: exchange_bps)
 
     @property
     def bus_capacity(self) -> float:
@@ -216,10 +221,14 @@ class Topology:
         message's): m at once each move at min(1, capacity / m) of full speed."""
         return 1.0 if self.bus_bps is None else self.bus_bps / self.intra_beta
 
-    def bus_capacity_for(self, exchange: bool) -> float:
+    def bus_capacity_for(self, exchange: bool, swap: bool = False) -> float:
         """`bus_capacity`, or where the messages at once include a rank's way out and its way in (a ring's
-        step, a swap) the capacity the bus has then (`exchange_bps`): on the 2-core host, every rank sending
-        and receiving at once moved 0.6-1.1 messages at full speed in all, two pairs one way each 1.4-1.7."""
+        step) the capacity the bus has then (`exchange_bps`), and where only two ranks of the node send and
+        receive, to each other (`swap`), that of a swap (`swap_bps`): on the 2-core host, every one of 4 ranks
+        sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping 0.8-0.9,
+        two ping-pong pairs one way each 1.4-1.7."""
+        if exchange and swap and self.swap_bps is not None:
+            return self.swap_bps / self.intra_beta
         if exchange and self.exchange_bps is not None:
             return self.exchange_bps / self.intra_beta
         return self.bus_capacity
@@ -269,6 +278,7 @@ class Topology:
             (intra_crowded[1], inter_crowded[1]) if crowded else None,
             lone_call=(m.collective_call_us or 0.0) * 1e-6,
             exchange_bps=None if m.exchange_gbps is None else m.exchange_gbps * 1e9,
+            swap_bps=None if m.swap_gbps is None else m.swap_gbps * 1e9,
         )
 
     def over_cores(self, world: int) -> bool:
@@ -287,6 +297,14 @@ class Topology:
         """The most ranks the topology holds (None: as many nodes as needed)."""
         return None if self.nodes is None else self.nodes * self.ranks_per_node
 
+    def _exchanges(self) -> str:
+        """`describe`'s note on the bus of ranks that send and receive at once (`bus_capacity_for`)."""
+        if not self.shared_node:
+            return ""
+        got = [(self.exchange_bps, "where ranks send and receive at once"), (self.swap_bps, "where two ranks swap")]
+        said = [f"{bps / 1e9:.3g} GB/s {where}" for bps, where in got if bps is not None]
+        return f" ({', '.join(said)})" if said else ""
+
     def describe(self) -> str:
         inter = (
             f"inter-node α {self.inter_alpha * 1e6:.3g} µs, β {self.inter_beta / 1e9:.3g} GB/s "
@@ -298,11 +316,7 @@ class Topology:
             f"memory {self.memory_bps / 1e9:.3g} GB/s; built-in collectives as {self.backend}"
             + ("; messages in a node share one bus" if self.shared_node else "")
             + (f" of {self.bus_bps / 1e9:.3g} GB/s" if self.shared_node and self.bus_bps is not None else "")
-            + (
-                f" ({self.exchange_bps / 1e9:.3g} GB/s where ranks send and receive at once)"
-                if self.shared_node and self.exchange_bps is not None
-                else ""
-            )
+            + self._exchanges()
             + (
                 f"; its ranks' local ops share {self.node_memory_bps / 1e9:.3g} GB/s of memory"
                 if self.shared_node and self.node_memory_bps is not None
