@@ -327,6 +327,9 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
         )
 
 
+KINDS_HEADER = "| line kind | N | lines | measured (s) | predicted (s) | predicted / measured |"
+"""The header of `_by_kind`'s table, which `_rows` reads a campaign's rows up to."""
+
 KINDS = {  # what a timed line does, by its statement (`_by_kind`)
     nodes.Send: "messages",
     nodes.Recv: "messages",
@@ -364,7 +367,7 @@ def _by_kind(out: Path, cases, worlds: list[str]) -> None:
                     predicted.setdefault((kind, world), []).append(model.get(line["line"], 0.0))
     if not measured:
         return
-    print("\n| line kind | N | lines | measured (s) | predicted (s) | predicted / measured |")
+    print(f"\n{KINDS_HEADER}")
     print("|---|---:|---:|---:|---:|---:|")
     for kind, world in sorted(measured):
         m, p = sum(measured[kind, world]) / 1e6, sum(predicted[kind, world]) / 1e6
@@ -439,9 +442,11 @@ def _across(paths: list[Path], host: bool = False) -> None:
 
 
 def _rows(path: Path) -> dict[Row, tuple[float, float]]:
-    """The measured and predicted µs of every row of a table this script printed."""
+    """The measured and predicted µs of every row of a table this script printed (not of the lines by kind
+    printed after it, whose rows have the same shape)."""
     row = re.compile(r"^\| ([\w ()-]+?) \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.]+) \|", re.M)
-    return {(name, int(w), int(size)): (float(m), float(p)) for name, w, size, m, p in row.findall(path.read_text())}
+    text = path.read_text().split(KINDS_HEADER)[0]
+    return {(name, int(w), int(size)): (float(m), float(p)) for name, w, size, m, p in row.findall(text)}
 
 
 def _typical(campaigns: list[dict[Row, tuple[float, float]]]) -> None:
