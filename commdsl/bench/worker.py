@@ -164,7 +164,9 @@ def _iterate(c: _Live, check: bool, timed: bool, slot: progress.Slot, barrier) -
         c.durations.append(c.times[-1][1] - c.times[0][0])
         for i, (t0, t1) in enumerate(c.times):
             c.spent[i] += t1 - t0
-    if check:
+    if check:  # once every rank is through: a rank that finished first would compare on a core the others use
+        slot.state(progress.INIT)
+        barrier()
         slot.state(progress.RUNNING)
         c.wrong += _wrong(c.ctx, c.expected)
 
