@@ -482,7 +482,7 @@ batch:
 
 def test_a_swap_on_a_bus_gets_the_swaps_bandwidth_and_more_ranks_the_exchanges():
     """`swap_gbps`: the bus's bandwidth when only two of a node's ranks send and receive, to each other (the
-    2-core host: a swap moved 0.8-0.9 x β in all, where 4 ranks' ring step moved 0.9-1.4 x β). The ring's step
+    2-core host: a swap moved 0.76-0.87 x β in all, where 4 ranks' ring step moved 0.9-1.4 x β). The ring's step
     at 2 ranks is a swap; at 4 ranks, and two pairs swapping at once, it is an exchange. Without the key a swap
     gets `exchange_gbps`."""
     n = 1 << 20

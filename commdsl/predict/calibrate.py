@@ -14,7 +14,9 @@ sizes, less its bytes, over its steps, gives `collective_alpha_us`; a collective
 (`LONE`, `Lone`: each rank's all_reduce on a group of its own) gives `collective_call_us`. With more ranks
 than the host has cores, so is a ring's step of messages, every rank sending to the next at once (`OVERLAP`
 without its adds, at small sizes, `Crowded`): less its bytes it gives `crowded_alpha_us`. So is whether a rank
-computes while its messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`.
+computes while its messages move (`OVERLAP`, `Turns`): its isend and irecv, its adds, and both at once give `overlap`,
+the messages alone `exchange_gbps`; with more than 2 ranks the same messages at 2 ranks, a swap (`Swap`), give
+`swap_gbps`.
 
 One host's ranks share its cores: how much of the host several messages, or several ranks' local ops, get
 at once is measured through the bench too (`AtOnce`): ping-pong pairs at once (`PAIRS`) against one pair,
@@ -349,7 +351,7 @@ class Turns:
 class Swap:
     """Seconds of two ranks' isend and irecv of `size` bytes each, to each other (`OVERLAP` without its adds,
     at 2 ranks), where the calibration runs more: a swap is not every rank of a ring's step at once (on the
-    2-core host two ranks swapping moved 0.8-0.9 x β in all, four ranks' ring step 0.9-1.4 x β)."""
+    2-core host two ranks swapping moved 0.76-0.87 x β in all, four ranks' ring step 0.9-1.4 x β)."""
 
     size: int
     seconds: float

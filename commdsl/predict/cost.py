@@ -1316,7 +1316,7 @@ class Clocks(Observer):
         """Messages at full speed a node's bus carries at once for messages src → dst, which the engine matched
         together (`Topology.bus_capacity_for`): an exchange's where some rank both sends and receives among
         them (a ring's step), a swap's where at most two ranks of any node take part (a ring's step at 2
-        ranks, a pairwise exchange's): on the 2-core host a swap moved 0.8-0.9 x β in all, 4 ranks' ring
+        ranks, a pairwise exchange's): on the 2-core host a swap moved 0.76-0.87 x β in all, 4 ranks' ring
         step 0.9-1.4 x β (docs/predict-accuracy.md, "A swap is not a crowd")."""
         exchange = bool(np.isin(src, dst).any())
         if not exchange or self.topo.swap_bps is None:

@@ -225,7 +225,7 @@ class Topology:
         """`bus_capacity`, or where the messages at once include a rank's way out and its way in (a ring's
         step) the capacity the bus has then (`exchange_bps`), and where only two ranks of the node send and
         receive, to each other (`swap`), that of a swap (`swap_bps`): on the 2-core host, every one of 4 ranks
-        sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping 0.8-0.9,
+        sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping 0.76-0.87,
         two ping-pong pairs one way each 1.4-1.7."""
         if exchange and swap and self.swap_bps is not None:
             return self.swap_bps / self.intra_beta
