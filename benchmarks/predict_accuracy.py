@@ -127,9 +127,9 @@ def commdsl(*args: str) -> None:
 def _refitted(topology: Path, to: Path) -> Path:
     """`topology` with its [intra] β (and `bus_gbps`, its multiple) fitted again by `calibrate.fit` from the
     one-way times its comments list (each size's median over the calibration's runs), α as it was; and, where
-    it has none, the `exchange_gbps` its comments' messages-alone time gives (`calibrate.Turns.exchange_bps`,
-    written since 2026-11-30)."""
-    from commdsl.predict.calibrate import Turns, fit
+    it has none, the `exchange_gbps` its comments' messages-alone time gives (`calibrate.moved_bps`, as
+    `Turns.exchange_bps` writes it since 2026-11-30)."""
+    from commdsl.predict.calibrate import fit, moved_bps
 
     text = topology.read_text()
     rows = [(int(m[1]), float(m[2]) * 1e-6) for m in re.finditer(r"^#\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+[+-]", text, re.M)]
@@ -143,8 +143,8 @@ def _refitted(topology: Path, to: Path) -> Path:
         cores = re.search(r"^cores_per_node = (\d+)", text, re.M)
         crowded = re.search(r"^crowded_alpha_us = ([\d.]+)", text, re.M)
         alpha = float(re.search(r"^alpha_us = ([\d.]+)", text, re.M)[1]) * 1e-6
-        turns = Turns(int(alone[1]), float(alone[2]) * 1e-6, 0.0, 0.0)
-        exchange = turns.exchange_bps(nproc, alpha, crowded and float(crowded[1]) * 1e-6, cores and int(cores[1]))
+        seconds, crowded_alpha = float(alone[2]) * 1e-6, crowded and float(crowded[1]) * 1e-6
+        exchange = moved_bps(nproc, int(alone[1]), seconds, alpha, crowded_alpha, cores and int(cores[1]))
         if exchange is not None:
             line = f"\nexchange_gbps = {exchange / 1e9:.4g}"
             text = re.sub(r"^(bus_gbps = .*)$", lambda m: m[1] + line, text, count=1, flags=re.M)

@@ -1321,8 +1321,12 @@ class Clocks(Observer):
         exchange = bool(np.isin(src, dst).any())
         if not exchange or self.topo.swap_bps is None:
             return self.topo.bus_capacity_for(exchange)
+        return self.topo.bus_capacity_for(exchange, swap=self.most_on_a_node(src, dst) <= 2)
+
+    def most_on_a_node(self, src: np.ndarray, dst: np.ndarray) -> int:
+        """The most ranks of one node that messages src → dst involve, sending or receiving (0 for none)."""
         ranks = distinct(np.concatenate([src, dst]))
-        return self.topo.bus_capacity_for(exchange, swap=bool(np.bincount(self.node[ranks]).max() <= 2))
+        return int(np.bincount(self.node[ranks]).max()) if ranks.size else 0
 
     def crowds(self, src: np.ndarray, dst: np.ndarray) -> bool:
         """Whether messages src → dst, which the engine matched together (they run at once), crowd their node
@@ -1337,8 +1341,7 @@ class Clocks(Observer):
         cores = self.topo.cores_per_node
         if not self.topo.crowded or cores is None:
             return False
-        ranks = distinct(np.concatenate([src, dst]))
-        return bool(ranks.size > cores and np.bincount(self.node[ranks]).max() > cores)
+        return self.most_on_a_node(src, dst) > cores
 
     def turns(self, gid: int) -> int:
         """How many turns the members of group `gid` on its fullest node take for the node's `cores_per_node`
