@@ -93,6 +93,7 @@ def test_a_topology_file_in_full():
     # past these a predicted time is not a finite number
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1e-305\n", "`intra.bandwidth_gbps`: input should be greater", 4),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1e300\nbandwidth_gbps = 1\n", "`intra.alpha_us`: input should be less", 3),
+    ("ranks_per_node = 8\nmemory_gbps = 1e300\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n", "`memory_gbps`: input should be less", 2),
     # a table that is not a setting points at its header, a key inside an inline table at the key
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[intra.sub]\nx = 1\n", "unknown key `intra.sub`", 5),
     ("ranks_per_node = 8\n[intra]\nalpha_us = 1\nbandwidth_gbps = 1\n[bogus]\nx = 1\n", "unknown key `bogus`", 5),
@@ -2396,6 +2397,47 @@ def test_mangled_topology_files_give_diagnostics_never_a_traceback():
             parse(source)
         except CommdslError as e:
             assert e.diagnostics and all(d.code == "N136" and d.span is not None for d in e.diagnostics)
+
+
+HOST_WITH_EVERY_KEY = """backend = "gloo"
+ranks_per_node = 4
+memory_gbps = 20
+page_fault_gbps = 2
+send_buffer_bytes = 4194304
+shared_node = true
+bus_gbps = 3
+exchange_gbps = 2
+swap_gbps = 1.5
+node_memory_gbps = 30
+duplex = false
+overlap = false
+collective_call_us = 200
+cores_per_node = 2
+[intra]
+alpha_us = 40
+bandwidth_gbps = 3
+collective_alpha_us = 900
+crowded_alpha_us = 1100
+"""
+
+
+@pytest.mark.parametrize("key", ["memory_gbps", "page_fault_gbps", "bus_gbps", "exchange_gbps", "swap_gbps",
+                                 "node_memory_gbps", "bandwidth_gbps", "alpha_us", "collective_alpha_us"])
+def test_every_number_at_the_ends_of_its_range_predicts_finite_times_growing_with_size(tmp_path, key):
+    """A topology the file's validation accepts gives finite times that grow with the size: a bandwidth of 1e300
+    GB/s (then accepted) made bytes per second overflow to inf, and the prediction NaN or an internal error."""
+    low, high = ("0", "1e9") if key.endswith("_us") else ("0.000001", "1e9")
+    for value in (low, high):
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", HOST_WITH_EVERY_KEY)
+        path = tmp_path / "t.toml"
+        path.write_text(text)
+        out = tmp_path / "p.json"
+        code = main(["predict", RING, "--world", "4", "--topology", str(path), "--sizes", "1K:64M", "--json", str(out),
+                     "--links", "0"])
+        assert code == 0, (key, value)
+        times = [r["time_us"] for r in json.loads(out.read_text())["rows"]]
+        assert all(math.isfinite(t) and t > 0 for t in times), (key, value, times)
+        assert times == sorted(times), (key, value, times)
 
 
 def test_the_world_1024_question_as_docs_predict_md_answers_it(capsys):

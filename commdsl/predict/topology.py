@@ -107,7 +107,9 @@ class _Model(BaseModel):
 
 Rank = Annotated[StrictInt, Field(ge=0, lt=MAX_WORLD)]
 Ranks = Annotated[StrictInt, Field(ge=1, le=MAX_WORLD)]
-Positive = Annotated[StrictFloat, Field(ge=1e-6)]  # GB/s: at least 1 kB/s, so a time in seconds stays finite
+# GB/s: at least 1 kB/s and at most 1 EB/s, so a time in seconds stays finite and a ratio of two bandwidths (a bus's
+# capacity in messages) too: 1e300 GB/s made bytes per second overflow to inf, and a prediction NaN
+Positive = Annotated[StrictFloat, Field(ge=1e-6, le=1e9)]
 NonNegative = Annotated[StrictFloat, Field(ge=0, le=1e9)]  # µs: at most 1,000 s
 
 
