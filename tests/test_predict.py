@@ -1443,6 +1443,43 @@ def test_a_sweep_the_param_cannot_size_is_refused(text, message, tmp_path, capsy
         assert code == 2 and message in " ".join(err.split()), err
 
 
+UNEVEN_AT_SMALL_SIZES = """program uneven
+world 4
+param n = 64
+tensor x: float32[n] = 1
+tensor y: float32[n]
+batch:
+    send x.chunk(rank, world) to (rank + 1) % world
+    recv y.chunk((rank + 1) % world, world) from (rank - 1) % world
+"""
+
+
+def test_a_size_where_the_program_breaks_is_refused_as_bench_refuses_it(tmp_path, capsys):
+    """Each rank sends its own chunk and receives into its sender's neighbour's: the same size wherever `n`
+    splits evenly (1008 B, n = 252), a message size mismatch where it does not (252 B, n = 63: 16 elements
+    into 15), which Gloo aborts on. predict once checked the largest size only and timed both rows; it now
+    refuses at the size bench refuses at (before it launches anything)."""
+    prog = tmp_path / "uneven.comm"
+    prog.write_text(UNEVEN_AT_SMALL_SIZES)
+    for verb, world in (("predict", ["--world", "4", "--topology", "localhost-gloo"]), ("bench", ["--nproc", "4"])):
+        code = main([verb, str(prog), *world, "--sizes", "252:1008:4"])
+        out, err = capsys.readouterr()
+        assert code == 1 and "error[P205]" in out, out + err
+        assert f"refusing to {verb} uneven: the checks found errors at world size 4 with `n = 63`" in err
+    assert main(["predict", str(prog), "--world", "4", "--topology", "localhost-gloo", "--sizes", "1008"]) == 0
+    capsys.readouterr()
+
+
+def test_a_size_that_does_not_expand_is_refused_naming_it(tmp_path, capsys):
+    """`x[0 : 8]` needs 8 elements: at 16 B (n = 4) the view is out of bounds, at 1 KiB it is not."""
+    prog = tmp_path / "head.comm"
+    prog.write_text("program head\nworld 2\nparam n = 64\ntensor x: float32[n] = 1\nall_reduce x[0 : 8]\n")
+    code = main(["predict", str(prog), "--world", "2", "--topology", "localhost-gloo", "--sizes", "16:1K"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "out of bounds" in out + err, out + err
+    assert "refusing to predict head: the checks found errors at world size 2 with `n = 4`" in err
+
+
 def test_a_size_the_declarations_refuse_is_a_diagnostic(tmp_path, capsys):
     """x grows as n³, and the sweep scales `n` as if it grew as n (bench's rule): 1 GiB asks for an `n` whose x
     has more elements than a tensor may hold, which is said at the declaration, not a KeyError."""

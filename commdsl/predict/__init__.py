@@ -36,6 +36,7 @@ from commdsl.expand import expand, resolve_params
 from commdsl.predict.cost import PAGE, Bytes, Timing, predict
 from commdsl.predict.topology import Topology
 from commdsl.resolve import Program
+from commdsl.schedule import Schedule
 from commdsl.source import statement_text
 
 EXACT_OPS = 20_000_000
@@ -45,9 +46,9 @@ PROOF_WORLD = 16
 """Above this world size the collective a program computes is proved at a smaller declared size (the
 simulator holds every rank's tensors)."""
 CHECK_WORLD = 64
-"""Up to this world size the checker reads the largest size's expansion before it is timed; above it, the
-largest declared size up to this one (the checker at world 4096 takes longer than the prediction: the ring,
-11 s against 6 s on 2 cores)."""
+"""Up to this world size the checker reads every size's expansion before it is timed; above it, the largest
+size's at the largest declared world up to this one (the checker at world 4096 takes longer than the
+prediction: the ring, 11 s against 6 s on 2 cores)."""
 
 
 @dataclass
@@ -156,10 +157,11 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
         raise BenchError("no size left to predict: every requested size was skipped (" + "; ".join(notes) + ")")
     values = [f[1] for f in fitted]
     top = expand(v.program, world, {**v.params, v.param: values[-1]}, deadline)
-    _check(v, world, fitted[-1], top, topo, notes, deadline)
     S = len(values)
-    if top.num_ops * S <= EXACT_OPS or S == 1:
-        schedules = [expand(v.program, world, {**v.params, v.param: x}, deadline) for x in values[:-1]] + [top]
+    exact = top.num_ops * S <= EXACT_OPS or S == 1
+    schedules = [_expand_size(v, world, x, deadline) for x in values[:-1]] + [top] if exact else [top]
+    _check(v, world, fitted, {x: s for x, s in zip(values[-len(schedules) :], schedules)}, topo, notes, deadline)
+    if exact:
         try:
             nbytes = Bytes(schedules, np.eye(S))
         except ValueError:  # the statements differ between sizes (a loop over the size param): one run each
@@ -179,39 +181,66 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     return _prediction(v, world, topo, fitted, timing, runs, notes)
 
 
-def _check(v: Variant, world: int, largest: tuple[int, int, int], top, topo: Topology, notes: list[str], deadline):
-    """Refuse, as `bench` does, a program the checker finds errors in on the topology's backend (a deadlock,
-    a collective mismatch, a race, an op the backend refuses): the truth is what torch would do, and torch
-    would not run it in the predicted time. `largest`: the (requested, value, bytes) of the largest size,
-    `top` its expansion at `world`."""
+def _expand_size(v: Variant, world: int, value: int, deadline) -> Schedule:
+    """The expansion at `v.param = value`; Refused, as bench refuses it, where that size does not expand (a view
+    out of bounds at a small size)."""
+    try:
+        return expand(v.program, world, {**v.params, v.param: value}, deadline)
+    except CommdslError as e:
+        raise Refused(v, value, e.diagnostics, world=world) from None
+
+
+def _check(
+    v: Variant,
+    world: int,
+    fitted: list[tuple[int, int, int]],
+    expanded: dict[int, Schedule],
+    topo: Topology,
+    notes: list[str],
+    deadline,
+) -> None:
+    """Refuse, as `bench` does, a program the checker finds errors in at any of the sizes on the topology's
+    backend (a deadlock, a collective mismatch, a race, an op the backend refuses, a message size mismatch
+    where only a smaller size splits unevenly): the truth is what torch would do, and torch would not run it
+    in the predicted time. Sizes in bench's order, smallest first, so both name the same size. `fitted`:
+    (requested bytes, value, bytes) per size; `expanded`: the expansions at `world` already made, by value.
+    Above CHECK_WORLD the check stands in at the largest declared world up to it, for the largest size only,
+    at the value that gives its bytes there."""
     from commdsl.checker import analyse_schedule
 
-    where, value, schedule = world, largest[1], top
+    unchecked = (
+        f"not checked: no declared world size up to {CHECK_WORLD} takes this program at this size "
+        f"(`commdsl check {v.program.path} --world {world}` checks it where it is predicted)"
+    )
+    where = world
     if world > CHECK_WORLD:
         smaller = [w for w in v.program.world_sizes(CHECK_WORLD) if 2 <= w <= CHECK_WORLD]
-        unchecked = (
-            f"not checked: no declared world size up to {CHECK_WORLD} takes this program at this size "
-            f"(`commdsl check {v.program.path} --world {world}` checks it where it is predicted)"
-        )
         if not smaller:
             notes.append(unchecked)
             return
         where = smaller[-1]
+        fitted = fitted[-1:]  # a stand-in: a size that splits unevenly at one world may not at another
+    for requested, value, _ in fitted:
+        schedule = expanded.get(value) if where == world else None
         try:
-            value = fit(v, where, largest[0])[0]
-            schedule = expand(v.program, where, {**v.params, v.param: value}, deadline)
-        except (CommdslError, Refused, BenchError):
+            if where != world:
+                value = fit(v, where, requested)[0]
+            if schedule is None:
+                schedule = _expand_size(v, where, value, deadline)
+        except (Refused, BenchError):
+            if where == world:
+                raise
             notes.append(unchecked)
             return
-        if v.measure.how != "built-in":  # a built-in's form is the same at every size: nothing to check there
-            notes.append(
-                f"checked at world {where}, the largest declared size up to {CHECK_WORLD}: a check at {world} "
-                f"takes longer than the prediction (`commdsl check {v.program.path} --world {world}`)"
-            )
-    diags, _ = analyse_schedule(v.program, schedule, (topo.backend,), False, False, deadline)
-    errors = [replace(d, worlds=(where,)) for d in diags if d.severity == "error"]
-    if errors:
-        raise Refused(v, value, errors, world=where)
+        diags, _ = analyse_schedule(v.program, schedule, (topo.backend,), False, False, deadline)
+        errors = [replace(d, worlds=(where,)) for d in diags if d.severity == "error"]
+        if errors:
+            raise Refused(v, value, errors, world=where)
+    if where != world and v.measure.how != "built-in":  # a built-in's form is the same at every size
+        notes.append(
+            f"checked at world {where}, the largest declared size up to {CHECK_WORLD}: a check at {world} "
+            f"takes longer than the prediction (`commdsl check {v.program.path} --world {world}`)"
+        )
 
 
 def _completes(v: Variant, world: int, topo: Topology, timing: Timing) -> None:
