@@ -156,7 +156,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     if not fitted:
         raise BenchError("no size left to predict: every requested size was skipped (" + "; ".join(notes) + ")")
     values = [f[1] for f in fitted]
-    top = expand(v.program, world, {**v.params, v.param: values[-1]}, deadline)
+    top = _expand_size(v, world, values[-1], deadline)
     S = len(values)
     exact = top.num_ops * S <= EXACT_OPS or S == 1
     schedules = [_expand_size(v, world, x, deadline) for x in values[:-1]] + [top] if exact else [top]
