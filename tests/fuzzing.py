@@ -1,6 +1,6 @@
 """Fuzzing every offline command: hostile input gives a diagnostic, never an internal error, a hang or a blow-up.
 
-Three sources of input:
+Four sources of input:
 
 * `grammar`: programs derived from the language's own grammar (grammar/commdsl.lark, compiled by Lark):
   random walks of its rules (`GrammarWalker`), with names and numbers from a small, partly hostile
@@ -13,8 +13,12 @@ Three sources of input:
   deleted, inserted and duplicated runs, splices of two programs, truncations, and interesting bytes
   (NUL, a BOM, CR, invalid UTF-8, non-ASCII digits, a triple quote, 1e309, 2**63).
 * `tokens`: token edits of the same seeds and random token streams (the fuzzer of before).
+* `topology`: `commdsl predict`'s topology files (the presets and a calibrated host's, every key present),
+  their values replaced by hostile ones (0, -1, 5e-324, 1e300, inf, nan, 2**63, a string, a table), lines
+  dropped or doubled, bytes mutated; each parses to a topology or is N136, and a topology that parses predicts
+  the ring at world 4 in finite times that grow with the size (1e300 GB/s once made them NaN).
 
-Every input goes through the library calls behind `check`, `lint`, `sim`, `fmt` (formatted twice: it
+Every program goes through the library calls behind `check`, `lint`, `sim`, `fmt` (formatted twice: it
 must be a fixed point), `compile` (the script must parse) and `graph` (Mermaid and DOT), with its
 diagnostics rendered in every format; every CLI_EVERY-th input also through `commdsl.cli.main` itself,
 verb by verb, where exit 2 with "internal error" is a bug. Each (input, command) has HANG_S seconds
@@ -24,6 +28,7 @@ machine. Anything but a diagnostic is saved under --save with its traceback, and
     python tests/fuzzing.py --profile ci      # .ci/run: about 3,000 inputs, under 2 minutes
     python tests/fuzzing.py --profile long    # the figures in docs/reliability.md
     python tests/fuzzing.py --source bytes --count 20000 --seed 7
+    python tests/fuzzing.py --source topology --count 5000
 
 tests/test_fuzz.py runs a small share of the same inputs in the quick test loop.
 """
@@ -35,6 +40,7 @@ import ast
 import contextlib
 import functools
 import io
+import math
 import os
 import random
 import re
@@ -70,8 +76,8 @@ MAX_WORLD = 8
 CLI_EVERY = 10
 MEMORY_LIMIT = 6 << 30
 VERBS = ("check", "lint", "sim", "fmt", "compile", "graph")
-PROFILES = {"ci": {"grammar": 1300, "bytes": 1200, "tokens": 500}, "long": {"grammar": 40000, "bytes": 40000,
-                                                                            "tokens": 20000}}
+PROFILES = {"ci": {"grammar": 1300, "bytes": 1200, "tokens": 500, "topology": 150},
+            "long": {"grammar": 40000, "bytes": 40000, "tokens": 20000, "topology": 5000}}
 
 SEEDS = [p.read_bytes() for p in sorted((ROOT / "programs").rglob("*.comm"))
          + sorted((ROOT / "tests" / "fuzz_corpus").glob("*.comm"))]
@@ -295,7 +301,81 @@ HEADERS = ["", "world 2\n", "world 2..3\ntensor x: float32[4] = rank\ntensor y: 
            "group g = [0, 1]\nparam n = 4\n", "world 4\nmesh m = (dp=2, tp=2)\ntensor x: bfloat16[8] = rand(1)\n"
            "tensor y: float32[8]\ntensor z: bool[2]\n"]
 
-SOURCES = {"grammar": grammar_inputs, "bytes": byte_inputs, "tokens": token_inputs}
+TOPOLOGY_VALUES = ["0", "-1", "1e-300", "5e-324", "0.000001", "1e9", "1e300", "1.7976931348623157e308", "inf", "nan",
+                   "-inf", "65536", "65537", "9223372036854775808", "true", '"x"', "[]", "{}", "[[1]]", "1", "2.5"]
+"""Values a topology key is given: the ends of each range, just past them, and what TOML can say that is no number."""
+CALIBRATED = """# the form `bench --calibrate` writes, with every key a topology file may hold
+name = "host"
+backend = "gloo"
+ranks_per_node = 4
+nics_per_node = 1
+memory_gbps = 20
+page_fault_gbps = 2
+mmap_threshold_bytes = 33554432
+send_buffer_bytes = 4194304
+shared_node = true
+bus_gbps = 3
+exchange_gbps = 2
+swap_gbps = 1.5
+node_memory_gbps = 30
+duplex = false
+overlap = false
+tree = false
+collective_call_us = 200
+cores_per_node = 2
+source = "fuzz"
+
+[intra]
+alpha_us = 40
+bandwidth_gbps = 3
+collective_alpha_us = 900
+crowded_alpha_us = 1100
+
+[inter]
+alpha_us = 60
+bandwidth_gbps = 1
+
+[[link]]
+src = 0
+dst = 1
+alpha_us = 20
+bandwidth_gbps = 10
+"""
+
+
+def topology_inputs(count: int, seed: int):
+    """Topology files: a preset or CALIBRATED with values replaced (TOPOLOGY_VALUES), lines dropped or doubled,
+    or (one input in four) bytes mutated."""
+    from commdsl.predict.topology import PRESETS
+
+    rng = random.Random(seed)
+    bases = [*PRESETS.values(), CALIBRATED]
+    for _ in range(count):
+        text = rng.choice(bases)
+        if rng.random() < 0.25:
+            yield mutate_bytes(text.encode(), rng)
+            continue
+        lines = text.split("\n")
+        for _ in range(rng.randint(1, 2)):
+            keyed = [i for i, line in enumerate(lines) if re.match(r"\w+ *=", line) and '"' not in line]  # not a name
+            i = rng.choice(keyed)
+            key, _, value = lines[i].partition("=")
+            number = re.match(r" *([0-9.e+-]+)", value)
+            edit = rng.randrange(10)
+            if edit == 0:
+                del lines[i]
+            elif edit == 1:
+                lines.insert(i, lines[i])
+            elif edit < 7 and number:  # the same number scaled: most such files parse, and reach the model
+                old = number.group(1)
+                scaled = float(old) * 10.0 ** rng.randint(-4, 4)
+                lines[i] = f"{key}= {round(scaled) if old.isdigit() else scaled!r}"
+            else:
+                lines[i] = f"{key}= {rng.choice(TOPOLOGY_VALUES)}"
+        yield "\n".join(lines).encode()
+
+
+SOURCES = {"grammar": grammar_inputs, "bytes": byte_inputs, "tokens": token_inputs, "topology": topology_inputs}
 
 
 # ---- commands -------------------------------------------------------------------------------------------------
@@ -407,6 +487,78 @@ def _compile(program):
         raise Bug(f"the compiled script does not parse: {e}") from None
 
 
+RING = ROOT / "programs" / "ring_allreduce.comm"
+PREDICTED_SIZES = [1 << 10, 1 << 16, 16 << 20]
+
+
+@functools.cache
+def _ring_variant():
+    """What a topology input predicts: the ring at world 4, swept over `n` (loaded once per process)."""
+    from commdsl.predict import variant_for
+
+    return variant_for(load(SourceFile.read(str(RING))), 4, "n", {}, None)
+
+
+def exercise_topology(data: bytes) -> dict[str, str]:
+    """A topology file: "parse" (to a topology, or N136 diagnostics) and "predict" (the ring at world 4 on it, in
+    finite times that grow with the size, or a refusal); an internal error or a hang propagates, as in `exercise`."""
+    from commdsl.bench.identify import BenchError
+    from commdsl.bench.plan import Refused
+    from commdsl.predict import sweep
+    from commdsl.predict.topology import parse
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # the CLI says "not UTF-8 text" and exits 2 (through_cli checks it says so)
+        return {"parse": "diagnostic", "predict": "diagnostic"}
+    source = SourceFile("fuzz.toml", text)
+    try:
+        topo = _timed(lambda: parse(source), "topology")
+    except CommdslError as e:
+        _render(e.diagnostics, {"fuzz.toml": source})
+        return {"parse": "diagnostic", "predict": "diagnostic"}
+    except BaseException as e:
+        e.add_note("fuzz command: topology")
+        raise
+
+    def predict():
+        times = [row.time_us for row in sweep(_ring_variant(), 4, PREDICTED_SIZES, topo, paths=False).rows]
+        if not all(math.isfinite(t) and t > 0 for t in times) or times != sorted(times):
+            raise Bug(f"the ring at world 4 was predicted to take {times} us at {PREDICTED_SIZES} B")
+
+    try:
+        _timed(predict, "predict")
+    except (CommdslError, BenchError, Refused):  # a topology too small for world 4, say
+        return {"parse": "ok", "predict": "diagnostic"}
+    except BaseException as e:
+        e.add_note("fuzz command: predict")
+        raise
+    return {"parse": "ok", "predict": "ok"}
+
+
+def topology_through_cli(data: bytes, workdir: str) -> dict[str, str]:
+    """The topology through `commdsl predict`: exit 2 with "internal error" is a bug."""
+    from commdsl.cli.main import main
+
+    path = os.path.join(workdir, "fuzz.toml")
+    with open(path, "wb") as f:
+        f.write(data)
+    out, err = io.StringIO(), io.StringIO()
+
+    def call():
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                return main(["predict", str(RING), "--world", "4", "--topology", path, "--sizes", "1K:64K",
+                             "--color", "never"])
+            except SystemExit as e:
+                return e.code
+
+    code = _timed(call, "commdsl predict")
+    if "commdsl predict: internal error:" in err.getvalue():
+        raise Bug(f"`commdsl predict` exited {code} with an internal error:\n{err.getvalue()}")
+    return {"predict": "ok" if code == 0 else "diagnostic"}
+
+
 def through_cli(data: bytes, workdir: str) -> dict[str, str]:
     """The same input through `commdsl.cli.main`, verb by verb: exit 2 with "internal error" is a bug."""
     from commdsl.cli.main import main
@@ -500,12 +652,13 @@ def _fuzz_one(item: tuple[str, int, bytes], save: Path, cli_every: int, workdir:
     result: dict = {"source": source, "k": k}
     SLOWEST.update(seconds=0.0, verb="")
     t0 = time.perf_counter()
+    topology = source == "topology"
     try:
-        result["outcome"] = exercise(data)
+        result["outcome"] = (exercise_topology if topology else exercise)(data)
         if cli_every and k % cli_every == 0:
             own = os.path.join(workdir, str(os.getpid()))
             os.makedirs(own, exist_ok=True)
-            through_cli(data, own)
+            (topology_through_cli if topology else through_cli)(data, own)
             result["cli"] = True
     except Hang as e:
         return {**result, "hang": _keep(save, source, k, data, e)}
@@ -529,26 +682,28 @@ def _tally(stats: dict, result: dict) -> None:
     stats["slowest"] = max(stats["slowest"], (result["seconds"], f"{result['source']} {result['k']}"))
     stats["slowest_command"] = max(stats["slowest_command"], result["slowest_command"], key=lambda c: c[0])
     outcome = result["outcome"]
-    tally["loaded"] += outcome["check"] == "ok"
-    for verb in VERBS:
-        stats[outcome[verb]] += 1
+    tally["loaded"] += outcome.get("check", outcome.get("parse")) == "ok"  # a program resolved, a topology parsed
+    for got in outcome.values():
+        stats[got] += 1
 
 
 def _keep(save: Path, source: str, k: int, data: bytes, e: BaseException) -> str:
     save.mkdir(parents=True, exist_ok=True)
     stem = save / f"{source}-{k}"
-    stem.with_suffix(".comm").write_bytes(data)
+    kept = stem.with_suffix(".toml" if source == "topology" else ".comm")
+    kept.write_bytes(data)
     stem.with_suffix(".txt").write_text("".join(traceback.format_exception(e)))
-    return str(stem.with_suffix(".comm"))
+    return str(kept)
 
 
 def report(stats: dict, plan: dict, seed: int) -> str:
     runs = stats["ok"] + stats["diagnostic"]
     lines = [f"inputs: {stats['inputs']} ({', '.join(f'{s} {n}' for s, n in plan.items())}; seed {seed}) "
              f"in {stats['seconds']:.0f} s",
-             "commands: check, lint, sim, fmt, compile, graph on each; every input's diagnostics rendered in 4 formats; "
-             f"{stats['cli']} inputs also through commdsl's CLI, verb by verb",
-             "loaded (parse + resolve): " + ", ".join(f"{s} {t['loaded']} of {t['inputs']}"
+             "commands: check, lint, sim, fmt, compile, graph on each program, parse and predict on each topology; "
+             f"every input's diagnostics rendered in 4 formats; {stats['cli']} inputs also through commdsl's CLI, "
+             "verb by verb",
+             "loaded (a program parsed and resolved, a topology parsed): " + ", ".join(f"{s} {t['loaded']} of {t['inputs']}"
                                                       for s, t in stats["by_source"].items()),
              f"command runs: {runs} ({stats['ok']} ok, {stats['diagnostic']} diagnostic)",
              f"internal errors: {len(stats['bugs'])}, hangs over {HANG_S:g} s: {len(stats['hangs'])}",

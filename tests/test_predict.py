@@ -24,6 +24,7 @@ from commdsl.predict.calibrate import fit
 from commdsl.predict.topology import PRESETS, Topology, load, parse
 from commdsl.resolve import load as load_program
 from commdsl.source import SourceFile
+from fuzzing import CALIBRATED
 
 ROOT = Path(__file__).resolve().parent.parent
 RING = str(ROOT / "programs" / "ring_allreduce.comm")
@@ -2436,28 +2437,6 @@ def test_mangled_topology_files_give_diagnostics_never_a_traceback():
             assert e.diagnostics and all(d.code == "N136" and d.span is not None for d in e.diagnostics)
 
 
-HOST_WITH_EVERY_KEY = """backend = "gloo"
-ranks_per_node = 4
-memory_gbps = 20
-page_fault_gbps = 2
-send_buffer_bytes = 4194304
-shared_node = true
-bus_gbps = 3
-exchange_gbps = 2
-swap_gbps = 1.5
-node_memory_gbps = 30
-duplex = false
-overlap = false
-collective_call_us = 200
-cores_per_node = 2
-[intra]
-alpha_us = 40
-bandwidth_gbps = 3
-collective_alpha_us = 900
-crowded_alpha_us = 1100
-"""
-
-
 @pytest.mark.parametrize("key", ["memory_gbps", "page_fault_gbps", "bus_gbps", "exchange_gbps", "swap_gbps",
                                  "node_memory_gbps", "bandwidth_gbps", "alpha_us", "collective_alpha_us"])
 def test_every_number_at_the_ends_of_its_range_predicts_finite_times_growing_with_size(tmp_path, key):
@@ -2465,7 +2444,7 @@ def test_every_number_at_the_ends_of_its_range_predicts_finite_times_growing_wit
     GB/s (then accepted) made bytes per second overflow to inf, and the prediction NaN or an internal error."""
     low, high = ("0", "1e9") if key.endswith("_us") else ("0.000001", "1e9")
     for value in (low, high):
-        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", HOST_WITH_EVERY_KEY)
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", CALIBRATED)  # every such key: intra, inter, link
         path = tmp_path / "t.toml"
         path.write_text(text)
         out = tmp_path / "p.json"
