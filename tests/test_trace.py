@@ -106,6 +106,15 @@ def test_spawn_sibling_module_and_cuda_shims(capsys):
     assert "no GPU here" in err
 
 
+def test_the_default_device_set_to_cuda_runs_on_the_cpu_without_gpus(capsys):
+    """`torch.set_default_device("cuda")` (what `commdsl compile --backend nccl` writes) places tensors from
+    below the recorder's function mode: traced without a GPU, the first tensor failed with "Torch not compiled
+    with CUDA enabled". The default device is the CPU there too."""
+    code, diags, err = trace(capsys, "default_device.py", "--world", "4")
+    assert (code, diags) == (0, []), err
+    assert "no GPU here" in err
+
+
 def test_process_and_bug_in_sibling_module(capsys):
     code, diags, _ = trace(capsys, "process_bug.py", "--world", "2")
     assert code == 1

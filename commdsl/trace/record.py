@@ -17,7 +17,8 @@ Three layers see the calls:
   `Work` with a real future, because the fake backend's has no value and DDP's reducer asserts one;
   and it follows which tensors hold received data through local compute;
 * a `TorchFunctionMode` logs reads of such tensors into Python (`.item()`, `bool(t)`, `.tolist()`)
-  and, where there is no GPU, runs `.cuda()` / `device="cuda"` on the CPU.
+  and, where there is no GPU, runs `.cuda()` / `device="cuda"` on the CPU (`torch.set_default_device`,
+  whose mode sits below this one, is replaced where scripts get it).
 
 One process per rank, not threads (a process holds one default group) and not one process running the
 ranks in turn (module state leaks between ranks).
@@ -759,23 +760,25 @@ class _Functions(TorchFunctionMode):
                 st.trace.events.append(Read(user_site(), what))
         if self.shim_cuda:
             if func is torch.Tensor.cuda:
-                self._note()
+                _note_no_gpu()
                 return args[0]
             if "device" in kwargs and _is_cuda(kwargs["device"]):
-                self._note()
+                _note_no_gpu()
                 kwargs = {**kwargs, "device": "cpu"}
             if func is torch.Tensor.to and len(args) > 1 and type(args[1]) is int:  # t.to(rank): a GPU index
-                self._note()
+                _note_no_gpu()
                 args = (args[0], "cpu", *args[2:])
             if func is torch.Tensor.to and any(_is_cuda(x) for x in args[1:]):
-                self._note()
+                _note_no_gpu()
                 args = tuple("cpu" if _is_cuda(x) else x for x in args)
         return func(*args, **kwargs)
 
-    def _note(self):
-        st = _STATE
-        if st is not None and _CUDA_NOTE not in st.trace.notes:
-            st.trace.notes.append(_CUDA_NOTE)
+
+def _note_no_gpu() -> None:
+    """Say once per recording that the script's CUDA placement ran on the CPU."""
+    st = _STATE
+    if st is not None and _CUDA_NOTE not in st.trace.notes:
+        st.trace.notes.append(_CUDA_NOTE)
 
 
 def _is_cuda(x) -> bool:
@@ -1000,7 +1003,7 @@ def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
     import torch.multiprocessing as tmp
 
     wrap_api()
-    homes = [tmp, multiprocessing, multiprocessing.context, torch.cuda, dist, torch.distributed.device_mesh]
+    homes = [torch, tmp, multiprocessing, multiprocessing.context, torch.cuda, dist, torch.distributed.device_mesh]
     replacements: dict[int, object] = {}
     pairs: list[tuple[object, object]] = [
         (tmp.spawn, _spawn),
@@ -1027,11 +1030,22 @@ def install(shim_cuda: bool) -> list[contextlib.AbstractContextManager]:
 
         def init_device_mesh(device_type, *args, **kwargs):
             if device_type == "cuda":
-                st.trace.notes.append(_CUDA_NOTE) if _CUDA_NOTE not in st.trace.notes else None
+                _note_no_gpu()
                 device_type = "cpu"
             return mesh_init(device_type, *args, **kwargs)
 
         replacements[id(mesh_init)] = init_device_mesh
+        set_default_device = torch.set_default_device
+
+        def set_default_device_cpu(device):
+            """`torch.set_default_device("cuda")`: torch places every tensor made after it from a mode at the
+            bottom of the mode stack, below `_Functions`, which never sees the device to move it to the CPU."""
+            if _is_cuda(device):
+                _note_no_gpu()
+                device = "cpu"
+            return set_default_device(device)
+
+        replacements[id(set_default_device)] = set_default_device_cpu
         ddp = torch.nn.parallel.DistributedDataParallel
         ddp_init = ddp.__init__
 
