@@ -115,6 +115,15 @@ def test_the_default_device_set_to_cuda_runs_on_the_cpu_without_gpus(capsys):
     assert "no GPU here" in err
 
 
+def test_a_peer_outside_the_world_is_kept_not_wrapped(capsys):
+    """`dist.send(x, rank + 1)` on the last rank names a rank that does not exist (P208, as `check` says of the
+    same program); the recording wrote peers relative to the rank modulo the world, so it became a send to rank 0
+    with no receive (P201), a different bug on a different line of the story."""
+    code, diags, _ = trace(capsys, "peer_outside.py", "--world", "3", "--world", "4")
+    assert code == 1 and [(d["code"], at(d)) for d in diags] == [("P208", ("peer_outside.py", 13))]
+    assert "names rank 3, outside world 3" in diags[0]["message"] and diags[0]["worlds"] == [3]
+
+
 def test_process_and_bug_in_sibling_module(capsys):
     code, diags, _ = trace(capsys, "process_bug.py", "--world", "2")
     assert code == 1

@@ -229,7 +229,7 @@ class _Rank:
     def peer(self, p: int | None, relative: bool) -> str:
         if p is None:
             return "any"
-        if not relative:
+        if not relative or not 0 <= p < self.world:  # a rank outside the world stays itself (P208), not wrapped
             return str(p)
         d = (p - self.rank) % self.world
         if d == 0:
