@@ -469,7 +469,24 @@ def test_a_batch_waited_after_other_calls_is_bound_to_a_handle(capsys, tmp_path)
     assert re.search(r"^wait h0  # batch_overlap.py:20$", text, re.M)
     assert trace(capsys, "batch_overlap.py", "--world", "3")[:2] == (0, [])
     code, diags, _ = trace(capsys, "batch_overlap.py", "--world", "3", "--", "--forget")
-    assert [(d["code"], at(d)) for d in diags] == [("R501", ("batch_overlap.py", 14))]
+    # never waited, so `x.add_(y)` on rank 0 writes a buffer its isend still sends from (and reads y, still received)
+    assert [(d["code"], at(d)) for d in diags] == [("R501", ("batch_overlap.py", 14)), ("R503", ("batch_overlap.py", 21))]
+
+
+@pytest.mark.parametrize("flag, found", [
+    ("", []),
+    ("--write-send", [("R503", ("in_flight.py", 19), [("in_flight.py", 15)])]),
+    ("--read-recv", [("R503", ("in_flight.py", 21), [("in_flight.py", 16)])]),
+    ("--read-send", []),
+])
+def test_the_scripts_own_ops_on_a_buffer_in_flight_are_checked(flag, found, capsys):
+    """`check` finds a program writing a buffer its isend sends from, or reading one its irecv receives into,
+    before the wait (R503); the trace recorded communication only, so the same race in a script was clean.
+    It now records the script's reads and writes of a buffer while an async call of its moves it (a view
+    touches no data, and reading what is being sent is safe)."""
+    code, diags, _ = trace(capsys, "in_flight.py", "--world", "3", *(["--", flag] if flag else []))
+    assert [(d["code"], at(d), labels(d)) for d in diags] == found
+    assert code == (1 if found else 0)
 
 
 def test_aliased_calls_keep_their_tensors(capsys, tmp_path):

@@ -40,7 +40,7 @@ import threading
 import time
 import traceback
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +247,7 @@ class _State:
     live: set = field(default_factory=set)  # the slots of live buffers
     labels: dict = field(default_factory=dict)  # id(tensor) → its argument's text, during one API call
     next_req: int = 0
+    in_flight: dict = field(default_factory=dict)  # request → its call's buffers by slot, until it is waited
     inside: int = 0  # >0 while one of our wrappers runs: nested calls are its own, not the user's
     processes_started: int = 0
     spawn_nprocs: int | None = None
@@ -329,6 +330,7 @@ class _Handle:
     def wait(self, *args, **kwargs):
         if not self._waited and _STATE is not None:
             if self._batch is None:
+                _STATE.in_flight.pop(self._req, None)
                 _record(Call("wait", user_site(), reqs=(self._req,)))
             else:
                 _batch_waited(*self._batch)
@@ -350,8 +352,46 @@ def _async(work, call: Call, async_op: bool, keep: tuple = ()):
     st = _state()
     call.req = st.next_req
     st.next_req += 1
+    st.in_flight[call.req] = _buffers(call)
     _record(call)
     return _Handle(work, call.req, keep=keep)
+
+
+def _buffers(call: Call) -> dict[int, Buffer]:
+    """The buffers an async call moves (a batch's ops' too), by slot: in flight until the call is waited."""
+    bufs = [*call.inputs, *call.outputs, *(b for op in call.ops for b in op.inputs)]
+    return {b.id: b for b in bufs if b.id >= 0}
+
+
+def _note_access(func, args, kwargs) -> None:
+    """An op of the script's on a buffer an async call is still moving: a `read` or `write` event (the checker's
+    R503, a race with the transport, as `check` finds it in a program). A view op (`x[0:4]`, `.view`) touches no
+    data and is not one; consecutive accesses of one kind from one line to one view are one."""
+    st = _state()
+    flying = {slot: b for bufs in st.in_flight.values() for slot, b in bufs.items()}
+    schema = func._schema
+    if any(r.alias_info is not None for r in schema.returns) and not any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    ):
+        return
+    given = list(zip(schema.arguments, args)) + [(a, kwargs[a.name]) for a in schema.arguments if a.name in kwargs]
+    for arg, value in given:
+        write = arg.alias_info is not None and arg.alias_info.is_write
+        for t in _flat(value):
+            if not isinstance(t, torch.Tensor):
+                continue
+            held = flying.get(st.buffers.get((_storage(t), _dtype(t))))
+            if held is None:
+                continue
+            access = Call("write" if write else "read", user_site(), inputs=(replace(_buf(t), label=held.label),))
+            if not _repeats(st.trace.events, access):
+                _record(access)
+
+
+def _repeats(events: list, access: Call) -> bool:
+    """The last event is the same access from the same line (a loop over the buffer's elements, say)."""
+    last = events[-1] if events else None
+    return isinstance(last, Call) and (last.op, last.site, last.inputs) == (access.op, access.site, access.inputs)
 
 
 def _wrap_api(name: str, original, handler):
@@ -438,6 +478,7 @@ def _batch(original, a, site):
         st = _state()
         call.req = st.next_req
         st.next_req += 1
+        st.in_flight[call.req] = _buffers(call)
     _record(call)
     left = [len(works)]
     return [_Handle(w, call.req, batch=(call, left)) for w in works]
@@ -451,6 +492,7 @@ def _batch_waited(call: Call, left: list[int]) -> None:
         return
     events = _state().trace.events
     assert call.req is not None  # a batch that returned works has a request
+    _state().in_flight.pop(call.req, None)
     if events and events[-1] is call:
         call.req = None
     else:
@@ -824,6 +866,8 @@ class _Dispatch(TorchDispatchMode):
                 self._record(ns, name, args)
             except Exception as e:  # noqa: BLE001 - our failure must not become the script's
                 st.trace.warnings.append(f"{user_site()}: {ns}::{name} could not be recorded ({type(e).__name__}: {e})")
+        elif st is not None and st.in_flight and not st.inside and ns == "aten":
+            _note_access(func, args, kwargs)
         out = func(*args, **kwargs)
         if st is None:
             return out

@@ -184,9 +184,10 @@ def _reserved(name: str) -> bool:
     return name in _KEYWORDS or re.fullmatch(r"(g|h|rep|b)\d+", name) is not None
 
 
-_SYNTHETIC = {-1: "obj", -2: "objs", -3: "fout", -4: "unused", -5: "a2a_in", -6: "a2a_out"}
+_SYNTHETIC = {-1: "obj", -2: "objs", -3: "fout", -4: "unused", -5: "a2a_in", -6: "a2a_out", -8: "read"}
 """Buffers the script never named: an object collective's, a functional collective's fresh output, a
-non-root's absent gather/scatter list, the flat buffers of a list all_to_all."""
+non-root's absent gather/scatter list, the flat buffers of a list all_to_all, what a read of a buffer in
+flight is read into."""
 
 
 def _n(numel: int) -> str:
@@ -273,6 +274,10 @@ class _Rank:
                 peer = self.peer(op.peer, relative)
                 body.append(f"    {word} {self.view(op.inputs[0], c.site)} {prep} {peer}{t}{gg}")
             return (self._handle(c, count_slots) + "batch:", *body)
+        if c.op in ("read", "write"):  # the script's own op on a buffer in flight: `x = x` writes, `read_f32 = x` reads
+            b = c.inputs[0]
+            into = self.view(b, c.site) if c.op == "write" else self.view(Buffer(-8, b.numel, b.dtype), c.site)
+            return (f"{into} = {self.view(b, c.site)}",)
         handle = self._handle(c, count_slots)
         if c.op in ("send", "recv", "isend", "irecv"):
             prep = "to" if c.op in ("send", "isend") else "from"
