@@ -198,6 +198,14 @@ def test_training_loops_clean(capsys, script):
     assert (code, diags) == (0, [])
 
 
+def test_a_ddp_comm_hook_hands_its_wait_to_ddp(capsys):
+    """`work.get_future()` hands the wait to whoever holds the future (DDP's reducer, in C++): the request counts
+    as waited there. Before, the hook's all-reduce was never waited to the trace (R501, and R503 where the next
+    step's all-reduce read the same bucket)."""
+    code, diags, err = trace(capsys, "ddp_comm_hook.py", "--world", "2")
+    assert (code, diags) == (0, []), err
+
+
 def test_ddp_uneven_steps_caught_at_backward(capsys):
     code, diags, _ = trace(capsys, "ddp_train.py", "--world", "2", "--world", "4", "--", "--uneven")
     assert code == 1

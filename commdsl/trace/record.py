@@ -341,6 +341,17 @@ class _Handle:
     def is_completed(self):
         return True
 
+    def get_future(self):
+        """torch's `work.get_future()`: whoever holds the future waits on it (a DDP comm hook returns it to DDP's
+        reducer, which waits in C++, below the API), so the request counts as waited here; it was never waited
+        to the trace, and a DDP script with `allreduce_hook` got R501 and R503 on its buckets."""
+        self.wait()
+        if self._work is None:  # a receive from any source, not run: nothing to wait on
+            done: torch.futures.Future = torch.futures.Future()
+            done.set_result(None)
+            return done
+        return self._work.get_future()
+
     def __getattr__(self, name):
         return getattr(self._work, name)
 
