@@ -1,7 +1,7 @@
 """What the recorder writes for each rank and the bridge reads: plain data, no torch.
 
 A `Call` is one communication call as the script made it (global ranks everywhere, a group as its
-tuple of global ranks); a `Read` is a value the script read back into Python (`.item()`, `bool(t)`,
+tuple of global ranks), or the script's read or write of a buffer such a call still moves; a `Read` is a value the script read back into Python (`.item()`, `bool(t)`,
 `.tolist()`) from a tensor that communication wrote, directly or through local compute. `RankTrace`
 is everything one rank's recording produced; the forked child sends it to the parent as JSON.
 """
@@ -41,7 +41,8 @@ class Buffer:
 
 @dataclass(slots=True)
 class Call:
-    """One communication call. `op` is the `.comm` word (`send`, `irecv`, `all_reduce`, `batch`, `wait`, ...)."""
+    """One communication call. `op` is the `.comm` word (`send`, `irecv`, `all_reduce`, `batch`, `wait`, ...),
+    or `read` / `write`: the script's own op on a buffer an async call of it still moves (its one input)."""
 
     op: str
     site: Site

@@ -15,7 +15,8 @@ Three layers see the calls:
 * a `TorchDispatchMode` records the `c10d` and functional-collective ops nobody called through that
   API (DDP's reducer and FSDP2 issue theirs from C++ or below the API); it also completes their
   `Work` with a real future, because the fake backend's has no value and DDP's reducer asserts one;
-  and it follows which tensors hold received data through local compute;
+  it follows which tensors hold received data through local compute, and logs the script's reads and
+  writes of a buffer while an async call of its own still moves it (for R503);
 * a `TorchFunctionMode` logs reads of such tensors into Python (`.item()`, `bool(t)`, `.tolist()`)
   and, where there is no GPU, runs `.cuda()` / `device="cuda"` on the CPU (`torch.set_default_device`,
   whose mode sits below this one, is replaced where scripts get it).
@@ -864,8 +865,8 @@ def _completed(out, value):
 
 
 class _Dispatch(TorchDispatchMode):
-    """Collectives issued below the API (DDP, FSDP2, DTensor, functional collectives), and which tensors
-    hold received data (an op with such an input makes such outputs)."""
+    """Collectives issued below the API (DDP, FSDP2, DTensor, functional collectives), which tensors hold
+    received data (an op with such an input makes such outputs), and the script's ops on buffers in flight."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
