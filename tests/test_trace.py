@@ -284,6 +284,38 @@ def test_flight_recorder_refuses_code_in_a_pickle(capsys, tmp_path):
     assert "not a flight-recorder dump" in err
 
 
+def test_flight_recorder_fields_of_the_wrong_type_are_named(capsys, tmp_path):
+    """A dump whose fields hold the wrong type (a size that is a string, frames that are a number, a group's
+    ranks that are no list) is an error naming the field; each was an internal error (TypeError,
+    AttributeError) in the code that read it, found by mutating the Gloo dump's fields (26 in 400 inputs)."""
+    from commdsl.trace.flight import read_dump
+
+    fields = [*read_dump(FLIGHT / "rank_0")["entries"][0], "frames.line", "frames.filename", "pg_config"]
+    internal = []
+    for k, (field, value) in enumerate((f, v) for f in fields for v in (None, "x", -1, [], {}, 1.5, [["a"]], 2**70)):
+
+        def edit(rank, dump, field=field, value=value):
+            entry = dump["entries"][0]
+            if field == "pg_config":
+                dump["pg_config"] = {"": {"ranks": value}}
+            elif field.startswith("frames."):
+                entry["frames"][0][field.split(".")[1]] = value
+            else:
+                entry[field] = value
+
+        (tmp_path / str(k)).mkdir()
+        code, _, err = flight(capsys, edited_dumps(tmp_path / str(k), edit))
+        if "internal error" in err or code not in (0, 1, 2):
+            internal.append((field, value, code))
+    assert internal == []
+
+    def strings(rank, dump):
+        dump["entries"][0]["input_sizes"] = [["four"]]
+
+    code, _, err = flight(capsys, edited_dumps(tmp_path, strings))
+    assert code == 2 and "nccl_trace_rank_0: `entries[0].input_sizes[0][0]`: input should be" in err, err
+
+
 # ---- the 1F1B pipeline (the benchmark's script) --------------------------------------------------------
 
 

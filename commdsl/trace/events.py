@@ -1,9 +1,10 @@
 """What the recorder writes for each rank and the bridge reads: plain data, no torch.
 
 A `Call` is one communication call as the script made it (global ranks everywhere, a group as its
-tuple of global ranks), or the script's read or write of a buffer such a call still moves; a `Read` is a value the script read back into Python (`.item()`, `bool(t)`,
-`.tolist()`) from a tensor that communication wrote, directly or through local compute. `RankTrace`
-is everything one rank's recording produced; the forked child sends it to the parent as JSON.
+tuple of global ranks), or the script's read or write of a buffer such a call still moves; a `Read` is
+a value the script read back into Python (`.item()`, `bool(t)`, `.tolist()`) from a tensor that
+communication wrote, directly or through local compute. `RankTrace` is everything one rank's recording
+produced; the forked child sends it to the parent as JSON.
 """
 
 from __future__ import annotations

@@ -26,8 +26,12 @@ import pickletools
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from commdsl.diagnostics import Diagnostic, Note
+from commdsl.resolve import MAX_WORLD
 from commdsl.source import SourceFile
 from commdsl.trace.events import Buffer, Call, RankTrace, Site
 
@@ -76,6 +80,58 @@ KINDS = {
 
 class DumpError(Exception):
     """A dump directory that cannot be read: the message says which file and why."""
+
+
+Count = Annotated[int, Field(ge=0, le=1 << 40)]
+Rank = Annotated[int, Field(ge=0, lt=MAX_WORLD)]
+
+
+class _Read(BaseModel):
+    """The fields of a dump the checker reads, with the types torch writes (others are kept, unread): a dump
+    whose `input_sizes` holds a string, or whose entries are not tables, is a DumpError naming the field, not
+    an internal error in the code that reads it."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Frame(_Read):
+    filename: str = ""
+    line: Annotated[int, Field(ge=0, le=1 << 31)] = 1
+
+
+class _Entry(_Read):
+    profiling_name: str | None = ""
+    process_group: tuple[str, ...] | None = ("", "")
+    collective_seq_id: Count | None = None
+    p2p_seq_id: Count | None = None
+    record_id: Count = 0
+    is_p2p: bool | None = False
+    input_sizes: list[list[Count]] | None = None
+    output_sizes: list[list[Count]] | None = None
+    input_dtypes: list[str] | None = None
+    output_dtypes: list[str] | None = None
+    frames: list[_Frame] | None = None
+
+
+class _Group(_Read):
+    ranks: list[Rank] | None = None
+
+    @field_validator("ranks", mode="before")
+    @classmethod
+    def _json_text(cls, value):
+        """torch writes a group's ranks as the JSON text of the list (`"[0, 1]"`)."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("not the JSON text of a list of ranks") from None
+        return value
+
+
+class _Dump(_Read):
+    entries: list[_Entry]
+    pg_config: dict[str, _Group] | None = None
+    rank: Rank | None = None
 
 
 _VALUE_OPS = {
@@ -193,15 +249,22 @@ def read_dump(path: Path) -> dict:
             raise DumpError(f"{path}: not a pickled flight-recorder dump ({type(e).__name__})") from None
     if not isinstance(value, dict) or "entries" not in value:
         raise DumpError(f"{path}: no `entries`: not a flight-recorder dump")
-    return value
+    try:
+        return _Dump.model_validate(value).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in first["loc"]).lstrip(".")
+        raise DumpError(f"{path}: `{where}`: {first['msg'][0].lower()}{first['msg'][1:]}") from None
 
 
 def _rank_of(path: Path, dump: dict) -> int:
-    if isinstance(dump.get("rank"), int):
+    if dump.get("rank") is not None:
         return dump["rank"]
     m = re.search(r"(\d+)$", path.name)
     if m is None:
         raise DumpError(f"{path}: the file name does not end with its rank (torch writes <prefix><rank>)")
+    if int(m.group(1)) >= MAX_WORLD:
+        raise DumpError(f"{path}: the file name ends with rank {m.group(1)}, beyond the largest world ({MAX_WORLD})")
     return int(m.group(1))
 
 
@@ -235,17 +298,7 @@ def _dtype(dtypes) -> str:
 
 
 def _groups(dump: dict) -> dict[str, tuple[int, ...]]:
-    out = {}
-    for name, cfg in (dump.get("pg_config") or {}).items():
-        ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
-        if isinstance(ranks, str):
-            try:
-                ranks = json.loads(ranks)
-            except ValueError:
-                continue
-        if isinstance(ranks, list):
-            out[str(name)] = tuple(int(r) for r in ranks)
-    return out
+    return {name: tuple(cfg["ranks"]) for name, cfg in (dump.get("pg_config") or {}).items() if cfg["ranks"]}
 
 
 def _call(entry: dict, groups: dict[str, tuple[int, ...]], world: int, rank: int, bid: int) -> Call | None:
@@ -263,8 +316,11 @@ def _call(entry: dict, groups: dict[str, tuple[int, ...]], world: int, rank: int
     seq = entry.get("collective_seq_id") if kind not in ("send", "recv") else entry.get("p2p_seq_id")
     c = Call(kind, site, group=group, origin=f"flight:{backend} call #{seq} on process group {pg[0]!r}")
     if kind in ("send", "recv"):
-        a, b = (meta.split("->") if kind == "send" else meta.split("<-")[::-1]) if meta else ("0", "0")
-        peer_local = int(b) if kind == "send" else int(a)
+        arrow = "->" if kind == "send" else "<-"  # torch's `send 0->1`, `recv 1<-0`: the peer is the second
+        ends = re.fullmatch(rf"(\d+){arrow}(\d+)", meta or f"0{arrow}0")
+        if ends is None:
+            return None
+        peer_local = int(ends.group(2))
         c.peer = ranks[peer_local] if peer_local < len(ranks) else peer_local
         c.inputs = (Buffer(bid, max(n_in, n_out), dtype),)
         return c
