@@ -509,7 +509,7 @@ def exercise_topology(data: bytes) -> dict[str, str]:
 
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:  # the CLI says "not UTF-8 text" and exits 2 (through_cli checks it says so)
+    except UnicodeDecodeError:  # the CLI refuses it as not UTF-8 text, exit 2 (topology_through_cli runs that)
         return {"parse": "diagnostic", "predict": "diagnostic"}
     source = SourceFile("fuzz.toml", text)
     try:
