@@ -538,31 +538,15 @@ def exercise_topology(data: bytes) -> dict[str, str]:
 
 def topology_through_cli(data: bytes, workdir: str) -> dict[str, str]:
     """The topology through `commdsl predict`: exit 2 with "internal error" is a bug."""
-    from commdsl.cli.main import main
-
     path = os.path.join(workdir, "fuzz.toml")
     with open(path, "wb") as f:
         f.write(data)
-    out, err = io.StringIO(), io.StringIO()
-
-    def call():
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                return main(["predict", str(RING), "--world", "4", "--topology", path, "--sizes", "1K:64K",
-                             "--color", "never"])
-            except SystemExit as e:
-                return e.code
-
-    code = _timed(call, "commdsl predict")
-    if "commdsl predict: internal error:" in err.getvalue():
-        raise Bug(f"`commdsl predict` exited {code} with an internal error:\n{err.getvalue()}")
-    return {"predict": "ok" if code == 0 else "diagnostic"}
+    argv = ["predict", str(RING), "--world", "4", "--topology", path, "--sizes", "1K:64K", "--color", "never"]
+    return {"predict": _cli("predict", argv)}
 
 
 def through_cli(data: bytes, workdir: str) -> dict[str, str]:
     """The same input through `commdsl.cli.main`, verb by verb: exit 2 with "internal error" is a bug."""
-    from commdsl.cli.main import main
-
     path = os.path.join(workdir, "fuzz.comm")
     with open(path, "wb") as f:
         f.write(data)
@@ -571,22 +555,27 @@ def through_cli(data: bytes, workdir: str) -> dict[str, str]:
              "sim": ["sim", path, "--world", "2"], "fmt": ["fmt", "--diff", path],
              "compile": ["compile", path, "--world", "2", "-o", os.path.join(workdir, "out.py")],
              "graph": ["graph", path, "--world", "2", "--format", "dot", "-o", os.path.join(workdir, "out.dot")]}
-    outcome = {}
-    for verb, argv in argvs.items():
-        out, err = io.StringIO(), io.StringIO()
+    return {verb: _cli(verb, argv + ["--color", "never"] if verb != "fmt" else argv) for verb, argv in argvs.items()}
 
-        def call():
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    return main(argv + ["--color", "never"] if verb not in ("fmt",) else argv)
-                except SystemExit as e:
-                    return e.code
 
-        code = _timed(call, f"commdsl {verb}")
-        if f"commdsl {verb}: internal error:" in err.getvalue():  # main()'s own words, not a quoted source line
-            raise Bug(f"`commdsl {verb}` exited {code} with an internal error:\n{err.getvalue()}")
-        outcome[verb] = "ok" if code == 0 else "diagnostic"
-    return outcome
+def _cli(verb: str, argv: list[str]) -> str:
+    """"ok" or "diagnostic" for one `commdsl.cli.main` call under the hang timer; exit 2 with "internal error"
+    (main()'s own words, not a quoted source line) is a Bug."""
+    from commdsl.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def call():
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                return main(argv)
+            except SystemExit as e:
+                return e.code
+
+    code = _timed(call, f"commdsl {verb}")
+    if f"commdsl {verb}: internal error:" in err.getvalue():
+        raise Bug(f"`commdsl {verb}` exited {code} with an internal error:\n{err.getvalue()}")
+    return "ok" if code == 0 else "diagnostic"
 
 
 # ---- driver -----------------------------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def sweep(v: Variant, world: int, sizes: list[int], topo: Topology, paths: bool 
     S = len(values)
     exact = top.num_ops * S <= EXACT_OPS or S == 1
     schedules = [_expand_size(v, world, x, deadline) for x in values[:-1]] + [top] if exact else [top]
-    _check(v, world, fitted, {x: s for x, s in zip(values[-len(schedules) :], schedules)}, topo, notes, deadline)
+    _check(v, world, fitted, dict(zip(values, schedules)) if exact else {values[-1]: top}, topo, notes, deadline)
     if exact:
         try:
             nbytes = Bytes(schedules, np.eye(S))
