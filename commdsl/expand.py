@@ -23,7 +23,7 @@ import numpy as np
 
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
-from commdsl.elementwise import category, integer_division, refusal
+from commdsl.elementwise import FLOAT_MAX, category, fill_refuses, integer_division, refusal
 from commdsl.limits import (
     MAX_COLLECTIVE_CALLS,
     MAX_OPS,
@@ -41,6 +41,7 @@ from commdsl.rules.names import BadReduceOp, InvalidBatch, InvalidView, WrongKin
 from commdsl.rules.sizes import (
     BadParamValue,
     BufferDoesNotFit,
+    ConstantOutOfRange,
     DivisionByZero,
     ExpansionTooLarge,
     HandleNotAssigned,
@@ -137,6 +138,14 @@ def _sub_value(v, sel):
     if isinstance(v, VView):
         return VView(v.tensor, sub(v.offset, sel), tuple(sub(d, sel) for d in v.shape))
     return sub(v, sel)
+
+
+def _range_text(dtype: str) -> str:
+    """What a dtype holds, in the words of a label."""
+    if dtype in ("float16", "bfloat16", "float32"):
+        return f"{dtype} holds at most ±{FLOAT_MAX[dtype]:.5g}"
+    info = np.iinfo(dtype)
+    return f"{dtype} holds {info.min}..{info.max}"
 
 
 def _ranks_text(ranks) -> str:
@@ -406,7 +415,9 @@ class Expander:
         init = None
         if t.init is not None:
             target = VView(t.name, 0, tuple(sub(d, A) for d in shape))
-            init = self.widen_elem(self.elem(t.init, A, env, target.shape), A)
+            value = self.elem(t.init, A, env, target.shape)
+            self.fits(value, t.dtype.name, t.init, f"tensor `{t.name}`")
+            init = self.widen_elem(value, A)
         return TensorInfo(t.name, t.dtype.name, shape, init, t.span)
 
     def widen(self, v, A: np.ndarray):
@@ -949,6 +960,27 @@ class Expander:
                 )
                 raise Failure(zero, lambda k: found) if is_vec(zero) else fail_all(found)
 
+    def fits(self, value, dtype: str, node, target: str) -> None:
+        """Refuse a number the target's dtype cannot hold where torch fills with it (`x = 300`, a tensor's
+        initialiser of one number: `fill_` and `torch.full` check it, N138); computed values wrap instead."""
+        if value[0] != "c":
+            return
+        refused = fill_refuses(value[1], dtype)
+        if not refused.any():
+            return
+        number = value[1]
+
+        def found(k: int) -> Diagnostic:
+            return ConstantOutOfRange.diagnostic(
+                f"{target} is {dtype}, which cannot hold {item(number, k)!r}",
+                span=node.span,
+                label=_range_text(dtype),
+                help="torch's `fill_` and `torch.full` refuse it (`value cannot be converted ... without overflow`): "
+                "use a wider dtype, or compute the value so that it wraps",
+            )
+
+        raise Failure(refused, found) if is_vec(number) else fail_all(found(0))
+
     def read(self, e, A, env, target_shape):
         v = self.view(e, A, env)
         same = _same_shape(v.shape, target_shape)
@@ -1105,6 +1137,8 @@ class Expander:
                 value = self.elem(s.value, A, env, target.shape)
                 if s.op != "=":  # `x -= y` is `x - y` stored in x
                     self.torch_accepts(s.op[:-1], [(s.target, ("v", target)), (s.value, value)], s)
+                else:
+                    self.fits(value, self.dtype_of(target), s.value, f"`{self.text(s.target)}`")
                 self.add(ComputeRec(s, A, b, target=target, op=s.op, value=value, reads=tuple(elem_reads(value))))
             case n.Expect():
                 view = self.view(s.cond.left, A, env)

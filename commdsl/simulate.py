@@ -4,12 +4,13 @@ Every tensor of every rank lives in one flat array per tensor (rank r's elements
 `base[r]`), so a record's local op, a round's matched messages and a complete collective each move
 data for all their ranks with a few array operations.
 
-Element expressions compute exactly as the runtime's do rank by rank (`commdsl.elementwise` on one
-rank's values): a per-rank constant takes the dtype of the array it meets, as a Python scalar does in
-NumPy and torch (`Weak`). A reduce leaves non-root buffers undefined (Gloo writes partial sums
-there); a per-element mask keeps them from ever being compared or trusted. A floating-point sum of
-three or more members whose result depends on the order of addition beyond the dtype's tolerance is
-kept in rank order and marked (`order_found`, `SimResult.order_dependent`): no backend promises an order.
+Element expressions compute exactly as the runtime's torch does rank by rank: a view's values are
+`TensorValues`, which compute each operation in torch's dtype (`commdsl.elementwise`), and a per-rank
+constant is the Python number it is on each rank (`Weak`). A reduce leaves non-root buffers undefined
+(Gloo writes partial sums there); a per-element mask keeps them from ever being compared or trusted. A
+floating-point sum of three or more members whose result depends on the order of addition beyond the
+dtype's tolerance is kept in rank order and marked (`order_found`, `SimResult.order_dependent`): no
+backend promises an order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ import numpy as np
 
 from commdsl.collectives import Instance as InstanceData
 from commdsl.dtypes import DTYPES, TOLERANCE
-from commdsl.elementwise import NUMPY, bfloat16_round, evaluate, random_init
+from commdsl.elementwise import (
+    FLOAT_DTYPES,
+    NUMPY,
+    UFUNC,
+    TensorValues,
+    as_dtype,
+    bfloat16_round,
+    evaluate,
+    random_init,
+    result_type,
+    tensor_values,
+    torch_binary,
+)
 from commdsl.engine import Calls, Observer, Outcome, Posts, run_engine
 from commdsl.p2p import delivered
 from commdsl.schedule import (
@@ -115,18 +128,33 @@ def _no_views(view: View):  # pragma: no cover - `resolve` forbids tensors in in
 
 
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Store values in a tensor of `dtype`: floats truncate toward zero into integers (non-finite ones
-    become 0), as torch's copy does."""
+    """Store values in a tensor of `dtype` as torch's copy does on a CPU: floats truncate toward zero into
+    integers, and a float the integer dtype cannot hold becomes what torch makes of it (`_float_to_int`)."""
     d = DTYPES[dtype]
     if d.is_bool:
         return values.astype(bool)
     if d.is_int and values.dtype.kind == "f":
-        values = np.trunc(values)
-        values = np.where(np.isfinite(values), values, 0)
-        return values.astype(np.int64).astype(d.numpy) if values.size else values.astype(d.numpy)
+        return _float_to_int(values, dtype)[0]
     with np.errstate(over="ignore"):  # a value beyond the dtype's range is inf, as torch's copy makes it, silently
         out = values.astype(d.numpy)
     return bfloat16_round(out) if dtype == "bfloat16" else out
+
+
+def _float_to_int(values: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the integers torch stores, whether `dtype` holds each value). A NaN, an infinity or a value beyond the
+    dtype's range is C++'s undefined float-to-integer conversion, which torch's CPU copy leaves to the machine:
+    on x86 it converts through int32 (through int64 into int64, and from float64 into uint8), whose
+    instruction gives the lowest int32 (int64) for anything that type cannot hold, then keeps the low bits.
+    So 300.7 becomes 44 in int8, 3e9 becomes 0 in int8 and -2147483648 in int32, NaN becomes -2**63 in
+    int64 (torch 2.13, every source float dtype, 200,000 values: exact). Other machines may differ (`V804`)."""
+    d = DTYPES[dtype]
+    through64 = dtype == "int64" or (dtype == "uint8" and values.dtype == np.float64)
+    limit = 2.0**63 if through64 else 2.0**31
+    whole = np.trunc(values.astype(np.float64))  # exact: every float16/float32 is a float64
+    info = np.iinfo(d.numpy)
+    held = (whole >= info.min) & (whole <= info.max)  # False for NaN
+    converted = np.where((whole >= -limit) & (whole < limit), whole, -limit)  # False for NaN and ±inf too
+    return converted.astype(np.int64).astype(d.numpy), held
 
 
 CLOSE_CHUNK = 1 << 20
@@ -194,8 +222,9 @@ def format_tensor(values: np.ndarray, dtype: str) -> str:
 
 
 class Weak:
-    """A per-rank constant spread over elements: weak in NumPy's sense (NEP 50), like the Python scalar
-    it is on each rank, so it takes the dtype of the array it meets."""
+    """A per-rank constant spread over elements: the Python number it is on each rank, one per element. Next to
+    a tensor (`TensorValues`) it is a Python number in torch's type promotion; with another it computes as
+    Python does."""
 
     __slots__ = ("a",)
 
@@ -203,57 +232,17 @@ class Weak:
         self.a = a
 
 
-def _weak_as(w: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """What NumPy makes of Python scalars `w` next to an array of `dtype`."""
-    wk, dk = w.dtype.kind, dtype.kind
-    if wk == "b":
-        return w.astype(dtype)
-    if wk == "i" and dk in "iub":
-        return w.astype(dtype) if dk != "b" else w
-    if wk == "i" and dk == "f":
-        return w.astype(dtype)
-    if wk == "f" and dk == "f":
-        return w.astype(dtype)
-    return w  # a Python float next to an integer array: NumPy computes in float64
-
-
-def _unweak(x, other):
-    if isinstance(x, Weak):
-        if isinstance(other, np.ndarray):
-            return _weak_as(x.a, other.dtype)
-        return x.a
-    return x
-
-
-_UFUNC = {
-    "+": np.add,
-    "-": np.subtract,
-    "*": np.multiply,
-    "/": np.true_divide,
-    "//": np.floor_divide,
-    "%": np.remainder,
-    "**": np.power,
-    "==": np.equal,
-    "!=": np.not_equal,
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
-    "min": np.minimum,
-    "max": np.maximum,
-}
-
-
 def combine(op: str, x, y):
-    """`x OP y` on element values as one rank computes it: a weak side takes the other side's dtype."""
-    if isinstance(x, Weak) and isinstance(y, Weak):
-        return Weak(_UFUNC[op](x.a, y.a))
-    x2, y2 = _unweak(x, y), _unweak(y, x)
-    if not isinstance(x2, np.ndarray) and not isinstance(y2, np.ndarray):
-        from commdsl.values import BINARY
+    """`x OP y` on element values as one rank computes it: torch's arithmetic where a tensor takes part, Python's
+    between per-rank numbers."""
+    if isinstance(x, TensorValues) or isinstance(y, TensorValues):
+        return torch_binary(op, x.a if isinstance(x, Weak) else x, y.a if isinstance(y, Weak) else y)
+    if isinstance(x, Weak) or isinstance(y, Weak):
+        with np.errstate(all="ignore"):
+            return Weak(UFUNC[op](x.a if isinstance(x, Weak) else x, y.a if isinstance(y, Weak) else y))
+    from commdsl.values import BINARY
 
-        return BINARY[op](x2, y2) if op in BINARY else (min(x2, y2) if op == "min" else max(x2, y2))
-    return _UFUNC[op](x2, y2)
+    return BINARY[op](x, y) if op in BINARY else (min(x, y) if op == "min" else max(x, y))
 
 
 class _Elements:
@@ -358,6 +347,8 @@ class Data(Observer):
         }
         self.dtype = {name: info.dtype for name, info in schedule.infos.items()}
         self.names = list(schedule.infos)
+        # (statement, tensor, ranks, element, value): a float stored into an integer tensor that cannot hold it
+        self.unheld: list[tuple[Span, str, np.ndarray, np.ndarray, np.ndarray]] = []
         self.buf = {name: (initial[name] if initial and name in initial else self.initial(name)) for name in self.names}
         sizes = {name: self.buf[name].size for name in self.names}
         self.undef = Marks(sizes)  # left undefined by `reduce` on non-root ranks
@@ -396,7 +387,7 @@ class Data(Observer):
                 el, G = _Elements(ks, 1, window[1] - window[0], window[0], counts[ks]), ks
             with np.errstate(all="ignore"):
                 value = self.ev(info.init, el, el.pos, G)
-            part = cast(self.flat(value, int(np.sum(_segments(el.count, G.size)))), info.dtype)
+            part = self.store(self.flat(value, int(np.sum(_segments(el.count, G.size)))), name, info.span, el, G)
             if ks is None:
                 return part.copy()
             if out is None:
@@ -431,6 +422,8 @@ class Data(Observer):
     def flat(value, size: int) -> np.ndarray:
         if isinstance(value, Weak):
             return value.a
+        if isinstance(value, TensorValues):
+            value = value.a
         if isinstance(value, np.ndarray) and value.size == size:
             return value.reshape(-1)
         return np.broadcast_to(np.asarray(value), (size,))
@@ -441,15 +434,15 @@ class Data(Observer):
         if tag == "c":
             return el.const(e[1])
         if tag == "i":
-            return el.i
+            return TensorValues(el.i, "int64")
         if tag == "v":
             v = e[1]
             idx, count = self.indices(v, G, pos, el)
             values = self.buf[v.tensor][idx]
             per_rank = np.broadcast_to(np.asarray(count), (G.size,))
             if (per_rank == 1).all() and not (np.broadcast_to(np.asarray(el.full), (G.size,)) == 1).all():
-                return values[el.rep]  # one element, broadcast over the target
-            return values
+                values = values[el.rep]  # one element, broadcast over the target
+            return tensor_values(values, self.dtype[v.tensor], v.shape)
         if tag == "u":
             inner = self.ev(e[2], el, pos, G)
             if e[1] == "-":
@@ -466,19 +459,21 @@ class Data(Observer):
             args = [self.ev(a, el, pos, G) for a in e[2]]
             if e[1] == "abs":
                 a = args[0]
-                return (
-                    Weak(np.abs(a.a)) if isinstance(a, Weak) else (np.abs(a) if isinstance(a, np.ndarray) else abs(a))
-                )
+                return Weak(np.abs(a.a)) if isinstance(a, Weak) else abs(a)
             return combine(e[1], args[0], args[1])
         raise ValueError(f"element expression {tag!r} is not allowed here")
 
     def divisors(self, e, x, y, el: _Elements, G: np.ndarray) -> None:
-        """Note the ranks whose integer `//` or `%` meets a zero divisor read from a tensor: torch stops them
-        with ZeroDivisionError, where NumPy would go on with 0 (a constant 0 is refused before, N122)."""
-        kinds = {(v.a if isinstance(v, Weak) else np.asarray(v)).dtype.kind for v in (x, y)}
-        divisor = y.a if isinstance(y, Weak) else y
-        if "f" in kinds or not isinstance(divisor, np.ndarray) or divisor.size != el.rep.size:
+        """Note the ranks whose integer `//` or `%` meets a zero divisor: one read from a tensor, or a number that
+        wraps to 0 in the tensor's dtype (`d // 2147483648` of an int8 `d`). torch stops them with
+        ZeroDivisionError, where NumPy would go on with 0 (a number that is 0 is refused before, N122)."""
+        if not (isinstance(x, TensorValues) or isinstance(y, TensorValues)):
+            return  # Python numbers: Python's arithmetic, checked when expanded
+        x, y = (v.a if isinstance(v, Weak) else v for v in (x, y))
+        dtype = result_type(x, y)
+        if dtype in FLOAT_DTYPES:
             return
+        divisor = np.broadcast_to(as_dtype(y.a if isinstance(y, TensorValues) else y, dtype), el.rep.shape)
         zero = np.flatnonzero(divisor == 0)
         if zero.size:
             owners, first = np.unique(el.rep[zero], return_index=True)
@@ -543,8 +538,8 @@ class Data(Observer):
         el = _Elements(pos, G.size, count)
         with np.errstate(all="ignore"):
             value = self.ev(rec.value, el, pos, G)
-            if rec.op != "=":
-                current = self.buf[t.tensor][idx]
+            if rec.op != "=":  # torch.add(target, value) and so on, then copied into the target
+                current = tensor_values(self.buf[t.tensor][idx], self.dtype[t.tensor], t.shape)
                 fn = {"+=": "+", "-=": "-", "*=": "*", "/=": "/"}[rec.op]
                 value = combine(fn, current, value)
         sources = list(rec.reads) + ([t] if rec.op != "=" else [])
@@ -552,7 +547,21 @@ class Data(Observer):
             flags = marks.per_rank(sources, self, G, pos)
             if flags is not None or marks.get(t.tensor) is not None:
                 marks.set(t.tensor, idx, False if flags is None else flags[el.rep])
-        self.buf[t.tensor][idx] = cast(np.asarray(self.flat(value, idx.size)), self.dtype[t.tensor])
+        self.buf[t.tensor][idx] = self.store(self.flat(value, idx.size), t.tensor, rec.span, el, G)
+
+    def store(self, values, name: str, span: Span, el: _Elements, G: np.ndarray) -> np.ndarray:
+        """`values` (one per element of `el`) as tensor `name` holds them, noting a float its integer dtype cannot
+        hold (V804) with the first such element of each rank."""
+        values, dtype = np.asarray(values), self.dtype[name]
+        if not (DTYPES[dtype].is_int and values.dtype.kind == "f"):
+            return cast(values, dtype)
+        stored, held = _float_to_int(values, dtype)
+        if not held.all():
+            bad = np.flatnonzero(~held)
+            owners, first = np.unique(el.rep[bad], return_index=True)
+            at_ = bad[first]
+            self.unheld.append((span, name, G[owners].copy(), el.i[at_].copy(), values[at_].copy()))
+        return stored
 
     def expect(self, rec: ExpectRec, G, pos):
         """Judged a piece at a time (`_chunks`): an expect only reads, so the pieces cannot disturb each other."""

@@ -174,6 +174,46 @@ def test_a_tag_lint_calls_out_of_range_raises_in_torch(tag, raised, tmp_path, ca
     assert code == 1 and raised in out + err, out + err
 
 
+TORCH_ARITHMETIC = """program promotion
+world 2
+tensor g: bfloat16[8] = (i + 1) * 0.37 + rank
+tensor s: bfloat16[8] = 0.013 * i + 1.1
+tensor acc: float32[8] = 0
+tensor big: int64[8] = 16777217 + i * 3
+tensor f: float32[8] = 0.1 * i
+tensor mixed: float64[8] = 0
+tensor w: int32[8] = 2147483000 + i
+tensor h: float16[8] = (i + 1) * 0.3
+tensor one: float64[] = 1.1
+tensor q: int32[8] = 0
+all_reduce g
+acc += g * s
+mixed = big + f
+w = w + 2147483648
+h = h * 0.1 + 1000
+f = f * one
+q = (i - 4) * 1e9
+"""
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(120)
+def test_the_simulator_computes_each_element_op_in_torchs_dtype(tmp_path, capfd, no_orphans):
+    """Where NumPy's arithmetic and torch's part, the run compares every tensor with the simulator: a bfloat16
+    product rounded before it is accumulated in float32, int64 + float32 in float32, a Python integer wrapping
+    into int32 (NumPy raised OverflowError: an internal error), float16 with a Python float, a 0-dimensional
+    float64 view that does not widen float32, and floats beyond int32 stored as x86 torch stores them (V804).
+    Each failed before (`acc` differed at every element, `mixed` at most)."""
+    path = write(tmp_path, "promotion.comm", TORCH_ARITHMETIC)
+    code, out, err = run_here(["lint", path, "--color", "never"], capfd)
+    assert code == 0 and "V804" in out and "q = (i - 4) * 1e9" in out, out + err  # a warning: exit 0
+    report = tmp_path / "report.json"
+    code, out, err = run_here(["run", path, "--nproc", "2", "--report", str(report), "--timeout", "60"], capfd)
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert data["ok"] and data["compared_with_simulator"] and data["mismatches"] == []
+
+
 FLAT = "program f\nworld 2\ntensor x: float32[4] = rank + 1\n"
 
 

@@ -258,3 +258,34 @@ def test_values_beyond_the_dtype_become_inf_without_a_warning():
         warnings.simplefilter("error")
         sim = simulate(expand(load(SourceFile("long.comm", text)), 8))
     assert np.isinf(sim.tensors[0]["x"]).all()
+
+
+def test_a_float_an_integer_cannot_hold_is_noted_where_it_is_stored():
+    """V804: the initialiser and the assignment that store NaN, inf or a float beyond the dtype, each with its
+    first rank, element and value, and what x86 torch stores there (int32: -2**31; int8: the low bits)."""
+    from commdsl.checker import data_findings
+
+    text = ("program casts\nworld 2\ntensor q: int32[4] = (i + rank) * 1e9\ntensor b: int8[4] = 0\n"
+            "tensor z: float32[4] = i\nb = z / 0 + 300.7\n")  # fmt: skip
+    sim = simulate(expand(load(SourceFile("casts.comm", text)), 2))
+    assert sim.tensors[1]["q"].tolist() == [1000000000, 2000000000, -(2**31), -(2**31)]
+    assert sim.tensors[0]["b"].tolist() == [0, 0, 0, 0]  # NaN and inf: int32's lowest, whose low bits are 0
+    found = {(d.span.line, d.label) for d in data_findings(sim) if d.code == "V804"}
+    assert found == {(3, "element 3 is 3000000000.0 on rank 0"), (6, "element 0 is nan on rank 0")}
+
+
+def test_an_integer_beyond_the_dtype_wraps_in_arithmetic_as_in_torch():
+    """`w + 2147483648` on an int32 tensor: torch wraps the number into int32 (NumPy raised OverflowError, which
+    `lint` reported as an internal error)."""
+    sim = run("program wrap\nworld 1\ntensor w: int32[2] = i\nw = w + 2147483648\n", 1)
+    assert sim.tensors[0]["w"].tolist() == [-(2**31), -(2**31) + 1]
+
+
+def test_a_number_that_wraps_to_zero_in_the_tensors_dtype_is_a_division_by_zero():
+    """torch converts the number into the int8 tensor's dtype first: `d // 2147483648` divides by 0 and raises
+    ZeroDivisionError (measured); V802 names it (the number is not 0, so N122 cannot)."""
+    from commdsl.checker import data_findings
+
+    text = "program wrap\nworld 2\ntensor c: int64[6] = rank + i\ntensor d: int8[6] = i\nc *= d // 2147483648\n"
+    sim = simulate(expand(load(SourceFile("wrap.comm", text)), 2))
+    assert [(d.code, d.span.line) for d in data_findings(sim)] == [("V802", 5)]

@@ -107,10 +107,11 @@ def _with_calls(d: Diagnostic, program: Program, schedule) -> Diagnostic:
 
 def data_findings(sim) -> list[Diagnostic]:
     """What the simulation's data shows: integer divisions by zero, sums that depend on the order of addition,
-    and (once every rank finished) the `expect`s that fail."""
-    from commdsl.rules.verify import ExpectFailed, IntegerDivisionByZero, OrderDependentSum
+    floats stored into integers that cannot hold them, and (once every rank finished) the `expect`s that fail."""
+    from commdsl.rules.verify import ExpectFailed, FloatOutOfIntegerRange, IntegerDivisionByZero, OrderDependentSum
 
     found = list(IntegerDivisionByZero.from_simulation(sim)) + list(OrderDependentSum.from_simulation(sim))
+    found += FloatOutOfIntegerRange.from_simulation(sim)
     if sim.engine.completed:
         found.extend(ExpectFailed.from_simulation(sim))
     return [_cited(d) for d in found]

@@ -78,6 +78,7 @@ RULES: tuple[type[Rule], ...] = (
     sizes.UnsupportedElementOp,
     sizes.InvalidTopology,
     settings.InvalidSettings,
+    sizes.ConstantOutOfRange,
     p2p.UnmatchedSend,
     p2p.UnmatchedRecv,
     p2p.TagMismatch,
@@ -131,6 +132,7 @@ RULES: tuple[type[Rule], ...] = (
     verify.ExpectFailed,
     verify.IntegerDivisionByZero,
     verify.OrderDependentSum,
+    verify.FloatOutOfIntegerRange,
 )
 
 CODES: dict[str, type[Rule]] = {r.code: r for r in RULES}

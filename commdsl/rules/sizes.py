@@ -714,6 +714,55 @@ class UnsupportedElementOp(Rule):
         return cls.diagnostic(f"{why}: `{text}`", span=span, label=label, help=cls.HELP[op])
 
 
+class ConstantOutOfRange(Rule):
+    """a number assigned to a tensor whose dtype cannot hold it
+
+    ## What it does
+
+    Reports `VIEW = NUMBER` and a tensor's initialiser of one number (`tensor x: uint8[4] = 300`) where the
+    number is outside the dtype's range on some rank: above 255 or a float below 0 for `uint8` (an integer
+    down to -255 wraps), outside -128..127 for `int8`, ±2**31 for `int32`, a NaN or infinity for any
+    integer dtype, a finite float beyond 65504 for `float16` (beyond 3.39e38 for `bfloat16`, 3.40e38 for
+    `float32`). A `bool` takes any number.
+
+    ## Why is this bad?
+
+    torch fills a tensor with a number through a checked conversion: `x.fill_(300)` on a `uint8` tensor and
+    `torch.full((4,), 300, dtype=torch.uint8)` stop the rank with `RuntimeError: value cannot be converted to
+    type uint8_t without overflow`, while the other ranks wait for it in their next collective. Arithmetic
+    is not checked: `x += 300` wraps, as an element expression that computes the same number does.
+
+    ## Example
+
+    ```comm
+    program counts
+    world 2
+    tensor seen: uint8[4] = 0
+    seen = 256
+    all_reduce seen op max
+    ```
+
+    ## Use instead
+
+    ```comm
+    program counts
+    world 2
+    tensor seen: int32[4] = 0
+    seen = 256
+    all_reduce seen op max
+    ```
+
+    ## Backend notes
+
+    Measured on torch 2.13 (CPU): `fill_`, `torch.full` and `t[0:1] = v` refuse the same numbers for the
+    integer dtypes; for the floats `t[0:1] = 70000.0` on a `float16` tensor is accepted where `fill_`
+    refuses it, and commdsl, whose assignment is `fill_` in the runtime and in a compiled script, refuses it.
+    """
+
+    code = "N138"
+    name = "constant-out-of-range"
+
+
 class InvalidTopology(Rule):
     """a topology file that is not TOML or not a topology
 

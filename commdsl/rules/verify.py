@@ -1,5 +1,5 @@
-"""V8xx: what the simulator proves with data: every `expect` holds on every rank, and no rank divides an
-integer by zero.
+"""V8xx: what the simulator proves with data: every `expect` holds on every rank, no rank divides an integer
+by zero, no sum depends on the order of addition, no float is stored into an integer that cannot hold it.
 
 Raised from the simulation's verdicts (`from_simulation`).
 """
@@ -83,8 +83,9 @@ class IntegerDivisionByZero(Rule):
     ## What it does
 
     Reports an integer floor division or modulo in an element expression whose divisor comes from a tensor
-    and holds a 0 on some ranks when the simulation reaches it, naming the first rank and element. (A
-    divisor that is a constant 0 is `N122`, before anything runs.)
+    and holds a 0 on some ranks when the simulation reaches it, or is a number that wraps to 0 in the
+    tensor's dtype (`d // 256` of a `uint8` tensor: torch converts the number into it), naming the first
+    rank and element. (A divisor that is the number 0 is `N122`, before anything runs.)
 
     ## Why is this bad?
 
@@ -234,4 +235,79 @@ class OrderDependentSum(Rule):
                 label=f"rank {r}, element {k}",
                 notes=tuple(notes),
                 help="sum in a wider dtype (float64), or keep the terms from cancelling",
+            )
+
+
+class FloatOutOfIntegerRange(Rule):
+    """a float stored into an integer tensor that cannot hold it
+
+    ## What it does
+
+    Reports an assignment (or a tensor's initialiser) that stores a floating-point value into an integer
+    tensor where the value is NaN, infinite, or beyond the dtype's range after truncation on some rank, naming
+    the first rank, element and value: `count = x / 0` into `int64`, `q = y * 1e10` into `int32`, `b = 300.5`
+    computed into `int8`.
+
+    ## Why is this bad?
+
+    Converting such a float to an integer is undefined in C++, and torch leaves it to the machine. On an x86
+    CPU (Gloo) torch converts through int32 (through int64 for `int64`, and from float64 into `uint8`) and the
+    processor gives the lowest integer of that type for anything it cannot hold: NaN becomes -2**63 in
+    `int64`, 3e9 becomes -2**31 in `int32` and 0 in `int8`, 300.7 becomes 44 in `int8`. The simulator stores
+    exactly that, so `commdsl run` agrees with it there; CUDA tensors (NCCL) and ARM CPUs may store another
+    value, and the run then differs from the simulation at these elements. A number written as such (`x =
+    1e10`) is refused before anything runs (`N138`).
+
+    ## Example
+
+    ```comm
+    program scale
+    world 2
+    tensor x: float32[4] = (i + 1) * 1000000000.0
+    tensor q: int32[4] = 0
+    q = x * 2
+    ```
+
+    ## Use instead
+
+    ```comm
+    program scale
+    world 2
+    tensor x: float32[4] = (i + 1) * 1000000000.0
+    tensor q: int64[4] = 0
+    q = x * 2
+    ```
+    """
+
+    code = "V804"
+    name = "float-out-of-integer-range"
+    severity = "warning"
+
+    @classmethod
+    def from_simulation(cls, sim) -> Iterator[Diagnostic]:
+        """One finding per statement, naming its first rank, element and value."""
+        by_span: dict = {}
+        for span, name, ranks, elements, values in sim.data.unheld:
+            by_span.setdefault(span, []).append((name, ranks, elements, values))
+        for span, parts in by_span.items():
+            name = parts[0][0]
+            ranks = np.concatenate([r for _, r, _, _ in parts])
+            first = min(
+                ((int(r), int(e), float(v)) for _, rs, es, vs in parts for r, e, v in zip(rs, es, vs)),
+                key=lambda x: x[0],
+            )
+            dtype = sim.data.dtype[name]
+            unique = np.unique(ranks)
+            yield cls.diagnostic(
+                f"a float that `{name}` ({dtype}) cannot hold is stored on rank{'s' * (unique.size > 1)} "
+                f"{rank_list(unique.tolist())}",
+                span=span,
+                label=f"element {first[1]} is {first[2]!r} on rank {first[0]}",
+                notes=(
+                    Note(
+                        message="converting it is undefined in C++: torch on an x86 CPU stores what the simulator "
+                        "stores, CUDA tensors (NCCL) and ARM CPUs may store another value"
+                    ),
+                ),
+                help=f"store it in a float tensor, or bring it into {dtype}'s range first (`min`/`max`)",
             )

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from commdsl.collectives import KINDS
-from commdsl.elementwise import IN_PLACE, NUMPY, ArrayLib, evaluate, in_place
+from commdsl.elementwise import IN_PLACE, NUMPY, ArrayLib, TensorValues, evaluate, in_place, tensor_values
 from commdsl.p2p import ANY_SOURCE, form
 from commdsl.schedule import Batch, Collective, Compute, Expect, NewGroup, Print, Read, Recv, Send, View, Wait
 from commdsl.simulate import judge
@@ -259,9 +259,12 @@ def _expect(op: Expect, index: int, ctx: Context) -> Step:
     dtype = ctx.dtypes[op.view.tensor]
     numel = op.view.numel
 
+    def host(v: View) -> TensorValues:  # the simulator's arithmetic on host copies: torch's, in NumPy
+        return tensor_values(ctx.host(v), ctx.dtypes[v.tensor], v.shape)
+
     def whole():
         actual = ctx.host(op.view)
-        expected = np.broadcast_to(np.asarray(evaluate(op.value, ctx.host, op.view.shape, NUMPY)), op.view.shape)
+        expected = np.broadcast_to(np.asarray(evaluate(op.value, host, op.view.shape, NUMPY)), op.view.shape)
         ok, detail = judge(actual, expected, op.cmp, dtype)
         ctx.emit("expect", {"index": index, "ok": ok, "detail": detail})
 
@@ -272,14 +275,15 @@ def _expect(op: Expect, index: int, ctx: Context) -> Step:
         for start in range(0, numel, CHUNK):
             n = min(CHUNK, numel - start)
 
-            def read(v: View, start=start, n=n) -> np.ndarray:
+            def read(v: View, start=start, n=n) -> TensorValues:
                 if v.numel != numel:
-                    return ctx.host(v)
-                return _to_numpy(ctx.buffers[v.tensor][v.offset + start : v.offset + start + n])
+                    return host(v)
+                part = _to_numpy(ctx.buffers[v.tensor][v.offset + start : v.offset + start + n])
+                return tensor_values(part, ctx.dtypes[v.tensor], v.shape)
 
             with np.errstate(all="ignore"):
                 expected = np.broadcast_to(np.asarray(evaluate(_from(op.value, start), read, (n,), NUMPY)), (n,))
-                ok, detail = judge(read(op.view), expected, op.cmp, dtype)
+                ok, detail = judge(np.asarray(read(op.view)), expected, op.cmp, dtype)
             if not ok:
                 detail = re.sub(r"^element (\d+)", lambda m, start=start: f"element {start + int(m.group(1))}", detail)
                 break
