@@ -86,42 +86,54 @@ def temporaries(op: str, value: Elem, target: View, dtype_of: Callable[[View], s
     (runtime/ops.py `_compute`): one per `evaluate` step that makes an array (an operator or function with an
     array operand, `-`/`~` of one, the index `i` as int64), the clone of `x = view`, and the result of a
     compound assignment's `combine` before its copy into the target; none for an in-place update or a value
-    that is a scalar. A result's element size is the larger of its array operands' (bool for a comparison, at
-    least float32 for `/`): torch's promotion for a program's usual dtypes."""
+    that is a scalar. Each of the dtype torch computes it in (`result_type`)."""
     from commdsl.dtypes import DTYPES
 
     if in_place(op, value, target, dtype_of):
         return []
     out: list[int] = []
 
-    def walk(e: Elem) -> int:  # element size of e's array, 0 for a scalar
+    def size(dtype: str) -> int:
+        return DTYPES[dtype].itemsize if dtype in DTYPES else np.dtype(dtype).itemsize  # int16: int8 with uint8
+
+    def made(dtype: str, zero_dim: bool = False) -> TensorValues:
+        out.append(size(dtype))
+        return TensorValues(_NO_VALUES, dtype, zero_dim)
+
+    def walk(e: Elem):  # a TensorValues without values for an array, the number itself for a number
         tag = e[0]
         if tag == "v":
-            return DTYPES[dtype_of(e[1])].itemsize
+            return TensorValues(_NO_VALUES, dtype_of(e[1]), not e[1].shape)
         if tag == "i":
-            out.append(8)
-            return 8
+            return made("int64")
         if tag == "u":
-            size = walk(e[2])
-            if size and e[1] != "+":
-                out.append(size)
-            return size
+            inner = walk(e[2])
+            return made(inner.dtype, inner.zero_dim) if isinstance(inner, TensorValues) and e[1] != "+" else inner
         if tag in ("b", "f"):
-            sizes = [walk(a) for a in ((e[2], e[3]) if tag == "b" else e[2])]
-            if not any(sizes):
-                return 0
-            size = 1 if e[1] in COMPARISONS else max(max(sizes), 4 if e[1] == "/" else 1)
-            out.append(size)
-            return size
-        return 0  # a constant
+            args = [walk(a) for a in ((e[2], e[3]) if tag == "b" else e[2])]
+            arrays = [a for a in args if isinstance(a, TensorValues)]
+            if not arrays:
+                return args[0]
+            return made(_result_of(e[1], *args) if len(args) == 2 else arrays[0].dtype)  # `abs`: its operand's
+        return e[1]  # a number
 
-    size = walk(value)
+    value_type = walk(value)
     if op == "=" and value[0] == "v":  # `x[1:3] = x[0:2]`: cloned first, as copy_ refuses overlapping views
-        out.append(size)
+        out.append(size(value_type.dtype))
     elif op != "=":  # combine(target, value): a new tensor, then copied into the target
-        target_size = DTYPES[dtype_of(target)].itemsize
-        out.append(max(size, target_size, 4 if op == "/=" else 1))
+        out.append(size(_result_of(op[:-1], TensorValues(_NO_VALUES, dtype_of(target)), value_type)))
     return out
+
+
+_NO_VALUES = np.zeros(0)
+
+
+def _result_of(op: str, x, y) -> str:
+    """The dtype torch gives `x OP y`: bool for a comparison, the default float for `/` of integers."""
+    if op in COMPARISONS:
+        return "bool"
+    dtype = result_type(x, y)
+    return DEFAULT_FLOAT if op == "/" and dtype not in _FLOAT_RANK else dtype
 
 
 BINARY = {

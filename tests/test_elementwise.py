@@ -248,3 +248,21 @@ def test_a_float_stored_into_an_integer_is_what_torch_stores(source):
     for dtype in ("bool", "uint8", "int8", "int32", "int64"):
         stored = cast(numpy_of(t), dtype)
         assert (stored == t.to(getattr(torch, dtype)).numpy()).all(), (source, dtype)
+
+
+def test_the_temporaries_torch_makes_are_of_the_dtypes_it_computes_in():
+    """predict and the memory check count the arrays an assignment makes: each of torch's dtype for its step."""
+    from commdsl.elementwise import temporaries
+    from commdsl.schedule import View
+
+    dtypes = {"x": "int32", "g": "bfloat16", "s": "bfloat16", "acc": "float32", "big": "int64", "f": "float32"}
+    v = {name: ("v", View(name, 0, (4,), 4)) for name in dtypes}
+
+    def dtype_of(view):
+        return dtypes[view.tensor]
+
+    assert temporaries("=", ("b", "/", v["x"], ("c", 2), None), v["f"][1], dtype_of) == [8]  # float64 default
+    assert temporaries("+=", ("b", "*", v["g"], v["s"], None), v["acc"][1], dtype_of) == [2, 4]
+    assert temporaries("=", ("b", "+", v["big"], v["f"], None), v["f"][1], dtype_of) == [4]
+    assert temporaries("=", ("b", "<", v["x"], ("c", 0.5), None), v["x"][1], dtype_of) == [1]
+    assert temporaries("=", ("u", "-", ("i",)), v["big"][1], dtype_of) == [8, 8]
