@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from commdsl.schedule import Elem, View
+from commdsl.values import COMPARE, NUMPY_ARITHMETIC
 
 
 class ArrayLib:
@@ -252,23 +253,8 @@ def _number_in_float32(op: str, right: bool) -> bool:
     return op == "*" or right and op in ("/", "//")
 
 
-UFUNC = {  # NumPy's function for each operator, `min` and `max`
-    "+": np.add,
-    "-": np.subtract,
-    "*": np.multiply,
-    "/": np.true_divide,
-    "//": np.floor_divide,
-    "%": np.remainder,
-    "**": np.power,
-    "==": np.equal,
-    "!=": np.not_equal,
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
-    "min": np.minimum,
-    "max": np.maximum,
-}
+UFUNC = {**NUMPY_ARITHMETIC, "**": np.power, **COMPARE, "min": np.minimum, "max": np.maximum}
+"""NumPy's function for each operator of an element expression, `min` and `max`."""
 
 
 def torch_binary(op: str, x, y) -> TensorValues:

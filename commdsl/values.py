@@ -60,6 +60,14 @@ NUMPY_INTEGER = {
     "|": np.bitwise_or,
     "^": np.bitwise_xor,
 }
+NUMPY_ARITHMETIC = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.true_divide,
+    "//": np.floor_divide,
+    "%": np.remainder,
+}
 COMPARE = {
     "==": np.equal,
     "!=": np.not_equal,
@@ -325,14 +333,7 @@ def binary(node: n.Binary, a, b):
         return _int_op(node, op, a, b, size)
     A, B = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     with np.errstate(all="ignore"):
-        value = {
-            "+": np.add,
-            "-": np.subtract,
-            "*": np.multiply,
-            "/": np.true_divide,
-            "//": np.floor_divide,
-            "%": np.remainder,
-        }[op](A, B)
+        value = NUMPY_ARITHMETIC[op](A, B)
     return np.broadcast_to(value, (size,)).copy() if value.shape != (size,) else value
 
 
