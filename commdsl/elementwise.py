@@ -272,7 +272,7 @@ def torch_binary(op: str, x, y) -> TensorValues:
         dtype = DEFAULT_FLOAT
     compute = "float32" if dtype in REDUCED else dtype
     a, b = (
-        as_dtype(v.a, dtype).astype(compute, copy=False)
+        (v.a if v.dtype == dtype else as_dtype(v.a, dtype)).astype(compute, copy=False)
         if isinstance(v, TensorValues)
         else as_dtype(v, "float32" if dtype in REDUCED and _number_in_float32(op, v is y) else dtype)
         for v in (x, y)

@@ -79,6 +79,7 @@ CASES: dict[str, Case] = {
     "N133": Case("world 2\nfor s in 0 .. 1000000000:\n    barrier\n", 2, 1),
     "N134": Case(X + "for s in 0 .. 1000:\n    all_reduce x\n", 4, 5, args=("--max-time", "0.000001"), seconds=1e-6),
     "N135": Case(X + "tensor m: bool[4] = i == rank\nx = 1 - m\n", 4, 5),
+    "N138": Case(X + "tensor u: uint8[4] = 0\nu = 256\n", 4, 5),
 }
 
 NOT_ABOUT_A_PROGRAM = {"N136", "N137"}  # topology and settings files: tests/test_predict.py, test_lint_settings.py
