@@ -452,8 +452,8 @@ def _show_comparison(out, verdict, schedule):
         )
     if verdict.order_dependent:
         out.print(
-            f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} whose sum depends on "
-            "the order of addition (V803) compared across ranks only"
+            f"  {verdict.order_dependent} element{'s' * (verdict.order_dependent != 1)} of sums and products that "
+            "may differ with the order the ranks are combined in (V803) compared across ranks only"
         )
     tolerances = [f"{d} rtol {TOLERANCE[d][0]:g} atol {TOLERANCE[d][1]:g}" for d in verdict.dtypes if d in TOLERANCE]
     if verdict.sim_complete and tolerances:

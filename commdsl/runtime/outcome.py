@@ -111,7 +111,7 @@ class Verdict:
     mismatches: list[Mismatch] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
     compared: int = 0  # ranks whose tensors were compared
-    order_dependent: int = 0  # elements compared across ranks only: their sum depends on the order (V803)
+    order_dependent: int = 0  # elements compared across ranks only: their sum may differ with the order (V803)
     undefined: int = 0  # elements `reduce` left undefined on non-root ranks: not compared (R504)
     dtypes: tuple[str, ...] = ()  # the dtypes compared
     missing: list[int] = field(default_factory=list)  # ranks that never reported their tensors
