@@ -278,7 +278,7 @@ def torch_binary(op: str, x, y) -> TensorValues:
         for v in (x, y)
     )
     with np.errstate(all="ignore"):
-        if dtype in REDUCED and op in ("//", "%") and not (op == "//" and not isinstance(y, TensorValues)):
+        if dtype in REDUCED and (op == "%" or op == "//" and isinstance(y, TensorValues)):
             out = _reduced_division(op, a, b, dtype)
         elif op == "**" and not isinstance(y, TensorValues) and np.ndim(y) == 0:
             out = _power(a, b)
@@ -364,10 +364,8 @@ class TensorValues:
         """torch.reciprocal: in the tensor's float dtype, or the default float for integers and bools."""
         dtype = self.dtype if self.dtype in _FLOAT_RANK else DEFAULT_FLOAT
         with np.errstate(all="ignore"):
-            a = np.float32(1) / self.a.astype(np.float32) if dtype in REDUCED else 1 / as_dtype(self.a, dtype)
-        return TensorValues(
-            _rounded(a.astype(np.float32, copy=False) if dtype in REDUCED else a, dtype), dtype, self.zero_dim
-        )
+            a = 1 / as_dtype(self.a, dtype).astype("float32" if dtype in REDUCED else dtype, copy=False)
+        return TensorValues(_rounded(a, dtype), dtype, self.zero_dim)
 
     def unary(self, op: str) -> TensorValues:
         """`-x`, `+x`, `~x` or `abs(x)`: in the tensor's own dtype (a uint8 negation wraps)."""

@@ -242,14 +242,15 @@ class Weak:
 def combine(op: str, x, y):
     """`x OP y` on element values as one rank computes it: torch's arithmetic where a tensor takes part, Python's
     between per-rank numbers."""
-    if isinstance(x, TensorValues) or isinstance(y, TensorValues):
-        return torch_binary(op, x.a if isinstance(x, Weak) else x, y.a if isinstance(y, Weak) else y)
+    a, b = (v.a if isinstance(v, Weak) else v for v in (x, y))
+    if isinstance(a, TensorValues) or isinstance(b, TensorValues):
+        return torch_binary(op, a, b)
     if isinstance(x, Weak) or isinstance(y, Weak):
         with np.errstate(all="ignore"):
-            return Weak(UFUNC[op](x.a if isinstance(x, Weak) else x, y.a if isinstance(y, Weak) else y))
+            return Weak(UFUNC[op](a, b))
     from commdsl.values import BINARY
 
-    return BINARY[op](x, y) if op in BINARY else (min(x, y) if op == "min" else max(x, y))
+    return BINARY[op](a, b) if op in BINARY else (min(a, b) if op == "min" else max(a, b))
 
 
 class _Elements:
