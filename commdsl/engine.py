@@ -572,10 +572,12 @@ class Engine:
             if len(self.plans) >= PLANS:
                 self.plans.clear()
             got = self.plans[key] = (self.plan_of(rec), (rec.ranks, [(op.ranks, op.peer, op.tag) for op in rec.ops]))
-        return None if got[0] is None else [(rec.ops[i], rec.ops[j], q) for i, j, q in got[0]]
+        return None if got[0] is None else [(rec.ops[i], rec.ops[j], *arrays) for i, j, *arrays in got[0]]
 
-    def plan_of(self, rec: BatchRec) -> list[tuple[int, int, np.ndarray]] | None:
-        """`exchange_plan` worked out, by op index."""
+    def plan_of(self, rec: BatchRec) -> list[tuple] | None:
+        """`exchange_plan` worked out, by op index, with what `exchange` posts for each pair that is the same at
+        every batch sharing the plan: `q`, the send's and the receive's peers, the ranks' positions and both ops'
+        tag columns."""
         ranks, n, W = rec.ranks, rec.ranks.size, self.W
         if any(op.ranks is not ranks and not np.array_equal(op.ranks, ranks) for op in rec.ops):
             return None
@@ -604,7 +606,10 @@ class Engine:
                 r = rec.ops[j]
                 r_tag = at(r.tag, None, n)[q] if self.model.tags else 0
                 if r.gid is None and np.array_equal(at(r.peer, None, n)[q], ranks) and np.all(r_tag == tag):
-                    plan.append((i, j, q))
+                    positions = _frozen(np.arange(n, dtype=np.int64))
+                    froms = _frozen(at(r.peer, None, n).astype(np.int64))
+                    tags = (_tag_column(s, positions), _tag_column(r, positions)) if self.model.tags else (0, 0)
+                    plan.append((i, j, _frozen(q.astype(np.int64)), _frozen(peer), froms, positions, *tags))
                     recvs.remove(j)
                     break
             else:
@@ -612,19 +617,39 @@ class Engine:
         return plan
 
     def exchange(self, rec: BatchRec, G: np.ndarray, plan) -> None:
-        """A self-matched batch: every message posted and met in one step."""
+        """A self-matched batch: every message posted and met in one step. Its posts are put together from the
+        plan, not checked row by row as `rows` does: the plan holds only peers in range, none the rank itself,
+        none in a group. The receives are posted in their op's order and matched in their sends' (`q`)."""
         sends, recvs, posted = [], [], []
-        for s, r, q in plan:
-            srows, _ = self.rows(s, G, None, rec.id)
-            rrows, _ = self.rows(r, G, None, rec.id)
-            posted += [srows, rrows]
+        for s, r, q, peer, froms, positions, tag, r_tag in plan:
+            srows = self.exchanged(s, rec.id, G, peer, G, positions, tag)
+            posted += [srows, self.exchanged(r, rec.id, froms, G, G, positions, r_tag)]
             sends.append(srows)
-            recvs.append(rrows.take(q))
+            recvs.append(self.exchanged(r, rec.id, G, peer, peer, q, tag))  # its tag at q is the send's
         rows = Posts.concat(posted)
         self.obs.posted(rows)
         self.note_matches(Posts.concat(sends), Posts.concat(recvs))
         if rec.req is not None:
             self.finish_requests(rows.req)
+
+    def exchanged(self, op: P2PRec, via: int, src, dst, rank, pos: np.ndarray, tag) -> Posts:
+        """The posts of one op of a self-matched batch by the ranks `rank`, at positions `pos` of the op."""
+        n = pos.size
+        return Posts(
+            size=n,
+            send=int(op.is_send),
+            gid=0,
+            src=src,
+            dst=dst,
+            tag=tag,
+            rank=rank,
+            rec=op.id,
+            pos=pos,
+            req=-1 if op.req is None else at(op.req, pos, n).astype(np.int64),
+            via=via,
+            numel=_per_row(op.view.numel, pos),
+            dtype=self.dtype_ids[op.dtype],
+        )
 
     def new_group(self, rec: NewGroupRec, G: np.ndarray, pos) -> None:
         """Ranks G call `new_group`: torch names the group by how many each rank has made, and a member waits
@@ -1439,6 +1464,12 @@ def _keep(v, good: np.ndarray):
 def _per_row(v, p: np.ndarray):
     """A record's per-rank field at positions p as a column: an int64 array, or its one value."""
     return v[p].astype(np.int64) if isinstance(v, np.ndarray) else int(v)
+
+
+def _tag_column(op: P2PRec, positions: np.ndarray):
+    """An op's tags at `positions` as a column that is never written: an int64 array, or its one value."""
+    column = _per_row(op.tag, positions)
+    return _frozen(column) if isinstance(column, np.ndarray) else column
 
 
 def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
