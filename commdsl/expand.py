@@ -24,6 +24,7 @@ import numpy as np
 from commdsl.collectives import KINDS, Call
 from commdsl.diagnostics import CommdslError, Diagnostic, Note
 from commdsl.elementwise import FLOAT_MAX, category, fill_refuses, integer_division, refusal
+from commdsl.hoist import Hoist, Plan, plan
 from commdsl.limits import (
     MAX_COLLECTIVE_CALLS,
     MAX_OPS,
@@ -227,6 +228,8 @@ class Expander:
         self.unread: dict[int, ReadRec] = {}  # rank → the read it stopped at, its value not known yet
         self.origin: dict[str, tuple[ReadRec, ...]] = {}  # a `let` or loop variable → the reads it came from
         self.here: tuple = ()  # the loop bindings of the statement being expanded
+        self.hoisted: dict[int, Hoist] = {}  # expression id → the running loop that computed it ahead (`hoist`)
+        self.loop_plans: dict[int, tuple[n.For, Plan]] = {}  # loop id → (loop, what its body may hoist)
 
     # ---- errors ---------------------------------------------------------------------------------
     def kill(self, A: np.ndarray, failure: Failure, stmt=None) -> None:
@@ -445,7 +448,15 @@ class Expander:
 
     # ---- static values ----------------------------------------------------------------------------
     def value(self, e, A: np.ndarray, env: Env):
-        """The value of a static expression on the ranks A (a scalar where they all agree)."""
+        """The value of a static expression on the ranks A (a scalar where they all agree): computed, or read
+        from the loop that computed it ahead for this iteration (`hoist`)."""
+        if self.hoisted:
+            hoist = self.hoisted.get(id(e))
+            if hoist is not None and (got := hoist.get(e, A)) is not None:
+                return got
+        return self.computed(e, A, env)
+
+    def computed(self, e, A: np.ndarray, env: Env):
         match e:
             case n.IntLit() | n.FloatLit() | n.BoolLit():
                 return e.value
@@ -760,7 +771,7 @@ class Expander:
         their text and the values of the names they read, so those share one computation and one array."""
         names = self.free.get(id(e))
         if names is None:
-            names = self.free[id(e)] = (e, self.text(e), tuple(sorted(_names(e))))
+            names = self.free[id(e)] = (e, self.text(e), tuple(sorted(n.names_read(e))))
         values = tuple(env.get(k) for k in names[2])
         key = (names[1], id(A)) + tuple(id(v) if is_vec(v) or isinstance(v, VView) else (type(v), v) for v in values)
         hit = self.views.get(key)
@@ -1241,15 +1252,22 @@ class Expander:
         count = np.maximum(0, np.asarray(hi, dtype=object if _objectish(lo, hi) else np.int64) - lo + 1)
         self.spend(int(np.sum(count)) if is_vec(count) else int(count) * int(A.size), s)
         if not is_vec(lo) and not is_vec(hi):
-            for value in range(lo, hi + 1):
-                alive = self.alive[A]
-                if not alive.all():
-                    if not alive.any():
-                        return
-                    G, genv = A[alive], _sub_env(env, alive)
-                else:
-                    G, genv = A, env
-                self.carry(env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, value),)))
+            hoist = self.hoist(s, A, env, lo, hi - lo + 1)
+            try:
+                for value in range(lo, hi + 1):
+                    alive = self.alive[A]
+                    if not alive.all():
+                        if not alive.any():
+                            return
+                        G, genv = A[alive], _sub_env(env, alive)
+                        hoist = self.unhoist(hoist)  # computed for A
+                    else:
+                        G, genv = A, env
+                    if hoist is not None:
+                        hoist[0].enter(value - lo)
+                    self.carry(env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, value),)))
+            finally:
+                self.unhoist(hoist)
             return
         # bounds that differ by rank: iteration t runs lo + t on every rank that has that many
         lo_a = np.broadcast_to(np.asarray(lo), A.shape)
@@ -1264,6 +1282,33 @@ class Expander:
             self.carry(
                 env, A, *self.block(s.body, G, dict(genv, **{s.var: value}), b + ((s.var, self.widen(value, G)),))
             )
+
+    def hoist(self, s: n.For, A, env: Env, lo: int, count: int) -> tuple[Hoist, dict] | None:
+        """Compute the loop body's integer expressions ahead, a block of iterations at a time (`commdsl.hoist`):
+        the hoist, and what it replaced in `hoisted` (a loop run again inside itself, by a call). Not where the
+        expansion reads tensor data: a `let` may hold what a read gave."""
+        if self.reads_data or count < 2:
+            return None
+        got = self.loop_plans.get(id(s))
+        if got is None:
+            got = self.loop_plans[id(s)] = (s, plan(s))  # holding `s` keeps its id from being reused
+        if not got[1].steps:
+            return None
+        hoist = Hoist(self, got[1], A, env, s.var, lo, count)
+        ids = hoist.nodes()
+        replaced = {k: self.hoisted.get(k) for k in ids}
+        self.hoisted.update(dict.fromkeys(ids, hoist))
+        return hoist, replaced
+
+    def unhoist(self, hoist: tuple[Hoist, dict] | None) -> None:
+        """Put back what `hoist` replaced."""
+        if hoist is None:
+            return
+        for k, before in hoist[1].items():
+            if before is None:
+                self.hoisted.pop(k, None)
+            else:
+                self.hoisted[k] = before
 
     def carry(self, env: Env, A, G, genv: Env, names: set[str]) -> None:
         """After a block ran on the ranks G of A: the enclosing `let`s it reassigned take their new values on
@@ -1295,7 +1340,9 @@ class Expander:
         by rank. At most MAX_WHILE_ITERATIONS iterations (N133), so a loop whose condition never turns false
         still ends the check (a condition that reads tensor data is bounded by that alone)."""
         looping = np.ones(A.size, dtype=bool)
-        counters = sorted(k for k in _names(s.cond) if k in env and k not in self.params and k not in ("rank", "world"))
+        counters = sorted(
+            k for k in n.names_read(s.cond) if k in env and k not in self.params and k not in ("rank", "world")
+        )
         for iteration in itertools.count():
             looping &= self.alive[A]
             where = np.flatnonzero(looping)
@@ -1769,21 +1816,11 @@ def _slot_text(slot, k: int) -> str:
     return "" if slot is None else f"[{item(slot, k)}]"
 
 
-def _names(e) -> set[str]:
-    """The names an expression reads (a view is a function of their values)."""
-    if isinstance(e, n.Name):
-        return {e.id}
-    out: set[str] = set()
-    for child in n.children(e):
-        out |= _names(child)
-    return out
-
-
 def _own_names(node) -> set[str]:
     """The names a statement's own expressions read (not those of the blocks inside it); of an expression, its
     names."""
     if not isinstance(node, n.Node) or isinstance(node, (n.Name, n.Attr, n.Call, n.Slice, n.Index, n.Unary, n.Binary)):
-        return _names(node) if isinstance(node, n.Node) else set()
+        return n.names_read(node) if isinstance(node, n.Node) else set()
     out: set[str] = set()
     for field in fields(node):
         if field.name in ("body", "orelse", "branches", "span"):

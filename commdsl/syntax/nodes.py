@@ -519,3 +519,13 @@ def children(e) -> list:
         case ListFor():
             return [e.value, e.lo, e.hi]
     return []
+
+
+def names_read(e) -> set[str]:
+    """The names an expression reads (a `ListFor`'s own variable among them)."""
+    if isinstance(e, Name):
+        return {e.id}
+    out: set[str] = set()
+    for child in children(e):
+        out |= names_read(child)
+    return out
