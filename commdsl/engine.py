@@ -132,6 +132,14 @@ class Rows:
             return getattr(self, name)
         return np.full(self.size, self.consts[name], dtype=np.int64)
 
+    def repeated(self, name: str) -> np.ndarray | None:
+        """The array a column repeats when it is parts not joined yet that are all that one array (a self-matched
+        batch's ops, each posted by the same ranks); else None. Its distinct values are the column's."""
+        parts = self.parts.get(name)
+        if not parts or not isinstance(parts[0][0], np.ndarray) or any(p is not parts[0][0] for p, _ in parts):
+            return None
+        return parts[0][0]
+
     def piece(self, name: str):
         """The column as it is held: its array, or its one value (a constant column), joining it if need be."""
         got = self.__dict__.get(name)
@@ -448,7 +456,8 @@ class Engine:
         # calls whose sizes differ per peer (uneven splits or lists: `Kind.contribution` -1), compared member by
         # member by the checker
         self.uneven = np.array(
-            [bool(np.any(np.asarray(getattr(r, "contribution", 0)) < 0)) for r in schedule.records], dtype=bool
+            [type(r) is CollectiveRec and bool(np.any(np.asarray(r.contribution) < 0)) for r in schedule.records],
+            dtype=bool,
         )
 
     # ---- the rounds ------------------------------------------------------------------------------
