@@ -26,8 +26,8 @@ from commdsl.syntax import nodes as n
 from commdsl.values import Failure, is_vec
 
 HOISTED_OPS = frozenset({"+", "-", "*", "//", "%"})
-BLOCK_ELEMENTS = 1 << 18
-"""Iterations × ranks per block (2 MiB of int64 per expression): few Python calls, little memory."""
+BLOCK_ELEMENTS = 1 << 16
+"""Iterations × ranks per block (512 KiB of int64 per expression: within a core's cache): few Python calls."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ class Hoist:
         self.rows: dict[int, np.ndarray] = {}
         self.first = 0
         self.at = 0
+        self.tiled: dict[str, np.ndarray] = {}  # per-rank names and the ranks, over a whole block: made once
 
     def nodes(self) -> list[int]:
         """The ids of the expressions this loop may hoist (`Expander.value` looks them up)."""
@@ -108,9 +109,15 @@ class Hoist:
     def fill(self, T: int) -> None:
         """Every hoisted expression for iterations first .. first + T - 1."""
         size = self.A.size
-        flat_A = np.tile(self.A, T)
-        env: dict = {k: np.tile(v, T) if is_vec(v) else v for k, v in self.outer.items()}
-        env[self.var] = np.repeat(np.arange(self.lo + self.first, self.lo + self.first + T, dtype=np.int64), size)
+        if not self.tiled:
+            whole = {**self.outer, "": self.A, self.var: np.arange(self.block, dtype=np.int64)}
+            self.tiled = {k: np.tile(v, self.block) for k, v in whole.items() if is_vec(v) and k != self.var}
+            self.tiled[self.var] = np.repeat(whole[self.var], size)
+            for a in self.tiled.values():
+                a.flags.writeable = False
+        env: dict = {k: self.tiled[k][: T * size] if is_vec(v) else v for k, v in self.outer.items()}
+        flat_A = self.tiled[""][: T * size]
+        env[self.var] = self.tiled[self.var][: T * size] + (self.lo + self.first)
         per_rank = {k for k, v in self.outer.items() if is_vec(v)}  # names whose value differs by rank
         scopes: list[tuple[dict, set]] = []
         self.rows = {}
