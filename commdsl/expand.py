@@ -3,7 +3,8 @@
 The body is walked once, not once per rank: `rank` is an array of the ranks that reach a statement,
 `on` splits that set, and every expression is evaluated for all of them together (`commdsl.values`).
 Each statement instance becomes one record of the Schedule, its per-rank fields arrays aligned with
-its ranks. Loop bodies run once per iteration; a loop whose bounds differ by rank runs each rank's own
+its ranks. Loop bodies run once per iteration (their per-rank integer arithmetic computed ahead for a
+block of iterations at once, `commdsl.hoist`); a loop whose bounds differ by rank runs each rank's own
 iterations.
 
 A mistake that depends on the world size or the rank (a view out of bounds, `n / world` not an
