@@ -377,6 +377,8 @@ class Access(Observer):
     def ahead_on_stream(self, gids: list[int], G: np.ndarray) -> dict[int, set[int]]:
         """Per rank of G, the async ops still remembered on its group's stream (`group_ops`): a collective or a
         batch of the group runs after them there, so its own accesses do not race with theirs on NCCL."""
+        if not gids:  # most calls: no rank of G has an op on its group's stream to look up
+            return {}
         return {r: {o for _, o in c} for g, r in zip(gids, G.tolist()) if (c := self.group_ops.get((g, r)))}
 
     def in_group(self, rec: CollectiveRec, G, pos, ops) -> None:

@@ -920,6 +920,8 @@ class TagOutOfRange(Rule):
         for op in ctx.schedule.p2p_records():
             if op.span in seen:
                 continue
+            if not isinstance(op.tag, np.ndarray) and 0 <= op.tag <= TAG_MAX:  # most ops: one tag in range
+                continue
             tags = np.broadcast_to(np.asarray(op.tag, dtype=np.int64), op.ranks.shape)
             bad = (tags > TAG_MAX) | ((tags < 0) & (ctx.backend == "gloo"))  # NCCL ignores tags (P207)
             if not bad.any():
