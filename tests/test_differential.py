@@ -98,28 +98,35 @@ def test_the_compiled_script_agrees_on_4_generated_programs(no_orphans):
     assert problems == []
 
 
-@pytest.mark.gloo
-@pytest.mark.timeout(300)
-def test_element_expressions_over_every_dtype_agree_with_torch(no_orphans):
-    """Generated element expressions (every dtype, numbers at the dtypes' limits): the run and the compiled
-    script hold the simulator's values. Before the simulator computed in torch's dtypes, three programs in ten
-    of these failed (float32 against float64, bfloat16 rounding, x86's float-to-int conversion)."""
-    rng = random.Random(5)
+def clean_programs_disagreeing(generate_program, seed: int, count: int, token: str) -> list[str]:
+    """The first `count` clean programs `generate_program` makes from `seed`, their final tensors pinned by the
+    simulator's: each run on Gloo, the first two also as the plain torch script (forked as in the test below);
+    the programs and details of those that differ."""
+    rng = random.Random(seed)
     problems, ran = [], 0
-    while ran < 10:
-        world, text = generate_elements(rng)
+    while ran < count:
+        world, text = generate_program(rng)
         verdict = static_verdict(world, text)
         if verdict.kind != "clean":
             continue
         ran += 1
         text = with_expects(world, text)
         outcome, detail = compare(verdict, real_run(world, text, timeout=30.0, clean=True))
-        if ran <= 2:  # the plain torch script too, forked as in the test below
-            script = compare_script(verdict, world, script_run(world, text, 120, {TOKEN_VAR: no_orphans}, forked=True))
+        if ran <= 2:
+            script = compare_script(verdict, world, script_run(world, text, 120, {TOKEN_VAR: token}, forked=True))
             outcome, detail = (outcome, detail) if script[0] == "exact" else script
         if outcome != "exact":
             problems.append(f"{text}{detail}")
-    assert problems == []
+    return problems
+
+
+@pytest.mark.gloo
+@pytest.mark.timeout(300)
+def test_element_expressions_over_every_dtype_agree_with_torch(no_orphans):
+    """Generated element expressions (every dtype, numbers at the dtypes' limits): the run and the compiled
+    script hold the simulator's values. Before the simulator computed in torch's dtypes, three programs in ten
+    of these failed (float32 against float64, bfloat16 rounding, x86's float-to-int conversion)."""
+    assert clean_programs_disagreeing(generate_elements, 5, 10, no_orphans) == []
 
 
 @pytest.mark.gloo
@@ -129,22 +136,7 @@ def test_spmd_programs_agree_with_torch(no_orphans):
     and reduce op), clean ones at worlds 1-6: the run holds the simulator's values, and so does the compiled
     script of the first two. Their verdicts are pinned against lint and the simulator themselves; only this
     holds their values to torch's."""
-    rng = random.Random(11)
-    problems, ran = [], 0
-    while ran < 8:
-        world, text = generate_spmd(rng)
-        verdict = static_verdict(world, text)
-        if verdict.kind != "clean":
-            continue
-        ran += 1
-        text = with_expects(world, text)
-        outcome, detail = compare(verdict, real_run(world, text, timeout=30.0, clean=True))
-        if ran <= 2:
-            script = compare_script(verdict, world, script_run(world, text, 120, {TOKEN_VAR: no_orphans}, forked=True))
-            outcome, detail = (outcome, detail) if script[0] == "exact" else script
-        if outcome != "exact":
-            problems.append(f"{text}{detail}")
-    assert problems == []
+    assert clean_programs_disagreeing(generate_spmd, 11, 8, no_orphans) == []
 
 
 @pytest.mark.gloo
