@@ -202,7 +202,8 @@ def _own_candidates(s):
 
 
 def _assigned(s, out: set[str]) -> None:
-    """Add the names statement `s` (and any block inside it) assigns to a `let` of an enclosing block."""
+    """Add the names statement `s` (and any block inside it) assigns to a `let` of an enclosing block, or binds as
+    a loop variable."""
     if isinstance(s, n.Assign) and isinstance(s.target, n.Name):
         out.add(s.target.id)
     if isinstance(s, n.For):
