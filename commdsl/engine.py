@@ -631,23 +631,23 @@ class Engine:
         none in a group. The receives are posted in their op's order and matched in their sends' (`q`)."""
         sends, recvs, posted = [], [], []
         for s, r, q, peer, froms, positions, tag, r_tag in plan:
-            srows = self.exchanged(s, rec.id, G, peer, G, positions, tag)
-            posted += [srows, self.exchanged(r, rec.id, froms, G, G, positions, r_tag)]
+            srows = self.posts(s, rec.id, G, peer, G, positions, tag)
+            posted += [srows, self.posts(r, rec.id, froms, G, G, positions, r_tag)]
             sends.append(srows)
-            recvs.append(self.exchanged(r, rec.id, G, peer, peer, q, tag))  # its tag at q is the send's
+            recvs.append(self.posts(r, rec.id, G, peer, peer, q, tag))  # its tag at q is the send's
         rows = Posts.concat(posted)
         self.obs.posted(rows)
         self.note_matches(Posts.concat(sends), Posts.concat(recvs))
         if rec.req is not None:
             self.finish_requests(rows.req)
 
-    def exchanged(self, op: P2PRec, via: int, src, dst, rank, pos: np.ndarray, tag) -> Posts:
-        """The posts of one op of a self-matched batch by the ranks `rank`, at positions `pos` of the op."""
+    def posts(self, op: P2PRec, via: int, src, dst, rank, pos: np.ndarray, tag, gid: np.ndarray | int = 0) -> Posts:
+        """The posts of op `op` by the ranks `rank`, at positions `pos` of the op (their peers checked)."""
         n = pos.size
         return Posts(
             size=n,
             send=int(op.is_send),
-            gid=0,
+            gid=gid,
             src=src,
             dst=dst,
             tag=tag,
@@ -782,7 +782,6 @@ class Engine:
         void = np.zeros(n, dtype=bool)
         for mask, _ in checks:
             void = void | mask
-        req: np.ndarray | int = at(rec.req, pos, n).astype(np.int64) if rec.req is not None else -1
         p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
         if void.any():
             problem = np.full(n, -1, dtype=np.int64)
@@ -790,29 +789,16 @@ class Engine:
                 problem[(problem < 0) & mask] = code
             for k in np.flatnonzero(void):
                 self.bad.append((int(G[k]), rec.id, int(p[k]), int(problem[k])))
-            if isinstance(req, np.ndarray):
+            if rec.req is not None:  # a void async op's request is done: a wait on it returns
+                req = at(rec.req, pos, n).astype(np.int64)
                 self.finish_requests(req[void & (req >= 0)])
             good = ~void
             if not good.any():
                 return None, void
-            G, peer, gid, req, p = (_keep(x, good) for x in (G, peer, gid, req, p))
-            n = G.size
+            G, peer, gid, p = (_keep(x, good) for x in (G, peer, gid, p))
         src, dst = (G, peer) if rec.is_send else (peer, G)
-        return Posts(
-            size=n,
-            send=int(rec.is_send),
-            gid=gid,
-            src=src,
-            dst=dst,
-            tag=_per_row(rec.tag, p) if self.model.tags else 0,
-            rank=G,
-            rec=rec.id,
-            pos=p,
-            req=req,
-            via=via,
-            numel=_per_row(rec.view.numel, p),
-            dtype=self.dtype_ids[rec.dtype],
-        ), void
+        tag = _per_row(rec.tag, p) if self.model.tags else 0
+        return self.posts(rec, via, src, dst, G, p, tag, gid), void
 
     def wide(self, a: np.ndarray) -> np.ndarray:
         """A record's compacted array (`expand.compact`) as int64, read-only, kept per array: the records of a

@@ -33,10 +33,11 @@ BLOCK_ELEMENTS = 1 << 16
 @dataclass(frozen=True)
 class Plan:
     """What a loop body offers to hoist, in the order the expansion meets it: ("let", name, node) binds a name,
-    ("expr", None, node) is an expression, ("open" | "close", None, None) a `batch`'s scope. `assigned`: the
-    names the body reassigns anywhere (never hoisted, nor what reads them)."""
+    ("expr", None, node) is an expression, ("open" | "close", None, None) a `batch`'s scope; each step ends
+    with the names its node reads. `assigned`: the names the body reassigns anywhere (never hoisted, nor what
+    reads them)."""
 
-    steps: tuple[tuple[str, str | None, n.Node | None], ...]
+    steps: tuple[tuple[str, str | None, n.Node | None, frozenset[str]], ...]
     assigned: frozenset[str]
 
 
@@ -68,7 +69,8 @@ def plan(loop: n.For) -> Plan:
     walk(loop.body)
     if loop.var in assigned:
         return Plan((), frozenset(assigned))
-    return Plan(tuple(steps), frozenset(assigned))
+    read = tuple((*step, frozenset() if step[2] is None else frozenset(n.names_read(step[2]))) for step in steps)
+    return Plan(read, frozenset(assigned))
 
 
 class Hoist:
@@ -90,7 +92,7 @@ class Hoist:
 
     def nodes(self) -> list[int]:
         """The ids of the expressions this loop may hoist (`Expander.value` looks them up)."""
-        return [id(node) for kind, _, node in self.plan.steps if node is not None and kind in ("let", "expr")]
+        return [id(node) for kind, _, node, _ in self.plan.steps if node is not None and kind in ("let", "expr")]
 
     def enter(self, t: int) -> None:
         """Iteration t (from 0) is next: its block is computed when it starts one."""
@@ -121,7 +123,7 @@ class Hoist:
         per_rank = {k for k, v in self.outer.items() if is_vec(v)}  # names whose value differs by rank
         scopes: list[tuple[dict, set]] = []
         self.rows = {}
-        for kind, name, node in self.plan.steps:
+        for kind, name, node, names in self.plan.steps:
             if kind == "open":
                 scopes.append((dict(env), set(per_rank)))
                 continue
@@ -129,7 +131,6 @@ class Hoist:
                 env, per_rank = scopes.pop()
                 continue
             value = None
-            names = set() if node is None else n.names_read(node)
             if node is not None and names <= env.keys():
                 try:
                     value = self.expander.value(node, flat_A, env)
