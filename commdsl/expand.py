@@ -770,6 +770,10 @@ class Expander:
         """The view `e` names on the ranks A. A statement often names the same chunk as the one before it
         (`recv tmp[0 : x.chunk(k, world).size]` then `x.chunk(k, world) += ...`): views are remembered by
         their text and the values of the names they read, so those share one computation and one array."""
+        if self.hoisted:
+            hoist = self.hoisted.get(id(e))
+            if hoist is not None and (got := hoist.view(e, A)) is not None:
+                return got
         names = self.free.get(id(e))
         if names is None:
             names = self.free[id(e)] = (e, self.text(e), tuple(sorted(n.names_read(e))))
@@ -1084,10 +1088,14 @@ class Expander:
             if least <= lo and hi <= most:
                 out = a.astype(dtype)
                 break
+        self.remember_small(a, out)
+        return out
+
+    def remember_small(self, a: np.ndarray, out: np.ndarray) -> None:
+        """`out` is what `small` makes of `a` (the hoist makes a block of them at once)."""
         self.compacted[id(a)] = (a, out)  # holding `a` keeps its id from being reused
         if len(self.compacted) > VIEW_CACHE * 4:
             del self.compacted[next(iter(self.compacted))]
-        return out
 
     def spend(self, steps: int, node) -> None:
         self.steps += steps

@@ -14,6 +14,13 @@ where its value at one iteration is per rank (it reads `rank` or another per-ran
 every rank stays the Python int the expansion makes of it. A block whose evaluation fails (a division by
 zero at some iteration) or leaves int64 is not used for that expression: the iteration computes it as
 before, and reports the failure where it happens.
+
+Views are hoisted the same way: a chunk, slice or index of a tensor whose bounds are such arithmetic (or a
+`.size`/`.rows` of another such view), `x.chunk((rank - s) % world, world)`, is made by the expansion's own
+`make_view` on the block, and each iteration gets its row as the view it would have made (a field the same
+on every rank a Python int, as `uniform` makes it; views of equal text and equal names one object, as the
+expansion's view cache gives). Their int64 rows come with the copy `Expander.compact` would store (`small`:
+the smallest type that holds the block), so that too is made once per block.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commdsl.schedule import VView
 from commdsl.syntax import nodes as n
-from commdsl.values import Failure, is_vec
+from commdsl.values import Failure, is_vec, uniform
 
 HOISTED_OPS = frozenset({"+", "-", "*", "//", "%"})
 BLOCK_ELEMENTS = 1 << 16
@@ -33,9 +41,9 @@ BLOCK_ELEMENTS = 1 << 16
 @dataclass(frozen=True)
 class Plan:
     """What a loop body offers to hoist, in the order the expansion meets it: ("let", name, node) binds a name,
-    ("expr", None, node) is an expression, ("open" | "close", None, None) a `batch`'s scope; each step ends
-    with the names its node reads. `assigned`: the names the body reassigns anywhere (never hoisted, nor what
-    reads them)."""
+    ("expr", None, node) is an integer expression, ("view", None, node) a view, ("open" | "close", None, None)
+    a `batch`'s scope; each step ends with the names its node reads. `assigned`: the names the body reassigns
+    anywhere (never hoisted, nor what reads them)."""
 
     steps: tuple[tuple[str, str | None, n.Node | None, frozenset[str]], ...]
     assigned: frozenset[str]
@@ -55,22 +63,26 @@ def plan(loop: n.For) -> Plan:
                         steps.append(("let", s.name, s.value))
                     else:
                         steps.append(("let", s.name, None))  # the name is not known to the hoist from here
-                        steps.extend(("expr", None, e) for e in _candidates(s.value))
+                        steps.extend(_steps(_candidates(s.value)))
                 case n.Batch():
-                    steps.extend(("expr", None, e) for e in _own_candidates(s))
+                    steps.extend(_steps(_own_candidates(s)))
                     steps.append(("open", None, None))
                     walk(s.body)
                     steps.append(("close", None, None))
                 case n.For() | n.While() | n.On() | n.Coalesced() | n.CallStmt():
                     pass  # their blocks run on other ranks or bind names of their own
                 case _:
-                    steps.extend(("expr", None, e) for e in _own_candidates(s))
+                    steps.extend(_steps(_own_candidates(s)))
 
     walk(loop.body)
     if loop.var in assigned:
         return Plan((), frozenset(assigned))
     read = tuple((*step, frozenset() if step[2] is None else frozenset(n.names_read(step[2]))) for step in steps)
     return Plan(read, frozenset(assigned))
+
+
+def _steps(candidates):
+    return (("view" if _view(e) else "expr", None, e) for e in candidates)
 
 
 class Hoist:
@@ -86,17 +98,21 @@ class Hoist:
             if k not in p.assigned and (_integer(v) or (is_vec(v) and v.dtype == np.int64 and v.size == A.size))
         }
         self.rows: dict[int, np.ndarray] = {}
+        # view node id → (key, tensor, fields): a field is a scalar, or (int64 block, its compact copy)
+        self.views: dict[int, tuple] = {}
+        self.made: dict[tuple, VView] = {}  # this iteration's views by key: equal views are one object
         self.first = 0
         self.at = 0
         self.tiled: dict[str, np.ndarray] = {}  # per-rank names and the ranks, over a whole block: made once
 
     def nodes(self) -> list[int]:
         """The ids of the expressions this loop may hoist (`Expander.value` looks them up)."""
-        return [id(node) for kind, _, node, _ in self.plan.steps if node is not None and kind in ("let", "expr")]
+        return [id(node) for kind, _, node, _ in self.plan.steps if node is not None and kind != "open"]
 
     def enter(self, t: int) -> None:
         """Iteration t (from 0) is next: its block is computed when it starts one."""
         self.at = t
+        self.made = {}
         if t == 0 or t - self.first >= self.block:
             self.first = t
             self.fill(min(self.block, self.count - t))
@@ -107,6 +123,28 @@ class Hoist:
             return None
         rows = self.rows.get(id(e))
         return None if rows is None else rows[self.at - self.first]
+
+    def view(self, e, A: np.ndarray) -> VView | None:
+        """The view `e` names at this iteration on the ranks A, or None when it is not hoisted here."""
+        got = self.views.get(id(e)) if A is self.A else None
+        if got is None:
+            return None
+        key, tensor, fields = got
+        v = self.made.get(key)
+        if v is None:
+            t = self.at - self.first
+            values = []
+            for f in fields:
+                if isinstance(f, tuple):
+                    row = f[0][t]
+                    value = uniform(row)
+                    if value is row:
+                        self.expander.remember_small(row, f[1][t])
+                    values.append(value)
+                else:
+                    values.append(f)
+            v = self.made[key] = VView(tensor, values[0], tuple(values[1:]))
+        return v
 
     def fill(self, T: int) -> None:
         """Every hoisted expression for iterations first .. first + T - 1."""
@@ -123,12 +161,19 @@ class Hoist:
         per_rank = {k for k, v in self.outer.items() if is_vec(v)}  # names whose value differs by rank
         scopes: list[tuple[dict, set]] = []
         self.rows = {}
+        self.views = {}
+        blocks: dict[tuple, tuple] = {}  # views by text and the values of the names they read: made once
+        tensors = self.expander.tensor_names  # no other name may be a tensor's (N102)
         for kind, name, node, names in self.plan.steps:
             if kind == "open":
                 scopes.append((dict(env), set(per_rank)))
                 continue
             if kind == "close":
                 env, per_rank = scopes.pop()
+                continue
+            if kind == "view":
+                if names & per_rank and all(k in env or k in tensors for k in names):
+                    self.hoist_view(node, names, flat_A, env, T, blocks)
                 continue
             value = None
             if node is not None and names <= env.keys():
@@ -151,31 +196,85 @@ class Hoist:
                 block.flags.writeable = False  # rows are shared: a reader that wrote into one would be a bug
                 self.rows[id(node)] = block
 
+    def hoist_view(self, node, names: frozenset[str], flat_A: np.ndarray, env: dict, T: int, blocks: dict) -> None:
+        """View `node` over the block, made once for every view of its text and names' values (`blocks`)."""
+        key = (self.expander.text(node),) + tuple(id(env[k]) for k in sorted(names) if k in env)
+        if key not in blocks:
+            blocks[key] = self.view_block(node, flat_A, env, T)
+        if blocks[key] is not None:
+            self.views[id(node)] = (key, *blocks[key])
+
+    def view_block(self, node, flat_A: np.ndarray, env: dict, T: int) -> tuple[str, list] | None:
+        """(tensor, fields) of view `node` over the block, each field a scalar or (rows, their compact copy);
+        None where making it fails. One the same at every iteration is kept too (`tmp[0 : x.chunk(k, w).size]`
+        reads a per-rank `k`, which would make the expansion's view cache miss at each)."""
+        try:
+            v = self.expander.make_view(node, flat_A, env)
+        except Failure:
+            return None
+        fields: list = []
+        for f in (v.offset, *v.shape):
+            if not is_vec(f):
+                fields.append(f)
+                continue
+            if f.dtype != np.int64 or f.size != flat_A.size:
+                return None
+            block = f.reshape(T, self.A.size)
+            block.flags.writeable = False
+            compact = self.expander.small(block)
+            compact.flags.writeable = False
+            fields.append((block, compact))
+        return v.tensor, fields
+
 
 def _integer(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _arithmetic(e) -> bool:
-    """Integer arithmetic the hoist evaluates, on any names."""
+def _arithmetic(e, sizes: bool = False) -> bool:
+    """Integer arithmetic the hoist evaluates, on any names (and, with `sizes`, on the `.size` or `.rows` of a
+    view it makes)."""
     match e:
         case n.IntLit():
             return _integer(e.value)
         case n.Name():
             return True
+        case n.Attr(attr="size" | "rows") if sizes:
+            return _view(e.value)
         case n.Unary(op="-" | "+"):
-            return _arithmetic(e.operand)
+            return _arithmetic(e.operand, sizes)
         case n.Binary(op=op) if op in HOISTED_OPS:
-            return _arithmetic(e.left) and _arithmetic(e.right)
+            return _arithmetic(e.left, sizes) and _arithmetic(e.right, sizes)
         case n.Call(func=n.Name(id="min" | "max" | "abs")):
-            return all(_arithmetic(a) for a in e.args)
+            return all(_arithmetic(a, sizes) for a in e.args)
     return False
 
 
+def _view(e) -> bool:
+    """A view the hoist makes: a chunk, slice or index (of a tensor, or of such a view) whose integers are
+    `_arithmetic` or the `.size`/`.rows` of such a view. Which names are tensors is known when it is filled."""
+    match e:
+        case n.Call(func=n.Attr(attr="chunk") as f):
+            return len(e.args) == 2 and _viewed(f.value) and all(_arithmetic(a, sizes=True) for a in e.args)
+        case n.Slice():
+            return _viewed(e.value) and all(b is None or _arithmetic(b, sizes=True) for b in (e.lo, e.hi))
+        case n.Index():
+            return _viewed(e.value) and _arithmetic(e.index, sizes=True)
+    return False
+
+
+def _viewed(e) -> bool:
+    """What a hoisted view may be taken of: a name (a tensor, when filled) or another hoisted view."""
+    return isinstance(e, n.Name) or _view(e)
+
+
 def _candidates(e):
-    """The largest arithmetic sub-expressions of `e` worth hoisting (an operation, not a name or a literal);
-    nothing inside a list comprehension, whose variable a name may mean."""
+    """The largest arithmetic sub-expressions and views of `e` worth hoisting (an operation, not a name or a
+    literal); nothing inside a list comprehension, whose variable a name may mean."""
     if isinstance(e, n.ListFor):
+        return
+    if _view(e):
+        yield e
         return
     if _arithmetic(e):
         if not isinstance(e, (n.Name, n.IntLit)):

@@ -30,17 +30,20 @@ def outcome(text: str, world: int, params=None):
 
 
 def hoisted_and_not(text: str, world: int, monkeypatch, params=None) -> tuple[list, list, int]:
-    """The outcome with the hoist, without it, and how many values the hoist gave."""
+    """The outcome with the hoist, without it, and how many values and views the hoist gave."""
     hits = [0]
-    get = Hoist.get
 
-    def counted(self, e, A):
-        got = get(self, e, A)
-        hits[0] += got is not None
-        return got
+    def counted(method):
+        def count(self, e, A):
+            got = method(self, e, A)
+            hits[0] += got is not None
+            return got
+
+        return count
 
     with monkeypatch.context() as m:
-        m.setattr(Hoist, "get", counted)
+        m.setattr(Hoist, "get", counted(Hoist.get))
+        m.setattr(Hoist, "view", counted(Hoist.view))
         with_hoist = outcome(text, world, params)
     with monkeypatch.context() as m:
         m.setattr(EXPAND.Expander, "hoist", lambda self, *args: None)
@@ -76,8 +79,9 @@ let k = rank % 2
 for s in 0 .. 3:
     batch:
         let k = (rank + s + 1) % world
-        send x to k
-        recv y from (rank - s - 1) % world
+        send x.chunk(k % 2, 2) to k
+        recv y.chunk(k % 2, 2) from (rank - s - 1) % world
+    x.chunk(k % 2, 2) += 1
     x[(k + s) % n] += 1
 """,
     "a division by zero at one iteration": """
@@ -115,6 +119,31 @@ for s in 0 .. 2:
 for r in 0 .. rank:
     for s in 0 .. 2:
         x[(rank * s + r) % n] += 1
+""",
+    "nested views and a slice bound from a view's size": """
+tensor m: float32[4, n] = rank * i
+for s in 0 .. world - 1:
+    let k = (rank + s) % 2
+    batch:
+        send x.chunk(k, 2).chunk((rank + 1) % 2, 2) to (rank + 1) % world
+        recv y[0 : x.chunk((rank - s) % world, world).size] from (rank - 1) % world
+    m[(rank + s) % 4][k * 2 : k * 2 + x.chunk(k, 4).size] += 1
+    m.chunk((s + rank) % 2, 2)[1] = y[(rank * s) % n]
+""",
+    "a view out of bounds at one iteration": """
+for s in 0 .. 3:
+    x.chunk((rank + s) % 5, 4) += 1
+""",
+    "a view whose shape is per rank": """
+tensor z: float32[2 * (rank % 2 + 1)] = i
+for s in 0 .. 3:
+    z[(rank + s) % 2 : 2] += 1
+    z.chunk((rank * s) % 2, 2) += z.chunk(((rank * s) + 1) % 2, 2)
+""",
+    "a view the same on every rank": """
+for s in 0 .. 3:
+    let k = s % 2
+    x.chunk(k, 2) += x[rank % n]
 """,
     "a loop variable the body shadows": """
 for s in 0 .. 2:
