@@ -188,6 +188,19 @@ def test_int_vector_divided_with_an_integer_beyond_int64(op):
     check(binary(node(op), big, vec([1, 3])), [py_binary(op, big, 1), py_binary(op, big, 3)])
 
 
+@pytest.mark.parametrize("op", ["//", "%"])
+@pytest.mark.parametrize("shift", [0, 1, 12, 31, 32, 61])
+def test_an_int64_vector_by_a_power_of_two_matches_python(op, shift):
+    """The mask and shift `%` and `//` take for a power of two are Python's floor remainder and division."""
+    lo, hi = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+    rng = np.random.default_rng(shift)
+    values = [lo, lo + 1, -(1 << shift) - 1, -(1 << shift), -1, 0, 1, (1 << shift) - 1, 1 << shift, hi - 1, hi]
+    values += rng.integers(lo, hi, 40, endpoint=True).tolist() + rng.integers(-5000, 5000, 40).tolist()
+    got = binary(node(op), np.array(values, dtype=np.int64), 1 << shift)  # int64 itself, as `vec` would not keep it
+    assert got.dtype == np.int64
+    check(got, [py_binary(op, x, 1 << shift) for x in values])
+
+
 powers_base = st.one_of(st.integers(-12, 12), st.booleans(), st.floats(-20, 20, allow_nan=False))
 powers_exp = st.one_of(st.integers(-4, 8), st.booleans(), st.sampled_from([0.5, -0.5, 2.0, 1.5]))
 
