@@ -36,7 +36,7 @@ from commdsl.limits import Deadline, time_limit
 from commdsl.ordering import Clocks, wildcard_receivers
 from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, NewGroupRec, P2PRec, Schedule, WaitRec
-from commdsl.values import at, distinct
+from commdsl.values import at, distinct, ident
 
 
 @dataclass(frozen=True)
@@ -573,8 +573,8 @@ class Engine:
         channel carries one message of it (no two of its sends share a channel). The answer depends only on
         the ops' rank sets, peers, tags and groups, which a loop's batches share (the expansion gives equal
         values one array): it is kept per those arrays (by identity, holding them) and found again."""
-        key = (_ident(rec.ranks),) + tuple(
-            (op.is_send, _ident(op.ranks), _ident(op.peer), _ident(op.tag), op.gid is None) for op in rec.ops
+        key = (ident(rec.ranks),) + tuple(
+            (op.is_send, ident(op.ranks), ident(op.peer), ident(op.tag), op.gid is None) for op in rec.ops
         )
         got = self.plans.get(key)
         if got is None:
@@ -1444,11 +1444,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     """`a`, read-only: an array that is never written may be known again by its identity."""
     a.flags.writeable = False
     return a
-
-
-def _ident(v):
-    """An array by identity, any other value by itself: a key for values a cache holds on to."""
-    return ("array", id(v)) if isinstance(v, np.ndarray) else v
 
 
 def _keep(v, good: np.ndarray):

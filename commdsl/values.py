@@ -121,6 +121,12 @@ def distinct(a, axis: int | None = None) -> np.ndarray:
     return np.unique(a, return_counts=True, axis=axis)[0]
 
 
+def ident(v):
+    """An array by identity, any other value by itself: a key for values a cache holds on to (the expansion
+    gives a loop's records one array where their values are equal)."""
+    return ("array", id(v)) if isinstance(v, np.ndarray) else v
+
+
 def item(v, k: int):
     """The Python scalar `v` has at position k."""
     if isinstance(v, np.ndarray):

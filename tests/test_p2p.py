@@ -63,3 +63,23 @@ def test_p213_a_batch_on_two_groups_per_rank(groups, found):
             f"batch:\n    send x to peer {groups[0]}\n    recv y from peer {groups[1]}\n")
     diags = check_program(load(SourceFile("b.comm", text)), CheckOptions())
     assert [d.message for d in diags if d.code == "P213"] == found
+
+
+def test_p202_names_a_few_ranks_of_a_statement_and_counts_the_rest():
+    """A ring step with a wrong peer leaves every rank's receive unmatched: one finding for the statement,
+    what the first eight ranks' peers would name, then how many more ops and on which ranks (at world 4096
+    the finding was 4096 notes, and working out each one's hint took half a minute)."""
+    from commdsl.checker import CheckOptions, check_program
+    from commdsl.resolve import load
+    from commdsl.source import SourceFile
+
+    text = ("program r\nworld 12\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor s in 0 .. 1:\n"
+            "    batch:\n        send x to (rank + 1) % world\n        recv y from (rank + 2) % world\n")
+    diags = [d for d in check_program(load(SourceFile("r.comm", text)), CheckOptions()) if d.code == "P202"]
+    assert len(diags) == 1
+    notes = [n.message for n in diags[0].notes]
+    assert diags[0].message == "`recv` on rank 0 from rank 2 has no matching `send`"
+    assert [m for m in notes if "would name" in m] == [
+        f"a matching `send` on rank {(r + 2) % 12} would name rank {r}" for r in range(8)
+    ]
+    assert "the same on 4 more of its ops, on ranks [8, 9, 10, 11]" in notes

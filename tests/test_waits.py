@@ -202,3 +202,53 @@ def test_a_wait_on_a_batch_waits_for_every_peer_of_its_ops():
     assert sorted((e.rank, line_of(s, e.op), e.target) for e in a.edges[0]) == [(0, 8, 1), (0, 8, 2)]
     assert sorted(cycle_path(s, c) for c in a.cycles) == [[(0, 8, 1), (1, 12, 0)]]  # one per component
     assert a.definite(a.cycles[0]) and a.unmatched == []
+
+
+# ---- looking ahead through a loop -----------------------------------------------------------------------
+
+def _looped(rng) -> tuple[int, str]:
+    """A loop whose sends and receives every rank runs (one array of ranks for all iterations), beside guarded
+    tagged receives that stop some ranks at some iteration: what their peers wait for lies in later
+    iterations of ops with equal arrays."""
+    world = rng.randint(2, 6)
+    peer = ["(rank + 1) % world", "(rank - 1) % world", "(rank + 2) % world", "world - 1 - rank"]
+    stops = [f"on rank == {r} and s == {rng.randrange(4)}:\n        recv y from {rng.randrange(world)} tag 7"
+             for r in rng.sample(range(world), min(world, 2))]
+    ops = [rng.choice([f"batch:\n        send x to {p}\n        recv y from {p}"] * 3
+                      + [f"send x to {rng.choice(peer)}", f"recv y from {rng.choice(peer)}"])
+           for p in rng.choices(peer, k=rng.randint(1, 3))]
+    body = rng.sample(stops + ops, len(stops) + len(ops))
+    return world, (f"world {world}\ntensor x: float32[1] = rank\ntensor y: float32[1]\nfor s in 0 .. 4:\n"
+                   + "\n".join("    " + b for b in body) + "\n")
+
+
+def test_an_op_a_loop_repeats_is_read_again_once_a_later_stalled_rank_runs_it(monkeypatch):
+    """Rank 0 stalls at s = 0 and rank 1 at s = 2; rank 2 waits in the swap of s = 2 for rank 1, whose own swap
+    of s = 2 lies after where it stopped. The swaps of s = 0 and 1 have the same arrays but rank 1 stopped
+    after them: the one of s = 2 must be read again, or rank 2's messages would look never met."""
+    text = ("world 4\ntensor x: float32[1] = rank\ntensor y: float32[1]\nfor s in 0 .. 3:\n"
+            "    on rank == 0 and s == 0:\n        recv y from 3 tag 9\n"
+            "    on rank == 1 and s == 2:\n        recv y from 0 tag 7\n"
+            "    batch:\n        send x to world - 1 - rank\n        recv y from world - 1 - rank\n")
+    s, outcome, a = run(text, 4)
+    assert sorted(outcome.stalled.tolist()) == [0, 1, 2, 3]
+    never = [(int(outcome.unmatched.rank[row]), s.records[int(outcome.unmatched.rec[row])].span.line)
+             for row, _ in a.unmatched]
+    assert never == [(1, 8)]  # rank 1's tagged receive; rank 2's swap with rank 1 is still coming (rank 0's
+    assert [loc(s, near) for _, near, _ in a.tag_mismatches] == [(10, 3)]  # is a near miss of rank 3's swap)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_ops_a_loop_repeats_are_looked_through_once(seed: int, monkeypatch):
+    """`_Ahead.messages` reads a loop's ops once while nothing it asks has changed: the analysis is what reading
+    every op gives (each key made unique, the memory never hits)."""
+    import random
+
+    from commdsl.checker import waits
+
+    world, text = _looped(random.Random(seed))
+    s = expand(load(SourceFile("t.comm", text)), world)
+    outcome = run_engine(s, GLOO)
+    remembered = analyse(outcome)
+    monkeypatch.setattr(waits, "_content", lambda v: object())
+    assert analyse(outcome) == remembered, text

@@ -20,7 +20,7 @@ import numpy as np
 from commdsl.engine import Calls, Outcome, Posts
 from commdsl.p2p import ANY_SOURCE
 from commdsl.schedule import BatchRec, CollectiveRec, NewGroupRec, P2PRec, WaitRec
-from commdsl.values import at
+from commdsl.values import at, ident
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,11 @@ def _member(a: tuple, b: tuple) -> np.ndarray:
     return out[:n]
 
 
+def _content(v):
+    """A per-rank field as a key by its values (an array's dtype and bytes), any other value by itself."""
+    return (v.dtype.str, v.tobytes()) if isinstance(v, np.ndarray) else v
+
+
 class _Ahead:
     """What ranks will still do, looked up only as far ahead as the questions need.
 
@@ -116,13 +121,24 @@ class _Ahead:
         W = self.s.world
         asking = np.zeros(W, dtype=bool)
         asking[poster] = True
-        low = int(self.head[poster].min())
+        heads = np.sort(self.head[poster])
+        low = int(heads[0])
+        # An op that posts on the channels of one already read answers nothing that one did not, unless more of
+        # the asking ranks run it (those stalled before it do not; the questions only get fewer): a loop's ops
+        # are read once per count of asking ranks that reach them. A loop's records share their ranks' array
+        # (known by identity); a peer computed per iteration is a new array of the same values.
+        read: dict[tuple, int] = {}
         for rid in self.s.top:
             if rid < low:
                 continue
             rec = self.s.records[rid]
             ops = (rec,) if isinstance(rec, P2PRec) else rec.ops if isinstance(rec, BatchRec) else ()
+            running = int(np.searchsorted(heads, rid, side="right"))  # of the asking ranks, those that reach rid
             for op in ops:
+                key = (op.is_send, op.from_any, ident(op.ranks), *(_content(v) for v in (op.peer, op.tag, op.gid)))
+                if read.get(key) == running:
+                    continue
+                read[key] = running
                 G = op.ranks[asking[op.ranks] & (self.head[op.ranks] <= rid)]
                 if not G.size:
                     continue

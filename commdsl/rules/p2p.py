@@ -13,7 +13,7 @@ import numpy as np
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
 from commdsl.p2p import ANY_SOURCE
-from commdsl.rules import Rule
+from commdsl.rules import Rule, rank_list
 from commdsl.schedule import BatchRec, P2PRec, Schedule
 
 if TYPE_CHECKING:
@@ -26,7 +26,9 @@ class UnmatchedSend(Rule):
     ## What it does
 
     Reports a `send` or `isend` that no receive ever matches: the destination finishes, or reaches a
-    point it never leaves, without posting a `recv` from this rank with the same tag (and group).
+    point it never leaves, without posting a `recv` from this rank with the same tag (and group). A
+    statement whose sends go unmatched on many ranks is one finding, worded for its first: the notes say
+    what the receives of its first eight ranks' peers would name, and count the others.
 
     ## Why is this bad?
 
@@ -85,7 +87,9 @@ class UnmatchedRecv(Rule):
     ## What it does
 
     Reports a `recv` or `irecv` that no send ever matches: the source finishes, or reaches a point it
-    never leaves, without posting a `send` to this rank with the same tag (and group).
+    never leaves, without posting a `send` to this rank with the same tag (and group). A statement whose
+    receives go unmatched on many ranks is one finding, worded for its first: the notes say what the sends
+    of its first eight ranks' peers would name, and count the others.
 
     ## Why is this bad?
 
@@ -782,32 +786,55 @@ class _Sender:
 # ---- what the P2P rules share ---------------------------------------------------------------------
 
 
+NAMED_RANKS = 8
+"""The most ranks one unmatched-op finding names one by one; the others of its statement are counted."""
+
+
 def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnostic]:
+    """One finding per statement whose sends (or receives) never met, worded for its first rank: what a
+    matching op on the peer would name, for the first `NAMED_RANKS` ranks, then how many more (a ring with a
+    wrong peer at world 4096 has 4096 such ranks on one line)."""
     posts = ctx.outcome.unmatched
+    statements: dict[int, list[tuple[int, str]]] = {}
     for row, reason in ctx.waits.unmatched:
-        if bool(posts.send[row]) != sends:
-            continue
+        if bool(posts.send[row]) == sends:
+            statements.setdefault(ctx.record(posts.rec[row]).span.start, []).append((row, reason))
+    for rows in statements.values():
+        row, reason = rows[0]
         rec = ctx.record(posts.rec[row])
         op = ctx.op(posts.rec[row], posts.pos[row])
         rank, peer = int(posts.rank[row]), op.peer
         other = "recv" if sends else "send"
         fate = "finishes without posting one" if reason == "finished" else "never posts one"
-        tag = f" with tag {op.tag}" if op.tag else ""
         if peer == ANY_SOURCE:
-            who, whom = "any rank", "another rank"
+            who = "any rank"
             fate = "every other rank finishes without one" if reason == "finished" else "no other rank posts one"
         else:
-            who, whom, fate = f"rank {peer}", f"rank {peer}", f"rank {peer} {fate}"
+            who, fate = f"rank {peer}", f"rank {peer} {fate}"
+        named = [_would_name(ctx, r, other) for r, _ in rows[:NAMED_RANKS]]
+        rest = rows[NAMED_RANKS:]
+        if rest:
+            ranks = {int(posts.rank[r]) for r, _ in rest}
+            named.append(f"the same on {len(rest)} more of its ops, on ranks {rank_list(ranks)}")
         yield rule.diagnostic(
             f"`{rec.word}` on rank {rank} {'to' if sends else 'from'} {who} has no matching `{other}`",
             span=op.span,
             label=fate,
-            notes=(
-                Note(message=f"a matching `{other}` on {whom} would name rank {rank}{tag}"),
-                Note(message=_never_met(ctx.backend, rec, self_=peer == rank)),
+            notes=tuple(
+                Note(message=m)
+                for m in dict.fromkeys([named[0], _never_met(ctx.backend, rec, self_=peer == rank), *named[1:]])
             ),
             help=None if peer == ANY_SOURCE else _peer_hint(ctx, row),
         )
+
+
+def _would_name(ctx: Context, row: int, other: str) -> str:
+    """What the op that would have met row `row` of the unmatched posts names."""
+    posts = ctx.outcome.unmatched
+    op = ctx.op(posts.rec[row], posts.pos[row])
+    whom = "another rank" if op.peer == ANY_SOURCE else f"rank {op.peer}"
+    tag = f" with tag {op.tag}" if op.tag else ""
+    return f"a matching `{other}` on {whom} would name rank {int(posts.rank[row])}{tag}"
 
 
 def _never_met(backend: str, rec, self_: bool) -> str:
