@@ -18,6 +18,7 @@ def granularity(request, monkeypatch):
     """Every test twice: tensors tracked element by element, and (as a large tensor is) by segments."""
     if request.param == "segments":
         monkeypatch.setattr("commdsl.checker.access.SEGMENTS_FROM", 0)
+        monkeypatch.setattr("commdsl.checker.access.ELEMENTS_PER_SEGMENT", 0)  # however short the segments
     return request.param
 
 
@@ -280,3 +281,50 @@ def test_a_large_tensor_is_tracked_by_the_segments_its_views_cut(granularity):
     assert not (access.races or access.undefined_reads or access.dead_stores)
     assert access.segments("kv").tolist() == [k << 24 for k in range(5)]
     assert access.writing["incoming"].size == 4
+
+
+def test_a_race_on_every_rank_keeps_the_first_races_of_each_pair_of_statements():
+    """A ring step that writes its in-flight send buffer races on every rank at every iteration: the tracker
+    keeps, per pair of statements, the first `LISTED` races in rank order (R503 reports the first), not one per
+    rank and iteration (16 million at world 4096)."""
+    from commdsl.rules import LISTED
+
+    text = ("world 12\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor s in 0 .. 3:\n"
+            "    h = isend x to (rank + 1) % world\n    recv y from (rank - 1) % world\n    x = s\n    wait h\n")
+    s, access = track(text, 12)
+    assert LISTED == 8 and races(s, access) == [(r, 7, 5, True, False, "x") for r in (0, 0, 0, 0, 1, 1, 1, 1)]
+    assert [s.locate(r.op)[0].bindings for r in sorted(access.races)][:4] == [(("s", k),) for k in range(4)]
+
+
+def test_windows_close_what_each_request_holds_once():
+    """`Windows`: one entry per op and its ranks; a request that holds several (two ops of a batch bound to one
+    handle) gives them all back at its wait, others keep theirs, and a second wait finds nothing."""
+    import numpy as np
+
+    from commdsl.checker.access import Windows
+
+    w = Windows(6)
+    w.open("x", np.array([0, 1, 2, 3]), np.array([0, 0, 1, 1]), False, np.array([3, 4]))
+    w.open("y", np.array([7, 8]), np.array([0, 1]), True, np.array([4, 5]))
+    got = sorted((t, idx.tolist(), writes) for t, idx, writes in w.close(np.array([4, 4])))
+    assert got == [("x", [2, 3], False), ("y", [7], True)]
+    assert 4 not in w and 3 in w and 5 in w and list(w.close(np.array([4]))) == []
+    assert [(t, idx.tolist()) for t, idx, _ in w.close(np.array([5, 3]))] in (
+        [("x", [0, 1]), ("y", [8])], [("y", [8]), ("x", [0, 1])])
+    assert not w and w.entries == [None, None]
+
+
+def test_a_tensor_cut_at_nearly_every_element_is_tracked_by_element(monkeypatch):
+    """Views of one element, one per iteration, cut a large tensor at every element: its segments would be as
+    many as its elements, each view's ends looked up among them; it is tracked element by element, with the
+    same findings (a ring's chunks of one element at world 4096 took minutes to lint)."""
+    monkeypatch.setattr("commdsl.checker.access.SEGMENTS_FROM", 16)  # x is large
+    monkeypatch.setattr("commdsl.checker.access.ELEMENTS_PER_SEGMENT", 2)
+    text = ("world 2\ntensor x: float32[16] = rank\ntensor y: float32[1]\nfor s in 0 .. 15:\n"
+            "    h = isend x[s] to 1 - rank\n    recv y from 1 - rank\n    x[s] = 2\n    wait h\n")
+    s, access = track(text)
+    assert "x" in access.cuts and access.cuts["x"] is None
+    assert races(s, access) == [(r, 7, 5, True, False, "x") for r in (0, 0, 0, 0, 0, 0, 0, 0)]
+    monkeypatch.setattr("commdsl.checker.access.ELEMENTS_PER_SEGMENT", 0)  # by segments: the same findings
+    s, by_segments = track(text)
+    assert by_segments.cuts["x"] is not None and races(s, by_segments) == races(s, access)

@@ -359,3 +359,14 @@ def test_a_rank_stuck_in_set_up_is_named_with_the_step_it_is_stuck_in():
     assert at.text == "setting up: init_process_group, connecting to every other rank"
     assert "rendezvous store" in where(schedule, BATCH_WITH_COMMENTS, 1, progress.SETUP_STORE, progress.INIT).text
     assert where(schedule, BATCH_WITH_COMMENTS, 1, -1, progress.INIT).text == "setting up (process group, groups, tensors)"
+
+
+def test_r501_names_a_loops_first_unwaited_requests_and_counts_the_rest():
+    """An `isend` left unwaited at every iteration of a loop: one finding, the loop values of its first `LISTED`
+    records, then how many more and the last (4,095 notes for a ring at world 4096, each merged in turn)."""
+    text = HEAD + "for s in 0 .. 11:\n    h = isend x to 1 - rank\n    recv y[0:4] from 1 - rank\n"
+    d, notes = one(text, "R501", "gloo")
+    assert d.message == "the request of `isend` on rank 0 is never waited"
+    posted = [n for n in notes if n.startswith(("the one posted", "and "))]
+    assert posted == [f"the one posted at s = {k}" for k in range(8)] + ["and 4 more, the last posted at s = 11"]
+    assert notes.index(posted[1]) == 2  # after the first and the backend's note, as a single finding reads

@@ -17,11 +17,14 @@ bytes (a 256 MiB ring attention at world 4 took 51 s and 9.5 GB element by eleme
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from commdsl.engine import Observer, Posts
+from commdsl.rules import LISTED
 from commdsl.schedule import (
     VIEW_FIELDS,
     VIEW_TUPLE_FIELDS,
@@ -37,6 +40,11 @@ from commdsl.values import at, distinct, is_vec
 SEGMENTS_FROM = 1 << 22
 """Tensors of at least this many elements over all ranks are tracked by segments (`Access.segments`); smaller
 ones element by element, which costs nothing to set up."""
+
+ELEMENTS_PER_SEGMENT = 2
+"""Segments are used where their views cut a tensor into segments this long on average, or longer: shorter
+ones (a ring's chunks of one element at world 4096: a cut at every element) are tracked element by element,
+cheaper than looking up each view's ends among millions of cuts."""
 
 
 @dataclass(frozen=True, order=True)
@@ -70,6 +78,56 @@ class DeadStore:
     overwriter: int
 
 
+class Windows:
+    """The elements async ops hold in flight, by request, until a `wait` (or a barrier) ends them. One entry per
+    op and the ranks that posted it at once (their requests, the elements each holds), not one per request: a
+    ring of `isend`s at world 4096 posts 4,096 requests a step, and walking them one by one was most of a lint."""
+
+    def __init__(self, requests: int):
+        self.entry_of = np.full(requests, -1, dtype=np.int32)  # a request's latest entry, -1: it holds nothing
+        # (tensor, elements, their slot, writes, the requests by slot, each slot's earlier entry, slots open)
+        self.entries: list[list | None] = []
+        self.live = 0
+
+    def __bool__(self) -> bool:
+        return self.live > 0
+
+    def __contains__(self, q: int) -> bool:
+        return bool(self.entry_of[q] >= 0)
+
+    def open(self, t: str, idx: np.ndarray, owner: np.ndarray, writes: bool, reqs: np.ndarray) -> None:
+        """Requests `reqs` (distinct) hold elements `idx` of `t`, element i by request `reqs[owner[i]]`."""
+        self.entries.append([t, idx, owner, writes, reqs, self.entry_of[reqs].copy(), reqs.size])
+        self.entry_of[reqs] = len(self.entries) - 1
+        self.live += 1
+
+    def close(self, reqs: np.ndarray) -> Iterator[tuple[str, np.ndarray, bool]]:
+        """(tensor, elements, writes) of every window the requests held: they hold none after."""
+        reqs = distinct(reqs[self.entry_of[reqs] >= 0])
+        eids = self.entry_of[reqs]
+        self.entry_of[reqs] = -1
+        while reqs.size:
+            later_reqs, later_eids = [], []
+            for eid in distinct(eids).tolist():
+                entry = self.entries[eid]
+                assert entry is not None  # a request's entries stay until it is closed
+                t, idx, owner, writes, by_slot, earlier, _ = entry
+                mine = reqs[eids == eid]
+                sorter = np.argsort(by_slot)
+                slots = sorter[np.searchsorted(by_slot, mine, sorter=sorter)]
+                closing = np.zeros(by_slot.size, dtype=bool)
+                closing[slots] = True
+                yield t, idx[closing[owner]], writes
+                entry[6] -= slots.size
+                if entry[6] == 0:
+                    self.entries[eid] = None
+                    self.live -= 1
+                back = earlier[slots]
+                later_reqs.append(mine[back >= 0])
+                later_eids.append(back[back >= 0])
+            reqs, eids = np.concatenate(later_reqs), np.concatenate(later_eids)
+
+
 class Access(Observer):
     def __init__(self, schedule: Schedule, lints: bool):
         self.s = schedule
@@ -88,8 +146,11 @@ class Access(Observer):
         self.owner: dict[str, np.ndarray] = {}  # the op id that last put an element in flight
         self.undef: dict[str, np.ndarray] = {}  # op id of the reduce that left an element undefined, or -1
         self.unread: dict[str, np.ndarray] = {}  # op id of the collective whose result an element holds, or -1
-        self.windows: dict[int, list[tuple[str, np.ndarray, bool]]] = {}  # request id → what it holds in flight
-        self.races: list[Race] = []
+        self.windows = Windows(schedule.requests.count)  # what each request holds in flight
+        # (statement, in-flight statement, NCCL-ordered) → its first `LISTED` races in rank order, of which R503
+        # reports the first: a ring step that writes its in-flight send buffer at world 4096 races on every rank
+        # at every iteration, 16 million races for one finding (`keep`)
+        self.kept: dict[tuple, list[Race]] = {}
         self.undefined_reads: list[UndefinedRead] = []
         self.dead_stores: list[DeadStore] = []
         self.receivers: dict[int, int] = {}  # collective record id → ranks it left a result on (lints only)
@@ -150,15 +211,21 @@ class Access(Observer):
                         self.views_of.setdefault(v.tensor, []).append((rec.ranks, v))
         base = self.base[tensor]
         found = [np.array([0, self.size[tensor]], dtype=np.int64)]
-        held = 2
+        held, limit = 2, 1 << 20
         for ranks, v in self.views_of.get(tensor, ()):
             start = base[ranks] + np.asarray(v.offset, dtype=np.int64)
             found += [start, start + np.asarray(v.numel, dtype=np.int64)]
             held += 2 * ranks.size
-            if held > 1 << 20:  # a loop's views share most of their ends: keep the distinct ones
+            if held > limit:  # a loop's views share most of their ends: keep the distinct ones
                 found = [distinct(np.concatenate([np.ravel(f) for f in found]))]
                 held = found[0].size
-        cuts = self.cuts[tensor] = distinct(np.concatenate([np.ravel(f) for f in found]))
+                if (held - 1) * ELEMENTS_PER_SEGMENT > self.size[tensor]:
+                    break
+                limit = max(limit, 2 * held)  # when they are many, not again at every view
+        cuts = distinct(np.concatenate([np.ravel(f) for f in found]))
+        if (cuts.size - 1) * ELEMENTS_PER_SEGMENT > self.size[tensor]:
+            cuts = None
+        self.cuts[tensor] = cuts
         return cuts
 
     # ---- one access -------------------------------------------------------------------------------------
@@ -211,13 +278,44 @@ class Access(Observer):
                 out[owner[hit]] = u[hit]
         return out
 
+    @property
+    def races(self) -> list[Race]:
+        """The races kept: per pair of statements, the first `LISTED` in rank order."""
+        return [race for kept in self.kept.values() for race in kept]
+
     def race(self, G, owner, idx, busy, t, op_ids, writes) -> None:
-        for k in distinct(owner[busy]):
-            first = idx[np.flatnonzero(busy & (owner == k))[0]]
-            window_writes = not (writes and self.reading[t][first] > 0)  # a writer meets readers first
-            rank, inflight = int(G[k]), int(self.owner[t][first])
-            ordered = inflight in self.nccl_done.get(rank, ()) or inflight in self.same_stream.get(rank, ())
-            self.races.append(Race(rank, int(op_ids[k]), inflight, writes, window_writes, t, nccl_ordered=ordered))
+        """Each rank of G whose access meets elements in flight races with the op that put its first such element
+        in flight."""
+        b = np.flatnonzero(busy)
+        first = b[np.r_[True, owner[b][1:] != owner[b][:-1]]]  # `owner` ascends: each rank's first busy element
+        k, el = owner[first], idx[first]
+        window_writes = self.reading[t][el] == 0 if writes else np.ones(el.size, dtype=bool)  # a writer meets readers
+        self.keep(G[k], op_ids[k], self.owner[t][el], writes, window_writes, t, same_batch=False)
+
+    def keep(self, ranks, ops, inflight, writes: bool, window_writes, tensor: str, same_batch: bool) -> None:
+        """Races of `ranks` (distinct) by `ops` with the in-flight ops `inflight`: kept per pair of statements and
+        NCCL order, the lowest ranks' first. Only a pair's lowest `LISTED` ranks here can be among those, so
+        no more are looked at (NCCL's order is looked up per rank, where there is any)."""
+        records = self.s.records
+        at_rec = np.searchsorted(self.s.op_bases, ops, side="right") - 1
+        in_rec = np.searchsorted(self.s.op_bases, inflight, side="right") - 1
+        pairs = at_rec * len(records) + in_rec
+        orders = not same_batch and bool(self.nccl_done or self.same_stream)
+        for pair in distinct(pairs).tolist():
+            spans = (records[pair // len(records)].span, records[pair % len(records)].span)
+            seen = {False: 0, True: 0}
+            mine = np.flatnonzero(pairs == pair)
+            for j in mine[np.argsort(ranks[mine], kind="stable")].tolist():
+                rank, q = int(ranks[j]), int(inflight[j])
+                ordered = orders and (q in self.nccl_done.get(rank, ()) or q in self.same_stream.get(rank, ()))
+                kept = self.kept.setdefault((*spans, ordered), [])
+                race = Race(rank, int(ops[j]), q, writes, bool(window_writes[j]), tensor, same_batch, ordered)
+                if len(kept) < LISTED or race < kept[-1]:
+                    bisect.insort(kept, race)
+                    del kept[LISTED:]
+                seen[ordered] += 1
+                if seen[False] >= LISTED and (seen[True] >= LISTED or not orders):
+                    break
 
     def overwrite(self, t: str, idx, owner, G, op_ids) -> None:
         """A write over unread collective results: a dead store when it overwrites all of one; one it
@@ -245,11 +343,8 @@ class Access(Observer):
         own = self._table(self.owner, t, -1)
         table[idx] += 1  # a view's elements on one rank are distinct, and ranks' elements never overlap
         own[idx] = op_ids[owner]
-        if reqs is not None:  # `owner` is sorted: rank k's elements are one slice (a mask per rank was quadratic)
-            ends = np.cumsum(np.bincount(owner, minlength=G.size)).tolist()
-            for k, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
-                if b > a:
-                    self.windows.setdefault(int(reqs[k]), []).append((t, idx[a:b], writes))
+        if reqs is not None:
+            self.windows.open(t, idx, owner, writes, np.asarray(reqs, dtype=np.int64))
 
     def close(self, t: str, idx: np.ndarray, writes: bool) -> None:
         (self.writing[t] if writes else self.reading[t])[idx] -= 1
@@ -325,9 +420,10 @@ class Access(Observer):
         va, vb = ra.view, rb.view
         sa, na = (np.asarray(at(x, pa[ia], ia.size), dtype=np.int64) for x in (va.offset, va.numel))
         sb, nb = (np.asarray(at(x, pb[ib], ib.size), dtype=np.int64) for x in (vb.offset, vb.numel))
-        hit = (sa < sb + nb) & (sb < sa + na) & (na > 0) & (nb > 0)
-        for k in np.flatnonzero(hit).tolist():
-            self.races.append(Race(int(common[k]), int(ob[ib[k]]), int(oa[ia[k]]), wb, wa, va.tensor, True))
+        hit = np.flatnonzero((sa < sb + nb) & (sb < sa + na) & (na > 0) & (nb > 0))
+        if hit.size:
+            window = np.full(hit.size, wa, dtype=bool)
+            self.keep(common[hit], ob[ib[hit]], oa[ia[hit]], wb, window, va.tensor, same_batch=True)
 
     def called(self, rec: CollectiveRec, G, pos, me):
         ops = rec.base + pos
@@ -428,9 +524,8 @@ class Access(Observer):
         """torch's barrier returns once the rank's earlier collectives on its group have ended (Gloo's waits for
         every earlier work of the group, measured; NCCL's synchronizes the stream they ran on): their buffers
         are no longer in flight, though their requests are not yet waited."""
-        for q in reqs:
-            for t, idx, writes in self.windows.pop(q, ()):
-                self.close(t, idx, writes)
+        for t, idx, writes in self.windows.close(np.asarray(reqs, dtype=np.int64)):
+            self.close(t, idx, writes)
 
     def result_left(self, rec: CollectiveRec, g, p, o) -> None:
         """Mark the outputs `rec` wrote on ranks `g` as results not yet read (L705), and count those ranks."""
@@ -445,7 +540,8 @@ class Access(Observer):
     def waited(self, reqs: np.ndarray):
         if not self.windows:
             return
-        for q in reqs.tolist():
-            for t, idx, writes in self.windows.pop(q, ()):
-                self.close(t, idx, writes)
-            self.barrier_ends(self.barrier_reqs.pop(q, []))
+        for t, idx, writes in self.windows.close(reqs):
+            self.close(t, idx, writes)
+        if self.barrier_reqs:  # an async barrier's `wait` ends what its group's earlier collectives hold
+            for q in reqs.tolist():
+                self.barrier_ends(self.barrier_reqs.pop(q, []))

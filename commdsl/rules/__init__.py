@@ -166,7 +166,13 @@ def sections(markdown: str) -> dict[str, str]:
     return {k: v.strip() for k, v in out.items()}
 
 
-def rank_list(ranks, limit: int = 8) -> str:
+LISTED = 8
+"""The most ranks, loop iterations or races one finding lists one by one; the others are counted. A bug on every
+rank of a loop at world 4096 is one finding that stays readable, and the checker keeps no more of it than that
+(`checker.access.Access.keep`)."""
+
+
+def rank_list(ranks, limit: int = LISTED) -> str:
     """Ranks for a message: `[0, 2, 3]`, or runs with a count when there are many (`[0..1022, 1024..4095]
     (4095 ranks)`), so a finding at world 65536 stays one readable line."""
     ranks = sorted(int(r) for r in ranks)

@@ -13,7 +13,7 @@ import numpy as np
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
 from commdsl.p2p import ANY_SOURCE
-from commdsl.rules import Rule, rank_list
+from commdsl.rules import LISTED, Rule, rank_list
 from commdsl.schedule import BatchRec, P2PRec, Schedule
 
 if TYPE_CHECKING:
@@ -786,13 +786,9 @@ class _Sender:
 # ---- what the P2P rules share ---------------------------------------------------------------------
 
 
-NAMED_RANKS = 8
-"""The most ranks one unmatched-op finding names one by one; the others of its statement are counted."""
-
-
 def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnostic]:
     """One finding per statement whose sends (or receives) never met, worded for its first rank: what a
-    matching op on the peer would name, for the first `NAMED_RANKS` ranks, then how many more (a ring with a
+    matching op on the peer would name, for the first `LISTED` ranks, then how many more (a ring with a
     wrong peer at world 4096 has 4096 such ranks on one line)."""
     posts = ctx.outcome.unmatched
     statements: dict[int, list[tuple[int, str]]] = {}
@@ -811,8 +807,8 @@ def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnost
             fate = "every other rank finishes without one" if reason == "finished" else "no other rank posts one"
         else:
             who, fate = f"rank {peer}", f"rank {peer} {fate}"
-        named = [_would_name(ctx, r, other) for r, _ in rows[:NAMED_RANKS]]
-        rest = rows[NAMED_RANKS:]
+        named = [_would_name(ctx, r, other) for r, _ in rows[:LISTED]]
+        rest = rows[LISTED:]
         if rest:
             ranks = {int(posts.rank[r]) for r, _ in rest}
             named.append(f"the same on {len(rest)} more of its ops, on ranks {rank_list(ranks)}")

@@ -14,7 +14,7 @@ import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Label, Note
 from commdsl.p2p import form
-from commdsl.rules import Rule
+from commdsl.rules import LISTED, Rule
 from commdsl.schedule import Batch, BatchRec, Collective, CollectiveRec, P2PRec, Send
 
 if TYPE_CHECKING:
@@ -80,21 +80,29 @@ class RequestNeverWaited(Rule):
 
     @classmethod
     def check(cls, ctx: Context) -> Iterator[Diagnostic]:
-        req = ctx.schedule.requests
-        seen = set()
-        for q in ctx.outcome.never_waited.tolist():
-            rid = int(req.record[q])
-            if rid in seen:
-                continue
-            seen.add(rid)
-            rank, op = int(req.rank[q]), ctx.op(rid, req.pos[q])
-            posted = ", ".join(f"{k} = {v}" for k, v in op.bindings)  # which slot of an array of handles
+        """One finding per statement, worded for the first rank of its first record left unwaited; the loop
+        values of its first `LISTED` such records, and how many more (a ring of `isend`s at world 4096
+        leaves 4,095 records of 4,096 requests each)."""
+        req, never = ctx.schedule.requests, ctx.outcome.never_waited
+        records, first = np.unique(req.record[never], return_index=True)  # each record's first unwaited request
+        statements: dict[object, list] = {}
+        for rid, q in zip(records.tolist(), never[first].tolist()):
+            op = ctx.op(rid, req.pos[q])
+            span = op.block.span if getattr(op, "block", None) is not None else op.span
+            statements.setdefault(span, []).append((int(req.rank[q]), op))
+        for span, posts in statements.items():
+            rank, op = posts[0]
+            posted = [", ".join(f"{k} = {v}" for k, v in o.bindings) for _, o in posts]  # a loop's iteration
+            named = [f"the one posted at {p}" for p in posted[:LISTED] if p]
+            if len(posted) > LISTED and posted[-1]:
+                named.append(f"and {len(posted) - LISTED} more, the last posted at {posted[-1]}")
             yield cls.diagnostic(
                 f"the request of `{_word(op)}` on rank {rank} is never waited",
-                span=op.block.span if getattr(op, "block", None) is not None else op.span,
+                span=span,
                 label="never waited",
-                notes=((Note(message=f"the one posted at {posted}"),) if posted else ())
-                + (Note(message=_unwaited(ctx.backend, op)),),
+                notes=tuple(
+                    Note(message=m) for m in dict.fromkeys([*named[:1], _unwaited(ctx.backend, op), *named[1:]])
+                ),
                 help="`wait` its handle (or `wait all`) before the buffer is reused or the program ends",
             )
 
