@@ -195,8 +195,11 @@ class Expander:
         self.handles: dict[tuple[str, int | None], np.ndarray] = {}  # (name, slot or None) → request per rank
         self.req_chunks: list[tuple[np.ndarray, int, np.ndarray, np.ndarray | int]] = []
         self.req_count = 0
-        self.live = np.zeros(0, dtype=np.int64)  # outstanding requests (what `wait all` waits for), in order
-        self.live_rank = np.zeros(0, dtype=np.int64)
+        # outstanding requests (what `wait all` waits for) and their ranks, as posted: joined only by a `wait
+        # all`, and a waited one marked in `waited`, so that requests never waited (an `isend` left in flight
+        # at every step of a ring) cost no copy of all the others at each post
+        self.live: list[tuple[np.ndarray, np.ndarray]] = []
+        self.waited = np.zeros(0, dtype=bool)
         self.free: dict[int, tuple] = {}  # node id → (node, its text, the names it reads)
         self.views: dict[tuple, tuple] = {}  # the most recent views, see `view`
         self.scopes: list[tuple[set[str], set[str]]] = []  # per open block: its `let`s, outer `let`s it reassigned
@@ -1613,17 +1616,27 @@ class Expander:
         if handle is not None:
             for which, held in self.slots(handle.name, slot):
                 held[A[which]] = req[which]
-        self.live = np.concatenate([self.live, req])
-        self.live_rank = np.concatenate([self.live_rank, A])
+        self.live.append((req, A))
+
+    def outstanding(self) -> tuple[np.ndarray, np.ndarray]:
+        """The requests posted and not yet waited, and their ranks, in posting order."""
+        if not self.live:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        live, live_rank = (np.concatenate(parts) for parts in zip(*self.live))
+        keep = np.ones(live.size, dtype=bool)
+        marked = live < self.waited.size  # requests posted since `waited` last grew are not waited
+        keep[marked] = ~self.waited[live[marked]]
+        return live[keep], live_rank[keep]
 
     def wait(self, s: n.Wait, A, env, b) -> None:
         if s.all:
-            mine = np.isin(self.live_rank, A)
+            live, live_rank = self.outstanding()
+            mine = np.isin(live_rank, A)
             if s.array is not None:  # `wait all h`: the requests this rank's slots of `h` hold, not yet waited
                 held = [slots[A] for (name, _), slots in self.handles.items() if name == s.array.name]
-                mine &= np.isin(self.live, np.concatenate(held) if held else self.live[:0])
-            reqs, owners = self.live[mine], self.live_rank[mine]
-            self.live, self.live_rank = self.live[~mine], self.live_rank[~mine]
+                mine &= np.isin(live, np.concatenate(held) if held else live[:0])
+            reqs, owners = live[mine], live_rank[mine]
+            self.live = [(live[~mine], live_rank[~mine])]
             order = np.lexsort((reqs, owners))
             reqs, owners = reqs[order], owners[order]
             starts = np.searchsorted(owners, np.append(A, self.W)).astype(np.int64)
@@ -1649,8 +1662,9 @@ class Expander:
                 )
             columns.append(got)
         reqs = np.stack(columns, axis=1).reshape(-1)
-        keep = ~np.isin(self.live, reqs)
-        self.live, self.live_rank = self.live[keep], self.live_rank[keep]
+        if self.waited.size < self.req_count:
+            self.waited = np.concatenate([self.waited, np.zeros(max(self.req_count, self.waited.size), dtype=bool)])
+        self.waited[reqs] = True
         starts = np.arange(0, reqs.size + 1, len(columns), dtype=np.int64)
         self.add(WaitRec(s, A, b, starts=starts, reqs=reqs))
 
