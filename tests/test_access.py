@@ -328,3 +328,13 @@ def test_a_tensor_cut_at_nearly_every_element_is_tracked_by_element(monkeypatch)
     monkeypatch.setattr("commdsl.checker.access.ELEMENTS_PER_SEGMENT", 0)  # by segments: the same findings
     s, by_segments = track(text)
     assert by_segments.cuts["x"] is not None and races(s, by_segments) == races(s, access)
+
+
+def test_undefined_reads_on_every_rank_keep_the_first_of_each_pair_of_statements():
+    """Every non-root rank reads after `reduce` at every iteration: per pair of statements the first `LISTED`
+    reads in rank order are kept (R504 reports the first), as races are."""
+    text = "world 12\ntensor x: float32[4] = rank\ntensor y: float32[4]\nfor s in 0 .. 2:\n    reduce x to 0\n    y = x\n"
+    s, access = track(text, 12)
+    # the reduce itself reads x at s = 1 and 2, and `y = x` at s = 0, 1 and 2, on every rank but the root
+    assert undefined(s, access) == sorted([(r, 5, 5) for r in (1, 1, 2, 2, 3, 3, 4, 4)]
+                                          + [(r, 6, 5) for r in (1, 1, 1, 2, 2, 2, 3, 3)])

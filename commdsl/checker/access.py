@@ -128,6 +128,20 @@ class Windows:
             reqs, eids = np.concatenate(later_reqs), np.concatenate(later_eids)
 
 
+def _first_of_each(owner: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the owners with a hit, the index of each one's first): `owner` ascends (`Access.indices`)."""
+    h = np.flatnonzero(hit)
+    first = h[np.r_[True, owner[h][1:] != owner[h][:-1]]]
+    return owner[first], first
+
+
+def _insert(kept: list, found) -> None:
+    """`found` among `kept` (ascending), which holds the first `LISTED` findings of a pair of statements."""
+    if len(kept) < LISTED or found < kept[-1]:
+        bisect.insort(kept, found)
+        del kept[LISTED:]
+
+
 class Access(Observer):
     def __init__(self, schedule: Schedule, lints: bool):
         self.s = schedule
@@ -151,7 +165,7 @@ class Access(Observer):
         # reports the first: a ring step that writes its in-flight send buffer at world 4096 races on every rank
         # at every iteration, 16 million races for one finding (`keep`)
         self.kept: dict[tuple, list[Race]] = {}
-        self.undefined_reads: list[UndefinedRead] = []
+        self.undefined: dict[tuple, list[UndefinedRead]] = {}  # (statement, reduce statement) → its first reads
         self.dead_stores: list[DeadStore] = []
         self.receivers: dict[int, int] = {}  # collective record id → ranks it left a result on (lints only)
         # a barrier ends an earlier async collective of its group on its rank (`barrier_ends`): per (group,
@@ -254,9 +268,12 @@ class Access(Observer):
                 u = self.undef[t][idx]
                 hit = u >= 0
                 if hit.any():
-                    for k in distinct(owner[hit]):
-                        first = np.flatnonzero(hit & (owner == k))[0]
-                        self.undefined_reads.append(UndefinedRead(int(G[k]), int(op_ids[k]), int(u[first])))
+                    k, first = _first_of_each(owner, hit)
+                    reduces = u[first]
+                    for spans, js in self.by_statements(G[k], op_ids[k], reduces):
+                        kept = self.undefined.setdefault(spans, [])
+                        for j in js[:LISTED].tolist():
+                            _insert(kept, UndefinedRead(int(G[k[j]]), int(op_ids[k[j]]), int(reduces[j])))
             if t in self.unread:
                 self.forget(t, self.unread[t][idx])
 
@@ -283,36 +300,44 @@ class Access(Observer):
         """The races kept: per pair of statements, the first `LISTED` in rank order."""
         return [race for kept in self.kept.values() for race in kept]
 
+    @property
+    def undefined_reads(self) -> list[UndefinedRead]:
+        """The reads of undefined elements kept: per pair of statements, the first `LISTED` in rank order."""
+        return [read for kept in self.undefined.values() for read in kept]
+
+    def by_statements(self, ranks: np.ndarray, ops: np.ndarray, others: np.ndarray):
+        """Findings of `ranks` (distinct) by `ops` against the ops `others`, grouped by the pair of statements
+        they name: (the two spans, the findings' indices in rank order). A rule reports each pair once, for its
+        lowest rank, so only a pair's first `LISTED` here can be among those kept."""
+        records, bases = self.s.records, self.s.op_bases
+        pairs = (np.searchsorted(bases, ops, side="right") - 1) * len(records)
+        pairs += np.searchsorted(bases, others, side="right") - 1
+        for pair in distinct(pairs).tolist():
+            mine = np.flatnonzero(pairs == pair)
+            yield (
+                (records[pair // len(records)].span, records[pair % len(records)].span),
+                mine[np.argsort(ranks[mine], kind="stable")],
+            )
+
     def race(self, G, owner, idx, busy, t, op_ids, writes) -> None:
         """Each rank of G whose access meets elements in flight races with the op that put its first such element
         in flight."""
-        b = np.flatnonzero(busy)
-        first = b[np.r_[True, owner[b][1:] != owner[b][:-1]]]  # `owner` ascends: each rank's first busy element
-        k, el = owner[first], idx[first]
+        k, first = _first_of_each(owner, busy)
+        el = idx[first]
         window_writes = self.reading[t][el] == 0 if writes else np.ones(el.size, dtype=bool)  # a writer meets readers
         self.keep(G[k], op_ids[k], self.owner[t][el], writes, window_writes, t, same_batch=False)
 
     def keep(self, ranks, ops, inflight, writes: bool, window_writes, tensor: str, same_batch: bool) -> None:
-        """Races of `ranks` (distinct) by `ops` with the in-flight ops `inflight`: kept per pair of statements and
-        NCCL order, the lowest ranks' first. Only a pair's lowest `LISTED` ranks here can be among those, so
-        no more are looked at (NCCL's order is looked up per rank, where there is any)."""
-        records = self.s.records
-        at_rec = np.searchsorted(self.s.op_bases, ops, side="right") - 1
-        in_rec = np.searchsorted(self.s.op_bases, inflight, side="right") - 1
-        pairs = at_rec * len(records) + in_rec
+        """Races of `ranks` (distinct) by `ops` with the in-flight ops `inflight`, kept per pair of statements and
+        NCCL order (looked up per rank, where there is any)."""
         orders = not same_batch and bool(self.nccl_done or self.same_stream)
-        for pair in distinct(pairs).tolist():
-            spans = (records[pair // len(records)].span, records[pair % len(records)].span)
+        for spans, js in self.by_statements(ranks, ops, inflight):
             seen = {False: 0, True: 0}
-            mine = np.flatnonzero(pairs == pair)
-            for j in mine[np.argsort(ranks[mine], kind="stable")].tolist():
+            for j in js.tolist():
                 rank, q = int(ranks[j]), int(inflight[j])
                 ordered = orders and (q in self.nccl_done.get(rank, ()) or q in self.same_stream.get(rank, ()))
-                kept = self.kept.setdefault((*spans, ordered), [])
                 race = Race(rank, int(ops[j]), q, writes, bool(window_writes[j]), tensor, same_batch, ordered)
-                if len(kept) < LISTED or race < kept[-1]:
-                    bisect.insort(kept, race)
-                    del kept[LISTED:]
+                _insert(self.kept.setdefault((*spans, ordered), []), race)
                 seen[ordered] += 1
                 if seen[False] >= LISTED and (seen[True] >= LISTED or not orders):
                     break
