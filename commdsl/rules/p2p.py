@@ -27,8 +27,8 @@ class UnmatchedSend(Rule):
 
     Reports a `send` or `isend` that no receive ever matches: the destination finishes, or reaches a
     point it never leaves, without posting a `recv` from this rank with the same tag (and group). A
-    statement whose sends go unmatched on many ranks is one finding, worded for its first: the notes say
-    what the receives of its first eight ranks' peers would name, and count the others.
+    statement whose sends go unmatched on many ranks (or iterations) is one finding, worded for its first:
+    the notes say what the receives of its first eight such sends' peers would name, and count the others.
 
     ## Why is this bad?
 
@@ -88,8 +88,8 @@ class UnmatchedRecv(Rule):
 
     Reports a `recv` or `irecv` that no send ever matches: the source finishes, or reaches a point it
     never leaves, without posting a `send` to this rank with the same tag (and group). A statement whose
-    receives go unmatched on many ranks is one finding, worded for its first: the notes say what the sends
-    of its first eight ranks' peers would name, and count the others.
+    receives go unmatched on many ranks (or iterations) is one finding, worded for its first: the notes say
+    what the sends of its first eight such receives' peers would name, and count the others.
 
     ## Why is this bad?
 
@@ -788,7 +788,7 @@ class _Sender:
 
 def _unmatched(ctx: Context, rule: type[Rule], sends: bool) -> Iterator[Diagnostic]:
     """One finding per statement whose sends (or receives) never met, worded for its first rank: what a
-    matching op on the peer would name, for the first `LISTED` ranks, then how many more (a ring with a
+    matching op on the peer would name, for its first `LISTED` such ops, then how many more (a ring with a
     wrong peer at world 4096 has 4096 such ranks on one line)."""
     posts = ctx.outcome.unmatched
     statements: dict[int, list[tuple[int, str]]] = {}
