@@ -324,7 +324,8 @@ class Access(Observer):
         in flight."""
         k, first = _first_of_each(owner, busy)
         el = idx[first]
-        window_writes = self.reading[t][el] == 0 if writes else np.ones(el.size, dtype=bool)  # a writer meets readers
+        # a write meets the in-flight readers of its element first: the window writes only where none reads
+        window_writes = self.reading[t][el] == 0 if writes else np.ones(el.size, dtype=bool)
         self.keep(G[k], op_ids[k], self.owner[t][el], writes, window_writes, t, same_batch=False)
 
     def keep(self, ranks, ops, inflight, writes: bool, window_writes, tensor: str, same_batch: bool) -> None:
