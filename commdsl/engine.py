@@ -94,12 +94,13 @@ class Rows:
 
     def __init__(self, size: int | None = None, **cols):
         consts = {}
+        held = self.__dict__
         for name, v in cols.items():
-            if isinstance(v, np.ndarray):
-                self.__dict__[name] = v
+            if type(v) is np.ndarray:  # a table is made at every step: `type` is the quicker test
+                held[name] = v
                 size = v.size
             else:
-                consts[name] = int(v)
+                consts[name] = v if type(v) is int else int(v)
         if size is None:
             raise ValueError("a table of constant columns needs its size")  # pragma: no cover - a bug in commdsl
         self.size = size
@@ -895,7 +896,7 @@ class Engine:
     def note_matches(self, sends: Posts, recvs: Posts) -> None:
         """What every matched pair is shown to: the mismatch record, the observers."""
         bad = _differ(sends, recvs, "numel") | _differ(sends, recvs, "dtype")
-        if np.any(bad):
+        if bad is not False and bad.any():
             self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
         if self.record_matches:
             self.matches.append((sends, recvs))

@@ -57,6 +57,7 @@ from commdsl.schedule import (
     P2PRec,
     ReadRec,
     Schedule,
+    elem_at,
     split_table,
 )
 from commdsl.values import at, distinct
@@ -499,7 +500,7 @@ class Clocks(Observer):
 
     # ---- observer hooks ------------------------------------------------------------------------------
     def local(self, rec, G, pos) -> None:
-        ix = _ix(G)
+        ix = _ix(G, ascending=True)
         self.settle(G, ix)
         if not isinstance(rec, ComputeRec):
             return
@@ -1315,9 +1316,11 @@ class Clocks(Observer):
         elements times each temporary's element size (`elementwise.temporaries`, from the op on its first
         rank, kept per record)."""
         sizes = self.temps.get(rec.id)
-        if sizes is None:
-            op, infos = rec.at(0), self.s.infos
-            sizes = self.temps[rec.id] = temporaries(op.op, op.value, op.target, lambda v: infos[v.tensor].dtype)
+        if sizes is None:  # the views on its first rank (not `rec.at(0)`, which makes its reads and loop values too)
+            infos = self.s.infos
+            sizes = self.temps[rec.id] = temporaries(
+                rec.op, elem_at(rec.value, 0), rec.target.at(0), lambda v: infos[v.tensor].dtype
+            )
         if not sizes:
             return []
         elements = b / (DTYPES[self.s.infos[rec.target.tensor].dtype].itemsize * (1 + len(rec.reads)))
@@ -1516,10 +1519,11 @@ def _set_rows(a: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
     a.view(row).reshape(-1)[ix] = np.ascontiguousarray(values).view(row).reshape(-1)
 
 
-def _ix(a: np.ndarray):
-    """`a` as an index into n rows: a slice when it is a run of consecutive rows (a view, not a gather)."""
+def _ix(a: np.ndarray, ascending: bool = False):
+    """`a` as an index into n rows: a slice when it is a run of consecutive rows (a view, not a gather).
+    `ascending`: `a` is known to be strictly ascending (the engine's ranks at one op), so its ends say it."""
     m = a.size
-    if m and a[-1] - a[0] == m - 1 and (m < 3 or bool((np.diff(a) == 1).all())):
+    if m and a[-1] - a[0] == m - 1 and (m < 3 or ascending or bool((np.diff(a) == 1).all())):
         return slice(int(a[0]), int(a[0]) + m)
     return a
 
