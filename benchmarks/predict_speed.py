@@ -7,11 +7,16 @@ does). Each row is `commdsl predict` as a user runs it: a subprocess, wall time 
 child's peak RSS, on the dgx-h100 preset, and its CPU seconds (user + system), which a loaded machine
 inflates less than wall time. `--baseline TREE` runs each row with that checkout's commdsl too, the two
 alternately, so a change is compared with what it replaces under the same load.
+
+Each tree's modules are compiled to bytecode first, as an installed package's are (`pip install` compiles
+them; an editable install writes them at the first import). Where PYTHONDONTWRITEBYTECODE is set (it is on
+the team's machines) an uncompiled tree would be compiled again at every run: 0.24 s of this command here.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import sys
@@ -66,6 +71,8 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, help="another checkout to time alternately with this one")
     a = ap.parse_args()
     trees = [("this", ROOT)] + ([("baseline", a.baseline.resolve())] if a.baseline else [])
+    for _, root in trees:
+        compileall.compile_dir(root / "commdsl", quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         ring = Path(tmp) / "ring.comm"
         ring.write_text((ROOT / "programs" / "ring_allreduce.comm").read_text().replace("world 1..16", "world 1.."))
