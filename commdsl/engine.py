@@ -172,13 +172,24 @@ class Rows:
         return out
 
     def take(self, idx):
+        """The rows `idx` (a slice, a mask or indices) as a table of their own. Every row of a mask shares the
+        columns that are never written (`_frozen`: a self-matched batch's peers and positions) and copies the
+        rest: a bug on every rank of a loop keeps each step's mismatched messages, all of them."""
         if isinstance(idx, slice):
             size = len(range(*idx.indices(self.size)))
         else:
             idx = np.asarray(idx)
             size = int(np.count_nonzero(idx)) if idx.dtype == bool else idx.size
+            if idx.dtype == bool and size == self.size:
+                return type(self)(size=size, **{c: self._whole(c) for c in self.COLUMNS})
         cols = {c: self.consts[c] if c in self.consts else getattr(self, c)[idx] for c in self.COLUMNS}
         return type(self)(size=size, **cols)
+
+    def _whole(self, name: str):
+        if name in self.consts:
+            return self.consts[name]
+        column = getattr(self, name)
+        return column if not column.flags.writeable else column.copy()
 
     def __len__(self) -> int:
         return self.size
@@ -343,7 +354,10 @@ class Outcome:
     pc: np.ndarray  # per rank: the index in its sequence it reached
     unmatched: Posts  # sends and receives that never met
     waiting: Calls  # calls of collectives whose members never all came
-    mismatched_messages: tuple[Posts, Posts]  # matched pairs whose sizes or dtypes differ
+    # matched pairs whose sizes or dtypes differ: all of the first MISMATCHES_KEPT, then per step the first of each
+    # pair of records, which is what the rules name
+    mismatched_messages: tuple[Posts, Posts]
+    mismatched_ranks: np.ndarray  # per rank: it sent or received a mismatched message (any, kept or not)
     disagreements: list[Instance]  # complete collectives whose members disagree
     bad: list[tuple[int, int, int, int]]  # (rank, record id, position, problem)
     req_done: np.ndarray
@@ -432,6 +446,8 @@ class Engine:
         self.double_waits: list[tuple[int, int, int]] = []
         self.bad: list[tuple[int, int, int, int]] = []
         self.bad_msgs: list[tuple[Posts, Posts]] = []
+        self.bad_msgs_kept = 0  # rows in bad_msgs
+        self.mismatched_ranks = np.zeros(W, dtype=bool)
         self.made = np.zeros(W, dtype=np.int64)  # how many `new_group`s each rank has called
         self.making: dict[int, np.ndarray] = {}  # k → which ranks have called their k-th `new_group`
         self.meeting: list[tuple[int, int, np.ndarray]] = []  # (k, group id, members waiting in that new_group)
@@ -897,7 +913,12 @@ class Engine:
         """What every matched pair is shown to: the mismatch record, the observers."""
         bad = _differ(sends, recvs, "numel") | _differ(sends, recvs, "dtype")
         if bad is not False and bad.any():
+            self.mismatched_ranks[sends.rank[bad]] = True
+            self.mismatched_ranks[recvs.rank[bad]] = True
+            if self.bad_msgs_kept >= MISMATCHES_KEPT:
+                bad = _first_of_each_pair(sends, recvs, bad)
             self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
+            self.bad_msgs_kept += len(self.bad_msgs[-1][0])
         if self.record_matches:
             self.matches.append((sends, recvs))
         self.obs.matched(sends, recvs)
@@ -1370,6 +1391,7 @@ class Engine:
             pending,
             arrivals,
             (bad_s, bad_r),
+            self.mismatched_ranks,
             self.disagreements,
             self.bad,
             self.req_done,
@@ -1409,6 +1431,9 @@ class Engine:
         return out
 
 
+MISMATCHES_KEPT = 1 << 16
+"""Mismatched messages kept whole (`Outcome.mismatched_messages`); past them only what the rules read. A bug on
+every rank of a loop mismatches ranks × iterations messages: 33 million in the ring at world 4096, 2.6 GB kept."""
 PLANS = 64
 """The most batch shapes `Engine.exchange_plan` keeps at once."""
 RUN_CALLS = 1 << 18
@@ -1431,6 +1456,17 @@ def _by_head(heads: np.ndarray, ranks: np.ndarray):
     cuts = np.flatnonzero(hs[1:] != hs[:-1]) + 1
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, hs.size]):
         yield int(hs[a]), rs[a:b]
+
+
+def _first_of_each_pair(sends: Posts, recvs: Posts, bad: np.ndarray) -> np.ndarray:
+    """The rows of `bad` that are the first of their pair of records, as indices: what the rules read of a
+    mismatch (a record has one dtype, so one kind of mismatch), once MISMATCHES_KEPT are kept."""
+    rows = np.flatnonzero(bad)
+    if sends.const("rec") is not None and recvs.const("rec") is not None:  # a self-matched batch's step
+        return rows[:1]
+    sent_by, received_by = sends.column("rec")[rows], recvs.column("rec")[rows]
+    key = sent_by * (int(received_by.max()) + 1) + received_by
+    return rows[np.sort(np.unique(key, return_index=True)[1])]
 
 
 def _differ(a: Rows, b: Rows, col: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from commdsl.checker import CheckOptions, check_program
@@ -370,3 +371,74 @@ def test_r501_names_a_loops_first_unwaited_requests_and_counts_the_rest():
     posted = [n for n in notes if n.startswith(("the one posted", "and "))]
     assert posted == [f"the one posted at s = {k}" for k in range(8)] + ["and 4 more, the last posted at s = 11"]
     assert notes.index(posted[1]) == 2  # after the first and the backend's note, as a single finding reads
+
+
+# ---- mismatched messages at scale: the engine keeps the first MISMATCHES_KEPT whole, then what the rules read ----
+
+MISMATCHED = """\
+world 2..8
+tensor x: float32[2 * world] = rank
+tensor y: float32[world] = 0
+tensor z: float64[2] = 0
+tensor w: float32[2] = 0
+tensor v: float32[4] = 0
+def swap(into):
+    batch:
+        send x.chunk(rank, world) to (rank + 1) % world
+        recv into from (rank - 1) % world
+for s in 0 .. 2:
+    swap(z)                                        # P206: float32 sent, float64 received, 2 elements each
+    swap(y)                                        # P205 at every size but 2: 2 elements sent, world received
+    swap(w)
+batch:
+    send x[0 : 1 + rank % 2] to (rank + 1) % world     # P205 from every other rank only
+    recv w[0 : 1] from (rank - 1) % world
+for s in 0 .. 1:                                   # posted one by one, met in one step by `wait all`
+    a = irecv z[s : s + 1] from (rank - 1) % world     # P206
+    b = irecv v[2 * s : 2 * s + 2] from (rank - 1) % world     # P205
+    c = isend x[0 : 1] to (rank + 1) % world
+    d = isend x[0 : 1] to (rank + 1) % world
+wait all
+"""
+
+
+def _rendered(diags) -> list[str]:
+    return [f"{d.code} {d.span.start} {[lab.span.start for lab in d.labels]} {d.message} {d.notes}" for d in diags]
+
+
+@pytest.mark.parametrize("kept", [0, 1, 5])
+def test_mismatches_past_the_kept_ones_give_the_same_findings_and_ranks(kept, monkeypatch):
+    import commdsl.engine as engine
+    from commdsl.expand import expand
+
+    program = load(SourceFile("m.comm", MISMATCHED))
+    whole = check(MISMATCHED)
+    outcomes = {}
+    for world in (3, 4, 8):
+        outcomes[world] = engine.run_engine(expand(program, world))
+    assert {d.code for d in whole} >= {"P205", "P206"}
+    monkeypatch.setattr(engine, "MISMATCHES_KEPT", kept)
+    assert _rendered(check(MISMATCHED)) == _rendered(whole)
+    for world, full in outcomes.items():
+        capped = engine.run_engine(expand(program, world))
+        sends, recvs = full.mismatched_messages
+        every = np.zeros(world, dtype=bool)
+        every[sends.rank] = every[recvs.rank] = True
+        np.testing.assert_array_equal(capped.mismatched_ranks, every)
+        np.testing.assert_array_equal(full.mismatched_ranks, every)
+        assert len(capped.mismatched_messages[0]) < len(sends)  # it kept less
+
+
+def test_a_statement_pair_reports_each_kind_of_mismatch_once():
+    """The one `recv into` of `swap` receives float64 (P206) and, elsewhere, too few elements (P205): each rule
+    reads its own kind's first message, not the statement pair's first of any kind."""
+    found = [d for d in check(MISMATCHED) if d.code in ("P205", "P206")]
+    by_code = {}
+    for d in found:
+        by_code.setdefault(d.code, []).append((d.span.start, tuple(lab.span.start for lab in d.labels)))
+    assert len(by_code["P206"]) == 2
+    assert len(by_code["P205"]) == 3  # the function's pair, the last batch's, the async ops'
+    assert by_code["P206"][0] in by_code["P205"]  # the same two statements
+    worlds = {(d.code, d.span.start): set(d.worlds) for d in found}
+    assert worlds["P206", by_code["P206"][0][0]] == set(range(2, 9))  # each kind's first, at every size
+    assert worlds["P205", by_code["P205"][0][0]] == set(range(3, 9))

@@ -471,8 +471,7 @@ def _finding_ranks(outcome, waits, loose: list[Event], bands: list[Band]) -> set
     for ev in loose:
         if ev.status == "unmatched":
             keep |= {ev.rank} | ({ev.op.peer} if 0 <= ev.op.peer < world else set())
-    s, r = outcome.mismatched_messages
-    keep |= set(s.rank.tolist()) | set(r.rank.tolist())
+    keep |= set(np.flatnonzero(outcome.mismatched_ranks).tolist())
     keep |= {member for _inst, member, _op, _reason in waits.missing}
     keep |= {rank for rank, *_ in outcome.bad}
     for b in bands:
