@@ -4,9 +4,10 @@ exact records the tracker must produce, as (rank, line of the op, line of the ot
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from commdsl.checker.access import Access
+from commdsl.checker.access import Access, DeadStore
 from commdsl.engine import run_engine
 from commdsl.expand import expand
 from commdsl.resolve import load
@@ -250,6 +251,41 @@ def test_a_dead_store_only_where_the_result_is_written():
 def test_the_ranks_a_collective_leaves_a_result_on(body, want):
     _, access = track(HEADER.replace("float32[4]\n", "float32[8]\n") + body, lints=True)
     assert sorted(access.receivers.values()) == want
+
+
+def _overwrite_rank_by_rank(self, t, idx, owner, G, op_ids):
+    """The rule as first written, one writing rank and one producer at a time: the reference for `overwrite`."""
+    held = self.unread[t][idx]
+    live = (held >= 0) & (held != op_ids[owner])
+    if not live.any():
+        return
+    table = self.unread[t]
+    for k in np.unique(owner[live]):
+        mine = owner == k
+        for producer in np.unique(held[mine & live]):
+            if int((held[mine] == producer).sum()) == int((table == producer).sum()):
+                self.dead_stores.append(DeadStore(int(G[k]), int(producer), int(op_ids[k])))
+    self.forget(t, held[live])
+
+
+OVERWRITES = [
+    "all_reduce x[0:2]\nall_reduce x[2:4]\nx = 1\n",  # two results, one write over both: both dead
+    "all_reduce x[0:2]\nall_reduce x[1:3]\nx = 1\n",  # the second replaced half the first's
+    "all_reduce x\non rank == 1:\n    y = x\nx = 2\n",  # read on one rank only
+    "broadcast x from 1\nall_gather x[0:1] into z[0 : world]\nx[1:4] = 7\nz = x\n",
+    "for s in 0 .. 2:\n    all_reduce x[s : s + 2]\n    x[s : s + 1] = s\nx = 0\n",
+    "reduce x to 0\nall_reduce y\nbatch:\n    send x to (rank + 1) % world\n    recv y from (rank - 1) % world\n",
+]
+
+
+@pytest.mark.parametrize("body", OVERWRITES)
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_dead_stores_are_found_as_rank_by_rank(body, world, monkeypatch):
+    text = HEADER.replace("world 2", f"world {world}") + body
+    _, fast = track(text, world, lints=True)
+    monkeypatch.setattr(Access, "overwrite", _overwrite_rank_by_rank)
+    _, slow = track(text, world, lints=True)
+    assert fast.dead_stores == slow.dead_stores
 
 
 def test_dead_stores_are_lint_only():

@@ -351,12 +351,14 @@ class Access(Observer):
         if not live.any():
             return
         table = self.unread[t]
-        for k in distinct(owner[live]):
-            mine = owner == k
-            for producer in distinct(held[mine & live]):
-                everywhere = int((table == producer).sum())
-                if int((held[mine] == producer).sum()) == everywhere:
-                    self.dead_stores.append(DeadStore(int(G[k]), int(producer), int(op_ids[k])))
+        n = G.size  # per (producer, writing rank): the elements written, against all the producer still holds
+        pairs, written = np.unique(held[live] * n + owner[live], return_counts=True)
+        producers, owners = pairs // n, pairs % n
+        values, everywhere = np.unique(table[np.isin(table, producers)], return_counts=True)
+        whole = written == everywhere[np.searchsorted(values, producers)]
+        for j in np.flatnonzero(whole)[np.lexsort((producers[whole], owners[whole]))].tolist():
+            k = int(owners[j])
+            self.dead_stores.append(DeadStore(int(G[k]), int(producers[j]), int(op_ids[k])))
         self.forget(t, held[live])
 
     def open_window(self, v, G, pos, writes: bool, op_ids: np.ndarray, reqs: np.ndarray | None) -> None:
