@@ -239,7 +239,8 @@ class Clocks:
     # ---- the race test ------------------------------------------------------------------------------------
     def races(self) -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
         """((record id, position) of the receive from any, of the send it met, of another send it could have
-        met), one per receive that races, in the order the receives were posted.
+        met), for the first receive that races so per statement of each (the receive's, the taken send's, the
+        other send's), in the order the receives were posted: what P211 reports.
 
         Another send could have met it when it comes from a third rank on the receive's (group, destination,
         tag), is not ordered after the receive's completion, and was not taken first: by a receive from any the
@@ -276,9 +277,16 @@ class Clocks:
         bounds = np.searchsorted(s_chan[by_chan], np.arange(int(chan.max()) + 2))
         senders = distinct(np.stack([s_chan, s_src]), axis=1)[0]
         sources = np.bincount(senders, minlength=int(chan.max()) + 1)  # distinct sending ranks per channel
-        out = []
+        span = [rec.span for rec in self.s.records]
+        statements: dict[int, set] = {}  # per channel, the send statements on it
+        for c, rid in distinct(np.stack([s_chan, s_rec]), axis=1).T.tolist():
+            statements.setdefault(c, set()).add(span[rid])
+        out, found = [], set()
         for r in np.flatnonzero(r_wild & (took >= 0) & (sources[r_chan] > 1)).tolist():
             first = took[r]
+            pair = (span[r_rec[r]], span[s_rec[first]])
+            if all((*pair, other_span) in found for other_span in statements[r_chan[r]]):
+                continue  # every race it could show is listed: a gather from any at world 4096 met 262,080 sends
             cand_idx = by_chan[bounds[r_chan[r]] : bounds[r_chan[r] + 1]]
             # from another rank, not ordered after the receive's completion
             cand_idx = cand_idx[(s_src[cand_idx] != s_src[first]) & (s_seen[cand_idx] <= done[r])]
@@ -291,6 +299,9 @@ class Clocks:
             if not cand_idx.size:
                 continue
             other = cand_idx[np.lexsort((s_order[cand_idx], s_src[cand_idx]))[0]]
+            if (*pair, span[s_rec[other]]) in found:
+                continue
+            found.add((*pair, span[s_rec[other]]))
             out.append(
                 (
                     (int(r_rec[r]), int(r_pos[r])),

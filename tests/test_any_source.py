@@ -129,6 +129,35 @@ def test_the_lowest_sender_is_taken_and_the_race_recorded():
     assert lines == [7, 10, 13]
 
 
+GATHER_FROM_ANY = """\
+program gather_from_any
+world 4
+tensor x: float32[2] = rank
+tensor y: float32[2] = 0
+on rank == 0:
+    for j in 0 .. 5:
+        recv y from any
+else:
+    for k in 0 .. 1:
+        send x to 0
+"""
+
+
+def test_a_race_is_listed_once_per_statements_at_its_first_receive():
+    """Rank 0's six receives from any could each take another sender's message; P211 names the statements, so
+    the engine lists the first receive's race only (a gather from any at world 4096 raced 262,080 times)."""
+    outcome = run_engine(expand(program(GATHER_FROM_ANY), 4))
+    assert outcome.completed
+    (recv, took, other), = outcome.races
+    s = outcome.schedule
+    first_recv = min(r.id for r in s.records if r.span.line == 7)
+    assert recv == (first_recv, 0)
+    assert [int(s.records[rid].ranks[pos]) for rid, pos in (took, other)] == [1, 2]
+    (d,) = check_program(program(GATHER_FROM_ANY))
+    assert (d.code, d.span.line, d.message) == (
+        "P211", 7, "`recv from any` on rank 0 can take the message of rank 1 (line 10) or of rank 2 (line 10)")
+
+
 def test_named_receives_take_their_messages_first():
     text = """\
 program named
