@@ -99,9 +99,58 @@ def write_programs(tmp: Path) -> None:
         ring, LOOPS, "on rank < 2:\n    send x to 1 - rank\n    recv tmp from 1 - rank\n" + LOOPS))
     (tmp / "ring_reduce_op.comm").write_text(replace_once(
         ring, LOOPS, "on rank == 3:\n    all_reduce x op max\nelse:\n    all_reduce x op sum\n" + LOOPS))
+    for name, text in every_rank_programs(ring).items():
+        (tmp / f"{name}.comm").write_text(text)
     (tmp / "oworld.comm").write_text(OWORLD)
     (tmp / "oworld_missing.comm").write_text(replace_once(
         OWORLD, "\nall_reduce x\n", "\non rank != 12345:\n    all_reduce x\n"))
+
+
+RS_BATCH = """\
+    batch:
+        send x.chunk(out, world) to right
+        recv tmp[0 : x.chunk(into, world).size] from left
+"""
+AG_BATCH = """\
+    batch:
+        send x.chunk((rank - s + 1) % world, world) to right
+        recv x.chunk((rank - s) % world, world) from left
+"""
+RS_ISEND = """\
+    h = isend x.chunk(out, world) to right
+    recv tmp[0 : x.chunk(into, world).size] from left
+WAIT_H"""
+AG_ISEND = """\
+    g = isend x.chunk((rank - s + 1) % world, world) to right
+    recv x.chunk((rank - s) % world, world) from left
+WAIT_G"""
+DEAD_STORES = """\
+program dead_stores
+world 1..65536
+param n = 64
+tensor x: float32[n] = rank
+for s in 0 .. 15:
+    all_reduce x
+    x = rank
+expect x == rank
+"""
+
+
+def every_rank_programs(ring: str) -> dict[str, str]:
+    """The ring changed in one place so that every rank has the bug at every step (docs/benchmarks.md, "A bug on
+    every rank of a loop"), its steps as `isend`, `recv`, `wait`, and a dead store on every rank."""
+    isend = replace_once(replace_once(ring, RS_BATCH, RS_ISEND), AG_BATCH, AG_ISEND)
+    return {
+        "ring_wrong_peer": replace_once(ring, "recv tmp[0 : x.chunk(into, world).size] from left",
+                                        "recv tmp[0 : x.chunk(into, world).size] from right"),
+        "ring_dtype": replace_once(ring, "tensor tmp: float32", "tensor tmp: float64"),
+        "ring_size": replace_once(ring, "recv tmp[0 : x.chunk(into, world).size] from left", "recv tmp from left"),
+        "ring_isend": isend.replace("WAIT_H", "    wait h\n").replace("WAIT_G", "    wait g\n"),
+        "ring_isend_race": isend.replace("WAIT_H", "    x.chunk(out, world) *= 1\n    wait h\n").replace(
+            "WAIT_G", "    wait g\n"),
+        "ring_isend_unwaited": isend.replace("WAIT_H", "").replace("WAIT_G", ""),
+        "dead_stores": DEAD_STORES,
+    }
 
 
 def all_rows() -> list[Row]:
@@ -111,6 +160,18 @@ def all_rows() -> list[Row]:
                              ("deadlock", "ring_deadlock.comm", "+ head-to-head deadlock, ranks 0 and 1"),
                              ("reduce-op", "ring_reduce_op.comm", "+ reduce op `max` on rank 3")):
         rows.append(Row(f"ring-1024-{name}", f"ring, world 1024, {what}", [file], 1024, 2.0, 1000.0, True))
+    for name, what, findings in (
+        ("wrong_peer", "`recv` from the wrong side", True),
+        ("dtype", "`recv` into a float64 buffer", True),
+        ("size", "`recv` into the whole buffer", True),
+        ("isend", "steps as `isend`, `recv`, `wait` (clean)", False),
+        ("isend_race", "`isend` buffer written before its `wait`", True),
+        ("isend_unwaited", "`isend` never waited", True),
+    ):
+        rows.append(Row(f"ring-4096-{name.replace('_', '-')}", f"ring, world 4096, every rank: {what}",
+                        [f"ring_{name}.comm"], 4096, findings_expected=findings, heavy=True))
+    rows.append(Row("dead-stores-4096", "16 all_reduce results overwritten unread on every rank, world 4096",
+                    ["dead_stores.comm"], 4096, findings_expected=True, heavy=True))
     rows.append(Row("oworld-65536", "O(world) ops, clean, world 65536", ["oworld.comm"], 65536, 5.0, 2000.0,
                     heavy=True))
     rows.append(Row("oworld-65536-missing", "O(world) ops, rank 12345 skips the all_reduce, world 65536",

@@ -182,8 +182,38 @@ class Rows:
             size = int(np.count_nonzero(idx)) if idx.dtype == bool else idx.size
             if idx.dtype == bool and size == self.size:
                 return type(self)(size=size, **{c: self._whole(c) for c in self.COLUMNS})
+            part = self._part_holding(idx) if self.parts and idx.dtype != bool and size else None
+            if part is not None:
+                return self._take_from_part(*part, idx)
         cols = {c: self.consts[c] if c in self.consts else getattr(self, c)[idx] for c in self.COLUMNS}
         return type(self)(size=size, **cols)
+
+    def _part_holding(self, idx: np.ndarray) -> tuple[int, int] | None:
+        """(which, its first row) of the parts `concat` joined, when rows `idx` all lie in that one part: the
+        engine takes a step's matched sends, all posted before, and its receives, all just posted."""
+        sizes = [n for _, n in next(iter(self.parts.values()))]
+        lo, hi = int(idx.min()), int(idx.max())
+        start = 0
+        for j, n in enumerate(sizes):
+            if lo < start + n:
+                return (j, start) if hi < start + n else None
+            start += n
+        return None  # pragma: no cover - an index past the end fails below, as numpy's own
+
+    def _take_from_part(self, j: int, start: int, idx: np.ndarray):
+        """Rows `idx` of part j (which begins at row `start`), from that part's columns: without joining the
+        columns `concat` left unjoined, and keeping a part's one value (its record's) one value."""
+        local = idx - start
+        cols: dict[str, object] = {}
+        for c in self.COLUMNS:
+            if c in self.consts:
+                cols[c] = self.consts[c]
+            elif c in self.parts:
+                piece = self.parts[c][j][0]
+                cols[c] = piece[local] if isinstance(piece, np.ndarray) else piece
+            else:
+                cols[c] = self.__dict__[c][idx]
+        return type(self)(size=idx.size, **cols)
 
     def _whole(self, name: str):
         if name in self.consts:
@@ -851,7 +881,7 @@ class Engine:
         keep = np.ones(len(rows), dtype=bool)
         keep[s_idx] = False
         keep[r_idx] = False
-        self.pending = rows.take(keep) if not keep.all() else rows
+        self.pending = rows if keep.all() else rows.take(keep) if keep.any() else Posts.empty()
         self.met(rows.take(s_idx), rows.take(r_idx))
         return True
 

@@ -103,21 +103,28 @@ class Windows:
 
     def close(self, reqs: np.ndarray) -> Iterator[tuple[str, np.ndarray, bool]]:
         """(tensor, elements, writes) of every window the requests held: they hold none after."""
-        reqs = distinct(reqs[self.entry_of[reqs] >= 0])
+        reqs = reqs[self.entry_of[reqs] >= 0]
+        if reqs.size > 1 and not bool((reqs[1:] > reqs[:-1]).all()):  # a wait's are ascending: no sort then
+            reqs = distinct(reqs)
         eids = self.entry_of[reqs]
         self.entry_of[reqs] = -1
         while reqs.size:
             later_reqs, later_eids = [], []
-            for eid in distinct(eids).tolist():
+            one = bool((eids == eids[0]).all())  # a wait on one op's requests, posted together
+            for eid in [int(eids[0])] if one else distinct(eids).tolist():
                 entry = self.entries[eid]
                 assert entry is not None  # a request's entries stay until it is closed
                 t, idx, owner, writes, by_slot, earlier, _ = entry
-                mine = reqs[eids == eid]
-                sorter = np.argsort(by_slot)
-                slots = sorter[np.searchsorted(by_slot, mine, sorter=sorter)]
-                closing = np.zeros(by_slot.size, dtype=bool)
-                closing[slots] = True
-                yield t, idx[closing[owner]], writes
+                mine = reqs if one else reqs[eids == eid]
+                if mine.size == by_slot.size:  # every slot (they are distinct): the whole entry, unsorted
+                    slots = np.arange(by_slot.size)
+                    yield t, idx, writes
+                else:
+                    sorter = np.argsort(by_slot)
+                    slots = sorter[np.searchsorted(by_slot, mine, sorter=sorter)]
+                    closing = np.zeros(by_slot.size, dtype=bool)
+                    closing[slots] = True
+                    yield t, idx[closing[owner]], writes
                 entry[6] -= slots.size
                 if entry[6] == 0:
                     self.entries[eid] = None
@@ -187,9 +194,12 @@ class Access(Observer):
         """(flat indices, the position in G each belongs to) of view `v` on ranks G: of its elements, or of
         its segments where the tensor is tracked by segments."""
         n = G.size
-        count = np.broadcast_to(np.asarray(at(v.numel, pos, n) if is_vec(v.numel) else v.numel, dtype=np.int64), (n,))
         start = self.base[v.tensor][G] + (at(v.offset, pos, n) if is_vec(v.offset) else v.offset)
         cuts = self.segments(v.tensor)
+        if cuts is None and not is_vec(v.numel):  # every rank's view as long: a rank's elements are a row
+            c = int(v.numel)
+            return (start[:, None] + np.arange(c)).ravel(), np.repeat(np.arange(n), c)
+        count = np.broadcast_to(np.asarray(at(v.numel, pos, n) if is_vec(v.numel) else v.numel, dtype=np.int64), (n,))
         if cuts is not None:  # the view's first segment and how many: its ends are cuts
             first_cut = np.searchsorted(cuts, start)
             count = np.searchsorted(cuts, start + count) - first_cut
