@@ -1819,12 +1819,15 @@ class Expander:
     # ---- the result ---------------------------------------------------------------------------------
     def requests(self) -> Requests:
         if not self.req_chunks:
-            empty = np.zeros(0, dtype=np.int64)
+            empty = np.zeros(0, dtype=np.int32)
             return Requests(empty, empty, empty, empty)
-        rank = np.concatenate([c[0] for c in self.req_chunks])
-        record = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in self.req_chunks])
-        pos = np.concatenate([np.arange(c[0].size, dtype=np.int64) for c in self.req_chunks])
-        parts = np.concatenate([np.broadcast_to(np.asarray(c[3], dtype=np.int64), c[0].shape) for c in self.req_chunks])
+        # int32: a ring of `isend`s at world 4096 posts 33.5 million requests (four int64 columns: 1.1 GB)
+        sizes = np.array([c[0].size for c in self.req_chunks], dtype=np.int64)
+        rank = np.concatenate([c[0] for c in self.req_chunks]).astype(np.int32)
+        record = np.repeat(np.array([c[1] for c in self.req_chunks], dtype=np.int32), sizes)
+        first = (np.cumsum(sizes) - sizes).astype(np.int32)  # each chunk's first request
+        pos = np.arange(int(sizes.sum()), dtype=np.int32) - np.repeat(first, sizes)
+        parts = np.concatenate([np.broadcast_to(np.asarray(c[3], dtype=np.int32), c[0].shape) for c in self.req_chunks])
         return Requests(rank, record, pos, parts)
 
 

@@ -634,7 +634,8 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class Requests:
-    """Every async request of the schedule (isend, irecv, async collectives): request id → who posts it."""
+    """Every async request of the schedule (isend, irecv, async collectives): request id → who posts it. Each
+    column int32 (a request id is an index into them; the engine's per-request arrays hold the rest)."""
 
     rank: np.ndarray  # the rank that posts request q
     record: np.ndarray  # the record (its id) that posts it
