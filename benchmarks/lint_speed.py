@@ -9,6 +9,9 @@ the same check as the default text output). The programs are generated into a te
 
 * ring-N: programs/ring_allreduce.comm with its `world 1..16` line widened, clean, `--world N`;
 * ring-1024-unmatched / -deadlock / -reduce-op: the same ring at world 1024 with one bug added;
+* ring-4096-wrong-peer / -dtype / -size / -isend / -isend-race / -isend-unwaited, dead-stores-4096: a bug
+  on every rank at every step (the ring changed in one place), the ring's steps as `isend`, `recv`, `wait`,
+  and 16 `all_reduce` results overwritten unread (`every_rank_programs`; heavy, skipped by --quick);
 * oworld-65536 / -missing: an O(world)-ops program (all_reduce, a batched neighbour exchange, an
   expect) at world 65536, clean and with rank 12345 left out of the all_reduce;
 * programs: one `commdsl lint programs/*.comm` at every declared size;
