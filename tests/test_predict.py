@@ -711,6 +711,27 @@ def test_critical_path_names_the_ring_lines_and_adds_up():
     assert busy == pytest.approx(pred.rows[0].time_us, rel=1e-6)
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_async_ops_are_timed_the_same_where_the_path_is_not_kept(world, monkeypatch):
+    """Above PATH_MAX_OPS no node of the critical path is made: an `isend` ring then crashed where its posts'
+    times were read back (`post_time`), at world 4096."""
+    text = Path(RING).read_text()
+    text = text.replace("""    batch:
+        send x.chunk(out, world) to right
+        recv tmp[0 : x.chunk(into, world).size] from left
+""", """    h = isend x.chunk(out, world) to right
+    recv tmp[0 : x.chunk(into, world).size] from left
+    wait h
+""")
+    assert "isend" in text
+    t = topo(10, 1)
+    kept = predict_text(text, world, t, 1 << 20)
+    monkeypatch.setattr("commdsl.predict.cost.PATH_MAX_OPS", 0)
+    dropped = predict_text(text, world, t, 1 << 20)
+    assert dropped.timing.path is None and kept.timing.path
+    np.testing.assert_array_equal(dropped.timing.seconds, kept.timing.seconds)
+
+
 def test_lines_are_where_the_slowest_ranks_time_goes_as_the_bench_counts_it():
     """A row's `lines` are the bench's (`bench/results.py` `_by_line`): the slowest rank's time per source
     statement, from its call to its return, so they add up to the row's time; a batch counts on its `batch:`

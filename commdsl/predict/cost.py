@@ -638,9 +638,11 @@ class Clocks(Observer):
             return t, node
         a = rows.req >= 0
         if a.any():
-            t, node = t.copy(), node.copy()
+            t = t.copy()
             t[a] = self.req_post[rows.req[a]]
-            node[a] = self.req_post_node[rows.req[a]]
+            if self.track:  # else no node: the path is not kept
+                node = node.copy()
+                node[a] = self.req_post_node[rows.req[a]]
         return t, node
 
     def matched(self, sends: Posts, recvs: Posts) -> None:
