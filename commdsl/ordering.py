@@ -239,8 +239,8 @@ class Clocks:
     # ---- the race test ------------------------------------------------------------------------------------
     def races(self) -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
         """((record id, position) of the receive from any, of the send it met, of another send it could have
-        met), for the first receive that races so per statement of each (the receive's, the taken send's, the
-        other send's), in the order the receives were posted: what P211 reports.
+        met): the first racing receive of each triple of statements (the receive's, the taken send's, the other
+        send's), in the order the receives were posted. P211 reports one finding per triple.
 
         Another send could have met it when it comes from a third rank on the receive's (group, destination,
         tag), is not ordered after the receive's completion, and was not taken first: by a receive from any the
@@ -286,7 +286,7 @@ class Clocks:
             first = took[r]
             pair = (span[r_rec[r]], span[s_rec[first]])
             if all((*pair, other_span) in found for other_span in statements[r_chan[r]]):
-                continue  # every race it could show is listed: a gather from any at world 4096 met 262,080 sends
+                continue  # every race it could show is listed (a gather from any: all but its first receive)
             cand_idx = by_chan[bounds[r_chan[r]] : bounds[r_chan[r] + 1]]
             # from another rank, not ordered after the receive's completion
             cand_idx = cand_idx[(s_src[cand_idx] != s_src[first]) & (s_seen[cand_idx] <= done[r])]
