@@ -946,7 +946,7 @@ class Engine:
             self.mismatched_ranks[sends.rank[bad]] = True
             self.mismatched_ranks[recvs.rank[bad]] = True
             if self.bad_msgs_kept >= MISMATCHES_KEPT:
-                bad = _first_of_each_pair(sends, recvs, bad)
+                bad = first_of_each_pair(sends, recvs, np.flatnonzero(bad))
             self.bad_msgs.append((sends.take(bad), recvs.take(bad)))
             self.bad_msgs_kept += len(self.bad_msgs[-1][0])
         if self.record_matches:
@@ -1488,15 +1488,16 @@ def _by_head(heads: np.ndarray, ranks: np.ndarray):
         yield int(hs[a]), rs[a:b]
 
 
-def _first_of_each_pair(sends: Posts, recvs: Posts, bad: np.ndarray) -> np.ndarray:
-    """The rows of `bad` that are the first of their pair of records, as indices: what the rules read of a
-    mismatch (a record has one dtype, so one kind of mismatch), once MISMATCHES_KEPT are kept."""
-    rows = np.flatnonzero(bad)
-    if sends.const("rec") is not None and recvs.const("rec") is not None:  # a self-matched batch's step
+def first_of_each_pair(sends: Posts, recvs: Posts, rows: np.ndarray) -> np.ndarray:
+    """Of the matched pairs at `rows` (ascending indices), the first of each pair of records, in order: what the
+    rules read of a mismatch (a record has one dtype, so one kind of mismatch). A pair of records' messages
+    mostly meet together, so runs are cut first and only their heads sorted."""
+    if sends.const("rec") is not None and recvs.const("rec") is not None:  # one pair: a self-matched batch's step
         return rows[:1]
     sent_by, received_by = sends.column("rec")[rows], recvs.column("rec")[rows]
     key = sent_by * (int(received_by.max()) + 1) + received_by
-    return rows[np.sort(np.unique(key, return_index=True)[1])]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return rows[starts[np.sort(np.unique(key[starts], return_index=True)[1])]]
 
 
 def _differ(a: Rows, b: Rows, col: str):

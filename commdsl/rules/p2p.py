@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commdsl.diagnostics import Diagnostic, Label, Note
-from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome
+from commdsl.engine import NOT_MEMBER, PEER_NOT_IN_GROUP, PEER_OUT_OF_RANGE, SELF, Outcome, first_of_each_pair
 from commdsl.p2p import ANY_SOURCE
 from commdsl.rules import LISTED, Rule, rank_list
 from commdsl.schedule import BatchRec, P2PRec, Schedule
@@ -1096,13 +1096,9 @@ def _mismatched_pairs(ctx: Context, dtypes: bool):
         rows = np.flatnonzero((sends.column("dtype") != recvs.column("dtype")) == dtypes)
     if not rows.size:
         return
-    sent_by, received_by = sends.column("rec"), recvs.column("rec")
-    key = sent_by[rows] * len(ctx.schedule.records) + received_by[rows]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])  # a pair of records' messages meet together
-    _, first = np.unique(key[starts], return_index=True)
     seen = set()
-    for k in np.sort(rows[starts[first]]).tolist():
-        spans = (ctx.record(sent_by[k]).span.start, ctx.record(received_by[k]).span.start)
+    for k in first_of_each_pair(sends, recvs, rows).tolist():
+        spans = (ctx.record(_cell(sends, "rec", k)).span.start, ctx.record(_cell(recvs, "rec", k)).span.start)
         if spans not in seen:
             seen.add(spans)
             yield _Side(ctx, sends, k), _Side(ctx, recvs, k)
