@@ -110,9 +110,7 @@ class Rows:
     def __getattr__(self, name: str) -> np.ndarray:
         parts = self.__dict__.get("parts")
         if parts and name in parts:
-            col = self.__dict__[name] = np.concatenate(
-                [v if isinstance(v, np.ndarray) else np.full(n, v, dtype=np.int64) for v, n in parts.pop(name)]
-            )
+            col = self.__dict__[name] = _join(parts.pop(name))
             return col
         consts = self.__dict__.get("consts")
         if consts is None or name not in consts:
@@ -826,8 +824,8 @@ class Engine:
                 outside = (idx_in[safe] < 0) | (gid_of[safe] != gid)
             if not wild:
                 checks.append((outside, PEER_NOT_IN_GROUP))
-        void = np.zeros(n, dtype=bool)
-        for mask, _ in checks:
+        void = checks[0][0] if checks else np.zeros(n, dtype=bool)
+        for mask, _ in checks[1:]:
             void = void | mask
         p = np.arange(n, dtype=np.int64) if pos is None else pos.astype(np.int64)
         if void.any():
@@ -1473,6 +1471,20 @@ _PER_RANK = ("root", "scale", "contribution")
 statement: where the statement's value is per rank (an array, not one number)."""
 _PER_STATEMENT = ("kind", "redop", "dtype", "buffers", "block")
 """The columns a statement fixes (as it fixes whether the call is blocking): members at one statement agree."""
+
+
+def _join(parts: list[tuple[np.ndarray | int, int]]) -> np.ndarray:
+    """One int64 column of parts that are arrays or (value, length) runs: a match round joins the pending posts
+    with each rank's new ones, which in a pipeline are many one-row tables whose record, tag and size are one
+    value each."""
+    arrays = [type(v) is np.ndarray for v, _ in parts]
+    if all(arrays):
+        return np.concatenate([v for v, _ in parts])
+    sizes = [n for _, n in parts]
+    col = np.repeat(np.array([0 if a else v for (v, _), a in zip(parts, arrays)], dtype=np.int64), sizes)
+    if any(arrays):
+        col[np.repeat(arrays, sizes)] = np.concatenate([v for (v, _), a in zip(parts, arrays) if a])
+    return col
 
 
 def _by_head(heads: np.ndarray, ranks: np.ndarray):

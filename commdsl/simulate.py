@@ -15,6 +15,7 @@ backend promises an order.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -634,16 +635,19 @@ class Data(Observer):
             sends, recvs = sends.take(same), recvs.take(same)
         if not len(sends):
             return
-        pairs = sends.rec * len(self.s.records) + recvs.rec
-        groups = [slice(None)] if (pairs == pairs[0]).all() else [pairs == p for p in distinct(pairs)]
-        for m in groups:
-            s_rec = self.s.records[int(sends.rec[m][0])]
-            r_rec = self.s.records[int(recvs.rec[m][0])]
-            a, b = s_rec.view.tensor, r_rec.view.tensor
+        moves = []  # per (send record, receive record): (source tensor, target tensor, source indices, target's)
+        for m in _record_pairs(sends.rec * len(self.s.records) + recvs.rec):
+            s_view, r_view = self.s.records[int(sends.rec[m][0])].view, self.s.records[int(recvs.rec[m][0])].view
             c = delivered(sends.numel[m], recvs.numel[m])
-            k = int(c.size)
-            dst = _ragged(self.start(r_rec.view, recvs.rank[m], recvs.pos[m]), c, k)
-            src = _ragged(self.start(s_rec.view, sends.rank[m], sends.pos[m]), c, k)
+            src = _ragged(self.start(s_view, sends.rank[m], sends.pos[m]), c, c.size)
+            dst = _ragged(self.start(r_view, recvs.rank[m], recvs.pos[m]), c, c.size)
+            moves.append((s_view.tensor, r_view.tensor, src, dst))
+        if len(moves) > 1 and _independent(moves):  # a pipeline's round: many records, one rank each
+            joined: dict[tuple[str, str], list] = {}
+            for a, b, src, dst in moves:
+                joined.setdefault((a, b), []).append((src, dst))
+            moves = [(a, b, *(np.concatenate(col) for col in zip(*parts))) for (a, b), parts in joined.items()]
+        for a, b, src, dst in moves:
             self.buf[b][dst] = cast(self.buf[a][src], self.dtype[b])
             for marks in (self.undef, self.order):
                 if marks.get(a) is not None or marks.get(b) is not None:
@@ -890,6 +894,30 @@ def _ragged(starts, counts, n: int) -> np.ndarray:
     total = int(counts.sum())
     first = np.cumsum(counts) - counts
     return np.repeat(starts - first, counts) + np.arange(total)
+
+
+def _record_pairs(pairs: np.ndarray) -> Iterator:
+    """The rows of each distinct value of `pairs` (a send's and a receive's record), in ascending order of it."""
+    if (pairs == pairs[0]).all():
+        yield slice(None)
+        return
+    order = np.argsort(pairs, kind="stable")
+    yield from np.split(order, np.flatnonzero(np.diff(pairs[order])) + 1)
+
+
+def _independent(moves: list[tuple[str, str, np.ndarray, np.ndarray]]) -> bool:
+    """Whether no element is written by two of `moves` or written by one and read by another: then they may be
+    made in any order, or joined (a message race, which the checker reports, keeps the engine's order)."""
+    read: dict[str, list] = {}
+    written: dict[str, list] = {}
+    for a, b, src, dst in moves:
+        read.setdefault(a, []).append(src)
+        written.setdefault(b, []).append(dst)
+    for t, parts in written.items():
+        dst = distinct(np.concatenate(parts))
+        if dst.size != sum(p.size for p in parts) or (t in read and np.isin(np.concatenate(read[t]), dst).any()):
+            return False
+    return True
 
 
 def _segments(count, n: int) -> np.ndarray:

@@ -289,3 +289,39 @@ def test_a_number_that_wraps_to_zero_in_the_tensors_dtype_is_a_division_by_zero(
     text = "program wrap\nworld 2\ntensor c: int64[6] = rank + i\ntensor d: int8[6] = i\nc *= d // 2147483648\n"
     sim = simulate(expand(load(SourceFile("wrap.comm", text)), 2))
     assert [(d.code, d.span.line) for d in data_findings(sim)] == [("V802", 5)]
+
+
+PIPELINE = """\
+world 2..8
+param micro = 6
+tensor act: int64[micro, 3] = -1
+for m in 0 .. micro - 1:
+    on rank > 0:
+        recv act[m] from rank - 1
+    else:
+        act[m] = m * 100 + i
+    act[m] += rank
+    on rank < world - 1:
+        h[m] = isend act[m] to rank + 1
+wait all h
+"""
+
+
+@pytest.mark.parametrize("world", (2, 3, 5, 8))
+def test_a_pipelines_messages_matched_together_carry_each_its_own_values(world):
+    """The ranks of a pipeline step apart, so one round matches messages of many records, one rank each (the
+    simulator moves them together, `Data.matched`): each rank holds what its predecessors computed."""
+    r = run(PIPELINE, world)
+    for rank in range(world):
+        want = np.arange(6)[:, None] * 100 + np.arange(3) + rank * (rank + 1) // 2
+        np.testing.assert_array_equal(r.tensors[rank]["act"], want)
+
+
+def test_messages_of_one_round_that_overlap_move_in_the_engines_order():
+    """Two messages of one round where one reads what the other writes (a batch sending and receiving one buffer,
+    a race the checker reports): moved one after another, in the engine's order, not joined."""
+    text = ("world 2\ntensor x: int64[1] = rank + 10\non rank == 0:\n    batch:\n        send x to 1\n"
+            "        recv x from 1\nelse:\n    batch:\n        recv x from 0\n        send x to 0\n")
+    r = simulate(expand(load(SourceFile("race.comm", text)), 2))
+    assert r.engine.completed
+    assert [r.tensors[k]["x"].tolist() for k in (0, 1)] == [[10], [10]]

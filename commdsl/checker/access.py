@@ -198,6 +198,9 @@ class Access(Observer):
         cuts = self.segments(v.tensor)
         if cuts is None and not is_vec(v.numel):  # every rank's view as long: a rank's elements are a row
             c = int(v.numel)
+            if n == 1:  # one rank (a pipeline's ranks step apart)
+                first = int(start[0])
+                return np.arange(first, first + c), np.zeros(c, dtype=np.int64)
             return (start[:, None] + np.arange(c)).ravel(), np.repeat(np.arange(n), c)
         count = np.broadcast_to(np.asarray(at(v.numel, pos, n) if is_vec(v.numel) else v.numel, dtype=np.int64), (n,))
         if cuts is not None:  # the view's first segment and how many: its ends are cuts
@@ -253,13 +256,16 @@ class Access(Observer):
         return cuts
 
     # ---- one access -------------------------------------------------------------------------------------
-    def access(self, v, G, pos, writes: bool, op_ids: np.ndarray) -> None:
-        """Ranks G read (or write) view v in ops `op_ids` (one per rank of G)."""
+    def tracks(self, t: str) -> bool:
+        """Whether an access to tensor `t` can matter: something is in flight on it, or undefined, or unread."""
+        return t in self.writing or t in self.undef or t in self.unread
+
+    def access(self, v, G, pos, writes: bool, op_ids: np.ndarray, where=None) -> None:
+        """Ranks G read (or write) view v in ops `op_ids` (one per rank of G); `where`: its `indices`, if known."""
         t = v.tensor
-        tracked = t in self.writing or t in self.undef or t in self.unread
-        if not tracked:
+        if not self.tracks(t):
             return
-        idx, owner = self.indices(v, G, pos)
+        idx, owner = self.indices(v, G, pos) if where is None else where
         if not idx.size:
             return
         if t in self.writing:
@@ -371,10 +377,10 @@ class Access(Observer):
             self.dead_stores.append(DeadStore(int(G[k]), int(producers[j]), int(op_ids[k])))
         self.forget(t, held[live])
 
-    def open_window(self, v, G, pos, writes: bool, op_ids: np.ndarray, reqs: np.ndarray | None) -> None:
+    def open_window(self, v, G, pos, writes: bool, op_ids: np.ndarray, reqs: np.ndarray | None, where=None) -> None:
         """The elements an async op uses stay in flight until its request is waited (or, for the ops of a
-        batch, until the batch ends: `reqs` None)."""
-        idx, owner = self.indices(v, G, pos)
+        batch, until the batch ends: `reqs` None); `where`: the view's `indices`, if known."""
+        idx, owner = self.indices(v, G, pos) if where is None else where
         t = v.tensor
         table = self._table(self.writing if writes else self.reading, t, 0, np.int32)
         self._table(self.reading if writes else self.writing, t, 0, np.int32)
@@ -395,11 +401,13 @@ class Access(Observer):
             taint = self.undefined_by(sources, G, pos)
             for v in rec.reads:
                 self.access(v, G, pos, False, ops)
+            tainted = (taint >= 0).any()
+            where = self.indices(rec.target, G, pos) if tainted or self.tracks(rec.target.tensor) else None
             if rec.op != "=":
-                self.access(rec.target, G, pos, False, ops)
-            self.access(rec.target, G, pos, True, ops)
-            if (taint >= 0).any():  # computed from undefined elements: the result is undefined too
-                idx, owner = self.indices(rec.target, G, pos)
+                self.access(rec.target, G, pos, False, ops, where)
+            self.access(rec.target, G, pos, True, ops, where)
+            if tainted:  # computed from undefined elements: the result is undefined too
+                idx, owner = where
                 keep = taint[owner] >= 0
                 self._table(self.undef, rec.target.tensor, -1)[idx[keep]] = taint[owner[keep]]
         elif isinstance(rec, ExpectRec):
@@ -418,24 +426,29 @@ class Access(Observer):
         together until the batch ends, so each is also checked against the batch's earlier ops."""
         earlier: list[tuple] = []
         windows = []
-        recs = rows.rec
-        cuts = np.flatnonzero(np.r_[True, recs[1:] != recs[:-1]]) if len(rows) else []
-        bounds = list(cuts) + [len(rows)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            rec = self.s.records[int(recs[a])]
+        one = rows.const("rec")  # most postings are one record's (an unbatched op: one rank's, in a pipeline)
+        if one is not None:
+            bounds, rids = [0, len(rows)], [one]
+        else:
+            recs = rows.rec
+            bounds = [0, *(np.flatnonzero(recs[1:] != recs[:-1]) + 1).tolist(), len(rows)]
+            rids = recs[bounds[:-1]].tolist()
+        for rid, a, b in zip(rids, bounds[:-1], bounds[1:]):
+            rec = self.s.records[rid]
             G, pos = rows.rank[a:b], rows.pos[a:b]
             ops = rec.base + pos
             writes = not rec.is_send
             gids = self.stream_groups(rows.gid[a:b]) if rec.batched else []  # a batch runs on its group's stream
             self.same_stream = self.ahead_on_stream(gids, G)
-            self.access(rec.view, G, pos, writes, ops)
+            where = self.indices(rec.view, G, pos) if rec.req is not None or self.tracks(rec.view.tensor) else None
+            self.access(rec.view, G, pos, writes, ops, where)
             self.same_stream = {}
             if rec.batched:
                 for other in earlier:
                     self.batch_overlap(other, (rec, G, pos, writes, ops))
                 earlier.append((rec, G, pos, writes, ops))
             if rec.req is not None:  # async, or in a batch bound to a handle: in flight until waited
-                windows.append((rec.view, G, pos, writes, ops, rows.req[a:b]))
+                windows.append((rec.view, G, pos, writes, ops, rows.req[a:b], where))
                 if rec.batched:
                     for g, r, q, o in zip(rows.gid[a:b].tolist(), G.tolist(), rows.req[a:b].tolist(), ops.tolist()):
                         self.on_stream(g, r, q, o)
