@@ -12,6 +12,9 @@ the same check as the default text output). The programs are generated into a te
 * ring-4096-wrong-peer / -dtype / -size / -isend / -isend-race / -isend-unwaited, dead-stores-4096: a bug
   on every rank at every step (the ring changed in one place), the ring's steps as `isend`, `recv`, `wait`,
   and 16 `all_reduce` results overwritten unread (`every_rank_programs`; heavy, skipped by --quick);
+* 1f1b-64, interleaved-1f1b-64 / -nccl: programs/pipeline_1f1b.comm (256 micro-batches) and
+  programs/interleaved_1f1b.comm with their `world` lines widened, at world 64, the interleaved one also
+  on NCCL, where it deadlocks: a pipeline's ranks step apart, so the engine runs one rank per record (heavy);
 * oworld-65536 / -missing: an O(world)-ops program (all_reduce, a batched neighbour exchange, an
   expect) at world 65536, clean and with rank 12345 left out of the all_reduce;
 * programs: one `commdsl lint programs/*.comm` at every declared size;
@@ -51,6 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RING = "programs/ring_allreduce.comm"
+PIPELINES = ("pipeline_1f1b", "interleaved_1f1b")  # their `world` lines widened: every rank steps apart
 LOOPS = "for s in 0 .. world - 2:                       # reduce-scatter"
 
 OWORLD = """\
@@ -80,6 +84,8 @@ class Row:
     per_op: bool = True
     heavy: bool = False  # skipped by --quick
     in_repo: bool = False
+    params: dict[str, int] = field(default_factory=dict)  # --set NAME=VALUE
+    backend: str | None = None  # --backend, else the program's own
     ops: int = 0
     walls: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
@@ -104,6 +110,9 @@ def write_programs(tmp: Path) -> None:
         ring, LOOPS, "on rank == 3:\n    all_reduce x op max\nelse:\n    all_reduce x op sum\n" + LOOPS))
     for name, text in every_rank_programs(ring).items():
         (tmp / f"{name}.comm").write_text(text)
+    for name in PIPELINES:
+        text = (ROOT / "programs" / f"{name}.comm").read_text()
+        (tmp / f"{name}.comm").write_text(re.sub(r"(?m)^world .*$", "world 2..", text, count=1))
     (tmp / "oworld.comm").write_text(OWORLD)
     (tmp / "oworld_missing.comm").write_text(replace_once(
         OWORLD, "\nall_reduce x\n", "\non rank != 12345:\n    all_reduce x\n"))
@@ -175,6 +184,14 @@ def all_rows() -> list[Row]:
                         [f"ring_{name}.comm"], 4096, findings_expected=findings, heavy=True))
     rows.append(Row("dead-stores-4096", "16 all_reduce results overwritten unread on every rank, world 4096",
                     ["dead_stores.comm"], 4096, findings_expected=True, heavy=True))
+    for name, label, params, backend, findings in (
+        ("1f1b", "1F1B pipeline, 256 micro-batches, world 64, clean", {"micro": 256}, None, False),
+        ("interleaved-1f1b", "interleaved 1F1B, 2 chunks × 128 micro-batches, world 64, clean", {}, None, False),
+        ("interleaved-1f1b-nccl", "the same on NCCL: a rank's isends in issue order deadlock", {}, "nccl", True),
+    ):
+        file = "interleaved_1f1b.comm" if name.startswith("interleaved") else "pipeline_1f1b.comm"
+        rows.append(Row(f"{name}-64", label, [file], 64, params=params, backend=backend, findings_expected=findings,
+                        heavy=True))
     rows.append(Row("oworld-65536", "O(world) ops, clean, world 65536", ["oworld.comm"], 65536, 5.0, 2000.0,
                     heavy=True))
     rows.append(Row("oworld-65536-missing", "O(world) ops, rank 12345 skips the all_reduce, world 65536",
@@ -197,7 +214,9 @@ def lint_command() -> list[str]:
 
 def argv_of(row: Row, tmp: Path) -> list[str]:
     files = [f if row.in_repo else str(tmp / f) for f in row.files]
-    return ["lint", *files, *(["--world", str(row.world)] if row.world else []), "--format", "json"]
+    sets = [arg for name, value in row.params.items() for arg in ("--set", f"{name}={value}")]
+    backend = ["--backend", row.backend] if row.backend else []
+    return ["lint", *files, *(["--world", str(row.world)] if row.world else []), *sets, *backend, "--format", "json"]
 
 
 def count_ops(row: Row, tmp: Path) -> int:
@@ -207,7 +226,7 @@ def count_ops(row: Row, tmp: Path) -> int:
     for f in row.files:
         program = commdsl.load(ROOT / f if row.in_repo else tmp / f)
         for world in [row.world] if row.world else program.world_sizes():
-            schedule = commdsl.expand(program, world)
+            schedule = commdsl.expand(program, world, row.params)
             total += schedule.num_ops
             del schedule
     gc.collect()

@@ -568,17 +568,7 @@ class Engine:
                     self.exchange(rec, G, plan)
                     self.advance(G)
                     return
-            parts, count = [], np.zeros(G.size, dtype=np.int64)
-            for op in rec.ops:
-                if G.size == rec.ranks.size and op.ranks is rec.ranks:
-                    parts.append((op, G, None))
-                    count += 1
-                    continue
-                inside = np.isin(op.ranks, G, assume_unique=True)
-                if inside.any():
-                    mine = op.ranks[inside]
-                    parts.append((op, mine, None if inside.all() else np.flatnonzero(inside)))
-                    count[np.searchsorted(G, mine)] += 1
+            parts, count = self.batch_parts(rec, G)
             done = self.post(parts, rec.id, G)
             if rec.blocking:
                 self.block(G, count - done)
@@ -597,6 +587,26 @@ class Engine:
             self.enter_wait(rec, G, pos)
         else:  # pragma: no cover - the Schedule has no other records
             raise TypeError(t)
+
+    @staticmethod
+    def batch_parts(rec: BatchRec, G: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """The ops of batch `rec` that ranks G post ((op, its ranks among G, their positions in it or None for
+        all), as `post` takes them), and how many each rank of G posts."""
+        parts, count = [], np.zeros(G.size, dtype=np.int64)
+        for op in rec.ops:
+            if G.size == rec.ranks.size and op.ranks is rec.ranks:
+                parts.append((op, G, None))
+                count += 1
+                continue
+            if not op.ranks.size:
+                continue
+            k = np.searchsorted(op.ranks, G)  # where each rank of G would sit among the op's (both ascending)
+            hit = op.ranks[np.minimum(k, op.ranks.size - 1)] == G
+            if hit.any():
+                mine = G[hit]
+                parts.append((op, mine, None if mine.size == op.ranks.size else k[hit]))
+                count[hit] += 1
+        return parts, count
 
     def post_one(self, rec: P2PRec, G: np.ndarray, pos) -> None:
         """An unbatched send or receive by ranks G: a blocking one waits to be met; an async one goes on, an

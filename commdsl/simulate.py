@@ -635,18 +635,20 @@ class Data(Observer):
             sends, recvs = sends.take(same), recvs.take(same)
         if not len(sends):
             return
-        moves = []  # per (send record, receive record): (source tensor, target tensor, source indices, target's)
+        runs = []  # per (send record, receive record): (source tensor, target tensor, starts there, counts)
         for m in _record_pairs(sends.rec * len(self.s.records) + recvs.rec):
             s_view, r_view = self.s.records[int(sends.rec[m][0])].view, self.s.records[int(recvs.rec[m][0])].view
-            c = delivered(sends.numel[m], recvs.numel[m])
-            src = _ragged(self.start(s_view, sends.rank[m], sends.pos[m]), c, c.size)
-            dst = _ragged(self.start(r_view, recvs.rank[m], recvs.pos[m]), c, c.size)
-            moves.append((s_view.tensor, r_view.tensor, src, dst))
-        if len(moves) > 1 and _independent(moves):  # a pipeline's round: many records, one rank each
+            src = self.start(s_view, sends.rank[m], sends.pos[m])
+            dst = self.start(r_view, recvs.rank[m], recvs.pos[m])
+            runs.append((s_view.tensor, r_view.tensor, src, dst, delivered(sends.numel[m], recvs.numel[m])))
+        if len(runs) > 1:  # a pipeline's round: many records, one rank each; joined per pair of tensors if they may be
             joined: dict[tuple[str, str], list] = {}
-            for a, b, src, dst in moves:
-                joined.setdefault((a, b), []).append((src, dst))
-            moves = [(a, b, *(np.concatenate(col) for col in zip(*parts))) for (a, b), parts in joined.items()]
+            for a, b, *cols in runs:
+                joined.setdefault((a, b), []).append(cols)
+            together = _moves([(a, b, *map(np.concatenate, zip(*parts))) for (a, b), parts in joined.items()])
+            moves = together if _independent(together) else _moves(runs)
+        else:
+            moves = _moves(runs)
         for a, b, src, dst in moves:
             self.buf[b][dst] = cast(self.buf[a][src], self.dtype[b])
             for marks in (self.undef, self.order):
@@ -903,6 +905,12 @@ def _record_pairs(pairs: np.ndarray) -> Iterator:
         return
     order = np.argsort(pairs, kind="stable")
     yield from np.split(order, np.flatnonzero(np.diff(pairs[order])) + 1)
+
+
+def _moves(runs: list[tuple]) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+    """(source tensor, target tensor, source indices, target indices) of each run of messages (the tensors, the
+    messages' starts in each, their counts)."""
+    return [(a, b, _ragged(src, c, c.size), _ragged(dst, c, c.size)) for a, b, src, dst, c in runs]
 
 
 def _independent(moves: list[tuple[str, str, np.ndarray, np.ndarray]]) -> bool:
