@@ -185,12 +185,12 @@ def all_rows() -> list[Row]:
     rows.append(Row("dead-stores-4096", "16 all_reduce results overwritten unread on every rank, world 4096",
                     ["dead_stores.comm"], 4096, findings_expected=True, heavy=True))
     for name, label, params, backend, findings in (
-        ("1f1b", "1F1B pipeline, 256 micro-batches, world 64, clean", {"micro": 256}, None, False),
-        ("interleaved-1f1b", "interleaved 1F1B, 2 chunks × 128 micro-batches, world 64, clean", {}, None, False),
-        ("interleaved-1f1b-nccl", "the same on NCCL: a rank's isends in issue order deadlock", {}, "nccl", True),
+        ("1f1b-64", "1F1B pipeline, 256 micro-batches, world 64, clean", {"micro": 256}, None, False),
+        ("interleaved-1f1b-64", "interleaved 1F1B, 2 chunks × 128 micro-batches, world 64, clean", {}, None, False),
+        ("interleaved-1f1b-64-nccl", "the same on NCCL: a rank's isends in issue order deadlock", {}, "nccl", True),
     ):
         file = "interleaved_1f1b.comm" if name.startswith("interleaved") else "pipeline_1f1b.comm"
-        rows.append(Row(f"{name}-64", label, [file], 64, params=params, backend=backend, findings_expected=findings,
+        rows.append(Row(name, label, [file], 64, params=params, backend=backend, findings_expected=findings,
                         heavy=True))
     rows.append(Row("oworld-65536", "O(world) ops, clean, world 65536", ["oworld.comm"], 65536, 5.0, 2000.0,
                     heavy=True))

@@ -56,20 +56,30 @@ GLOO = Model("gloo", early_release=True, member_meets=True)
 NCCL = Model("nccl", tags=False, streams=True, self_in_batch=True)
 
 
-def post_streams(rows: Posts) -> list[tuple]:
-    """NCCL: each post's stream. torch runs an unbatched send or receive on a communicator of its own for the
-    pair of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md)."""
-    lo, hi = np.minimum(rows.src, rows.dst), np.maximum(rows.src, rows.dst)
-    batched = rows.via != rows.rec
-    return [
-        ("main", g, r) if b else ("pair", g, a, z, r)
-        for g, a, z, r, b in zip(rows.gid.tolist(), lo.tolist(), hi.tolist(), rows.rank.tolist(), batched.tolist())
-    ]
+RANK_BITS = 17
+"""A rank plus one (from any source: 0) in a stream key: ranks are below `resolve.MAX_WORLD`, 2**16."""
+STREAM_GROUPS = 1 << (63 - 2 * RANK_BITS - 2)
+"""A pair's stream key (`post_streams`) holds a group id below this (2**27) in an int64."""
 
 
-def call_streams(gid: np.ndarray, rank: np.ndarray) -> list[tuple]:
+def main_stream(gid, rank) -> np.ndarray:
+    """NCCL: the stream of group `gid`'s communicator on `rank`, as an int (even): its collectives and batches."""
+    return (np.asarray(gid, dtype=np.int64) << RANK_BITS | (np.asarray(rank, dtype=np.int64) + 1)) << 1
+
+
+def post_streams(rows: Posts) -> np.ndarray:
+    """NCCL: each post's stream, as an int. torch runs an unbatched send or receive on a communicator of its own
+    for the pair of ranks, and a batch on the group's (lazy initialisation, the default; docs/backend-support.md).
+    A pair's stream on one of its ranks is odd: (group, lower rank, higher rank, which of the two) in bits."""
+    src, dst, rank, gid = rows.src, rows.dst, rows.rank, rows.gid
+    lo, hi = np.minimum(src, dst) + 1, np.maximum(src, dst) + 1
+    pair = (((gid << RANK_BITS | lo) << RANK_BITS | hi) << 1 | (rank + 1 == hi)) << 1 | 1
+    return np.where(rows.via != rows.rec, main_stream(gid, rank), pair)
+
+
+def call_streams(gid: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """NCCL: each collective call's stream, its group's communicator on the calling rank (a batch's too)."""
-    return [("main", int(g), int(r)) for g, r in zip(np.broadcast_to(gid, rank.shape).tolist(), rank.tolist())]
+    return main_stream(np.broadcast_to(gid, rank.shape), rank)
 
 
 # bad parameters
@@ -495,8 +505,13 @@ class Engine:
         self.step_rows: dict[int, np.ndarray] = {}  # step group id → each rank's index in it, or -1
         self.calls_seen = 0
         self.early = 0  # members released before their collective completed (Gloo)
-        self.queues: dict[tuple, deque] = {}  # NCCL stream → [request, ops not started] entries; the first runs
-        self.stream_of: dict[int, tuple] = {}  # request of a running async op → its stream
+        # NCCL streams (`post_streams`): the async op running on each stream that has one (it holds the stream until
+        # it completes), the ops queued behind it in issue order ([request, their rows, batch] entries), and the
+        # stream each running request holds
+        self.running: dict[int, int] = {}
+        assert len(schedule.groups) < STREAM_GROUPS, "more groups than an NCCL stream key holds"
+        self.queues: dict[int, deque] = {}
+        self.stream_of: dict[int, int] = {}
         self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
         # calls whose sizes differ per peer (uneven splits or lists: `Kind.contribution` -1), compared member by
         # member by the checker
@@ -562,7 +577,7 @@ class Engine:
         elif t is P2PRec:
             self.post_one(rec, G, pos)
         elif t is BatchRec:
-            if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.queues:
+            if G.size == rec.ranks.size and not len(self.pending) and not self.fresh and not self.running:
                 plan = self.exchange_plan(rec)
                 if plan is not None:
                     self.exchange(rec, G, plan)
@@ -975,50 +990,70 @@ class Engine:
                 break
 
     # ---- NCCL streams ------------------------------------------------------------------------------
-    def admit(self, rows, streams: list[tuple]):
+    def admit(self, rows, streams: np.ndarray):
         """The rows that start now; the others wait for the ops before them on their stream. A running async op
         holds its stream until it completes; a blocking op (or a batch) holds its rank, so nothing of that rank
         can queue behind it."""
-        if not self.queues and not (rows.req >= 0).any():
+        req = rows.req
+        if not self.running and not (req >= 0).any():
+            return rows
+        keys, reqs = streams.tolist(), req.tolist()
+        if self.running.keys().isdisjoint(keys) and len(set(keys)) == len(keys):  # every stream free, one op on each
+            a = req >= 0
+            began, by = (streams, req) if a.all() else (streams[a], req[a])
+            began, by = began.tolist(), by.tolist()
+            self.running.update(zip(began, by))
+            self.stream_of.update(zip(by, began))
             return rows
         start = np.ones(len(rows), dtype=bool)
         via = rows.via.tolist() if isinstance(rows, Posts) else [-1] * len(rows)
         waiting: list[list] = []  # entries made here: [request, row indices, batch]
-        for k, (key, q) in enumerate(zip(streams, rows.req.tolist())):
-            queue = self.queues.get(key)
-            if queue is not None:
+        for k, (key, q) in enumerate(zip(keys, reqs)):
+            running = self.running.get(key)
+            if running is not None:
+                if running == q >= 0:
+                    continue  # another op of the batch (one request) that is running: it runs too
                 start[k] = False
-                last = queue[-1]
-                if queue[0][0] == q >= 0 and queue[0][1] is None:
-                    start[k] = True  # another op of the batch (one request) that is running: it runs too
-                elif last in waiting and last[0] == q and via[k] >= 0 and last[2] == via[k]:
+                queue = self.queues.setdefault(key, deque())
+                last = queue[-1] if queue else None
+                if last is not None and last in waiting and last[0] == q and via[k] >= 0 and last[2] == via[k]:
                     last[1].append(k)  # the ops of one batch start together
                 else:
                     entry = [q, [k], via[k]]
                     queue.append(entry)
                     waiting.append(entry)
             elif q >= 0:
-                self.queues[key] = deque([[q, None, -1]])
+                self.running[key] = q
                 self.stream_of[q] = key
         for entry in waiting:
             entry[1] = rows.take(np.array(entry[1]))
         return rows.take(start) if not start.all() else rows
 
-    def free_stream(self, q: int) -> None:
-        """Async op q completed: the ops waiting behind it on its stream start, up to the next async one."""
-        key = self.stream_of.pop(q)
-        queue = self.queues[key]
-        queue.popleft()
-        while queue:
-            entry = queue[0]
-            (self.fresh if isinstance(entry[1], Posts) else self.fresh_calls).append(entry[1])
-            self.obs.started(entry[1], q)
-            if entry[0] >= 0:
-                entry[1] = None
-                self.stream_of[entry[0]] = key
-                return
-            queue.popleft()
-        del self.queues[key]
+    def free_streams(self, reqs: list[int]) -> None:
+        """Async ops `reqs` completed: each frees its stream, where the ops queued behind it start, up to the next
+        async one, which holds it in turn."""
+        if not self.queues:  # nothing queued behind them (most rounds): the streams are free
+            for key in map(self.stream_of.pop, reqs):
+                del self.running[key]
+            return
+        for q in reqs:
+            key = self.stream_of.pop(q)
+            queue = self.queues.get(key)
+            if queue is None:
+                del self.running[key]
+                continue
+            while queue:
+                q_next, ops, _ = queue.popleft()
+                (self.fresh if isinstance(ops, Posts) else self.fresh_calls).append(ops)
+                self.obs.started(ops, q)
+                if q_next >= 0:
+                    self.running[key] = q_next
+                    self.stream_of[q_next] = key
+                    break
+            else:
+                del self.running[key]
+            if not queue:
+                del self.queues[key]
 
     # ---- requests ----------------------------------------------------------------------------------
     def finish_requests(self, reqs: np.ndarray) -> None:
@@ -1030,9 +1065,7 @@ class Engine:
             reqs = distinct(reqs[self.req_left[reqs] == 0])
         self.req_done[reqs] = True
         if self.stream_of:
-            for q in reqs.tolist():
-                if q in self.stream_of:
-                    self.free_stream(q)
+            self.free_streams(list(filter(self.stream_of.__contains__, reqs.tolist())))
         waited = reqs[self.req_in_wait[reqs]]
         if waited.size:
             self.req_in_wait[waited] = False
@@ -1191,7 +1224,7 @@ class Engine:
 
     def quiet(self) -> bool:
         """Nothing under way: no call waiting for members, no message posted, no NCCL stream held."""
-        return not (self.fresh_calls or len(self.arrivals) or len(self.pending) or self.fresh or self.queues)
+        return not (self.fresh_calls or len(self.arrivals) or len(self.pending) or self.fresh or self.running)
 
     def collective_run(self, G: np.ndarray) -> bool:
         """Ranks G are at a run of blocking collectives, each of which they alone call and all of them call,
@@ -1308,7 +1341,7 @@ class Engine:
         members, no message posted, no NCCL stream held): where they are every member of its instances, those
         complete now and G goes on in this round. The outcome is the one the round's end would give; a loop
         of collectives costs one pass per collective instead of one round of the machine and its queues."""
-        if len(self.fresh_calls) != 1 or len(self.arrivals) or len(self.pending) or self.fresh or self.queues:
+        if len(self.fresh_calls) != 1 or len(self.arrivals) or len(self.pending) or self.fresh or self.running:
             return
         calls = self.fresh_calls[0]
         gid, seq, me = calls.gid, calls.seq, calls.me
@@ -1460,9 +1493,9 @@ class Engine:
         stream was running. Sends and receives among them are in `unmatched` too, collective calls in
         `queued_calls`."""
         out = {}
-        for queue in self.queues.values():
-            head = queue[0][0]
-            for entry in list(queue)[1:]:
+        for key, queue in self.queues.items():
+            head = self.running[key]
+            for entry in queue:
                 rows = entry[1]
                 for rid, pos in zip(rows.rec.tolist(), rows.pos.tolist()):
                     out[(rid, pos)] = head

@@ -638,3 +638,65 @@ def test_a_member_whose_partner_never_makes_the_group_is_c313_not_a_deadlock():
         "on rank == 0:\n    g = new_group [0, 1]\n"
     )
     assert [d.code for d in _lint(text)] == ["C313"]
+
+
+# ---- NCCL streams ------------------------------------------------------------------------------------------
+
+def test_stream_keys_tell_every_stream_apart():
+    """A post's stream as an int (`post_streams`): equal exactly where the stream is, as torch picks it (a batch
+    on its group's communicator on the rank, an unbatched op on the pair's), at the extremes of ranks and groups;
+    a collective call's (`call_streams`) is its group's on the rank, as a batch's."""
+    from commdsl.engine import STREAM_GROUPS, Posts, call_streams, post_streams
+    from commdsl.p2p import ANY_SOURCE
+    from commdsl.resolve import MAX_WORLD
+
+    ranks, gids = [0, 1, 2, MAX_WORLD - 2, MAX_WORLD - 1], [0, 1, STREAM_GROUPS - 1]
+    rows, want = [], []
+    for g in gids:
+        for rank in ranks:
+            for peer in [*ranks, ANY_SOURCE]:
+                for send in (0, 1):
+                    for batched in (False, True):
+                        src, dst = (rank, peer) if send else (peer, rank)
+                        rows.append((g, src, dst, rank, 7 if batched else 3))
+                        want.append(("main", g, rank) if batched else ("pair", g, min(src, dst), max(src, dst), rank))
+    cols = np.array(rows, dtype=np.int64).T
+    posts = Posts(size=len(rows), send=0, gid=cols[0], src=cols[1], dst=cols[2], tag=0, rank=cols[3], rec=3, pos=0,
+                  req=-1, via=cols[4], numel=1, dtype=0)
+    keys = post_streams(posts).tolist()
+    assert all(k >= 0 for k in keys)
+    index = {}
+    for key, stream in zip(keys, want):
+        assert index.setdefault(stream, key) == key
+    assert len(set(index.values())) == len(index)  # and distinct streams, distinct keys
+    calls = call_streams(np.array(gids[-1]), np.array(ranks)).tolist()
+    assert calls == [index[("main", gids[-1], r)] for r in ranks]
+
+
+QUEUED = """\
+world 2
+tensor x: float32[2] = rank
+tensor y: float32[2]
+on rank == 0:
+    h = isend x to 1
+    g = isend x to 1
+    recv y from 1
+    wait h, g
+else:
+    recv y from 0
+    LATER
+"""
+
+
+def test_an_op_queued_on_its_stream_starts_when_the_one_ahead_completes():
+    """NCCL: rank 0's second isend to rank 1 runs on the pair's stream behind the first, and its recv behind both:
+    they start one after another as each before completes. Where rank 1 never receives the second message, the
+    recv never starts and the outcome names the isend it waits behind."""
+    text = QUEUED.replace("LATER", "recv y from 0\n    send x to 0")
+    o = run_engine(expand(load(SourceFile("t.comm", text)), 2), NCCL, record_matches=True)
+    assert o.completed and o.req_done.all() and not o.behind
+    assert sorted(_pairs(o)) == [(5, 0, 10, 1), (6, 0, 11, 1), (12, 1, 7, 0)]
+    stuck = run_engine(expand(load(SourceFile("t.comm", QUEUED.replace("LATER", "send x to 0"))), 2), NCCL)
+    assert not stuck.completed and stuck.req_done.tolist() == [True, False]
+    assert [(_line(stuck.schedule, rid), pos) for rid, pos in stuck.behind] == [(7, 0)]
+    assert list(stuck.behind.values()) == [1]  # the second isend's request, still running

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -344,7 +345,7 @@ class Clocks(Observer):
         # NCCL runs a rank's ops on one communicator in issue order (`engine.NCCL.streams`): per stream, the
         # async request issued on it last; an op issued after it starts no sooner than it ends (`follow`)
         self.streams = topo.backend == "nccl"
-        self.stream_last: dict[tuple, int] = {}
+        self.stream_last: dict[int, int] = {}
         # Gloo runs a process group's collectives on two worker threads per process, taking them from one
         # queue in issue order (torch's ProcessGroupGloo: `threads = 2`; `on_threads`): per group its members'
         # rows (from `thread_base`, made when the group first calls) of when each thread is free, its path
@@ -1419,20 +1420,25 @@ class Clocks(Observer):
             self.wait_for(ranks[done], self.req_end[q], self.req_end_node[q])
         self.req_waiting[reqs[~done]] = True
 
-    def follow(self, ranks: np.ndarray, reqs: np.ndarray, streams: list[tuple]) -> None:
+    def follow(self, ranks: np.ndarray, reqs: np.ndarray, streams: np.ndarray) -> None:
         """NCCL: ops just issued (their ranks, requests and streams) start no sooner than the async op issued
         before them on their stream ends, when it has (one still running holds its stream: the engine queues
         what comes after it and says when it starts, `started`); an async one is now its stream's last."""
-        behind, befores = [], []
-        for j, (key, q) in enumerate(zip(streams, reqs.tolist())):
-            before = self.stream_last.get(key, -1)
-            if before >= 0 and self.req_done[before]:
-                behind.append(j)
-                befores.append(before)
-            if q >= 0:
-                self.stream_last[key] = q
-        if behind:
-            self.after(ranks[behind], reqs[behind], np.array(befores, dtype=np.int64))
+        keys = streams.tolist()
+        if len(set(keys)) == len(keys):  # one op a stream (a batch's share theirs): each follows the stream's last
+            before = np.fromiter(map(self.stream_last.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+            a = reqs >= 0
+            self.stream_last.update(zip(streams[a].tolist(), reqs[a].tolist()))
+        else:
+            before = np.empty(len(keys), dtype=np.int64)
+            for j, (key, q) in enumerate(zip(keys, reqs.tolist())):
+                before[j] = self.stream_last.get(key, -1)
+                if q >= 0:
+                    self.stream_last[key] = q
+        behind = before >= 0
+        behind[behind] = self.req_done[before[behind]]
+        if behind.any():
+            self.after(ranks[behind], reqs[behind], before[behind])
 
     def started(self, ops: Posts | Calls, after: int) -> None:
         self.after(ops.rank, ops.req, np.full(ops.rank.size, after, dtype=np.int64))
