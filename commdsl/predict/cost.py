@@ -1456,7 +1456,10 @@ class Clocks(Observer):
                 first = order[np.r_[True, q[order][1:] != q[order][:-1]]]
                 later = first[self.req_post[q[first], self.k] < e[first, self.k]]
                 self.req_post_node[q[later]] = node[a][later]
-            np.maximum.at(self.req_post, q, e)
+            if q.size == distinct(q).size:  # one op a request (a batch's share theirs): no need of `at`, slow on rows
+                self.req_post[q] = np.maximum(self.req_post[q], e)
+            else:
+                np.maximum.at(self.req_post, q, e)
         if not a.all():
             b = ~a
             self.wait_for(ranks[b], end[b], node[b])
