@@ -508,8 +508,8 @@ class Engine:
         # NCCL streams (`post_streams`): the async op running on each stream that has one (it holds the stream until
         # it completes), the ops queued behind it in issue order ([request, their rows, batch] entries), and the
         # stream each running request holds
-        self.running: dict[int, int] = {}
         assert len(schedule.groups) < STREAM_GROUPS, "more groups than an NCCL stream key holds"
+        self.running: dict[int, int] = {}
         self.queues: dict[int, deque] = {}
         self.stream_of: dict[int, int] = {}
         self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
