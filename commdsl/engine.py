@@ -997,7 +997,7 @@ class Engine:
         req = rows.req
         if not self.running and not (req >= 0).any():
             return rows
-        keys, reqs = streams.tolist(), req.tolist()
+        keys = streams.tolist()
         if self.running.keys().isdisjoint(keys) and len(set(keys)) == len(keys):  # every stream free, one op on each
             a = req >= 0
             began, by = (streams, req) if a.all() else (streams[a], req[a])
@@ -1008,7 +1008,7 @@ class Engine:
         start = np.ones(len(rows), dtype=bool)
         via = rows.via.tolist() if isinstance(rows, Posts) else [-1] * len(rows)
         waiting: list[list] = []  # entries made here: [request, row indices, batch]
-        for k, (key, q) in enumerate(zip(keys, reqs)):
+        for k, (key, q) in enumerate(zip(keys, req.tolist())):
             running = self.running.get(key)
             if running is not None:
                 if running == q >= 0:
