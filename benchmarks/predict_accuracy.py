@@ -360,7 +360,7 @@ def _by_kind(out: Path, cases, worlds: list[str]) -> None:
                 got = rows.get(row["size_bytes"])
                 if got is None or row["size_bytes"] < 1 << 20:
                     continue
-                model = {line["line"]: line["us"] for line in got.get("lines") or []}
+                model = {line["line"]: line["us"] for line in _same_rank(got, row)}
                 for line in row.get("lines") or []:
                     kind = "collectives" if kinds is None else kinds.get(line["line"], "other")
                     measured.setdefault((kind, world), []).append(line["us"])
@@ -373,6 +373,17 @@ def _by_kind(out: Path, cases, worlds: list[str]) -> None:
         m, p = sum(measured[kind, world]) / 1e6, sum(predicted[kind, world]) / 1e6
         ratio = f"{p / m:.2f}" if m > 0 else "—"
         print(f"| {kind} | {world} | {len(measured[kind, world])} | {m:.2f} | {p:.2f} | {ratio} |")
+
+
+def _same_rank(predicted: dict, measured: dict) -> list[dict]:
+    """The predicted lines of the rank whose lines the bench kept (its slowest: `rank_time_us`' largest). The
+    model's slowest rank can be another, whose lines are other statements (a binomial tree's root receives where
+    a leaf sends): beside the bench's they would count the leaf's sends as predicted to take no time. A
+    prediction without every rank's lines (written before 2026-12-01, or of more than 64 ranks) gives its own."""
+    times, per_rank = measured.get("rank_time_us") or [], predicted.get("rank_lines") or []
+    if times and len(per_rank) == len(times):
+        return per_rank[max(range(len(times)), key=times.__getitem__)]
+    return predicted.get("lines") or []
 
 
 def _statement_kinds(path: Path) -> dict[int, str]:

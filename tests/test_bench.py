@@ -425,6 +425,8 @@ def test_ring_against_the_builtin_and_the_floor_gate(tmp_path, capfd, no_orphans
     assert all(r["wrong"] == 0 for r in data["rows"]) and len(data["rows"]) == 4
     ring = data["rows"][0]
     assert [line["line"] for line in ring["lines"]] == [17, 20, 22]  # where the ring's time goes, per source line
+    assert len(ring["rank_lines"]) == 4  # and every rank's, the slowest's among them
+    assert ring["rank_lines"][ring["rank_time_us"].index(max(ring["rank_time_us"]))] == ring["lines"]
 
 
 @pytest.mark.gloo

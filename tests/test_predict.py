@@ -775,6 +775,34 @@ on rank == 1:
         assert us[8] == 0 and us[9] > 0 and us[9] + us[10] == pytest.approx(message, rel=1e-6)
 
 
+def test_every_ranks_lines_sit_beside_the_slowest_ones():
+    """`rank_lines` holds each rank's `lines` (as the bench's rows now do), so a prediction can be set beside
+    the rank the bench found slowest even where the model's slowest is another rank, running other statements:
+    here the sender runs lines 8-10 and the receiver 13-14."""
+    text = """\
+program overlap
+world 2
+param n = 1024
+tensor x: float32[n] = rank
+tensor y: float32[n]
+tensor z: float32[n] = 1
+on rank == 0:
+    h = isend x to 1
+    z += z
+    wait h
+on rank == 1:
+    h = irecv y from 0
+    z += z
+    z += z
+    wait h
+"""
+    (row,) = predict_text(text, 2, topo(10, 1), 1 << 20).rows
+    assert [{e["line"] for e in lines} for lines in row.rank_lines] == [{8, 9, 10}, {12, 13, 14, 15}]
+    for lines, us in zip(row.rank_lines, row.rank_us):
+        assert sum(e["us"] for e in lines) == pytest.approx(us, rel=1e-9)
+    assert row.lines == row.rank_lines[row.rank_us.index(max(row.rank_us))]
+
+
 @pytest.mark.gloo
 @pytest.mark.timeout(180)
 def test_measured_lines_are_compared_line_by_line(tmp_path, capfd, no_orphans):

@@ -142,6 +142,7 @@ class _MeasuredRow(_Read):
     rank_time_us: list[Micros] | None = None
     rank_page_faults: list[Annotated[StrictFloat, Field(ge=0)] | None] | None = None
     lines: list[_Line] | None = None
+    rank_lines: list[list[_Line]] | None = None
 
 
 class _Measured(_Read):
@@ -201,6 +202,7 @@ def _row(r: Row) -> dict:
         "rank_time_us": r.rank_us,
         "rank_page_faults": r.rank_faults,
         "lines": r.lines,
+        "rank_lines": r.rank_lines,
         "in_place": r.in_place,
     }
 

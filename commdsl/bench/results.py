@@ -32,6 +32,8 @@ class Row:
     spread: dict[str, float] = field(default_factory=dict)  # min, max, stdev over iterations (`iteration_spread`)
     in_place: bool | None = None  # the variant's form (`plan.in_place`)
     rank_faults: list[float | None] = field(default_factory=list)  # every rank's minor page faults per iteration
+    rank_lines: list[list[dict]] = field(default_factory=list)  # every rank's `lines`: set one rank's prediction
+    # beside the same rank's measurement, whichever rank either side found slowest
 
 
 @dataclass
@@ -80,6 +82,7 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
                 v.in_place,
                 [_per_iteration(per_rank[r]) for r in range(plan.world)],
+                [_by_line(plan, case, r, per_rank[r]["op_ns"]) for r in range(plan.world)],
             )
         )
     return out
@@ -130,7 +133,7 @@ def _mean(values: list[int]) -> float:
 
 
 def _by_line(plan: Plan, case, rank: int, op_ns: list[int]) -> list[dict]:
-    """Where the slowest rank's iteration goes, per source line (mean µs per iteration), each line named by
+    """Where a rank's iteration goes, per source line (mean µs per iteration), each line named by
     its widest op's span: the statement, not a value it reads from tensor data (`splits [counts[j] ...]`)."""
     text = plan.variants[case.variant].program.source.text
     totals: dict[int, list] = {}

@@ -33,7 +33,7 @@ from commdsl.bench.results import Row, Summary
 from commdsl.diagnostics import CommdslError
 from commdsl.dtypes import DTYPES
 from commdsl.expand import expand, resolve_params
-from commdsl.predict.cost import PAGE, Bytes, Timing, predict
+from commdsl.predict.cost import PAGE, PROFILED_RANKS, Bytes, Timing, predict
 from commdsl.predict.topology import Topology
 from commdsl.resolve import Program
 from commdsl.schedule import Schedule
@@ -282,6 +282,11 @@ def _one_by_one(v, world, topo, fitted, schedules, notes, deadline) -> Predictio
     return _prediction(v, world, topo, fitted, timing, dict(enumerate(runs)), notes)
 
 
+def _lines(text: str, profile: list[dict] | None) -> list[dict]:
+    """A rank's profile (`Timing.profiles`) as the bench's `lines`."""
+    return [{"line": e["line"], "text": statement_text(text, e["span"]), "us": e["us"]} for e in profile or []]
+
+
 def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) -> Prediction:
     """The rows, each with its size's profile as the bench's `lines` (`runs`: the engine runs that tracked a
     size, by size index; a size without one has no lines)."""
@@ -290,12 +295,13 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
     item = DTYPES[dtype].itemsize
     rows = []
     text = v.program.source.text
+    per_rank = world <= PROFILED_RANKS  # every rank's times, pages and lines, as the bench's rows hold them
     for k, (requested, value, size) in enumerate(fitted):
         sec = float(timing.seconds[k])
         run = runs.get(k)
-        lines = []
-        for e in (run.profile if run is not None else None) or []:
-            lines.append({"line": e["line"], "text": statement_text(text, e["span"]), "us": e["us"]})
+        profiles = (run.profiles if run is not None else None) or {}
+        rank_lines = [_lines(text, profiles.get(r)) for r in range(world)] if per_rank else []
+        lines = _lines(text, run.profile if run is not None else None)
         rows.append(
             Row(
                 0,
@@ -313,11 +319,12 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
                 bw.algbw(size, sec),
                 bw.busbw(kind or "", world, size, sec),
                 None,
-                [float(x) * 1e6 for x in timing.rank_seconds[:, k]] if world <= 64 else [],
+                [float(x) * 1e6 for x in timing.rank_seconds[:, k]] if per_rank else [],
                 lines,
                 rank_faults=[]
-                if timing.fresh_bytes is None or world > 64
+                if timing.fresh_bytes is None or not per_rank
                 else [float(x) / PAGE for x in timing.fresh_bytes[:, k]],
+                rank_lines=rank_lines if any(rank_lines) else [],
             )
         )
     summary = Summary(
