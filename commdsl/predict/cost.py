@@ -698,6 +698,7 @@ class Clocks(Observer):
             if way.bus is not None:
                 sel, bus = way.bus
                 busy[sel] = np.maximum(busy[sel], np.take(self.free, bus, axis=0))
+        called = begin.copy() if recv_first is not None else None  # an isend's own writing starts here
         np.maximum(begin, busy, out=begin)
         took = way.duration(eff, start.shape) if eff.ndim == 1 else eff / way.beta
         end = _ended(begin, took, bytes_from, busy)
@@ -717,7 +718,7 @@ class Clocks(Observer):
         way.busy = way.busy + load / way.beta_flat
         nodes = self.add_nodes(sends.rec if r0 is None else r0, sends.src, sends.dst, pred, start_k, end[:, k])
         if recv_first is not None:
-            self.held_by_isend(sends, recv_first, end, took, b, nodes)
+            self.held_by_isend(sends, recv_first, called, end, b, way.beta, nodes)
         for rows, who in ((sends, way.sender), (recvs, way.receiver)):
             a = rows.req >= 0 if rows.const("req") != -1 else None  # None: none async
             if a is None or not a.any():
@@ -741,20 +742,26 @@ class Clocks(Observer):
             first |= (tr == ts) & now[:, None]
         return first
 
-    def held_by_isend(self, sends: Posts, recv_first, end, took, b, nodes) -> None:
-        """Gloo: an `isend` whose receive was posted before it returns only when the first `send_buffer` bytes
-        of its message have moved: Gloo's TCP pair writes the message from the calling thread as far as the
-        socket takes it, and the loop thread the rest (`gloo/transport/tcp/pair.cc`; measured with torch
-        2.13 on loopback, `benchmarks/gloo_queue_facts.py isend`: up to 4 MiB the call returned when the
+    def held_by_isend(self, sends: Posts, recv_first, called, end, b, beta, nodes) -> None:
+        """Gloo: an `isend` whose receive was posted before it returns only when it has written the first
+        `send_buffer` bytes of its message: Gloo's TCP pair writes the message from the calling thread as far
+        as the socket takes it, and the loop thread the rest (`gloo/transport/tcp/pair.cc`; measured with
+        torch 2.13 on loopback, `benchmarks/gloo_queue_facts.py isend`: up to 4 MiB the call returned when the
         message had arrived, at 16 MiB after about a third of it; an isend posted before its receive, and a
-        batch's, return at once). Its rank's next op starts no sooner (`D`, as a blocking op's end). Per
-        size (`recv_first`: rows × sizes), as the clocks differ by size."""
+        batch's, return at once). The caller writes from when both are posted, plus α (`called`), at its
+        message's own speed (`beta`), whatever else its ways and the bus carry meanwhile (Gloo's loop thread
+        moves those): in a halo exchange at N = 2, two isends of 4 MiB each after two irecvs returned in
+        0.2-1.4 ms where their bytes, sharing the way with the two messages in, took 5-6 ms
+        (docs/predict-accuracy.md, "Lines by kind, rank for rank"); never after the message ends. Its rank's
+        next op starts no sooner (`D`, as a blocking op's end). Per size (`recv_first`: rows × sizes), as the
+        clocks differ by size."""
+        assert self.send_buffer is not None  # `matched` looks for receives first only where it is given
         mine = np.flatnonzero((sends.req >= 0) & (sends.via == sends.rec))  # unbatched async sends
         if not mine.size:
             return
         nbytes = np.broadcast_to(b, end.shape)[mine]
-        part = np.minimum(1.0, self.send_buffer / np.maximum(nbytes, 1.0))  # of the message the caller writes
-        held = end[mine] - np.broadcast_to(took, end.shape)[mine] * (1.0 - part)
+        written = np.minimum(nbytes, self.send_buffer) / np.broadcast_to(beta, end.shape)[mine]
+        held = np.minimum(end[mine], called[mine] + written)
         held[~recv_first[mine]] = 0.0  # its receive came later: the call returned at once
         self.wait_for(sends.rank[mine], held, nodes[mine])
 
