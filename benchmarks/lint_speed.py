@@ -41,7 +41,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -370,7 +369,7 @@ def main() -> None:
         write_programs(tmp)
         for row in rows:
             row.ops = count_ops(row, tmp)
-        for rep in range(args.repeat):
+        for _ in range(args.repeat):
             for row in rows:
                 if row.timed_out:
                     continue
