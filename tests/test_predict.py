@@ -778,7 +778,7 @@ on rank == 1:
 def test_every_ranks_lines_sit_beside_the_slowest_ones():
     """`rank_lines` holds each rank's `lines` (as the bench's rows now do), so a prediction can be set beside
     the rank the bench found slowest even where the model's slowest is another rank, running other statements:
-    here the sender runs lines 8-10 and the receiver 13-14."""
+    here the sender runs lines 8-10 and the receiver 12-15."""
     text = """\
 program overlap
 world 2
