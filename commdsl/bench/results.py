@@ -60,6 +60,7 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
         slowest = max(range(plan.world), key=lambda r: means[r])
         seconds = means[slowest] / 1e6
         wrong = None if not plan.check else sum(per_rank[r]["wrong"] for r in range(plan.world))
+        lines = [_by_line(plan, case, r, per_rank[r]["op_ns"]) for r in range(plan.world)]
         out.append(
             Row(
                 case.variant,
@@ -78,11 +79,11 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 bw.busbw(v.measure.kind or "", plan.world, case.size, seconds),
                 wrong,
                 means,
-                _by_line(plan, case, slowest, per_rank[slowest]["op_ns"]),
+                lines[slowest],
                 iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
                 v.in_place,
                 [_per_iteration(per_rank[r]) for r in range(plan.world)],
-                [_by_line(plan, case, r, per_rank[r]["op_ns"]) for r in range(plan.world)],
+                lines,
             )
         )
     return out

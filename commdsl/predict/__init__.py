@@ -301,7 +301,10 @@ def _prediction(v, world, topo, fitted, timing, runs: dict[int, Timing], notes) 
         run = runs.get(k)
         profiles = (run.profiles if run is not None else None) or {}
         rank_lines = [_lines(text, profiles.get(r)) for r in range(world)] if per_rank else []
-        lines = _lines(text, run.profile if run is not None else None)
+        if run is None:
+            lines = []
+        else:  # the last rank's (`Timing.profile`)
+            lines = rank_lines[run.last_rank] if rank_lines else _lines(text, run.profile)
         rows.append(
             Row(
                 0,
