@@ -22,6 +22,7 @@ from commdsl.bench.plan import build, builtin_variant, program_variant
 from commdsl.bench.results import Row, Summary
 from commdsl.bench.sizes import SizeError, format_size, parse_size, parse_sweep
 from commdsl.cli.main import main
+from commdsl.predict import calibrate
 from commdsl.resolve import load
 from commdsl.source import SourceFile
 
@@ -317,7 +318,7 @@ def test_check_compares_only_once_every_rank_is_through_its_iteration(monkeypatc
     calls: list[str] = []
     monkeypatch.setattr(worker, "run_steps", lambda *a: calls.append("steps"))
     monkeypatch.setattr(worker, "_wrong", lambda ctx, expected: calls.append("compare") or 0)
-    monkeypatch.setattr(worker, "_minor_faults", lambda: 0)
+    monkeypatch.setattr(worker, "_usage", lambda: (0, 0))
 
     class Slot:
         s = [0] * 8
@@ -373,10 +374,11 @@ def test_sweep_with_check_and_every_output(tmp_path, capfd, no_orphans):
 
 @pytest.mark.gloo
 @pytest.mark.timeout(90)
-def test_each_rank_counts_the_pages_an_iteration_faults_in(tmp_path, capfd, no_orphans):
+def test_each_rank_counts_the_pages_an_iteration_faults_in_and_its_cpu(tmp_path, capfd, no_orphans):
     """`x = x * 2 + 1` on 32 MiB makes two 32 MiB temporaries, which glibc maps anew on every call (its mmap
     threshold never rises above 32 MiB): each timed iteration faults in at least their 2 × 8192 pages, on
-    every rank; a message of 1 KiB faults in next to nothing."""
+    every rank; a message of 1 KiB faults in next to nothing. Each rank's CPU an iteration (the kernel zeroing
+    those pages is its own) is counted too, and the host's cores beside them (`busy_cores`)."""
     prog = tmp_path / "faults.comm"
     prog.write_text("program faults\nworld 2\nparam n = 256\ntensor x: float32[n] = 1\nx = x * 2 + 1\n"
                     "all_reduce x\n")
@@ -387,6 +389,8 @@ def test_each_rank_counts_the_pages_an_iteration_faults_in(tmp_path, capfd, no_o
     small, large = json.loads(out_json.read_text())["rows"]
     assert len(large["rank_page_faults"]) == 2 and min(large["rank_page_faults"]) >= 2 * 8192
     assert max(small["rank_page_faults"]) < 100
+    assert json.loads(out_json.read_text())["host_cores"] == calibrate.host_cores()
+    assert len(large["rank_cpu_us"]) == 2 and min(large["rank_cpu_us"]) > max(small["rank_cpu_us"]) > 0
 
 
 @pytest.mark.gloo

@@ -141,12 +141,14 @@ class _MeasuredRow(_Read):
     predicted: bool = False
     rank_time_us: list[Micros] | None = None
     rank_page_faults: list[Annotated[StrictFloat, Field(ge=0)] | None] | None = None
+    rank_cpu_us: list[Micros | None] | None = None
     lines: list[_Line] | None = None
     rank_lines: list[list[_Line]] | None = None
 
 
 class _Measured(_Read):
     world: StrictInt | None = None
+    host_cores: Annotated[StrictInt, Field(ge=1)] | None = None
     backend: str | None = None
     predicted: bool = False
     rows: Annotated[list[_MeasuredRow], Field(min_length=1)]
@@ -201,6 +203,7 @@ def _row(r: Row) -> dict:
         "stdev_us": r.spread.get("stdev_us"),
         "rank_time_us": r.rank_us,
         "rank_page_faults": r.rank_faults,
+        "rank_cpu_us": r.rank_cpu_us,
         "lines": r.lines,
         "rank_lines": r.rank_lines,
         "in_place": r.in_place,

@@ -34,6 +34,8 @@ class Row:
     rank_faults: list[float | None] = field(default_factory=list)  # every rank's minor page faults per iteration
     rank_lines: list[list[dict]] = field(default_factory=list)  # every rank's `lines`: set one rank's prediction
     # beside the same rank's measurement, whichever rank either side found slowest
+    rank_cpu_us: list[float | None] = field(default_factory=list)  # every rank's CPU time (all its threads') an
+    # iteration: on a host with fewer cores than ranks their sum over the cores bounds the row's time from below
 
 
 @dataclass
@@ -82,8 +84,9 @@ def rows(plan: Plan, results: dict[int, dict[int, dict]]) -> list[Row]:
                 lines[slowest],
                 iteration_spread([per_rank[r]["durations_ns"] for r in range(plan.world)]),
                 v.in_place,
-                [_per_iteration(per_rank[r]) for r in range(plan.world)],
+                [_per_iteration(per_rank[r], "page_faults") for r in range(plan.world)],
                 lines,
+                [_per_iteration(per_rank[r], "cpu_ns", 1e-3) for r in range(plan.world)],
             )
         )
     return out
@@ -123,10 +126,11 @@ def summaries(plan: Plan, table: list[Row]) -> list[Summary]:
     return out
 
 
-def _per_iteration(reported: dict) -> float | None:
-    """A rank's minor page faults per timed iteration (None where it did not count them)."""
-    faults, iterations = reported.get("page_faults"), len(reported["durations_ns"])
-    return None if faults is None or not iterations else faults / iterations
+def _per_iteration(reported: dict, key: str, scale: float = 1.0) -> float | None:
+    """A rank's count under `key` (its page faults, its CPU ns) per timed iteration, times `scale` (None where
+    it did not count it)."""
+    total, iterations = reported.get(key), len(reported["durations_ns"])
+    return None if total is None or not iterations else total * scale / iterations
 
 
 def _mean(values: list[int]) -> float:

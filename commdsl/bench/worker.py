@@ -129,6 +129,7 @@ def measure(plan: Plan, rank: int, local_rank: int, pg_timeout: float, slot: pro
                         "case": c.number,
                         "durations_ns": c.durations,
                         "page_faults": c.faults,
+                        "cpu_ns": c.cpu_ns,
                         "op_ns": c.spent,
                         "wrong": c.wrong if plan.check else None,
                     }
@@ -157,10 +158,12 @@ def _iterate(c: _Live, check: bool, timed: bool, slot: progress.Slot, barrier) -
         slot.state(progress.INIT)
         barrier()
     slot.s[progress.STATE] = progress.RUNNING
-    faults = _minor_faults()
+    faults, cpu_ns = _usage()
     run_steps(c.steps, slot, c.times, c.base)
     if timed and c.steps:
-        c.faults += _minor_faults() - faults
+        faults_after, cpu_ns_after = _usage()
+        c.faults += faults_after - faults
+        c.cpu_ns += cpu_ns_after - cpu_ns
         c.durations.append(c.times[-1][1] - c.times[0][0])
         for i, (t0, t1) in enumerate(c.times):
             c.spent[i] += t1 - t0
@@ -185,14 +188,18 @@ class _Live:
     initial: dict | None  # the tensors to restore before each iteration (--check)
     durations: list[int] = field(default_factory=list)
     faults: int = 0  # minor page faults of the whole process over the timed iterations
+    cpu_ns: int = 0  # CPU time (user and system) of the whole process over the timed iterations
     wrong: int = 0
 
 
-def _minor_faults() -> int:
-    """The process's minor page faults so far, every thread's (Gloo's too): an iteration that faults pages in
-    pays for memory malloc handed back to the kernel and maps again (docs/predict-accuracy.md, "The heap's
-    trims, measured")."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def _usage() -> tuple[int, int]:
+    """The process's minor page faults and CPU time (user and system, ns) so far, every thread's (Gloo's
+    too), from one call. An iteration that faults pages in pays for memory malloc handed back to the kernel
+    and maps again (docs/predict-accuracy.md, "The heap's trims, measured"); the CPU time is the host's work
+    the iteration took, which on a host with fewer cores than ranks bounds its time from below
+    (docs/predict-accuracy.md, "A receiver's CPU, measured")."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, round((usage.ru_utime + usage.ru_stime) * 1e9)
 
 
 def _expected(plan: Plan, case: int, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -393,6 +393,7 @@ def _forms(kind: str, dtype: str, cfg, label: str) -> list:
 def _write_outputs(cfg, plan, table, sums) -> None:
     """`--json`, `--csv` and `--plot`, each written whole or not at all (FileError says why)."""
     from commdsl.bench import output
+    from commdsl.predict.calibrate import host_cores
 
     meta = {
         "world": plan.world,
@@ -401,6 +402,7 @@ def _write_outputs(cfg, plan, table, sums) -> None:
         "warmup": plan.warmup,
         "check": plan.check,
         "complete": len(table) == len(plan.cases),
+        "host_cores": host_cores(),
     }
     inputs = [p for p in (cfg.path, cfg.compare) if p and p != "builtin"]
     if cfg.json:
