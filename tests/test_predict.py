@@ -1019,6 +1019,45 @@ def test_measured_rows_that_faulted_in_pages_the_model_does_not_count_are_named(
     assert abs(error - extra / row["time_us"] * 100) < 0.1
 
 
+def test_measured_rows_whose_ranks_used_more_cpu_than_the_cores_give_are_named(tmp_path, capsys):
+    """The binomial reduce at N = 4 on the 2-core machine: its receivers burned about 3 ms of CPU a 1 MiB message
+    where its senders burned 0.4 (`gloo_queue_facts.py receivers`), so the ranks' CPU over the host's 2 cores
+    alone outlasts the prediction: the row is named with that bound. A row whose ranks' CPU fits, a bench that
+    did not count the host's cores, or one that did not count CPU, names nothing."""
+    reduce = str(ROOT / "benchmarks" / "figures" / "predict-novel" / "binomial_reduce.comm")
+    args = ["predict", reduce, "--world", "4", "--topology", "localhost-gloo", "--sizes", "1M:2M"]
+    pred = tmp_path / "pred.json"
+    assert main([*args, "--json", str(pred)]) == 0
+    capsys.readouterr()
+    bench = as_measured(json.loads(pred.read_text()))
+    small, large = bench["rows"]
+    small["rank_cpu_us"] = [small["time_us"] * 0.4] * 4  # 1.6 x the predicted time on 1 core, 0.8 x on 2
+    large["rank_cpu_us"] = [large["time_us"] * c for c in (2.0, 0.3, 1.8, 0.3)]  # 4.4 x: 2.2 x on 2, 1.1 x on 4
+    for r in bench["rows"]:
+        r["time_us"] *= 2.5  # as measured, slower than predicted
+    measured = tmp_path / "bench.json"
+    # named where the bound outlasts the prediction by a tenth of the measured time (2.5 x the prediction)
+    for cores, named in ((2, ["2 MiB"]), (4, []), (1, ["1 MiB", "2 MiB"]), (None, [])):
+        measured.write_text(json.dumps({**bench, "host_cores": cores}))
+        assert main([*args, "--measured", str(measured)]) == 0
+        out = capsys.readouterr().out
+        lines = [line for line in out.splitlines() if re.match(r"#   \d+ MiB: its 4 ranks used", line)]
+        assert [line.split(":")[0][4:] for line in lines] == named, out
+    measured.write_text(json.dumps({**bench, "host_cores": 2}))
+    main([*args, "--measured", str(measured)])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("#   2 MiB: its 4 ranks"))
+    predicted = json.loads(pred.read_text())["rows"][1]["time_us"]
+    used = sum(large["rank_cpu_us"])
+    assert f"used {used:,.0f} us of CPU an iteration (rank 0 the most, {2.0 * predicted:,.0f} us)" in line, line
+    assert line.endswith(f"at least {used / 2:,.0f} us on 2 cores, {(used / 2 / predicted - 1) * 100:.0f} % more than"
+                         " predicted"), line
+    for r in bench["rows"]:
+        del r["rank_cpu_us"]
+    measured.write_text(json.dumps({**bench, "host_cores": 2}))
+    main([*args, "--measured", str(measured)])
+    assert "its 4 ranks used" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["predict", RING, "--topology", "dgx-h100"], "--world"),
     (["predict", "--world", "4", "--topology", "dgx-h100"], "give a FILE"),

@@ -189,7 +189,7 @@ def run(args) -> int:
         return EXIT_FINDINGS
     for note in pred.notes:
         err.print(f"note: {escape(note)}")
-    for line in report(pred, measured, args.links):
+    for line in report(pred, measured, args.links, bench.get("host_cores") if bench is not None else None):
         out.print(line, markup=False)
     try:
         _write(args, pred, measured)
@@ -289,9 +289,10 @@ def _measured_rows(args, bench: dict, label: str) -> dict[int, dict]:
     return {int(r["size_bytes"]): r for r in bench["rows"] if r.get("variant") == same[0]} if same else {}
 
 
-def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
-    """The preamble, the bench's table (marked predicted; with the measured time and error when given),
-    the critical path and the busiest links."""
+def report(pred, measured: dict[int, dict] | None, links: int, cores: int | None = None) -> list[str]:
+    """The preamble, the bench's table (marked predicted; with the measured time and error when given, and
+    what the measurement says the model does not count: pages, CPU on the bench's `cores`), the critical path
+    and the busiest links."""
     from commdsl.bench import output
     from commdsl.bench.sizes import format_size
     from commdsl.predict import link_table, ranks_text
@@ -321,6 +322,7 @@ def report(pred, measured: dict[int, dict] | None, links: int) -> list[str]:
     size = pred.rows[pred.timing.path_size].size
     if measured is not None:
         lines += _unexpected_pages(pred, measured)
+        lines += _busy_cores(pred, measured, cores)
         lines += _by_line(pred, size, measured.get(size))
     if path is None:
         lines.append(f"# critical path: not kept above {_ops_limit():,} ops; predict at a smaller --world to see it")
@@ -389,6 +391,35 @@ def _unexpected_pages(pred, measured: dict[int, dict]) -> list[str]:
             0,
             "# measured rows that faulted in pages the model does not count (malloc gave its heap back between "
             'calls; docs/predict-accuracy.md, "The heap\'s trims, measured"):',
+        )
+    return out
+
+
+def _busy_cores(pred, measured: dict[int, dict], cores: int | None) -> list[str]:
+    """The measured rows whose ranks used more CPU an iteration than the bench's host had cores for in the
+    predicted time (`busy_cores`): the cores set the row's time, with work the model does not price (on the
+    2-core machine, Gloo's receivers burning several times a sender's CPU a message)."""
+    from commdsl.bench.sizes import format_size
+    from commdsl.predict import busy_cores
+
+    out = []
+    for row in pred.rows:
+        got = measured.get(row.size) or {}
+        found = busy_cores(got, row.time_us, cores)
+        if found is None:
+            continue
+        least, rank = found
+        cpu = got["rank_cpu_us"]
+        out.append(
+            f"#   {format_size(row.size)}: its {len(cpu)} ranks used {sum(cpu):,.0f} us of CPU an iteration (rank "
+            f"{rank} the most, {cpu[rank]:,.0f} us): at least {least:,.0f} us on {cores} cores, "
+            f"{_error(least, row.time_us):.0f} % more than predicted"
+        )
+    if out:
+        out.insert(
+            0,
+            "# measured rows whose ranks' CPU alone, over the bench host's cores, outlasts the prediction (work the "
+            'model does not price; docs/predict-accuracy.md, "A receiver\'s CPU, measured"):',
         )
     return out
 

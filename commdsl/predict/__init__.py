@@ -366,6 +366,27 @@ def unexpected_pages(measured: dict, predicted: list[float], page_bps: float | N
     return None
 
 
+BUSY_CORES = 0.1
+"""The share of a measured row's time by which its ranks' CPU time over the host's cores must exceed the
+prediction to be named (`busy_cores`)."""
+
+
+def busy_cores(measured: dict, predicted_us: float, cores: int | None) -> tuple[float, int] | None:
+    """(µs, rank): the least time a measured bench row's iteration could have taken for the CPU its ranks used
+    (every rank's `rank_cpu_us`, all its threads', summed over the host's `cores`), and the rank that used the
+    most, where that bound alone exceeds the prediction by a share of the row's time (`BUSY_CORES`); None where
+    it does not, or where the bench did not count CPU or cores. Such a row's time was the cores' work, more
+    than the model's prediction leaves room for: on a host with fewer cores than ranks Gloo's receivers burn
+    several times a sender's CPU a message (docs/predict-accuracy.md, "A receiver's CPU, measured")."""
+    got = measured.get("rank_cpu_us") or []
+    if not cores or not got or any(c is None for c in got) or not measured.get("time_us"):
+        return None
+    least = sum(got) / cores
+    if least - predicted_us >= BUSY_CORES * measured["time_us"]:
+        return least, max(range(len(got)), key=got.__getitem__)
+    return None
+
+
 def link_table(timing: Timing, top: int = 8) -> list[dict]:
     """The busiest links at the path size: name, bytes, busy µs, utilisation (busy time / predicted time)."""
     total = float(timing.seconds[timing.path_size])
@@ -400,4 +421,4 @@ def ranks_text(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-__all__ = ["Prediction", "sweep", "variant_for", "fit", "link_table", "ranks_text"]
+__all__ = ["Prediction", "sweep", "variant_for", "fit", "link_table", "ranks_text", "unexpected_pages", "busy_cores"]
