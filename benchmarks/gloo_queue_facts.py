@@ -15,6 +15,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 600 python benchmarks/gloo_queue_facts.py after [N]   # a collective alone, after itself, after an add (4)
     timeout 600 python benchmarks/gloo_queue_facts.py adders      # all_reduce after an add on 0-4 of its ranks
     timeout 600 python benchmarks/gloo_queue_facts.py lone [N]    # a message, all_to_all, all_reduce of all and of one
+    timeout 600 python benchmarks/gloo_queue_facts.py receivers   # a receiver's CPU: one way, ping-pong, a reduce
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -63,9 +64,16 @@ before it make its steps cost on top of its bytes. `lone` (N ranks, default 2): 
 and 1, `all_to_all_single`, the built-in `all_reduce` of every rank and one on a group of the rank alone; the
 slowest rank's mean and median of each (docs/predict-accuracy.md, "A sixteenth campaign, on a fresh machine":
 at two ranks the all-to-all costs one message of its bytes, and a collective on a group of one is not free).
+`receivers` (four ranks): at 1 and 16 MiB, 100 calls (12 at 16 MiB) back to back after 5 of each of: rank 1
+sending to rank 0, one way or as a ping-pong (rank 0 sends it back), alone (ranks 2 and 3 idle) or beside rank 3
+doing the same to rank 2; and the binomial-tree reduce of the four ranks (1 → 0 and 3 → 2, then 2 → 0, each
+receiver adding): the slowest rank's time a message (a reduce: a call) and each rank's CPU time in it, all its
+threads' (`getrusage`): what a receiver's Gloo loop thread burns while a sender streams to it
+(docs/predict-accuracy.md, "A receiver's CPU, measured").
 """
 
 import os
+import resource
 import socket
 import statistics
 import sys
@@ -485,6 +493,71 @@ def lone(rank: int) -> None:
             )
 
 
+def receivers(rank: int) -> None:
+    for size in (1 << 20, 16 << 20):
+        x, tmp = torch.ones(size // 4), torch.empty(size // 4)
+        calls = 100 if size < 8 << 20 else 12
+        patterns = {  # name: (one call, messages a call)
+            "ping-pong, 1 pair": (lambda x=x: pairs_send(rank, x, 1, one_way=False), 2),
+            "ping-pong, 2 pairs": (lambda x=x: pairs_send(rank, x, 2, one_way=False), 2),
+            "one way, 1 pair": (lambda x=x: pairs_send(rank, x, 1, one_way=True), 1),
+            "one way, 2 pairs": (lambda x=x: pairs_send(rank, x, 2, one_way=True), 1),
+            "binomial reduce": (lambda x=x, tmp=tmp: binomial_reduce(rank, x, tmp), 1),
+        }
+        for name, (once, messages) in patterns.items():
+            for _ in range(5):
+                once()
+            dist.barrier()
+            cpu0, t0 = cpu_seconds(), time.perf_counter()
+            for _ in range(calls):
+                once()
+            mine = torch.tensor([(time.perf_counter() - t0) * 1e6, (cpu_seconds() - cpu0) * 1e6]) / calls / messages
+            every = [torch.empty(2) for _ in range(dist.get_world_size())]
+            dist.all_gather(every, mine)
+            if rank == 0:
+                print(
+                    f"{size >> 20:2d} MiB, {name:18s}: {max(float(e[0]) for e in every):6.0f} us a "
+                    f"{'call' if name == 'binomial reduce' else 'message'}; CPU, ranks 0-3: "
+                    + ", ".join(f"{float(e[1]):.0f}" for e in every)
+                    + " us",
+                    flush=True,
+                )
+
+
+def pairs_send(rank: int, x: torch.Tensor, pairs: int, one_way: bool) -> None:
+    """Ranks 1 → 0 (and 3 → 2 with two pairs): one message, or a ping-pong (the even rank sends it back)."""
+    if rank >= 2 * pairs:
+        return
+    peer = rank ^ 1
+    if rank & 1:
+        dist.send(x, peer)
+        if not one_way:
+            dist.recv(x, peer)
+    else:
+        dist.recv(x, peer)
+        if not one_way:
+            dist.send(x, peer)
+
+
+def binomial_reduce(rank: int, x: torch.Tensor, tmp: torch.Tensor) -> None:
+    """A sum to rank 0 along a binomial tree (benchmarks/figures/predict-novel/binomial_reduce.comm)."""
+    world, mask = dist.get_world_size(), 1
+    while mask < world:
+        if rank & mask:
+            dist.send(x, rank - mask)
+            return
+        if rank + mask < world:
+            dist.recv(tmp, rank + mask)
+            x += tmp
+        mask <<= 1
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time so far, user and system, every thread's (Gloo's loop threads too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
     """Every rank isends `x` to the next and irecvs `y` from the last, and waits for both."""
     world = dist.get_world_size()
@@ -530,9 +603,10 @@ SCENARIOS = {
     "after": after,
     "adders": adders,
     "lone": lone,
+    "receivers": receivers,
 }
 # ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N`, `after N` or `lone N` for N)
-WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4}
+WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4, "receivers": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""

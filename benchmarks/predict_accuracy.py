@@ -7,8 +7,9 @@ Calibrates first (`commdsl bench --calibrate --nproc N -o DIR/host.toml`, N the 
 program and world size measures it (`commdsl bench ... --json DIR/<name>-<N>-bench.json`) and predicts it on
 the calibrated topology (`commdsl predict ... --measured ... --json DIR/<name>-<N>-predict.json`), and prints
 one markdown table (size, measured and predicted time, error), a summary per program and how many rows of at
-least 1 MiB are within ±25 % (and how many of them faulted in pages the model does not count, as `predict
---measured` names them: docs/predict-accuracy.md, "The heap's trims, measured"), and the rows' timed lines summed
+least 1 MiB are within ±25 % (and how many of them faulted in pages the model does not count, or used more CPU
+than the host's cores give in the predicted time, as `predict --measured` names them: docs/predict-accuracy.md,
+"The heap's trims, measured" and "A receiver's CPU, measured"), and the rows' timed lines summed
 by what they do (messages, waits, collectives, local ops) measured and predicted (`_by_kind`: which part of the
 model a row's error comes from; `--reuse --topology DIR/host.toml` prints it again from a campaign's JSONs).
 The programs: the seven judged since the first campaigns (`CASES`), every other shipped program the bench sweeps
@@ -66,7 +67,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from commdsl.predict import unexpected_pages
+from commdsl.predict import busy_cores, unexpected_pages
 from commdsl.predict.topology import load
 from commdsl.syntax import nodes
 
@@ -225,7 +226,7 @@ def main() -> int:
     cases = {"all": CASES + MORE_CASES + NOVEL_CASES, "first": CASES, "more": MORE_CASES, "novel": NOVEL_CASES}[a.cases]
     large: dict[tuple[str, str], list[float]] = {}  # per (program, N), the errors of rows of at least 1 MiB:
     # the issue's goal is ±25 % there
-    trimmed: list[float] = []  # the errors of those rows whose ranks faulted in pages the model does not count
+    named: dict[str, list[float]] = {"trimmed": [], "busy": []}  # the errors of those rows `_named` names
     page_bps = load(topo)[0].page_bps
     predicted: dict[tuple[str, int, int], float] = {}  # (program, N, size) → predicted µs
     print("| program | N | size | measured (us) | predicted (us) | error |")
@@ -273,8 +274,10 @@ def main() -> int:
             except subprocess.SubprocessError as e:
                 print(f"| {name} | {world} | failed: {e} | | | |", flush=True)
                 continue
+            cores = None
             if table is None:
-                measured = {r["size_bytes"]: r for r in json.loads(bench.read_text())["rows"]}
+                doc = json.loads(bench.read_text())
+                measured, cores = {r["size_bytes"]: r for r in doc["rows"]}, doc.get("host_cores")
             for r in json.loads(pred.read_text())["rows"]:
                 m = measured.get(r["size_bytes"])
                 if m is None:
@@ -283,19 +286,31 @@ def main() -> int:
                 predicted[(name, int(world), r["size_bytes"])] = r["time_us"]
                 if r["size_bytes"] >= 1 << 20:
                     large.setdefault((name, world), []).append(err)
-                    if unexpected_pages(m, r.get("rank_page_faults") or [], page_bps):
-                        trimmed.append(err)
+                    for why in _named(m, r, page_bps, cores):
+                        named[why].append(err)
                 print(
                     f"| {name} | {world} | {r['size_bytes']} | {m['time_us']:.1f} | {r['time_us']:.1f} | "
                     f"{err:+.1f} % |",
                     flush=True,
                 )
-    _summary(large, trimmed)
+    _summary(large, named["trimmed"], named["busy"])
     if table is None:
         _by_kind(out, cases, a.worlds.split(","))
     if len(campaigns) > 1:
         _agreement(a.table, campaigns, [predicted] * len(campaigns))
     return 0
+
+
+def _named(measured: dict, predicted: dict, page_bps: float | None, cores: int | None) -> list[str]:
+    """What `predict --measured` names of a row: "trimmed" where its ranks faulted in pages the model does not
+    count (`unexpected_pages`), "busy" where their CPU over the host's cores outlasts the prediction
+    (`busy_cores`)."""
+    out = []
+    if unexpected_pages(measured, predicted.get("rank_page_faults") or [], page_bps):
+        out.append("trimmed")
+    if busy_cores(measured, predicted["time_us"], cores):
+        out.append("busy")
+    return out
 
 
 _SETS = [
@@ -305,9 +320,10 @@ _SETS = [
 ]
 
 
-def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) -> None:
+def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float], busy: list[float]) -> None:
     """Per program and world, and in all, how many rows of at least 1 MiB are within ±25 %; how many of those
-    rows faulted in pages the model does not count (`trimmed`: their errors). The total counts the shipped
+    rows faulted in pages the model does not count (`trimmed`: their errors) and how many used more CPU than
+    the host's cores give in the predicted time (`busy`: their errors). The total counts the shipped
     programs (the issue's goal, and what every campaign before the novel set counted); the novel set's own."""
     print("\n| program | N | rows ≥ 1 MiB within ±25 % | median error |")
     print("|---|---:|---:|---:|")
@@ -324,6 +340,11 @@ def _summary(large: dict[tuple[str, str], list[float]], trimmed: list[float]) ->
         print(
             f"\nOf them, rows whose ranks faulted in pages the model does not count (at least a tenth of the row's"
             f" time at page_fault_gbps: malloc trimmed its heap): {len(trimmed)}, {_within(trimmed)} within ±25 %."
+        )
+    if busy:
+        print(
+            f"\nOf them, rows whose ranks' CPU an iteration, over the host's cores, outlasts the prediction by at least"
+            f" a tenth of the row's time (`busy_cores`): {len(busy)}, {_within(busy)} within ±25 %."
         )
 
 
