@@ -15,7 +15,7 @@ checker's barrier (docs/backend-support.md#async-ops).
     timeout 600 python benchmarks/gloo_queue_facts.py after [N]   # a collective alone, after itself, after an add (4)
     timeout 600 python benchmarks/gloo_queue_facts.py adders      # all_reduce after an add on 0-4 of its ranks
     timeout 600 python benchmarks/gloo_queue_facts.py lone [N]    # a message, all_to_all, all_reduce of all and of one
-    timeout 600 python benchmarks/gloo_queue_facts.py receivers   # a receiver's CPU: one way, ping-pong, a reduce
+    timeout 600 python benchmarks/gloo_queue_facts.py receivers [N] # a receiver's CPU: one way, ping-pong, a tree (4)
 
 `threads`: rank 0 prints when a 1-element async `all_reduce`, issued behind k async ones of 256 MiB, ended,
 and which of the big ones had ended by then. With two worker threads per group it waits for the first big one
@@ -64,12 +64,12 @@ before it make its steps cost on top of its bytes. `lone` (N ranks, default 2): 
 and 1, `all_to_all_single`, the built-in `all_reduce` of every rank and one on a group of the rank alone; the
 slowest rank's mean and median of each (docs/predict-accuracy.md, "A sixteenth campaign, on a fresh machine":
 at two ranks the all-to-all costs one message of its bytes, and a collective on a group of one is not free).
-`receivers` (four ranks): at 1 and 16 MiB, 100 calls (12 at 16 MiB) back to back after 5 of each of: rank 1
-sending to rank 0, one way or as a ping-pong (rank 0 sends it back), alone (ranks 2 and 3 idle) or beside rank 3
-doing the same to rank 2; and the binomial-tree reduce of the four ranks (1 → 0 and 3 → 2, then 2 → 0, each
-receiver adding): the slowest rank's time a message (a reduce: a call) and each rank's CPU time in it, all its
-threads' (`getrusage`): what a receiver's Gloo loop thread burns while a sender streams to it
-(docs/predict-accuracy.md, "A receiver's CPU, measured").
+`receivers` (N ranks, default 4): at 1 and 16 MiB, 100 calls (12 at 16 MiB) back to back after 5 of each of:
+rank 1 sending to rank 0, one way or as a ping-pong (rank 0 sends it back), alone (the other ranks idle) or, from
+four ranks, beside rank 3 doing the same to rank 2; and the binomial-tree reduce of the N ranks (at four, 1 → 0
+and 3 → 2, then 2 → 0, each receiver adding): the slowest rank's time a message (a reduce: a call) and each
+rank's CPU time in it, all its threads' (`getrusage`): what a receiver's Gloo loop thread burns while a sender
+streams to it (docs/predict-accuracy.md, "A receiver's CPU, measured").
 """
 
 import os
@@ -505,6 +505,8 @@ def receivers(rank: int) -> None:
             "binomial reduce": (lambda x=x, tmp=tmp: binomial_reduce(rank, x, tmp), 1),
         }
         for name, (once, messages) in patterns.items():
+            if "2 pairs" in name and dist.get_world_size() < 4:
+                continue
             for _ in range(5):
                 once()
             dist.barrier()
@@ -517,7 +519,7 @@ def receivers(rank: int) -> None:
             if rank == 0:
                 print(
                     f"{size >> 20:2d} MiB, {name:18s}: {max(float(e[0]) for e in every):6.0f} us a "
-                    f"{'call' if name == 'binomial reduce' else 'message'}; CPU, ranks 0-3: "
+                    f"{'call' if name == 'binomial reduce' else 'message'}; CPU, ranks 0-{len(every) - 1}: "
                     + ", ".join(f"{float(e[1]):.0f}" for e in every)
                     + " us",
                     flush=True,
@@ -605,14 +607,16 @@ SCENARIOS = {
     "lone": lone,
     "receivers": receivers,
 }
-# ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N`, `after N` or `lone N` for N)
+# ranks per scenario (default 2; `pages N`, `kinds N`, `sweep N`, `after N`, `lone N` or `receivers N` for N)
 WORLDS = {"crowded": 4, "pages": 4, "between": 4, "sweep": 4, "after": 4, "adders": 4, "receivers": 4}
 
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario not in SCENARIOS:
-        sys.exit(f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages, kinds, sweep, after and lone]")
-    sized = scenario in ("pages", "kinds", "after", "sweep", "lone") and len(sys.argv) > 2
+        sys.exit(
+            f"usage: gloo_queue_facts.py {'|'.join(SCENARIOS)} [ranks, for pages, kinds, sweep, after, lone, receivers]"
+        )
+    sized = scenario in ("pages", "kinds", "after", "sweep", "lone", "receivers") and len(sys.argv) > 2
     world = int(sys.argv[2]) if sized else WORLDS.get(scenario, 2)
     if world < 2:
         sys.exit(f"gloo_queue_facts.py {scenario}: needs 2 ranks or more")
