@@ -1023,7 +1023,7 @@ def test_measured_rows_whose_ranks_used_more_cpu_than_the_cores_give_are_named(t
     """The binomial reduce at N = 4 on the 2-core machine: its receivers burned about 3 ms of CPU a 1 MiB message
     where its senders burned 0.4 (`gloo_queue_facts.py receivers`), so the ranks' CPU over the host's 2 cores
     alone outlasts the prediction: the row is named with that bound. A row whose ranks' CPU fits, a bench that
-    did not count the host's cores, or one that did not count CPU, names nothing."""
+    did not count the host's cores, one on NCCL, or one that did not count CPU, names nothing."""
     reduce = str(ROOT / "benchmarks" / "figures" / "predict-novel" / "binomial_reduce.comm")
     args = ["predict", reduce, "--world", "4", "--topology", "localhost-gloo", "--sizes", "1M:2M"]
     pred = tmp_path / "pred.json"
@@ -1051,6 +1051,10 @@ def test_measured_rows_whose_ranks_used_more_cpu_than_the_cores_give_are_named(t
     assert f"used {used:,.0f} us of CPU an iteration (rank 0 the most, {2.0 * predicted:,.0f} us)" in line, line
     assert line.endswith(f"at least {used / 2:,.0f} us on 2 cores, {(used / 2 / predicted - 1) * 100:.0f} % more than"
                          " predicted"), line
+    # on NCCL a rank's CPU spins while its GPU works: not work the cores were short of
+    measured.write_text(json.dumps({**bench, "host_cores": 2, "backend": "nccl"}))
+    main([*args, "--measured", str(measured)])
+    assert "its 4 ranks used" not in capsys.readouterr().out
     for r in bench["rows"]:
         del r["rank_cpu_us"]
     measured.write_text(json.dumps({**bench, "host_cores": 2}))

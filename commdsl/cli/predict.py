@@ -189,7 +189,9 @@ def run(args) -> int:
         return EXIT_FINDINGS
     for note in pred.notes:
         err.print(f"note: {escape(note)}")
-    for line in report(pred, measured, args.links, bench.get("host_cores") if bench is not None else None):
+    # a rank's CPU is work on Gloo; on NCCL it is mostly the host spinning while its GPU works
+    cores = bench.get("host_cores") if bench is not None and bench.get("backend") == "gloo" else None
+    for line in report(pred, measured, args.links, cores):
         out.print(line, markup=False)
     try:
         _write(args, pred, measured)
