@@ -68,7 +68,8 @@ at two ranks the all-to-all costs one message of its bytes, and a collective on 
 rank 1 sending to rank 0, one way or as a ping-pong (rank 0 sends it back), alone (the other ranks idle) or, from
 four ranks, beside rank 3 doing the same to rank 2; and the binomial-tree reduce of the N ranks (at four, 1 → 0
 and 3 → 2, then 2 → 0, each receiver adding): the slowest rank's time a message (a reduce: a call) and each
-rank's CPU time in it, all its threads' (`getrusage`): what a receiver's Gloo loop thread burns while a sender
+rank's CPU time in it, all its threads' (`getrusage`), and in brackets its Gloo loop threads' (Linux's
+/proc/self/task; in clock ticks, so ±10 ms over the calls): what a receiver's loop thread burns while a sender
 streams to it (docs/predict-accuracy.md, "A receiver's CPU, measured").
 """
 
@@ -510,17 +511,19 @@ def receivers(rank: int) -> None:
             for _ in range(5):
                 once()
             dist.barrier()
-            cpu0, t0 = cpu_seconds(), time.perf_counter()
+            cpu0, loop0, t0 = cpu_seconds(), loop_seconds(), time.perf_counter()
             for _ in range(calls):
                 once()
-            mine = torch.tensor([(time.perf_counter() - t0) * 1e6, (cpu_seconds() - cpu0) * 1e6]) / calls / messages
-            every = [torch.empty(2) for _ in range(dist.get_world_size())]
+            spent = [time.perf_counter() - t0, cpu_seconds() - cpu0, loop_seconds() - loop0]
+            mine = torch.tensor(spent) * 1e6 / calls / messages
+            every = [torch.empty(3) for _ in range(dist.get_world_size())]
             dist.all_gather(every, mine)
             if rank == 0:
                 print(
                     f"{size >> 20:2d} MiB, {name:18s}: {max(float(e[0]) for e in every):6.0f} us a "
-                    f"{'call' if name == 'binomial reduce' else 'message'}; CPU, ranks 0-{len(every) - 1}: "
-                    + ", ".join(f"{float(e[1]):.0f}" for e in every)
+                    f"{'call' if name == 'binomial reduce' else 'message'}; CPU (its loop threads'), ranks "
+                    f"0-{len(every) - 1}: "
+                    + ", ".join(f"{float(e[1]):.0f} ({float(e[2]):.0f})" for e in every)
                     + " us",
                     flush=True,
                 )
@@ -558,6 +561,22 @@ def cpu_seconds() -> float:
     """This process's CPU time so far, user and system, every thread's (Gloo's loop threads too)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def loop_seconds() -> float:
+    """The CPU time so far of this process's Gloo loop threads (named `gloo_tcp_loop`), from Linux's
+    /proc/self/task/*/stat (utime and stime, in clock ticks: 10 ms, so a sum over many calls)."""
+    ticks = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended
+            continue
+        if stat[stat.index("(") + 1 : stat.rindex(")")] == "gloo_tcp_loop":
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def ring_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> None:
