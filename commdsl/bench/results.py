@@ -35,7 +35,7 @@ class Row:
     rank_lines: list[list[dict]] = field(default_factory=list)  # every rank's `lines`: set one rank's prediction
     # beside the same rank's measurement, whichever rank either side found slowest
     rank_cpu_us: list[float | None] = field(default_factory=list)  # every rank's CPU time (all its threads') an
-    # iteration: on a host with fewer cores than ranks their sum over the cores bounds the row's time from below
+    # iteration: their sum over the host's cores bounds the row's time from below (`predict.busy_cores`)
 
 
 @dataclass

@@ -196,7 +196,7 @@ def _usage() -> tuple[int, int]:
     """The process's minor page faults and CPU time (user and system, ns) so far, every thread's (Gloo's
     too), from one call. An iteration that faults pages in pays for memory malloc handed back to the kernel
     and maps again (docs/predict-accuracy.md, "The heap's trims, measured"); the CPU time is the host's work
-    the iteration took, which on a host with fewer cores than ranks bounds its time from below
+    the iteration took, which, summed over the ranks and spread over the host's cores, bounds its time from below
     (docs/predict-accuracy.md, "A receiver's CPU, measured")."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_minflt, round((usage.ru_utime + usage.ru_stime) * 1e9)
