@@ -1779,6 +1779,32 @@ def test_calibration_writes_a_collectives_step_from_the_built_in_all_reduce():
     )
 
 
+def test_calibration_writes_one_way_streams_beside_the_ping_pong_pairs():
+    """On more ranks than cores `--calibrate` also times one pair sending one way on and on and `nproc // 2`
+    such pairs at once (`Streams`): one stream's bytes over its message's time give `stream_gbps`, the pairs'
+    bytes together over theirs `stream_bus_gbps`; several runs keep the run whose streams at once took the
+    median time; nothing is written where they were not measured."""
+    from commdsl.predict import calibrate
+
+    f = fit([1 << 20, 1 << 24], [300e-6, 4.3e-3])
+    streams = calibrate.Streams(1 << 26, 2, 42.7e-3, 56.8e-3)  # the 2-core machine, 2026-12-02
+    assert streams.bps == pytest.approx((1 << 26) / 42.7e-3)
+    assert streams.bus_bps == pytest.approx(2 * (1 << 26) / 56.8e-3)
+    m = calibrate.Measured(f, 10e9, pairs=calibrate.AtOnce(1 << 26, 2, 31.1e-3, 42.9e-3), streams=streams)
+    text = calibrate.topology_text(m, 4, "gloo", "cmd", cores=2)
+    t = parse(SourceFile("h.toml", text))
+    assert t.stream_bps == pytest.approx(streams.bps, rel=1e-3)
+    assert t.stream_bus_bps == pytest.approx(streams.bus_bps, rel=1e-3)
+    assert "# 2 pairs each sending 67108864 bytes one way on and on, at once: 56800.0 us a message, one such pair" \
+           " alone 42700.0 us" in text
+    slow, fast = replace(streams, together=70e-3), replace(streams, together=50e-3)
+    runs = [replace(m, streams=slow), m, replace(m, streams=fast)]
+    assert calibrate.Measured.median(runs).streams == streams
+    assert "#   one-way streams at once 70 / 56.8 / 50 ms" in calibrate.topology_text(m, 4, "gloo", "cmd", cores=2,
+                                                                                   runs=runs)
+    assert "stream" not in calibrate.topology_text(replace(m, streams=None), 4, "gloo", "cmd", cores=2)
+
+
 def test_calibration_writes_a_crowded_hosts_message_latency():
     """With more ranks than the host's cores, every rank's isend to the next and irecv from the last at once
     (a ring's step), less its bytes at β, is a crowded message's latency (`crowded_alpha_us`), the mean over
@@ -1867,10 +1893,14 @@ def test_calibrate_at_four_ranks_times_pairs_at_once(tmp_path, capfd, no_orphans
     crowded = re.search(r"# 4 ranks on \d+ cores each sending to the next and receiving from the last at once, us a"
                         r" step: (\d+ B \d+, ){8}\d+ B \d+: [\d.]+ us less", out.read_text())
     assert (crowded is not None) is (cores < 4)
+    streams = re.search(r"# 2 pairs each sending 33554432 bytes one way on and on, at once: [\d.]+ us a message",
+                        out.read_text())
+    assert (streams is not None) is (cores < 4)
     t, _ = load(str(out))
     assert t.intra_beta > 0 and t.shared_node and not t.duplex and t.intra_step_alpha >= 0
     assert 1 <= t.bus_capacity <= 2 and 1 <= t.memory_capacity <= 4
     assert t.cores_per_node == cores and (t.at_world(4).crowded is (cores < 4))
+    assert (t.stream_bps is not None and t.stream_bus_bps is not None) is (cores < 4)
     assert "runs of every measurement" not in out.read_text()  # one run: nothing to take the median of
 
 
@@ -2065,6 +2095,46 @@ def test_messages_at_once_on_a_node_with_more_ranks_than_cores_take_the_crowded_
     notes = predict_text(ring, 4, plain, n).notes
     assert any("4 ranks on a node of 2 cores, but the topology gives no `crowded_alpha_us`" in m for m in notes)
     assert not any("crowded_alpha_us" in m for m in predict_text(ring, 2, plain, n).notes + predict_text(ring, 4, t, n).notes)
+
+
+def test_one_way_streams_on_a_crowded_node_move_at_the_streams_bandwidth():
+    """`stream_gbps` and `stream_bus_gbps`: on a node with more ranks than cores, a message between two ranks
+    that never send the other way (a tree's level; none of the messages at once both sending and receiving)
+    moves at most the stream's β, and such messages at once share the streams' bus (the 2-core host with 4
+    ranks: a 64 MiB stream's message 1.37 times a ping-pong's one way, two streams at once 1.32 times two
+    ping-pong pairs) — unless its receiver was already waiting when it was sent (a tree broadcast's leaves).
+    Ping-pong pairs, exchanges, a node within its cores and a topology without the keys keep β and
+    `bus_gbps`."""
+    head = "ranks_per_node = 64\nmemory_gbps = 1e6\ncores_per_node = 2\nshared_node = true\nbus_gbps = 2\n"
+    links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\n"
+    t = parse(SourceFile("t.toml", head + "stream_gbps = 0.5\nstream_bus_gbps = 0.8\n" + links))
+    plain = parse(SourceFile("t.toml", head + links))
+    streams = "program s\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank % 2 == 1:\n" \
+              "    send x to rank - 1\non rank % 2 == 0 and rank + 1 < world:\n    recv x from rank + 1\n"
+    lone = "program o\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank == 1:\n    send x to 0\n" \
+           "on rank == 0:\n    recv x from 1\n"
+    ping_pong = "program p\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank % 2 == 0:\n" \
+                "    send x to rank + 1\n    recv x from rank + 1\non rank % 2 == 1:\n    recv x from rank - 1\n" \
+                "    send x to rank - 1\n"
+    n = 1 << 20
+    assert seconds(streams, 4, t, n) == pytest.approx(2 * n / 0.8e9)  # two at once on the streams' bus
+    assert seconds(streams, 4, plain, n) == pytest.approx(n / 1e9)  # two at once on a bus of 2
+    assert seconds(lone, 4, t, n) == pytest.approx(10e-6 + n / 0.5e9)  # alone: the stream's β
+    assert seconds(lone, 2, t, n) == pytest.approx(10e-6 + n / 1e9)  # two ranks on 2 cores: not crowded
+    waiting = lone.replace("on rank == 1:\n", "on rank == 1:\n    x += 1\n")  # rank 0 receives before it is sent
+    assert seconds(waiting, 4, t, n) == pytest.approx(2 * n / 1e15 + 10e-6 + n / 1e9)
+    assert seconds(ping_pong, 4, t, n) == pytest.approx(seconds(ping_pong, 4, plain, n))  # there and back
+    assert seconds(ping_pong, 4, t, n) == pytest.approx(2 * n / 1e9)
+    assert seconds(EXCHANGE, 4, t, n) == pytest.approx(seconds(EXCHANGE, 4, plain, n))  # a ring's step
+    assert "0.5 GB/s a one-way stream's message on a crowded node, 0.8 GB/s where such streams run at once" in (
+        t.describe()
+    )
+    with pytest.raises(CommdslError, match="shared_node"):
+        parse(SourceFile("t.toml", "ranks_per_node = 4\nstream_gbps = 1\n" + links))
+    for value in ("0.000001", "1e9"):  # the ends of the range: finite times that grow with the size
+        ends = parse(SourceFile("t.toml", head + f"stream_gbps = {value}\nstream_bus_gbps = {value}\n" + links))
+        times = [seconds(streams, 4, ends, size) for size in (1024, 1 << 20, 1 << 26)]
+        assert all(math.isfinite(x) for x in times) and times == sorted(times), (value, times)
 
 
 def test_a_crowded_gloo_ring_straight_from_communication_hides_its_steps_under_its_bytes():

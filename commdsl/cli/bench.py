@@ -701,6 +701,22 @@ def _pairs_at_once(args, size: int, nproc: int, backend: str):
     return _at_once(args, size, nproc, backend, nproc // 2, alone, together, per_time=0.5)
 
 
+def _streams(args, size: int, nproc: int, backend: str, cores: int):
+    """A `calibrate.Streams` with 4 ranks or more and more ranks than the host's `cores` (else None): one pair
+    sending one way on and on (`calibrate.STREAMS`), and `nproc // 2` such pairs at once, in turn, at the largest
+    size. ValueError when a rank fails or hangs."""
+    from commdsl.predict import calibrate as cal
+
+    if nproc < 4 or nproc <= cores:
+        return None
+    cases = {
+        "alone": ("<calibrate-streams>", cal.STREAMS, {"k": 2}),
+        "together": ("<calibrate-streams>", cal.STREAMS, {"k": nproc}),
+    }
+    mean = _in_turn(args, size, nproc, backend, cases)
+    return None if mean is None else cal.Streams(size, nproc // 2, mean["alone"], mean["together"])
+
+
 def _adds_at_once(args, nproc: int, backend: str, size: int = 64 << 20):
     """A `calibrate.AtOnce`: every rank's add (`calibrate.ADDS`) against rank 0's alone, on `size`-byte
     tensors, timed by the bench as a program's local op is. ValueError when a rank fails or hangs."""
@@ -940,4 +956,5 @@ def _measure(args, sizes: list[int], nproc: int, backend: str, cores: int):
         _crowded(args, nproc, backend, f.beta, cores),
         _lone_call(args, nproc, backend, cores),
         _swap(args, nproc, backend),
+        _streams(args, sizes[-1], nproc, backend, cores),
     )

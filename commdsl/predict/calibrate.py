@@ -71,6 +71,23 @@ on rank % 2 == 1:
 """
 
 
+STREAMS = """\
+# `commdsl bench --calibrate --nproc N` on more ranks than cores: each odd rank below `k` sends to the rank
+# before it, one way, on and on (a tree's level), where PAIRS send there and back
+program calibrate_streams
+world 2..
+param n = 1024
+param k = 2
+
+tensor x: float32[n] = rank
+
+on rank % 2 == 1 and rank < k:
+    send x to rank - 1
+on rank % 2 == 0 and rank + 1 < k:
+    recv x from rank + 1
+"""
+
+
 ADDS = """\
 # the third step of `commdsl bench --calibrate`: the ranks below `k` add at once, the others wait. Six adds
 # in a row: ranks released together start some wake-ups apart, and one add each would take turns unseen
@@ -361,6 +378,31 @@ class Swap:
         return moved_bps(2, self.size, self.seconds, alpha, crowded_alpha, cores)
 
 
+@dataclass(frozen=True)
+class Streams:
+    """Seconds of a one-way stream's message of `size` bytes (`STREAMS`: one pair sending one way on and on,
+    the other ranks idle) and of `count` such pairs at once, on a host with fewer cores than ranks. A ping-pong
+    and its pairs (`AtOnce`) are what β and `bus_gbps` come from; a stream is not one: on the 2-core host with
+    4 ranks the receivers of two streams burned about twice their senders' CPU (Gloo's loop thread waking for
+    every few segments), and a 16 MiB message took 1.3-2.0 times a ping-pong's one way in two ping-pong pairs
+    at once (docs/predict-accuracy.md, "One-way streams on a crowded host")."""
+
+    size: int
+    count: int
+    alone: float  # seconds: one pair streaming
+    together: float  # seconds: `count` pairs streaming at once
+
+    @property
+    def bps(self) -> float:
+        """Bytes per second of one stream's message, alone (`stream_gbps`)."""
+        return self.size / self.alone
+
+    @property
+    def bus_bps(self) -> float:
+        """Bytes per second of `count` streams at once, all together (`stream_bus_gbps`)."""
+        return self.count * self.size / self.together
+
+
 def moved_bps(
     world: int, size: int, seconds: float, alpha: float, crowded_alpha: float | None = None, cores: int | None = None
 ) -> float | None:
@@ -493,6 +535,7 @@ class Measured:
     crowded: Crowded | None = None
     lone: Lone | None = None
     swap: Swap | None = None
+    streams: Streams | None = None
 
     @staticmethod
     def median(runs: list[Measured]) -> Measured:
@@ -503,7 +546,8 @@ class Measured:
         where the runs' median β got 1,701, and none lost more than a row: docs/predict-accuracy.md, "A
         fourteenth campaign"); a latency timed apart (`Steps`, `Crowded`) less its bytes at that β; a call on a
         group of one (`Lone`) the run whose mean call is the median; a measurement of several parts (`AtOnce`,
-        `Turns`) the run whose result (capacity, hidden share) is the median, so that its parts stay one launch's."""
+        `Turns`, `Streams`) the run whose result (capacity, hidden share, streams at once) is the median, so that
+        its parts stay one launch's."""
         if len(runs) == 1:
             return runs[0]
         alpha = _middle([r.fit.alpha for r in runs])
@@ -527,6 +571,7 @@ class Measured:
             _middle(crowded, key=lambda c: c.alpha),
             _middle([r.lone for r in runs if r.lone is not None], key=lambda c: c.seconds),
             _middle([r.swap for r in runs if r.swap is not None], key=lambda w: w.seconds),
+            _middle([r.streams for r in runs if r.streams is not None], key=lambda w: w.together),
         )
 
 
@@ -568,6 +613,10 @@ def spread(runs: list[Measured]) -> list[str]:
         )
     if any(r.swap is not None for r in runs):
         lines.append(f"#   a swap of 2 ranks {each([r.swap and r.swap.seconds for r in runs], ' ms', 1e3)}")
+    if any(r.streams is not None for r in runs):
+        lines.append(
+            f"#   one-way streams at once {each([r.streams and r.streams.together for r in runs], ' ms', 1e3)}"
+        )
     return lines
 
 
@@ -593,7 +642,8 @@ def topology_text(
     (`crowded_alpha_us`; without `crowded`, the ping-pong's α); a collective on a group of one takes
     `lone.seconds` (`collective_call_us`; without `lone`, nothing); its ranks' messages when every rank sends and
     receives at once a bus of what `turns` moved so (`exchange_gbps`), and when two ranks swap what `swap` moved
-    (`swap_gbps`)."""
+    (`swap_gbps`); on more ranks than cores a one-way stream's message what `streams` moved alone (`stream_gbps`)
+    and such streams at once what they moved together (`stream_bus_gbps`)."""
     f, memory_bps, page_bps, pairs, adds = m.fit, m.memory_bps, m.page_bps, m.pairs, m.adds
     steps, turns, crowded = m.steps, m.turns, m.crowded
     lines = _measurements(m, nproc, backend, command, cores, len(runs or ())) + spread(runs or [])
@@ -620,6 +670,13 @@ def topology_text(
         lines.append(
             f"swap_gbps = {swap / 1e9:.4g}    # its messages together when two ranks swap: beta x {swap / f.beta:.2f}"
         )
+    if m.streams is not None:
+        lines += [
+            f"stream_gbps = {m.streams.bps / 1e9:.4g}    # a one-way stream's message on more ranks than cores:"
+            f" beta x {m.streams.bps / f.beta:.2f}",
+            f"stream_bus_gbps = {m.streams.bus_bps / 1e9:.4g}    # such streams together: beta x"
+            f" {m.streams.bus_bps / f.beta:.2f}",
+        ]
     if backend == "gloo":
         lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")
     if turns is not None and not turns.overlap:
@@ -726,6 +783,12 @@ def _measurements(m: Measured, nproc: int, backend: str, command: str, cores: in
     if m.swap is not None:
         lines.append(
             f"# 2 ranks' isend and irecv of {m.swap.size} bytes, to each other at once: {m.swap.seconds * 1e6:.1f} us"
+        )
+    if m.streams is not None:
+        w = m.streams
+        lines.append(
+            f"# {w.count} pairs each sending {w.size} bytes one way on and on, at once: {w.together * 1e6:.1f} us a"
+            f" message, one such pair alone {w.alone * 1e6:.1f} us"
         )
     if adds is not None:
         lines.append(

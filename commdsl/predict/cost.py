@@ -38,7 +38,7 @@ begins it to when it begins its next one, as the bench times each op from its ca
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 
 import numpy as np
@@ -264,6 +264,8 @@ class Route:
     capacity: float = 1.0  # messages at full speed their node's bus carries at once (`Clocks.bus_capacity`)
     crowded: bool = False  # they crowd their node's cores (`Clocks.crowds`): their α runs under their bytes
     bus: tuple[np.ndarray | slice, np.ndarray] | None = None  # the messages crossing their node's bus, its port
+    one_way: bool = False  # one-way streams on a crowded node (`Clocks.one_way_streams`): priced so when late
+    streamed: Route | None = None  # the same messages at a stream's pace (`Clocks.streamed`)
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
     # adding a whole one (numpy's inner loop runs over the few sizes): so both are made whole, once.
@@ -326,6 +328,7 @@ class Clocks(Observer):
         self.port_bytes = np.zeros(ports)
         self.port_busy = np.zeros(ports)
         self.group_net: dict[tuple[int, int, bool], tuple[float, float]] = {}
+        self.sent_pairs: np.ndarray | None = None  # src · W + dst of every send of the program (`one_way_streams`)
         self.hop_betas: dict[int, float] = {}  # per group: `hop_beta`
         self.group_nodes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per group: `node_spread`
         self.track = track is not None
@@ -651,6 +654,7 @@ class Clocks(Observer):
         way = self.route(sends.src, sends.dst)
         ts, ns = self.post_time(sends, way.sender.ix)
         tr, nr = self.post_time(recvs, way.receiver.ix)
+        way = self.paced(way, ts, tr)
         pred = np.where(ts[:, k] >= tr[:, k], ns, nr) if self.track else ns
         isend = self.send_buffer is not None and sends.const("req") != -1
         recv_first = self.receive_first(sends, ts, tr) if isend else None  # before `start` may be written into tr
@@ -861,6 +865,7 @@ class Clocks(Observer):
         got.joint = not apart and bool((i != e).all())
         got.capacity = self.bus_capacity(src, dst)
         got.crowded = crowded
+        got.one_way = self.one_way_streams(src, dst)
         if len(self.routes) >= ROUTES or key in self.routes:  # full, or another pattern with this key
             self.flush()
         self.routes[key] = got
@@ -1346,6 +1351,65 @@ class Clocks(Observer):
         if not exchange or self.topo.swap_bps is None:
             return self.topo.bus_capacity_for(exchange)
         return self.topo.bus_capacity_for(exchange, swap=self.most_on_a_node(src, dst) <= 2)
+
+    def one_way_streams(self, src: np.ndarray, dst: np.ndarray) -> bool:
+        """Whether messages src → dst, which the engine matched together, may be one-way streams on a crowded
+        node (`Topology.streams`): none of them a rank's way in and out at once (an exchange, priced by its own
+        bus), each between two ranks that never send the other way anywhere in the program (a tree's levels),
+        not back and forth as a ping-pong's, which the calibration's β and bus are (a bench loops the program,
+        so such a pair's next message is always one of its own). `matched` prices them as streams (`streamed`)
+        unless every receiver was already waiting when its message was sent, as a ping-pong's is: on the 2-core
+        host with 4 ranks two streams' receivers burned 2-4 times their senders' CPU and a 16 MiB message took
+        1.3-2.0 times a ping-pong pair's one way, while a tree broadcast's leaves, waiting, received at the
+        ping-pong's pace (docs/predict-accuracy.md, "One-way streams on a crowded host")."""
+        if not self.topo.streams or np.isin(src, dst).any():
+            return False
+        if self.sent_pairs is None:
+            W = self.W
+            codes = [np.zeros(0, dtype=np.int64)]
+            for rec in self.s.p2p_records():
+                if rec.is_send:
+                    ranks = rec.ranks.astype(np.int64)
+                    peer = at(rec.peer, None, ranks.size).astype(np.int64)
+                    ok = (peer >= 0) & (peer < W)
+                    codes.append(ranks[ok] * W + peer[ok])
+            self.sent_pairs = distinct(np.concatenate(codes))
+        return not np.isin(dst.astype(np.int64) * self.W + src, self.sent_pairs).any()
+
+    def paced(self, way: Route, ts: np.ndarray, tr: np.ndarray) -> Route:
+        """`way`, or its messages at a stream's pace (`streamed`) where they may be one-way streams
+        (`one_way_streams`) and some receive was not posted before its send (`ts`, `tr`: when each was, at
+        the tracked size): a receiver already waiting takes its message as a ping-pong's does."""
+        k = self.k
+        return self.streamed(way) if way.one_way and not bool((tr[:, k] < ts[:, k]).all()) else way
+
+    def streamed(self, way: Route) -> Route:
+        """`way`'s messages at a one-way stream's pace (`one_way_streams`): each at most `stream_bps` inside its
+        node, together on the streams' bus (`Topology.bus_capacity_for`). Kept beside `way` among the patterns,
+        so that its load reaches the link figures (`flush`)."""
+        if way.streamed is None:
+            beta, flat = way.beta, way.beta_flat
+            if self.topo.stream_bps is not None:  # inside a node; one β for all kept a scalar, as `route` keeps it
+                inside = self.node[way.src] == self.node[way.dst]
+                beta = np.where(inside[:, None], np.minimum(beta, self.topo.stream_bps), beta)
+                flat = np.where(inside, np.minimum(flat, self.topo.stream_bps), flat)
+                if (flat == flat[0]).all():
+                    beta, flat = float(flat[0]), float(flat[0])
+            way.streamed = replace(
+                way,
+                beta=beta,
+                beta_flat=flat,
+                load=0.0,
+                busy=0.0,
+                last=None,
+                one_way=False,
+                capacity=self.topo.bus_capacity_for(False, stream=True),
+            )
+            key = (*self.fingerprint(way.src, way.dst), -1)
+            if len(self.routes) >= ROUTES or key in self.routes:
+                self.flush()
+            self.routes[key] = way.streamed
+        return way.streamed
 
     def most_on_a_node(self, src: np.ndarray, dst: np.ndarray) -> int:
         """The most ranks of one node that messages src → dst involve, sending or receiving (0 for none)."""

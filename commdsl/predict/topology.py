@@ -22,6 +22,13 @@
     # swap_gbps = 1.5           # only with shared_node: the same when only two of a node's ranks send and
                                 # receive, to each other (a swap: a ring's step at 2 ranks, a pairwise
                                 # step); default: exchange_gbps
+    # stream_gbps = 1.5         # only with shared_node and cores_per_node: on a node with more ranks than
+                                # cores, a message of a one-way stream (between two ranks that never send
+                                # the other way, none of the messages at once both sending and receiving:
+                                # a tree's levels), its receiver not already waiting, moves at most this
+                                # (Gloo's receiver polls harder then than in a ping-pong); default: its β
+    # stream_bus_gbps = 2.3     # only with it: the bus there for such messages at once, all together;
+                                # default: bus_gbps
     # node_memory_gbps = 6700   # only with shared_node: the node's memory, all its ranks' local ops
                                 # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
@@ -155,6 +162,8 @@ class TopologyFile(_Model):
     bus_gbps: Positive | None = None
     exchange_gbps: Positive | None = None
     swap_gbps: Positive | None = None
+    stream_gbps: Positive | None = None
+    stream_bus_gbps: Positive | None = None
     node_memory_gbps: Positive | None = None
     duplex: StrictBool = True
     overlap: StrictBool = True
@@ -173,7 +182,7 @@ class TopologyFile(_Model):
             raise ValueError('needs `backend = "gloo"` (an NCCL isend returns once it is queued on its stream)')
         return value
 
-    @field_validator("bus_gbps", "exchange_gbps", "swap_gbps", "node_memory_gbps")
+    @field_validator("bus_gbps", "exchange_gbps", "swap_gbps", "stream_gbps", "stream_bus_gbps", "node_memory_gbps")
     @classmethod
     def _only_shared(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is not None and not info.data.get("shared_node"):
@@ -216,6 +225,8 @@ class Topology:
     lone_call: float = 0.0  # seconds of a built-in collective on a group of one (torch's hand-off to the backend)
     exchange_bps: float | None = None  # shared_node: the bus when its ranks send and receive at once (None: bus_bps)
     swap_bps: float | None = None  # shared_node: the same when two ranks swap (None: exchange_bps)
+    stream_bps: float | None = None  # a crowded node: a one-way stream's message at most (None: its link's β)
+    stream_bus_bps: float | None = None  # a crowded node: the bus for such messages at once (None: bus_bps)
 
     @property
     def bus_capacity(self) -> float:
@@ -223,17 +234,25 @@ class Topology:
         message's): m at once each move at min(1, capacity / m) of full speed."""
         return 1.0 if self.bus_bps is None else self.bus_bps / self.intra_beta
 
-    def bus_capacity_for(self, exchange: bool, swap: bool = False) -> float:
+    def bus_capacity_for(self, exchange: bool, swap: bool = False, stream: bool = False) -> float:
         """`bus_capacity`, or where the messages at once include a rank's way out and its way in (a ring's
         step) the capacity the bus has then (`exchange_bps`), and where only two ranks of the node send and
-        receive, to each other (`swap`), that of a swap (`swap_bps`): on the 2-core host, every one of 4 ranks
-        sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping 0.76-0.87,
-        two ping-pong pairs one way each 1.4-1.7."""
+        receive, to each other (`swap`), that of a swap (`swap_bps`); where they are one-way streams on a
+        crowded node (`stream`), that of such streams (`stream_bus_bps`): on the 2-core host, every one of 4
+        ranks sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping
+        0.76-0.87, two ping-pong pairs one way each 1.4-1.7, two pairs streaming one way 1.0-1.3."""
         if exchange and swap and self.swap_bps is not None:
             return self.swap_bps / self.intra_beta
         if exchange and self.exchange_bps is not None:
             return self.exchange_bps / self.intra_beta
+        if stream and not exchange and self.stream_bus_bps is not None:  # in messages at a stream's β
+            return self.stream_bus_bps / (self.stream_bps or self.intra_beta)
         return self.bus_capacity
+
+    @property
+    def streams(self) -> bool:
+        """Whether one-way streams are priced apart here (`stream_bps`, `stream_bus_bps`): a crowded node's."""
+        return self.crowded and (self.stream_bps is not None or self.stream_bus_bps is not None)
 
     @property
     def bus_bandwidth(self) -> float:
@@ -281,6 +300,8 @@ class Topology:
             lone_call=(m.collective_call_us or 0.0) * 1e-6,
             exchange_bps=None if m.exchange_gbps is None else m.exchange_gbps * 1e9,
             swap_bps=None if m.swap_gbps is None else m.swap_gbps * 1e9,
+            stream_bps=None if m.stream_gbps is None else m.stream_gbps * 1e9,
+            stream_bus_bps=None if m.stream_bus_gbps is None else m.stream_bus_gbps * 1e9,
         )
 
     def over_cores(self, world: int) -> bool:
@@ -303,7 +324,12 @@ class Topology:
         """`describe`'s note on the bus of ranks that send and receive at once (`bus_capacity_for`)."""
         if not self.shared_node:
             return ""
-        got = [(self.exchange_bps, "where ranks send and receive at once"), (self.swap_bps, "where two ranks swap")]
+        got = [
+            (self.exchange_bps, "where ranks send and receive at once"),
+            (self.swap_bps, "where two ranks swap"),
+            (self.stream_bps, "a one-way stream's message on a crowded node"),
+            (self.stream_bus_bps, "where such streams run at once"),
+        ]
         said = [f"{bps / 1e9:.3g} GB/s {where}" for bps, where in got if bps is not None]
         return f" ({', '.join(said)})" if said else ""
 
