@@ -383,8 +383,8 @@ class Streams:
     """Seconds of a one-way stream's message of `size` bytes (`STREAMS`: one pair sending one way on and on,
     the other ranks idle) and of `count` such pairs at once, on a host with fewer cores than ranks. A ping-pong
     and its pairs (`AtOnce`) are what β and `bus_gbps` come from; a stream is not one: on the 2-core host with
-    4 ranks the receivers of two streams burned about twice their senders' CPU (Gloo's loop thread waking for
-    every few segments), and a 16 MiB message took 1.3-2.0 times a ping-pong's one way in two ping-pong pairs
+    4 ranks the receivers of two streams burned 2-4 times their senders' CPU (Gloo's loop thread waking for
+    every few segments), and a 4-16 MiB message took 1.3-2.0 times a ping-pong's one way in two ping-pong pairs
     at once (docs/predict-accuracy.md, "One-way streams on a crowded host")."""
 
     size: int

@@ -264,7 +264,7 @@ class Route:
     capacity: float = 1.0  # messages at full speed their node's bus carries at once (`Clocks.bus_capacity`)
     crowded: bool = False  # they crowd their node's cores (`Clocks.crowds`): their α runs under their bytes
     bus: tuple[np.ndarray | slice, np.ndarray] | None = None  # the messages crossing their node's bus, its port
-    one_way: bool = False  # one-way streams on a crowded node (`Clocks.one_way_streams`): priced so when late
+    one_way: bool = False  # may be one-way streams (`Clocks.one_way_streams`): at their pace if late (`paced`)
     streamed: Route | None = None  # the same messages at a stream's pace (`Clocks.streamed`)
 
     # Adding a row of sizes or a column of messages to a messages × sizes array is several times slower than
