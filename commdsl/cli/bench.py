@@ -697,21 +697,21 @@ def _pairs_at_once(args, size: int, nproc: int, backend: str):
     if nproc < 4:
         return None
     alone = ("<calibrate>", cal.PINGPONG, {})
-    together = ("<calibrate-pairs>", cal.PAIRS, {})
+    together = ("<calibrate-pairs>", cal.PAIRS, {"k": nproc})
     return _at_once(args, size, nproc, backend, nproc // 2, alone, together, per_time=0.5)
 
 
 def _streams(args, size: int, nproc: int, backend: str, cores: int):
     """A `calibrate.Streams` with 4 ranks or more and more ranks than the host's `cores` (else None): one pair
-    sending one way on and on (`calibrate.STREAMS`), and `nproc // 2` such pairs at once, in turn, at the largest
-    size. ValueError when a rank fails or hangs."""
+    sending one way on and on (`calibrate.PAIRS` with `back = 0`), and `nproc // 2` such pairs at once, in turn,
+    at the largest size. ValueError when a rank fails or hangs."""
     from commdsl.predict import calibrate as cal
 
     if nproc < 4 or nproc <= cores:
         return None
     cases = {
-        "alone": ("<calibrate-streams>", cal.STREAMS, {"k": 2}),
-        "together": ("<calibrate-streams>", cal.STREAMS, {"k": nproc}),
+        "alone": ("<calibrate-streams>", cal.PAIRS, {"k": 2, "back": 0}),
+        "together": ("<calibrate-streams>", cal.PAIRS, {"k": nproc, "back": 0}),
     }
     mean = _in_turn(args, size, nproc, backend, cases)
     return None if mean is None else cal.Streams(size, nproc // 2, mean["alone"], mean["together"])

@@ -55,36 +55,25 @@ on rank == 1:
 
 
 PAIRS = """\
-# the second step of `commdsl bench --calibrate --nproc N` (N >= 4): every even rank ping-pongs with the next, at once
+# the second step of `commdsl bench --calibrate --nproc N` (N >= 4): every even rank below `k` sends to the next,
+# which sends it back (`back = 1`: ping-pong pairs) or not (`back = 0`: one-way streams, on and on, timed on
+# more ranks than cores)
 program calibrate_pairs
 world 2..
 param n = 1024
-
-tensor x: float32[n] = rank
-
-on rank % 2 == 0 and rank + 1 < world:
-    send x to rank + 1
-    recv x from rank + 1
-on rank % 2 == 1:
-    recv x from rank - 1
-    send x to rank - 1
-"""
-
-
-STREAMS = """\
-# `commdsl bench --calibrate --nproc N` on more ranks than cores: each odd rank below `k` sends to the rank
-# before it, one way, on and on (a tree's level), where PAIRS send there and back
-program calibrate_streams
-world 2..
-param n = 1024
 param k = 2
+param back = 1
 
 tensor x: float32[n] = rank
 
-on rank % 2 == 1 and rank < k:
-    send x to rank - 1
 on rank % 2 == 0 and rank + 1 < k:
-    recv x from rank + 1
+    send x to rank + 1
+    on back == 1:
+        recv x from rank + 1
+on rank % 2 == 1 and rank < k:
+    recv x from rank - 1
+    on back == 1:
+        send x to rank - 1
 """
 
 
@@ -380,8 +369,8 @@ class Swap:
 
 @dataclass(frozen=True)
 class Streams:
-    """Seconds of a one-way stream's message of `size` bytes (`STREAMS`: one pair sending one way on and on,
-    the other ranks idle) and of `count` such pairs at once, on a host with fewer cores than ranks. A ping-pong
+    """Seconds of a one-way stream's message of `size` bytes (`PAIRS` with `back = 0`: one pair sending one way on
+    and on, the other ranks idle) and of `count` such pairs at once, on a host with fewer cores than ranks. A ping-pong
     and its pairs (`AtOnce`) are what β and `bus_gbps` come from; a stream is not one: on the 2-core host with
     4 ranks the receivers of two streams burned 2-4 times their senders' CPU (Gloo's loop thread waking for
     every few segments), and a 4-16 MiB message took 1.3-2.0 times a ping-pong's one way in two ping-pong pairs
