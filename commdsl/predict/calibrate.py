@@ -661,10 +661,10 @@ def topology_text(
         )
     if m.streams is not None:
         lines += [
-            f"stream_gbps = {m.streams.bps / 1e9:.4g}    # a one-way stream's message on more ranks than cores:"
+            f"stream_gbps = {m.streams.bps / 1e9:.4g}    # a one-way stream's message, one pair streaming:"
             f" beta x {m.streams.bps / f.beta:.2f}",
-            f"stream_bus_gbps = {m.streams.bus_bps / 1e9:.4g}    # such streams together: beta x"
-            f" {m.streams.bus_bps / f.beta:.2f}",
+            f"stream_bus_gbps = {m.streams.bus_bps / 1e9:.4g}    # such streams together, more ranks than cores:"
+            f" beta x {m.streams.bus_bps / f.beta:.2f}",
         ]
     if backend == "gloo":
         lines.append("duplex = false            # a rank's messages in and out share its one Gloo loop thread")

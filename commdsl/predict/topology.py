@@ -22,13 +22,13 @@
     # swap_gbps = 1.5           # only with shared_node: the same when only two of a node's ranks send and
                                 # receive, to each other (a swap: a ring's step at 2 ranks, a pairwise
                                 # step); default: exchange_gbps
-    # stream_gbps = 1.5         # only with shared_node and cores_per_node: on a node with more ranks than
-                                # cores, a message of a one-way stream (between two ranks that never send
-                                # the other way, none of the messages at once both sending and receiving:
-                                # a tree's levels), its receiver not already waiting, moves at most this
-                                # (Gloo's receiver polls harder then than in a ping-pong); default: its β
-    # stream_bus_gbps = 2.3     # only with it: the bus there for such messages at once, all together;
-                                # default: bus_gbps
+    # stream_gbps = 1.5         # only with shared_node and cores_per_node: a message of a one-way stream
+                                # (between two ranks that never send the other way, none of the messages
+                                # at once both sending and receiving: a tree's levels), its receiver not
+                                # already waiting, moves at most this, at any world (Gloo's receiver polls
+                                # harder then than in a ping-pong); default: its β
+    # stream_bus_gbps = 2.3     # only with it: on a node with more ranks than cores, the bus for such
+                                # messages at once, all together; default: bus_gbps
     # node_memory_gbps = 6700   # only with shared_node: the node's memory, all its ranks' local ops
                                 # together (each still at most memory_gbps); default: memory_gbps
     duplex = true               # false: a rank's messages in and out of it share one way (Gloo over TCP:
@@ -225,7 +225,7 @@ class Topology:
     lone_call: float = 0.0  # seconds of a built-in collective on a group of one (torch's hand-off to the backend)
     exchange_bps: float | None = None  # shared_node: the bus when its ranks send and receive at once (None: bus_bps)
     swap_bps: float | None = None  # shared_node: the same when two ranks swap (None: exchange_bps)
-    stream_bps: float | None = None  # a crowded node: a one-way stream's message at most (None: its link's β)
+    stream_bps: float | None = None  # a one-way stream's message at most, inside a node (None: its link's β)
     stream_bus_bps: float | None = None  # a crowded node: the bus for such messages at once (None: bus_bps)
 
     @property
@@ -237,22 +237,26 @@ class Topology:
     def bus_capacity_for(self, exchange: bool, swap: bool = False, stream: bool = False) -> float:
         """`bus_capacity`, or where the messages at once include a rank's way out and its way in (a ring's
         step) the capacity the bus has then (`exchange_bps`), and where only two ranks of the node send and
-        receive, to each other (`swap`), that of a swap (`swap_bps`); where they are one-way streams on a
-        crowded node (`stream`), that of such streams (`stream_bus_bps`): on the 2-core host, every one of 4
-        ranks sending and receiving at once moved 0.6-1.4 messages at full speed in all, two ranks swapping
-        0.76-0.87, two ping-pong pairs one way each 1.4-1.7, two pairs streaming one way 1.0-1.3."""
+        receive, to each other (`swap`), that of a swap (`swap_bps`); where they are one-way streams
+        (`stream`), in messages at a stream's pace, that of such streams on a crowded node (`stream_bus_bps`),
+        elsewhere the bus's own: on the 2-core host, every one of 4 ranks sending and receiving at once moved
+        0.6-1.4 messages at full speed in all, two ranks swapping 0.76-0.87, two ping-pong pairs one way each
+        1.4-1.7, two pairs streaming one way 1.0-1.3."""
         if exchange and swap and self.swap_bps is not None:
             return self.swap_bps / self.intra_beta
         if exchange and self.exchange_bps is not None:
             return self.exchange_bps / self.intra_beta
-        if stream and not exchange and self.stream_bus_bps is not None:  # in messages at a stream's β
-            return self.stream_bus_bps / (self.stream_bps or self.intra_beta)
+        if stream and not exchange:
+            bus = self.stream_bus_bps if self.crowded and self.stream_bus_bps is not None else self.bus_bandwidth
+            return bus / (self.stream_bps or self.intra_beta)
         return self.bus_capacity
 
     @property
     def streams(self) -> bool:
-        """Whether one-way streams are priced apart here (`stream_bps`, `stream_bus_bps`): a crowded node's."""
-        return self.crowded and (self.stream_bps is not None or self.stream_bus_bps is not None)
+        """Whether one-way streams are priced apart here: a stream's pace (`stream_bps`) holds at any world, as
+        `bench --calibrate` times it with one pair of ranks busy and the others idle; the bus of such streams at
+        once (`stream_bus_bps`) on a crowded node only."""
+        return self.stream_bps is not None or (self.crowded and self.stream_bus_bps is not None)
 
     @property
     def bus_bandwidth(self) -> float:
@@ -327,8 +331,8 @@ class Topology:
         got = [
             (self.exchange_bps, "where ranks send and receive at once"),
             (self.swap_bps, "where two ranks swap"),
-            (self.stream_bps, "a one-way stream's message on a crowded node"),
-            (self.stream_bus_bps, "where such streams run at once"),
+            (self.stream_bps, "a one-way stream's message"),
+            (self.stream_bus_bps, "where such streams run at once on a crowded node"),
         ]
         said = [f"{bps / 1e9:.3g} GB/s {where}" for bps, where in got if bps is not None]
         return f" ({', '.join(said)})" if said else ""
