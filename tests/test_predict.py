@@ -2133,7 +2133,6 @@ def test_one_way_streams_move_at_the_streams_pace_and_share_their_bus_on_a_crowd
     assert "0.5 GB/s a one-way stream's message, 0.8 GB/s where such streams run at once on a crowded node" in (
         t.describe()
     )
-
     with pytest.raises(CommdslError, match="shared_node"):
         parse(SourceFile("t.toml", "ranks_per_node = 4\nstream_gbps = 1\n" + links))
     for value in ("0.000001", "1e9"):  # the ends of the range: finite times that grow with the size

@@ -1364,7 +1364,6 @@ class Clocks(Observer):
         ping-pong's pace (docs/predict-accuracy.md, "One-way streams on a crowded host"). The pace holds at
         any world: priced at the ping-pong's, a binomial reduce at 2 ranks of the 2-core host (one lone stream)
         came out 4-37 % fast in each of thirteen campaigns (the same, "A lone stream")."""
-
         if not self.topo.streams or np.isin(src, dst).any():
             return False
         if self.sent_pairs is None:
@@ -1389,7 +1388,6 @@ class Clocks(Observer):
     def streamed(self, way: Route) -> Route:
         """`way`'s messages at a one-way stream's pace (`one_way_streams`): each at most `stream_bps` inside its
         node, together on the bus of streams (`Topology.bus_capacity_for`). Kept beside `way` among the patterns,
-
         so that its load reaches the link figures (`flush`)."""
         if way.streamed is None:
             beta, flat = way.beta, way.beta_flat
