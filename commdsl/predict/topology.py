@@ -22,7 +22,7 @@
     # swap_gbps = 1.5           # only with shared_node: the same when only two of a node's ranks send and
                                 # receive, to each other (a swap: a ring's step at 2 ranks, a pairwise
                                 # step); default: exchange_gbps
-    # stream_gbps = 1.5         # only with shared_node and cores_per_node: a message of a one-way stream
+    # stream_gbps = 1.5         # only with shared_node: a message of a one-way stream
                                 # (between two ranks that never send the other way, none of the messages
                                 # at once both sending and receiving: a tree's levels), its receiver not
                                 # already waiting, moves at most this, at any world (Gloo's receiver polls
