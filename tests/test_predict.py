@@ -2107,7 +2107,8 @@ def test_one_way_streams_move_at_the_streams_pace_and_share_their_bus_on_a_crowd
     a topology without the keys keep β and `bus_gbps`; streams on a node within its cores share `bus_gbps`."""
     head = "ranks_per_node = 64\nmemory_gbps = 1e6\ncores_per_node = 2\nshared_node = true\nbus_gbps = 2\n"
     links = "[intra]\nalpha_us = 10\nbandwidth_gbps = 1\ncrowded_alpha_us = 300\n"
-    t = parse(SourceFile("t.toml", head + "stream_gbps = 0.5\nstream_bus_gbps = 0.8\n" + links))
+    keys = "stream_gbps = 0.5\nstream_bus_gbps = 0.8\n"
+    t = parse(SourceFile("t.toml", head + keys + links))
     plain = parse(SourceFile("t.toml", head + links))
     streams = "program s\nworld 2..\nparam n = 1024\ntensor x: float32[n] = 1\non rank % 2 == 1:\n" \
               "    send x to rank - 1\non rank % 2 == 0 and rank + 1 < world:\n    recv x from rank + 1\n"
@@ -2122,8 +2123,7 @@ def test_one_way_streams_move_at_the_streams_pace_and_share_their_bus_on_a_crowd
     assert seconds(lone, 4, t, n) == pytest.approx(10e-6 + n / 0.5e9)  # alone: the stream's β
     assert seconds(lone, 2, t, n) == pytest.approx(10e-6 + n / 0.5e9)  # two ranks on 2 cores: the same pace
     assert seconds(lone, 2, plain, n) == pytest.approx(10e-6 + n / 1e9)
-    roomy = parse(SourceFile("t.toml", head.replace("= 2\nshared", "= 4\nshared") + "stream_gbps = 0.5\n"
-                             "stream_bus_gbps = 0.8\n" + links))
+    roomy = parse(SourceFile("t.toml", head.replace("cores_per_node = 2", "cores_per_node = 4") + keys + links))
     assert seconds(streams, 4, roomy, n) == pytest.approx(10e-6 + n / 0.5e9)  # 4 cores: a bus of 2 GB/s
     waiting = lone.replace("on rank == 1:\n", "on rank == 1:\n    x += 1\n")  # rank 0 receives before it is sent
     assert seconds(waiting, 4, t, n) == pytest.approx(2 * n / 1e15 + 10e-6 + n / 1e9)
