@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
@@ -35,8 +36,24 @@ import numpy as np
 from commdsl.limits import Deadline, time_limit
 from commdsl.ordering import Clocks, wildcard_receivers
 from commdsl.p2p import ANY_SOURCE
-from commdsl.schedule import LOCAL_RECORDS, BatchRec, CollectiveRec, NewGroupRec, P2PRec, Schedule, WaitRec
+from commdsl.schedule import (
+    LOCAL_RECORDS,
+    BatchRec,
+    CollectiveRec,
+    ComputeRec,
+    ExpectRec,
+    NewGroupRec,
+    P2PRec,
+    PrintRec,
+    ReadRec,
+    Schedule,
+    WaitRec,
+)
+from commdsl.steady import Steady, by_value, whole_periods
 from commdsl.values import at, distinct, ident
+
+FOLDED_LOCALS = (ComputeRec, ExpectRec, PrintRec, ReadRec)
+"""The local records a fold may span (`Engine.lockstep_key`): not `new_group`, which ranks meet in on Gloo."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +331,28 @@ class Observer:
 
     def waited(self, reqs: np.ndarray) -> None: ...
 
+    folds = False
+    """True: the observer can fold a loop's alike iterations (`commdsl.steady`: the timing observer when it
+    keeps no critical path); the engine then asks for `cost_key`, `snapshot`, `settled` and `fold`."""
+
+    def cost_key(self, rec) -> Hashable | None:
+        """What the observer's cost of record `rec` depends on, beyond the engine's plan (its bytes): equal keys,
+        equal costs. None: not foldable."""
+        return None
+
+    def snapshot(self) -> object | None:
+        """The observer's state between two periods of a loop every rank runs in step, for `fold`; None: it
+        cannot fold now."""
+        return None
+
+    def settled(self, snaps: list) -> object | None:
+        """Where the state shifted alike across the last periods (`snaps`: the state at their boundaries, the
+        last one now), what `fold` applies; None where it did not."""
+        return None
+
+    def fold(self, shift, periods: int) -> None:
+        """The state as after `periods` more periods like the last ones (`shift`: from `settled`)."""
+
     def started(self, ops: Posts | Calls, after: int) -> None:
         """NCCL: `ops` (posts or collective calls), queued on their stream behind async request `after`,
         start now that it has completed (`Model.streams`)."""
@@ -513,6 +552,9 @@ class Engine:
         self.queues: dict[int, deque] = {}
         self.stream_of: dict[int, int] = {}
         self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
+        # a loop's alike iterations folded for an observer that times them (`steady`); not for a run that keeps
+        # vector clocks, which must see every message
+        self.steady = Steady(self) if self.obs.folds and self.clocks is None else None
         # calls whose sizes differ per peer (uneven splits or lists: `Kind.contribution` -1), compared member by
         # member by the checker
         self.uneven = np.array(
@@ -542,6 +584,8 @@ class Engine:
     def run_ready(self) -> bool:
         """Every rank that is not waiting runs until it must wait (or finishes)."""
         moved = False
+        if self.steady is not None:  # the engine matched or completed something since: a new watch
+            self.steady.stepped(None)
         while True:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
             if not R.size:
@@ -557,8 +601,56 @@ class Engine:
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
                 if not (type(rec) is CollectiveRec and self.collective_run(G)):
+                    key = self.lockstep_key(rec) if self.steady is not None and G is self.everyone else None
                     self.obs.stepping(rec, G)
                     self.step(rec, G, rec.positions(G))
+                    if self.steady is not None:
+                        self.steady.stepped(key)
+
+    def lockstep_key(self, rec, planned: bool = False):
+        """What the cost of record `rec` depends on when every rank runs it at once and it takes the fast path
+        (a local op; a self-matched batch with nothing else pending), for `Steady`: the batch's plan and the
+        observer's `cost_key`. None for any other record, or where the observer cannot say. `planned`: a batch
+        is not asked for its plan (a key equal to a planned batch's has one)."""
+        t = type(rec)
+        if rec.ranks.size != self.W:
+            return None
+        if t is BatchRec:
+            if rec.req is not None or len(self.pending) or self.fresh or self.running or self.bad_msgs:
+                return None
+            if not planned and self.exchange_plan(rec) is None:
+                return None
+            plan = (by_value(rec.ranks),) + tuple(
+                (op.is_send, by_value(op.ranks), by_value(op.peer), by_value(op.tag), op.gid is None) for op in rec.ops
+            )
+        elif t in FOLDED_LOCALS:
+            plan = None
+        else:
+            return None
+        cost = self.obs.cost_key(rec)
+        return None if cost is None else (plan, cost)
+
+    def fold(self, keys: list, snaps: list) -> bool:
+        """Every rank has just run a period of records with these keys, the observer's state taken at the last
+        period boundaries (`snaps`): move every rank past the whole periods of alike records that follow, where
+        the observer's state shifted alike across those periods (`Observer.settled`). False where it did not or
+        none follow."""
+        shift = self.obs.settled(snaps)
+        if shift is None:
+            return False
+        live = self.length - self.pc
+        start, end = int(self.first[0] + self.pc[0]), int(self.first[0] + self.length[0])
+        rids = (rid for j in range(start, end, 1024) for rid in self.flat[j : min(j + 1024, end)].tolist())
+        periods = whole_periods(keys, (self.lockstep_key(self.s.records[rid], planned=True) for rid in rids))
+        span = periods * len(keys)
+        if not periods or (live < span).any():
+            return False
+        for ends in (self.first + self.pc, self.first + self.pc + span - 1):  # every rank runs the same records
+            if (self.flat[ends] != self.flat[ends[0]]).any():
+                return False
+        self.obs.fold(shift, periods)
+        self.pc += span
+        return True
 
     def advance(self, G: np.ndarray) -> None:
         """Ranks G go on to their next record (every rank at once without an index: a common case)."""
@@ -643,9 +735,7 @@ class Engine:
         channel carries one message of it (no two of its sends share a channel). The answer depends only on
         the ops' rank sets, peers, tags and groups, which a loop's batches share (the expansion gives equal
         values one array): it is kept per those arrays (by identity, holding them) and found again."""
-        key = (ident(rec.ranks),) + tuple(
-            (op.is_send, ident(op.ranks), ident(op.peer), ident(op.tag), op.gid is None) for op in rec.ops
-        )
+        key = _plan_key(rec)
         got = self.plans.get(key)
         if got is None:
             if len(self.plans) >= PLANS:
@@ -1528,6 +1618,14 @@ def _join(parts: list[tuple[np.ndarray | int, int]]) -> np.ndarray:
     if any(arrays):
         col[np.repeat(arrays, sizes)] = np.concatenate([v for (v, _), a in zip(parts, arrays) if a])
     return col
+
+
+def _plan_key(rec: BatchRec) -> tuple:
+    """What a batch's exchange plan depends on (`Engine.exchange_plan`): its ops' rank sets, peers, tags and
+    groups, arrays by identity."""
+    return (ident(rec.ranks),) + tuple(
+        (op.is_send, ident(op.ranks), ident(op.peer), ident(op.tag), op.gid is None) for op in rec.ops
+    )
 
 
 def _by_head(heads: np.ndarray, ranks: np.ndarray):

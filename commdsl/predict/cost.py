@@ -61,6 +61,7 @@ from commdsl.schedule import (
     elem_at,
     split_table,
 )
+from commdsl.steady import by_value, moved_alike
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -241,6 +242,28 @@ def _index(a: np.ndarray, n: int) -> Index:
 
 
 @dataclass
+class Settled:
+    """The clocks' state at a boundary between two periods of a loop (`Clocks.snapshot`): copies of its times
+    and of its running sums (the link figures, the fresh bytes), and what must stay the same for a fold (the
+    patterns kept, the pattern whose ports are held, each rank's way to its next collective)."""
+
+    times: list[np.ndarray]
+    sums: list[np.ndarray]
+    same: tuple
+
+
+@dataclass
+class Shift:
+    """How the clocks moved in each of a loop's last periods (`Clocks.settled`): per size the amount every moved
+    time moved by, which times moved (one mask per `Clocks.time_arrays` array) and how much each running sum
+    grew (as `Settled.sums`)."""
+
+    delta: np.ndarray
+    moved: list[np.ndarray]
+    grew: list[np.ndarray]
+
+
+@dataclass
 class Route:
     """Messages src[j] → dst[j]: α and β (scalars when all alike, else a column), and their ports and
     ranks as prepared indices into the clocks."""
@@ -381,6 +404,93 @@ class Clocks(Observer):
             self.ran = np.zeros((W, self.lines.size), dtype=bool)
             self.in_rec = np.full(W, -1, dtype=np.int64)
             self.began = np.zeros(W)
+
+    # ---- folding a loop's alike iterations (`commdsl.steady`) -------------------------------------------
+    @property
+    def folds(self) -> bool:  # type: ignore[override]
+        """Not while the critical path is kept: it names every op."""
+        return not self.track
+
+    def cost_key(self, rec) -> tuple | None:
+        """What a record's cost reads beyond the engine's plan: its elements per rank at every expanded size (by
+        value) and its dtype, and a local op's statement (its temporaries), op and reads."""
+        t = type(rec)
+        expanded = self.nbytes.schedules
+        if t is BatchRec:
+            return tuple((op.dtype, *(by_value(s.records[op.id].view.numel) for s in expanded)) for op in rec.ops)
+        if t is ComputeRec:
+            numel = (by_value(s.records[rec.id].target.numel) for s in expanded)
+            return (id(rec.node), rec.op, len(rec.reads), *numel)
+        return (t,)  # a check, a print, a data read: the rank's clock only catches up
+
+    def time_arrays(self) -> list[np.ndarray]:
+        """The clocks' times a fold shifts: the ranks', the ports' (those a ring step holds too), the nodes'
+        memory and cores."""
+        out = [self.T, self.D, self.free]
+        if self.held is not None:
+            out.append(self.held[1])
+        return out + [a for a in (self.memory_free, self.faults_free) if a is not None]
+
+    def running_sums(self) -> list[np.ndarray]:
+        """What a fold adds to, besides the kept patterns' loads: the ports' figures and the ranks' fresh bytes."""
+        return [self.port_bytes, self.port_busy] + ([self.fresh] if self.fresh is not None else [])
+
+    def kept_routes(self) -> list[Route]:
+        routes = list(self.routes.values())
+        return routes + [r.streamed for r in routes if r.streamed is not None]
+
+    def snapshot(self) -> Settled | None:
+        if self.track or self.stream_last:
+            return None
+        routes = self.kept_routes()
+        sums = [a.copy() for a in self.running_sums()]
+        return Settled(
+            [a.copy() for a in self.time_arrays()],
+            sums + [_load_and_busy(r) for r in routes],
+            (
+                None if self.held is None else id(self.held[0]),
+                tuple(id(r) for r in routes),
+                None if self.from_communication is None else self.from_communication.tobytes(),
+            ),
+        )
+
+    def settled(self, snaps: list) -> Shift | None:
+        """The per-size amount the ranks' clocks moved by in each of the last periods, where every moved time
+        moved by it and the rest never matters again (`steady.moved_alike`), the running sums grew alike and the
+        same patterns were kept throughout; None otherwise."""
+        last = snaps[-1]
+        if any(s.same != last.same or len(s.times) != len(last.times) for s in snaps):
+            return None
+        delta = last.times[0] - snaps[-2].times[0]
+        delta = delta.max(axis=0)
+        floor = snaps[0].times[0].min(axis=0)
+        moved = []
+        for states in zip(*(s.times for s in snaps)):
+            m = moved_alike(list(states), delta, floor)
+            if m is None:
+                return None
+            moved.append(m)
+        if not moved[0][:, delta > 0].all():  # a rank whose clock stood still while the others' moved
+            return None
+        grew = []
+        for sums in zip(*(s.sums for s in snaps)):
+            steps = [b - a for a, b in zip(sums, sums[1:])]
+            if any(not np.allclose(d, steps[-1], rtol=1e-9, atol=0.0) for d in steps):
+                return None
+            grew.append(steps[-1])
+        return Shift(delta, moved, grew)
+
+    def fold(self, shift: Shift, periods: int) -> None:
+        """The clocks as after `periods` more periods: each moved time that many shifts later, the running sums
+        that many periods' growth larger."""
+        for live, m in zip(self.time_arrays(), shift.moved):
+            live += np.where(m, periods * shift.delta, 0.0)
+        sums = self.running_sums()
+        for live, g in zip(sums, shift.grew):
+            live += periods * g
+        for r, g in zip(self.kept_routes(), shift.grew[len(sums) :]):
+            r.load = r.load + periods * g[0]
+            r.busy = r.busy + periods * g[1]
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
@@ -1601,6 +1711,11 @@ def _set_rows(a: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
     void view: about twice as fast as assigning rows of floats)."""
     row = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
     a.view(row).reshape(-1)[ix] = np.ascontiguousarray(values).view(row).reshape(-1)
+
+
+def _load_and_busy(way: Route) -> np.ndarray:
+    """A pattern's running link figures as one array (each a number or one per message)."""
+    return np.array(np.broadcast_arrays(np.asarray(way.load, dtype=float), np.asarray(way.busy, dtype=float)))
 
 
 def _ix(a: np.ndarray, ascending: bool = False):

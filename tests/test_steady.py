@@ -1,0 +1,113 @@
+"""Folding a loop's alike iterations when timing (`commdsl.steady`, `Clocks.settled` and `Clocks.fold`): the same
+predictions as timing every step, folds where a loop repeats, none where its iterations differ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commdsl.predict import cost, sweep, variant_for
+from commdsl.predict.topology import load
+from commdsl.resolve import load as load_program
+from commdsl.source import SourceFile
+from commdsl.steady import moved_alike, whole_periods
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = [1 << 12, 1 << 16, 1 << 20]
+
+PROGRAMS = [  # (program, size param, params, world): loops every rank runs in step, and ones it does not
+    ("ring_allreduce.comm", "n", {}, 64),
+    ("recursive_doubling_allreduce.comm", "n", {}, 16),
+    ("hierarchical_allreduce.comm", "n", {"local": 4}, 16),
+    ("torus_allreduce.comm", "n", {}, 16),
+    ("pipeline_1f1b.comm", "width", {}, 4),
+    ("moe_all_to_all.comm", "hidden", {}, 8),
+]
+CALIBRATED = ROOT / "benchmarks" / "figures" / "predict-all-host-38.toml"  # streams, crowds, fresh pages, shared cores
+TOPOLOGIES = ["localhost-gloo", "dgx-h100", str(CALIBRATED)]
+
+
+def predicted(name, param, params, world, topology, monkeypatch, fold: bool):
+    """The prediction with the critical path off (a fold needs it off) and folding on or off; the periods folded."""
+    monkeypatch.setattr(cost, "PATH_MAX_OPS", -1)
+    monkeypatch.setattr(cost.Clocks, "folds", property(lambda self: fold and not self.track))
+    folded = []
+    fold_periods = cost.Clocks.fold
+
+    def counting(self, shift, periods):
+        folded.append(periods)
+        fold_periods(self, shift, periods)
+
+    monkeypatch.setattr(cost.Clocks, "fold", counting)
+    v = variant_for(load_program(SourceFile(name, widened(name))), world, param, params, None)
+    return sweep(v, world, SIZES, load(topology)[0], paths=False), sum(folded)
+
+
+def widened(name: str) -> str:
+    """The program's text, the ring's `world` line widened to any size (as benchmarks/predict_speed.py does)."""
+    return (ROOT / "programs" / name).read_text().replace("world 1..16", "world 1..")
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES, ids=["localhost-gloo", "dgx-h100", "calibrated"])
+@pytest.mark.parametrize(("name", "param", "params", "world"), PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_a_folded_loop_predicts_what_timing_every_step_predicts(name, param, params, world, topology, monkeypatch):
+    """Every rank's clock, every port's figures and the rows, folded or timed step by step, agree to rounding."""
+    folded, periods = predicted(name, param, params, world, topology, monkeypatch, fold=True)
+    stepped, none = predicted(name, param, params, world, topology, monkeypatch, fold=False)
+    assert none == 0
+    np.testing.assert_allclose(folded.timing.rank_seconds, stepped.timing.rank_seconds, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(folded.timing.port_bytes, stepped.timing.port_bytes, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(folded.timing.port_busy, stepped.timing.port_busy, rtol=1e-9, atol=0)
+    assert [r.time_us for r in folded.rows] == pytest.approx([r.time_us for r in stepped.rows], rel=1e-9)
+    if name == "ring_allreduce.comm":
+        assert periods > 100  # most of the ring's 126 steps: its two loops settle within a few iterations
+
+
+def test_a_loop_whose_iterations_move_other_bytes_is_not_folded(monkeypatch):
+    """Uneven chunks (n = 1000 on 64 ranks: 16 or 15 elements) rotate with the step, so no two alike iterations
+    follow one another for every rank; a message growing with the step never repeats."""
+    _, periods = predicted("ring_allreduce.comm", "n", {}, 64, "dgx-h100", monkeypatch, fold=True)
+    assert periods
+    folded = []
+    monkeypatch.setattr(cost.Clocks, "fold", lambda self, shift, periods: folded.append(periods))
+    v = variant_for(load_program(SourceFile("ring.comm", widened("ring_allreduce.comm"))), 64, "n", {}, None)
+    assert sweep(v, 64, [4000], load("dgx-h100")[0], paths=False).rows  # 1000 float32 elements
+    assert not folded
+    growing = """program grows
+world 2..
+param n = 1024
+tensor x: float32[n] = rank
+let right = (rank + 1) % world
+let left = (rank - 1) % world
+for s in 0 .. 30:
+    batch:
+        send x[0 : s + 1] to right
+        recv x[n // 2 : n // 2 + s + 1] from left
+"""
+    v = variant_for(load_program(SourceFile("grows.comm", growing)), 8, "n", {}, None)
+    sweep(v, 8, [1 << 16], load("dgx-h100")[0], paths=False)
+    assert not folded
+
+
+def test_only_a_uniform_shift_is_folded():
+    """`moved_alike`: every moved time moved by its column's amount at every period; one that did not move lies at
+    or below the earliest clock; anything else declines the fold."""
+    delta, floor = np.array([1.0, 2.0]), np.array([10.0, 10.0])
+    base = np.array([[10.0, 10.0], [12.0, 15.0], [3.0, 4.0]])  # the last row never moves: a port idle since long
+    states = [base + np.array([[1, 1], [1, 1], [0, 0]]) * delta * k for k in range(3)]
+    np.testing.assert_array_equal(moved_alike(states, delta, floor), [[True, True], [True, True], [False, False]])
+    uneven = [s.copy() for s in states]
+    uneven[2][1, 0] += 1e-6  # one time moved a little more in the last period
+    assert moved_alike(uneven, delta, floor) is None
+    late = [s.copy() for s in states]
+    for s in late:
+        s[2] = [11.0, 4.0]  # a time that stood still above the earliest clock may yet matter
+    assert moved_alike(late, delta, floor) is None
+
+
+def test_whole_periods_counts_only_complete_repeats():
+    assert whole_periods(["b", "a"], iter(["b", "a", "b", "a", "b"])) == 2
+    assert whole_periods(["b", "a"], iter(["b", "a", "c", "a"])) == 1
+    assert whole_periods(["b"], iter([None, "b"])) == 0
