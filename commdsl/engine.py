@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
@@ -49,7 +49,7 @@ from commdsl.schedule import (
     Schedule,
     WaitRec,
 )
-from commdsl.steady import Steady, by_value, whole_periods
+from commdsl.steady import FEWEST_FOLDED, Steady, whole_periods
 from commdsl.values import at, distinct, ident
 
 FOLDED_LOCALS = (ComputeRec, ExpectRec, PrintRec, ReadRec)
@@ -332,12 +332,13 @@ class Observer:
     def waited(self, reqs: np.ndarray) -> None: ...
 
     folds = False
-    """True: the observer can fold a loop's alike iterations (`commdsl.steady`: the timing observer when it
-    keeps no critical path); the engine then asks for `cost_key`, `snapshot`, `settled` and `fold`."""
+    """True: the observer can fold a loop's alike iterations (`commdsl.steady`: the timing observer); the engine
+    then asks for `cost_key`, `snapshot`, `settled` and `fold`."""
 
-    def cost_key(self, rec) -> Hashable | None:
-        """What the observer's cost of record `rec` depends on, beyond the engine's plan (its bytes): equal keys,
-        equal costs. None: not foldable."""
+    def cost_key(self, rec, value: Callable[[object], Hashable]) -> Hashable | None:
+        """What the observer's account of record `rec` depends on, beyond the engine's plan (its bytes, the line its
+        time goes to): equal keys, equal accounts (`value`: an array or number as a key, by its values). None:
+        not foldable."""
         return None
 
     def snapshot(self) -> object | None:
@@ -350,8 +351,9 @@ class Observer:
         last one now), what `fold` applies; None where it did not."""
         return None
 
-    def fold(self, shift, periods: int) -> None:
-        """The state as after `periods` more periods like the last ones (`shift`: from `settled`)."""
+    def fold(self, shift, periods: int, rids: np.ndarray) -> None:
+        """The state as after `periods` more periods like the last ones (`shift`: from `settled`; `rids`: the
+        records of the last period, row 0, and of each folded one)."""
 
     def started(self, ops: Posts | Calls, after: int) -> None:
         """NCCL: `ops` (posts or collective calls), queued on their stream behind async request `after`,
@@ -613,21 +615,22 @@ class Engine:
         observer's `cost_key`. None for any other record, or where the observer cannot say. `planned`: a batch
         is not asked for its plan (a key equal to a planned batch's has one)."""
         t = type(rec)
-        if rec.ranks.size != self.W:
+        if rec.ranks.size != self.W or self.steady is None:
             return None
+        value = self.steady.values
         if t is BatchRec:
             if rec.req is not None or len(self.pending) or self.fresh or self.running or self.bad_msgs:
                 return None
             if not planned and self.exchange_plan(rec) is None:
                 return None
-            plan = (by_value(rec.ranks),) + tuple(
-                (op.is_send, by_value(op.ranks), by_value(op.peer), by_value(op.tag), op.gid is None) for op in rec.ops
+            plan = (value(rec.ranks),) + tuple(
+                (op.is_send, value(op.ranks), value(op.peer), value(op.tag), op.gid is None) for op in rec.ops
             )
         elif t in FOLDED_LOCALS:
             plan = None
         else:
             return None
-        cost = self.obs.cost_key(rec)
+        cost = self.obs.cost_key(rec, value)
         return None if cost is None else (plan, cost)
 
     def fold(self, keys: list, snaps: list) -> bool:
@@ -643,12 +646,13 @@ class Engine:
         rids = (rid for j in range(start, end, 1024) for rid in self.flat[j : min(j + 1024, end)].tolist())
         periods = whole_periods(keys, (self.lockstep_key(self.s.records[rid], planned=True) for rid in rids))
         span = periods * len(keys)
-        if not periods or (live < span).any():
+        if periods < FEWEST_FOLDED or (live < span).any():
             return False
         for ends in (self.first + self.pc, self.first + self.pc + span - 1):  # every rank runs the same records
             if (self.flat[ends] != self.flat[ends[0]]).any():
                 return False
-        self.obs.fold(shift, periods)
+        here = int(self.first[0] + self.pc[0])
+        self.obs.fold(shift, periods, self.flat[here - len(keys) : here + span].reshape(periods + 1, len(keys)))
         self.pc += span
         return True
 

@@ -11,10 +11,12 @@ are the state now plus m shifts, without timing each.
 `Steady` watches the records the engine runs with every rank in step (`Engine.run_ready`), each reduced to a
 key of what its cost depends on (`Engine.lockstep_key`: the batch's exchange plan and the observer's
 `Observer.cost_key`, its bytes). Where the keys repeat with a period of P records, it takes the observer's
-state (`Observer.snapshot`) at three period boundaries in a row, looks ahead for how many whole periods of
-alike records follow for every rank, and asks the observer to fold them (`Observer.fold`: it checks the shift
-and applies it, or declines); the engine then moves every rank past them. Anything else the engine does
-(a rank that waits, a collective, a batch it must match op by op) breaks the watch.
+state (`Observer.snapshot`) at three period boundaries in a row and hands them to the engine (`Engine.fold`):
+the observer says whether its state shifted alike across them (`Observer.settled`), the engine looks ahead
+for how many whole periods of alike records follow for every rank, and where they are at least
+`FEWEST_FOLDED` the observer applies them as shifts (`Observer.fold`) and the engine moves every rank past
+them. Anything else the engine does (a rank that waits, a collective, a batch it must match op by op) breaks
+the watch.
 """
 
 from __future__ import annotations
@@ -33,8 +35,15 @@ LONGEST_PERIOD = 64
 WATCHED = 3
 """Periods whose clocks are compared before a fold: the state must shift alike across two of them."""
 
+FEWEST_FOLDED = 16
+"""The fewest periods worth a fold: a shorter loop is timed step by step, to the bit as it always was (a fold
+gives the same times to rounding, not to the bit)."""
+
 KEPT = WATCHED * LONGEST_PERIOD
 """Keys kept of a run of records in step: as far back as a period is looked for."""
+
+VALUES_KEPT = 100_000
+"""Arrays `Values` remembers by identity before it starts again."""
 
 
 class Steady:
@@ -42,6 +51,7 @@ class Steady:
 
     def __init__(self, engine: Engine):
         self.e = engine
+        self.values = Values()
         self.keys: list[Hashable] = []  # the keys of the latest records run in step since the last break
         self.count = 0  # records run in step since the last break: the next one's index
         self.seen: dict[Hashable, int] = {}  # each key's latest index
@@ -118,9 +128,8 @@ class Steady:
 
 
 class ByValue:
-    """An array in a key, equal to another holding the same values: a loop's records share one array per block of
-    iterations (`commdsl.hoist`), so two alike records may hold equal arrays that are not the same object. Hashed
-    by its shape and ends; compared by identity first."""
+    """An array in a key, equal to another holding the same values. Hashed by its shape and ends; compared by
+    identity first (`Values` names equal arrays by one of these)."""
 
     __slots__ = ("a", "h")
 
@@ -138,9 +147,28 @@ class ByValue:
         )
 
 
-def by_value(v):
-    """`v` for a key: an array by its values (`ByValue`), anything else as it is."""
-    return ByValue(v) if isinstance(v, np.ndarray) else v
+class Values:
+    """Values for keys: an array by its values, named by the first array seen with the same values (a loop's
+    records share one array per block of iterations, `commdsl.hoist`, so two alike records may hold equal
+    arrays that are not the same object), each array compared once; anything else as it is."""
+
+    def __init__(self):
+        self.named: dict[int, tuple[np.ndarray, ByValue]] = {}  # id(array) → the array (holding its id), its name
+        self.names: dict[ByValue, ByValue] = {}
+
+    def __call__(self, v):
+        if not isinstance(v, np.ndarray):
+            return v
+        got = self.named.get(id(v))
+        if got is not None and got[0] is v:
+            return got[1]
+        if len(self.named) >= VALUES_KEPT:  # names already in keys still compare by value
+            self.named.clear()
+            self.names.clear()
+        name = ByValue(v)
+        name = self.names.setdefault(name, name)
+        self.named[id(v)] = (v, name)
+        return name
 
 
 def whole_periods(keys: list[Hashable], ahead) -> int:
@@ -156,9 +184,9 @@ def whole_periods(keys: list[Hashable], ahead) -> int:
 
 def moved_alike(states: list[np.ndarray], delta: np.ndarray, floor: np.ndarray) -> np.ndarray | None:
     """Which entries of one array, taken at consecutive period boundaries (`states`), moved: each by `delta` of
-    its column at every period (to a few ulps of the time), or None where one moved otherwise. An entry that did
-    not move must lie at or below `floor` (the earliest clock of its column): every maximum that reads it also
-    reads a later clock, which then always wins, so it never matters again."""
+    its column at every period (to 1e-9 of it, and the time's rounding), or None where one moved otherwise. An
+    entry that did not move must lie at or below `floor` (the earliest clock of its column): every maximum that
+    reads it also reads a later clock, which then always wins, so it never matters again."""
     moved = np.zeros(states[0].shape, dtype=bool)
     for before, after in zip(states, states[1:]):
         moved |= after != before

@@ -29,20 +29,22 @@ CALIBRATED = ROOT / "benchmarks" / "figures" / "predict-all-host-38.toml"  # str
 TOPOLOGIES = ["localhost-gloo", "dgx-h100", str(CALIBRATED)]
 
 
-def predicted(name, param, params, world, topology, monkeypatch, fold: bool):
-    """The prediction with the critical path off (a fold needs it off) and folding on or off; the periods folded."""
-    monkeypatch.setattr(cost, "PATH_MAX_OPS", -1)
-    monkeypatch.setattr(cost.Clocks, "folds", property(lambda self: fold and not self.track))
+def predicted(name, param, params, world, topology, monkeypatch, fold: bool, tracked: bool = False):
+    """The prediction with folding on or off, the critical path and profile kept (every size's) or not; and the
+    periods folded."""
+    if not tracked:
+        monkeypatch.setattr(cost, "PATH_MAX_OPS", -1)
+    monkeypatch.setattr(cost.Clocks, "folds", fold)
     folded = []
     fold_periods = cost.Clocks.fold
 
-    def counting(self, shift, periods):
+    def counting(self, shift, periods, rids):
         folded.append(periods)
-        fold_periods(self, shift, periods)
+        fold_periods(self, shift, periods, rids)
 
     monkeypatch.setattr(cost.Clocks, "fold", counting)
     v = variant_for(load_program(SourceFile(name, widened(name))), world, param, params, None)
-    return sweep(v, world, SIZES, load(topology)[0], paths=False), sum(folded)
+    return sweep(v, world, SIZES, load(topology)[0], paths=tracked), sum(folded)
 
 
 def widened(name: str) -> str:
@@ -50,28 +52,47 @@ def widened(name: str) -> str:
     return (ROOT / "programs" / name).read_text().replace("world 1..16", "world 1..")
 
 
+@pytest.mark.parametrize("tracked", [False, True], ids=["untracked", "path-kept"])
 @pytest.mark.parametrize("topology", TOPOLOGIES, ids=["localhost-gloo", "dgx-h100", "calibrated"])
 @pytest.mark.parametrize(("name", "param", "params", "world"), PROGRAMS, ids=[p[0] for p in PROGRAMS])
-def test_a_folded_loop_predicts_what_timing_every_step_predicts(name, param, params, world, topology, monkeypatch):
-    """Every rank's clock, every port's figures and the rows, folded or timed step by step, agree to rounding."""
-    folded, periods = predicted(name, param, params, world, topology, monkeypatch, fold=True)
-    stepped, none = predicted(name, param, params, world, topology, monkeypatch, fold=False)
+def test_a_folded_loop_predicts_what_timing_every_step_predicts(
+    name, param, params, world, topology, tracked, monkeypatch
+):
+    """Every rank's clock, every port's figures and the rows, folded or timed step by step, agree to rounding;
+    so do the critical path at every size (its ops, records, ranks and times) and every rank's time per line."""
+    folded, periods = predicted(name, param, params, world, topology, monkeypatch, True, tracked)
+    stepped, none = predicted(name, param, params, world, topology, monkeypatch, False, tracked)
     assert none == 0
     np.testing.assert_allclose(folded.timing.rank_seconds, stepped.timing.rank_seconds, rtol=1e-9, atol=0)
     np.testing.assert_allclose(folded.timing.port_bytes, stepped.timing.port_bytes, rtol=1e-9, atol=0)
     np.testing.assert_allclose(folded.timing.port_busy, stepped.timing.port_busy, rtol=1e-9, atol=0)
     assert [r.time_us for r in folded.rows] == pytest.approx([r.time_us for r in stepped.rows], rel=1e-9)
+    assert folded.paths.keys() == stepped.paths.keys()
+    for k, path in stepped.paths.items():
+        assert (folded.paths[k] is None) == (path is None)
+        for a, b in zip(folded.paths[k] or [], path or []):
+            assert (a["line"], a["rid"], a["steps"], a["ranks"]) == (b["line"], b["rid"], b["steps"], b["ranks"])
+            assert (a["us"], a["start_us"]) == pytest.approx((b["us"], b["start_us"]), rel=1e-9, abs=1e-9)
+        assert len(folded.paths[k] or []) == len(path or [])
+    profiles = stepped.timing.profiles
+    assert (folded.timing.profiles is None) == (profiles is None) == (not tracked)
+    for rank, lines in (profiles or {}).items():
+        got = folded.timing.profiles[rank]
+        assert [e["line"] for e in got] == [e["line"] for e in lines]
+        assert [e["us"] for e in got] == pytest.approx([e["us"] for e in lines], rel=1e-9, abs=1e-9)
     if name == "ring_allreduce.comm":
         assert periods > 100  # most of the ring's 126 steps: its two loops settle within a few iterations
 
 
-def test_a_loop_whose_iterations_move_other_bytes_is_not_folded(monkeypatch):
+def test_a_loop_whose_iterations_move_other_bytes_or_are_few_is_not_folded(monkeypatch):
     """Uneven chunks (n = 1000 on 64 ranks: 16 or 15 elements) rotate with the step, so no two alike iterations
     follow one another for every rank; a message growing with the step never repeats."""
-    _, periods = predicted("ring_allreduce.comm", "n", {}, 64, "dgx-h100", monkeypatch, fold=True)
+    _, periods = predicted("ring_allreduce.comm", "n", {}, 64, "dgx-h100", monkeypatch, True)
     assert periods
+    _, periods = predicted("ring_allreduce.comm", "n", {}, 8, "dgx-h100", monkeypatch, True)
+    assert not periods  # 7 steps a loop: fewer than FEWEST_FOLDED are timed step by step, to the bit
     folded = []
-    monkeypatch.setattr(cost.Clocks, "fold", lambda self, shift, periods: folded.append(periods))
+    monkeypatch.setattr(cost.Clocks, "fold", lambda self, shift, periods, rids: folded.append(periods))
     v = variant_for(load_program(SourceFile("ring.comm", widened("ring_allreduce.comm"))), 64, "n", {}, None)
     assert sweep(v, 64, [4000], load("dgx-h100")[0], paths=False).rows  # 1000 float32 elements
     assert not folded

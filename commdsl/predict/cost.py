@@ -61,7 +61,7 @@ from commdsl.schedule import (
     elem_at,
     split_table,
 )
-from commdsl.steady import by_value, moved_alike
+from commdsl.steady import moved_alike
 from commdsl.values import at, distinct
 
 PATH_MAX_OPS = 12_000_000
@@ -250,6 +250,7 @@ class Settled:
     times: list[np.ndarray]
     sums: list[np.ndarray]
     same: tuple
+    path: tuple | None  # where the path graph stood: its node count, its chunks, `last` and `Dnode`
 
 
 @dataclass
@@ -261,6 +262,7 @@ class Shift:
     delta: np.ndarray
     moved: list[np.ndarray]
     grew: list[np.ndarray]
+    nodes: tuple | None = None  # where the path graph is kept: the last period's nodes (`Clocks.period_nodes`)
 
 
 @dataclass
@@ -406,58 +408,69 @@ class Clocks(Observer):
             self.began = np.zeros(W)
 
     # ---- folding a loop's alike iterations (`commdsl.steady`) -------------------------------------------
-    @property
-    def folds(self) -> bool:  # type: ignore[override]
-        """Not while the critical path is kept: it names every op."""
-        return not self.track
+    folds = True
 
-    def cost_key(self, rec) -> tuple | None:
+    def cost_key(self, rec, value) -> tuple | None:
         """What a record's cost reads beyond the engine's plan: its elements per rank at every expanded size (by
-        value) and its dtype, and a local op's statement (its temporaries), op and reads."""
+        value) and its dtype, and a local op's statement (its temporaries), op and reads; where the profile and
+        the path are kept, also the line its time goes to."""
         t = type(rec)
         expanded = self.nbytes.schedules
+        line = (int(self.line_col[rec.id]),) if self.track else ()
         if t is BatchRec:
-            return tuple((op.dtype, *(by_value(s.records[op.id].view.numel) for s in expanded)) for op in rec.ops)
+            ops = tuple((op.dtype, *(value(s.records[op.id].view.numel) for s in expanded)) for op in rec.ops)
+            return ops + line
         if t is ComputeRec:
-            numel = (by_value(s.records[rec.id].target.numel) for s in expanded)
-            return (id(rec.node), rec.op, len(rec.reads), *numel)
-        return (t,)  # a check, a print, a data read: the rank's clock only catches up
+            numel = (value(s.records[rec.id].target.numel) for s in expanded)
+            return (id(rec.node), rec.op, len(rec.reads), *numel, *line)
+        return (t, *line)  # a check, a print, a data read: the rank's clock only catches up
 
-    def time_arrays(self) -> list[np.ndarray]:
-        """The clocks' times a fold shifts: the ranks', the ports' (those a ring step holds too), the nodes'
-        memory and cores."""
-        out = [self.T, self.D, self.free]
-        if self.held is not None:
-            out.append(self.held[1])
-        return out + [a for a in (self.memory_free, self.faults_free) if a is not None]
+    def time_arrays(self) -> list[tuple[np.ndarray, slice | list[int]]]:
+        """The clocks' times a fold shifts, each with the sizes it holds: the ranks', the ports' (those a ring step
+        holds too), the nodes' memory and cores, and where the profile is kept when each rank began its record.
+        A time the clocks come to keep that a loop's local ops or self-matched batches move belongs here (a
+        running sum in `running_sums`, anything else they read in `snapshot`'s `same`), or a fold goes wrong."""
+        out = [self.T, self.D, self.free] + ([self.held[1]] if self.held is not None else [])
+        out += [a for a in (self.memory_free, self.faults_free) if a is not None]
+        every = slice(None)
+        return [(a, every) for a in out] + ([(self.began[:, None], [self.k])] if self.track else [])
 
     def running_sums(self) -> list[np.ndarray]:
-        """What a fold adds to, besides the kept patterns' loads: the ports' figures and the ranks' fresh bytes."""
-        return [self.port_bytes, self.port_busy] + ([self.fresh] if self.fresh is not None else [])
+        """What a fold adds to, besides the kept patterns' loads: the ports' figures, the ranks' fresh bytes and
+        their time per line."""
+        out = [self.port_bytes, self.port_busy] + ([self.fresh] if self.fresh is not None else [])
+        return out + ([self.profile] if self.track else [])
 
     def kept_routes(self) -> list[Route]:
         routes = list(self.routes.values())
         return routes + [r.streamed for r in routes if r.streamed is not None]
 
     def snapshot(self) -> Settled | None:
-        if self.track or self.stream_last:
+        if self.stream_last:
             return None
         routes = self.kept_routes()
-        sums = [a.copy() for a in self.running_sums()]
+        same: tuple = (
+            None if self.held is None else id(self.held[0]),
+            tuple(id(r) for r in routes),
+            None if self.from_communication is None else self.from_communication.tobytes(),
+        )
+        path = None
+        if self.track:  # the lines ranks ran and are in; where the path graph stands
+            line = np.where(self.in_rec >= 0, self.line_col[self.in_rec], -1)
+            same += (self.ran.tobytes(), line.tobytes())
+            path = (self.count, len(self.nodes), self.last.copy(), self.Dnode.copy())
         return Settled(
-            [a.copy() for a in self.time_arrays()],
-            sums + [_load_and_busy(r) for r in routes],
-            (
-                None if self.held is None else id(self.held[0]),
-                tuple(id(r) for r in routes),
-                None if self.from_communication is None else self.from_communication.tobytes(),
-            ),
+            [a.copy() for a, _ in self.time_arrays()],
+            [a.copy() for a in self.running_sums()] + [_load_and_busy(r) for r in routes],
+            same,
+            path,
         )
 
     def settled(self, snaps: list) -> Shift | None:
         """The per-size amount the ranks' clocks moved by in each of the last periods, where every moved time
         moved by it and the rest never matters again (`steady.moved_alike`), the running sums grew alike and the
-        same patterns were kept throughout; None otherwise."""
+        same patterns were kept throughout; None otherwise. Where the path graph is kept, also the last period's
+        nodes, which each folded period repeats (`repeat_nodes`)."""
         last = snaps[-1]
         if any(s.same != last.same or len(s.times) != len(last.times) for s in snaps):
             return None
@@ -465,8 +478,8 @@ class Clocks(Observer):
         delta = delta.max(axis=0)
         floor = snaps[0].times[0].min(axis=0)
         moved = []
-        for states in zip(*(s.times for s in snaps)):
-            m = moved_alike(list(states), delta, floor)
+        for states, (_, sizes) in zip(zip(*(s.times for s in snaps)), self.time_arrays()):
+            m = moved_alike(list(states), delta[sizes], floor[sizes])
             if m is None:
                 return None
             moved.append(m)
@@ -478,19 +491,88 @@ class Clocks(Observer):
             if any(not np.allclose(d, steps[-1], rtol=1e-9, atol=0.0) for d in steps):
                 return None
             grew.append(steps[-1])
-        return Shift(delta, moved, grew)
+        shift = Shift(delta, moved, grew)
+        if self.track and not self.period_nodes(shift, [s.path for s in snaps]):
+            return None
+        return shift
 
-    def fold(self, shift: Shift, periods: int) -> None:
+    def period_nodes(self, shift: Shift, marks: list) -> bool:
+        """The last period's nodes of the path graph, for a fold to repeat (`shift.nodes`), where every period
+        added as many and each waited only for nodes of its own period or the one before; and which of the ranks'
+        latest nodes (`last`, `Dnode`) move on a period's nodes each period (the rest stay throughout). False
+        otherwise."""
+        counts = [m[0] for m in marks]
+        n = counts[-1] - counts[-2]
+        if counts[-2] - counts[-3] != n:
+            return False
+        moving = []
+        for j, now in ((2, self.last), (3, self.Dnode)):
+            before, then = marks[0][j], marks[1][j]
+            on = (then - before == n) & (now - then == n) & (now >= counts[-2] - n)
+            if (~(on | (now == before) & (now == then))).any():
+                return False
+            moving.append(on if n else None)
+        chunks = self.nodes[marks[-2][1] :]
+        nodes = tuple(np.concatenate([c[j] for c in chunks]) for j in range(6)) if n else ()
+        if n and ((nodes[3] >= 0) & (nodes[3] < counts[-2] - n)).any():
+            return False
+        shift.nodes = (n, nodes, moving)
+        return True
+
+    def fold(self, shift: Shift, periods: int, rids: np.ndarray) -> None:
         """The clocks as after `periods` more periods: each moved time that many shifts later, the running sums
-        that many periods' growth larger."""
-        for live, m in zip(self.time_arrays(), shift.moved):
-            live += np.where(m, periods * shift.delta, 0.0)
+        that many periods' growth larger, the path graph that many periods' nodes longer (`rids`: the records of
+        the last period, row 0, and of each folded one)."""
+        for (live, sizes), m in zip(self.time_arrays(), shift.moved):
+            live += np.where(m, periods * shift.delta[sizes], 0.0)
         sums = self.running_sums()
         for live, g in zip(sums, shift.grew):
             live += periods * g
         for r, g in zip(self.kept_routes(), shift.grew[len(sums) :]):
             r.load = r.load + periods * g[0]
             r.busy = r.busy + periods * g[1]
+        if shift.nodes is not None:
+            self.repeat_nodes(shift.nodes, rids, shift.delta[self.k])
+
+    def repeat_nodes(self, last_period: tuple, rids: np.ndarray, delta: float) -> None:
+        """The path graph's nodes of the folded periods (`rids`: the records of the last period, row 0, and of each
+        folded one), each the last period's shifted in time and in id, of its own period's records (a node that
+        waited for one of its own or the previous period waits for the same one of its copy's)."""
+        n, nodes, moving = last_period
+        periods = rids.shape[0] - 1
+        if not n:
+            return
+        rec, rank, peer, pred, start, end = nodes
+        ids = np.array([self.period_ids(row) for row in rids.tolist()], dtype=np.int64)
+        order = np.argsort(ids[0])
+        place = order[np.searchsorted(ids[0], rec, sorter=order)]  # each node's record's place in its period
+        assert np.array_equal(ids[0, place], rec), "a folded period's node names a record outside the period"
+        copy = np.repeat(np.arange(1, periods + 1, dtype=np.int64), n)
+        later = copy * delta
+        self.nodes.append(
+            (
+                ids[1:, place].astype(np.int32).ravel(),
+                np.tile(rank, periods),
+                np.tile(peer, periods),
+                np.where(np.tile(pred, periods) >= 0, np.tile(pred, periods) + copy * n, -1),
+                np.tile(start, periods) + later,
+                np.tile(end, periods) + later,
+            )
+        )
+        self.count += periods * n
+        for latest, on in zip((self.last, self.Dnode), moving):
+            latest[on] += periods * n
+
+    def period_ids(self, rids: list[int]) -> list[int]:
+        """The ids a period's path nodes may name: each record's and, for a batch, its ops' (a message's node is
+        its send's), in order."""
+        out = []
+        for rid in rids:
+            out.append(rid)
+            rec = self.s.records[rid]
+            if type(rec) is BatchRec:
+                out += [op.id for op in rec.ops]
+        return out
 
     # ---- the path graph ------------------------------------------------------------------------------
     def add_nodes(self, rec, rank, peer, pred, start, end) -> np.ndarray:
