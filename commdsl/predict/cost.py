@@ -244,8 +244,9 @@ def _index(a: np.ndarray, n: int) -> Index:
 @dataclass
 class Settled:
     """The clocks' state at a boundary between two periods of a loop (`Clocks.snapshot`): copies of its times
-    and of its running sums (the link figures, the fresh bytes), and what must stay the same for a fold (the
-    patterns kept, the pattern whose ports are held, each rank's way to its next collective)."""
+    and of its running sums (the link figures, the fresh bytes, the profile), and what must stay the same for a
+    fold (the patterns kept, the pattern whose ports are held, each rank's way to its next collective, the lines
+    ranks ran and are in)."""
 
     times: list[np.ndarray]
     sums: list[np.ndarray]
