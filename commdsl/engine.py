@@ -342,7 +342,7 @@ class Observer:
         return None
 
     def snapshot(self) -> object | None:
-        """The observer's state between two periods of a loop every rank runs in step, for `fold`; None: it
+        """The observer's state between two periods of a loop every rank runs in step, for `settled`; None: it
         cannot fold now."""
         return None
 
@@ -651,8 +651,7 @@ class Engine:
         for ends in (self.first + self.pc, self.first + self.pc + span - 1):  # every rank runs the same records
             if (self.flat[ends] != self.flat[ends[0]]).any():
                 return False
-        here = int(self.first[0] + self.pc[0])
-        self.obs.fold(shift, periods, self.flat[here - len(keys) : here + span].reshape(periods + 1, len(keys)))
+        self.obs.fold(shift, periods, self.flat[start - len(keys) : start + span].reshape(periods + 1, len(keys)))
         self.pc += span
         return True
 
@@ -739,7 +738,9 @@ class Engine:
         channel carries one message of it (no two of its sends share a channel). The answer depends only on
         the ops' rank sets, peers, tags and groups, which a loop's batches share (the expansion gives equal
         values one array): it is kept per those arrays (by identity, holding them) and found again."""
-        key = _plan_key(rec)
+        key = (ident(rec.ranks),) + tuple(
+            (op.is_send, ident(op.ranks), ident(op.peer), ident(op.tag), op.gid is None) for op in rec.ops
+        )
         got = self.plans.get(key)
         if got is None:
             if len(self.plans) >= PLANS:
@@ -1622,14 +1623,6 @@ def _join(parts: list[tuple[np.ndarray | int, int]]) -> np.ndarray:
     if any(arrays):
         col[np.repeat(arrays, sizes)] = np.concatenate([v for (v, _), a in zip(parts, arrays) if a])
     return col
-
-
-def _plan_key(rec: BatchRec) -> tuple:
-    """What a batch's exchange plan depends on (`Engine.exchange_plan`): its ops' rank sets, peers, tags and
-    groups, arrays by identity."""
-    return (ident(rec.ranks),) + tuple(
-        (op.is_send, ident(op.ranks), ident(op.peer), ident(op.tag), op.gid is None) for op in rec.ops
-    )
 
 
 def _by_head(heads: np.ndarray, ranks: np.ndarray):
