@@ -475,8 +475,7 @@ class Clocks(Observer):
         last = snaps[-1]
         if any(s.same != last.same or len(s.times) != len(last.times) for s in snaps):
             return None
-        delta = last.times[0] - snaps[-2].times[0]
-        delta = delta.max(axis=0)
+        delta = (last.times[0] - snaps[-2].times[0]).max(axis=0)
         floor = snaps[0].times[0].min(axis=0)
         moved = []
         for states, (_, sizes) in zip(zip(*(s.times for s in snaps)), self.time_arrays()):
@@ -492,33 +491,31 @@ class Clocks(Observer):
             if any(not np.allclose(d, steps[-1], rtol=1e-9, atol=0.0) for d in steps):
                 return None
             grew.append(steps[-1])
-        shift = Shift(delta, moved, grew)
-        if self.track and not self.period_nodes(shift, [s.path for s in snaps]):
+        nodes = self.period_nodes([s.path for s in snaps]) if self.track else None
+        if self.track and nodes is None:
             return None
-        return shift
+        return Shift(delta, moved, grew, nodes)
 
-    def period_nodes(self, shift: Shift, marks: list) -> bool:
-        """The last period's nodes of the path graph, for a fold to repeat (`shift.nodes`), where every period
-        added as many and each waited only for nodes of its own period or the one before; and which of the ranks'
-        latest nodes (`last`, `Dnode`) move on a period's nodes each period (the rest stay throughout). False
-        otherwise."""
+    def period_nodes(self, marks: list) -> tuple | None:
+        """The last period's nodes of the path graph, for a fold to repeat (`Shift.nodes`: their count, their
+        columns, and which of the ranks' latest nodes, `last` and `Dnode`, move on a period's nodes each period,
+        the rest staying throughout), where every period added as many and each waited only for nodes of its own
+        period or the one before; None otherwise."""
         counts = [m[0] for m in marks]
         n = counts[-1] - counts[-2]
         if counts[-2] - counts[-3] != n:
-            return False
+            return None
         moving = []
         for j, now in ((2, self.last), (3, self.Dnode)):
             before, then = marks[0][j], marks[1][j]
             on = (then - before == n) & (now - then == n) & (now >= counts[-2] - n)
             if (~(on | (now == before) & (now == then))).any():
-                return False
-            moving.append(on if n else None)
-        chunks = self.nodes[marks[-2][1] :]
-        nodes = tuple(np.concatenate([c[j] for c in chunks]) for j in range(6)) if n else ()
+                return None
+            moving.append(on)
+        nodes = _node_columns(self.nodes[marks[-2][1] :]) if n else ()
         if n and ((nodes[3] >= 0) & (nodes[3] < counts[-2] - n)).any():
-            return False
-        shift.nodes = (n, nodes, moving)
-        return True
+            return None
+        return n, nodes, moving
 
     def fold(self, shift: Shift, periods: int, rids: np.ndarray) -> None:
         """The clocks as after `periods` more periods: each moved time that many shifts later, the running sums
@@ -550,12 +547,13 @@ class Clocks(Observer):
         assert np.array_equal(ids[0, place], rec), "a folded period's node names a record outside the period"
         copy = np.repeat(np.arange(1, periods + 1, dtype=np.int64), n)
         later = copy * delta
+        waited = np.tile(pred, periods)
         self.nodes.append(
             (
                 ids[1:, place].astype(np.int32).ravel(),
                 np.tile(rank, periods),
                 np.tile(peer, periods),
-                np.where(np.tile(pred, periods) >= 0, np.tile(pred, periods) + copy * n, -1),
+                np.where(waited >= 0, waited + copy * n, -1),
                 np.tile(start, periods) + later,
                 np.tile(end, periods) + later,
             )
@@ -1744,7 +1742,7 @@ class Clocks(Observer):
             return None
         if not self.nodes:
             return []
-        rec, rk, peer, pred, start, end = (np.concatenate([c[j] for c in self.nodes]) for j in range(6))
+        rec, rk, peer, pred, start, end = _node_columns(self.nodes)
         chain = []
         n = int(self.last[rank])
         while n >= 0:
@@ -1794,6 +1792,11 @@ def _set_rows(a: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
     void view: about twice as fast as assigning rows of floats)."""
     row = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
     a.view(row).reshape(-1)[ix] = np.ascontiguousarray(values).view(row).reshape(-1)
+
+
+def _node_columns(chunks: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """The path graph's chunks of nodes (`Clocks.add_nodes`) joined: (rec, rank, peer, pred, start, end)."""
+    return tuple(np.concatenate([c[j] for c in chunks]) for j in range(6))
 
 
 def _load_and_busy(way: Route) -> np.ndarray:
