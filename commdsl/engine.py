@@ -49,7 +49,7 @@ from commdsl.schedule import (
     Schedule,
     WaitRec,
 )
-from commdsl.steady import FEWEST_FOLDED, Steady, whole_periods
+from commdsl.steady import FEWEST_FOLDED, ByValue, Steady, whole_periods
 from commdsl.values import at, distinct, ident
 
 FOLDED_LOCALS = (ComputeRec, ExpectRec, PrintRec, ReadRec)
@@ -341,9 +341,9 @@ class Observer:
         not foldable."""
         return None
 
-    def snapshot(self) -> object | None:
-        """The observer's state between two periods of a loop every rank runs in step, for `settled`; None: it
-        cannot fold now."""
+    def snapshot(self, period: np.ndarray) -> object | None:
+        """The observer's state between two periods of a loop every rank runs in step (`period`: the records of the
+        one that just ended), for `settled`; None: it cannot fold now."""
         return None
 
     def settled(self, snaps: list) -> object | None:
@@ -554,6 +554,8 @@ class Engine:
         self.queues: dict[int, deque] = {}
         self.stream_of: dict[int, int] = {}
         self.plans: dict[tuple, tuple] = {}  # see `exchange_plan`
+        self.ramps: dict[int, np.ndarray] = {}  # 0 .. n - 1 as a column, per n (`aligned`)
+        self.firsts: dict[int, np.ndarray | None] = {}  # per wait record: `aligned`
         # a loop's alike iterations folded for an observer that times them (`steady`); not for a run that keeps
         # vector clocks, which must see every message
         self.steady = Steady(self) if self.obs.folds and self.clocks is None else None
@@ -586,8 +588,6 @@ class Engine:
     def run_ready(self) -> bool:
         """Every rank that is not waiting runs until it must wait (or finishes)."""
         moved = False
-        if self.steady is not None:  # the engine matched or completed something since: a new watch
-            self.steady.stepped(None)
         while True:
             R = np.flatnonzero(~self.blocked & (self.pc < self.length))
             if not R.size:
@@ -603,57 +603,174 @@ class Engine:
             for rid, G in _by_head(heads, R):
                 rec = self.s.records[rid]
                 if not (type(rec) is CollectiveRec and self.collective_run(G)):
-                    key = self.lockstep_key(rec) if self.steady is not None and G is self.everyone else None
+                    key = None
+                    if self.steady is not None and G is self.everyone:
+                        if self.steady.boundary():
+                            break  # folded: every rank is further on
+                        key = self.lockstep_key(rec)
                     self.obs.stepping(rec, G)
                     self.step(rec, G, rec.positions(G))
                     if self.steady is not None:
                         self.steady.stepped(key)
 
-    def lockstep_key(self, rec, planned: bool = False):
-        """What the cost of record `rec` depends on when every rank runs it at once and it takes the fast path
-        (a local op; a self-matched batch with nothing else pending), for `Steady`: the batch's plan and the
-        observer's `cost_key`. None for any other record, or where the observer cannot say. `planned`: a batch
-        is not asked for its plan (a key equal to a planned batch's has one)."""
-        t = type(rec)
+    def lockstep_key(self, rec):
+        """What record `rec` does and what its cost depends on when every rank runs it, for `Steady`: a
+        point-to-point op's (or a batch's ops') peers, tags, group and whether it blocks or binds a request, a
+        wait's requests as which earlier records posted them, and the observer's `cost_key`. None for a record
+        the watch does not span (a collective, a `new_group`), or where the observer cannot say."""
         if rec.ranks.size != self.W or self.steady is None:
             return None
-        value = self.steady.values
+        t = type(rec)
         if t is BatchRec:
-            if rec.req is not None or len(self.pending) or self.fresh or self.running or self.bad_msgs:
-                return None
-            if not planned and self.exchange_plan(rec) is None:
-                return None
-            plan = (value(rec.ranks),) + tuple(
-                (op.is_send, value(op.ranks), value(op.peer), value(op.tag), op.gid is None) for op in rec.ops
-            )
+            plan = (self.steady.values(rec.ranks), rec.blocking, rec.req is None, *map(self.p2p_key, rec.ops))
+        elif t is P2PRec:
+            plan = self.p2p_key(rec)
+        elif t is WaitRec:
+            plan = self.wait_key(rec)
         elif t in FOLDED_LOCALS:
             plan = None
         else:
             return None
-        cost = self.obs.cost_key(rec, value)
+        cost = self.obs.cost_key(rec, self.steady.values)
         return None if cost is None else (plan, cost)
 
+    def p2p_key(self, op: P2PRec) -> tuple:
+        """What the engine reads of a send or receive: the same at every iteration of a loop that repeats it."""
+        value = self.steady.values
+        tag = value(op.tag) if self.model.tags else None
+        gid = None if op.gid is None else value(op.gid)
+        return (op.is_send, op.blocking, op.req is None, op.from_any, value(op.ranks), value(op.peer), tag, gid)
+
+    def wait_key(self, rec: WaitRec) -> tuple:
+        """A wait's requests as the records that posted them, counted back from the wait, and the positions
+        in them: the wait of the next iteration, on that iteration's requests, has the same key."""
+        first = self.aligned(rec)
+        if first is not None:  # the common case, cheaply: each handle one record's requests at the wait's positions
+            return (rec.all, first.size, tuple((rec.id - self.s.requests.record[first]).tolist()))
+        req = self.s.requests
+        counts = np.diff(rec.starts)
+        owner = np.repeat(np.arange(counts.size), counts)
+        back = rec.id - req.record[rec.reqs].astype(np.int64)
+        return (rec.all, _uniform(counts), _uniform(back, counts), _uniform(req.pos[rec.reqs] - owner, counts))
+
+    def aligned(self, rec: WaitRec) -> np.ndarray | None:
+        """The first rank's requests of wait `rec` where every rank waits as many and the k-th of each rank is
+        one record's request at that rank's position in the wait, request ids running with the positions (a
+        record's requests are numbered in its ranks' order): `wait h, r` on every rank; else None. Kept per
+        wait: the fold's lookahead asks, then the fold."""
+        got = self.firsts.get(rec.id, False)
+        if got is not False:
+            return got
+        n, reqs = rec.starts.size - 1, rec.reqs
+        first = None
+        if n and not reqs.size % n:
+            c = reqs.size // n
+            grid = reqs.reshape(n, c)
+            ramp = self.ramps.get(n)
+            if ramp is None:
+                ramp = self.ramps[n] = np.arange(n, dtype=np.int64)[:, None]
+            req = self.s.requests
+            if (
+                rec.starts[-1] == reqs.size
+                and (rec.starts[:-1] == ramp[:, 0] * c).all()
+                and ((grid - grid[0]) == ramp).all()
+                and (req.record[grid[0]] == req.record[grid[-1]]).all()
+                and not req.pos[grid[0]].any()
+            ):
+                first = grid[0]
+        self.firsts[rec.id] = first
+        return first
+
+    def snapshot(self, P: int) -> tuple | None:
+        """The state at a boundary between two periods of P records every rank runs in step, for `Steady`:
+        None unless the engine is at rest (every rank free to go on, nothing posted, queued or called that has not
+        completed, and the period just run waited for every request it posted: what a fold leaves behind is then
+        only what the observer holds), else the problems found so far, which must not grow across the periods,
+        and the observer's `snapshot`."""
+        start = int(self.first[0] + self.pc[0])
+        if (
+            self.blocked.any()
+            or len(self.pending)
+            or self.fresh
+            or self.running
+            or self.queues
+            or len(self.arrivals)
+            or self.fresh_calls
+            or self.meeting
+            or not self.waits_within(self.flat[start - P : start][None, :])
+        ):
+            return None
+        found = (len(self.bad), self.bad_msgs_kept, len(self.double_waits))
+        obs = self.obs.snapshot(self.flat[start - P : start])
+        return None if obs is None else (found, obs)
+
     def fold(self, keys: list, snaps: list) -> bool:
-        """Every rank has just run a period of records with these keys, the observer's state taken at the last
-        period boundaries (`snaps`): move every rank past the whole periods of alike records that follow, where
-        the observer's state shifted alike across those periods (`Observer.settled`). False where it did not or
-        none follow."""
-        shift = self.obs.settled(snaps)
+        """Every rank has just run a period of records with these keys, the state taken at the last period
+        boundaries (`snaps`, from `snapshot`): move every rank past the whole periods of alike records that follow,
+        where nothing went wrong in them, the observer's state shifted alike (`Observer.settled`) and each
+        period waits only for requests it posts itself (`waits_within`). False where not, or none follow."""
+        if any(found != snaps[-1][0] for found, _ in snaps):
+            return False
+        shift = self.obs.settled([obs for _, obs in snaps])
         if shift is None:
             return False
+        P = len(keys)
         live = self.length - self.pc
         start, end = int(self.first[0] + self.pc[0]), int(self.first[0] + self.length[0])
         rids = (rid for j in range(start, end, 1024) for rid in self.flat[j : min(j + 1024, end)].tolist())
-        periods = whole_periods(keys, (self.lockstep_key(self.s.records[rid], planned=True) for rid in rids))
-        span = periods * len(keys)
+        periods = whole_periods(keys, (self.lockstep_key(self.s.records[rid]) for rid in rids))
+        span = periods * P
         if periods < FEWEST_FOLDED or (live < span).any():
             return False
         for ends in (self.first + self.pc, self.first + self.pc + span - 1):  # every rank runs the same records
             if (self.flat[ends] != self.flat[ends[0]]).any():
                 return False
-        self.obs.fold(shift, periods, self.flat[start - len(keys) : start + span].reshape(periods + 1, len(keys)))
+        block = self.flat[start - P : start + span].reshape(periods + 1, P)
+        if not self.waits_within(block):
+            return False
+        self.obs.fold(shift, periods, block)
+        self.waited_in_fold(block)
         self.pc += span
         return True
+
+    def waits_within(self, block: np.ndarray) -> bool:
+        """Whether the periods of records `block` (the last one run, row 0, and those to fold) are one another's
+        records one stride of ids on, and each wait of a period waits for requests its period's earlier
+        records posted, all of them: what a folded period leaves behind is then done and waited."""
+        if ((block - block[:, :1]) != (block[0] - block[0, 0])).any():
+            return False
+        req = self.s.requests
+        place = {rid: j for j, rid in enumerate(block[0].tolist())}
+        posted = waited = 0
+        for j, rid in enumerate(block[0].tolist()):
+            rec = self.s.records[rid]
+            if type(rec) is WaitRec:
+                by = distinct(req.record[rec.reqs].astype(np.int64)).tolist()
+                if any(place.get(r, j) >= j for r in by):
+                    return False
+                waited += rec.reqs.size
+            elif type(rec) in (P2PRec, BatchRec) and rec.req is not None:
+                posted += rec.ranks.size
+        return posted == waited
+
+    def waited_in_fold(self, block: np.ndarray) -> None:
+        """The requests of the folded periods (`block`'s rows after the first) done and waited, as running them
+        would have left them (an `aligned` wait's as runs of ids)."""
+        for j, rid in enumerate(block[0].tolist()):
+            if type(self.s.records[rid]) is not WaitRec:
+                continue
+            for later in block[1:, j].tolist():
+                rec = self.s.records[later]
+                first = self.aligned(rec)
+                if first is None:
+                    counts = np.diff(rec.starts)
+                    self.req_done[rec.reqs] = True
+                    self.req_waited[rec.reqs] = rec.base + np.repeat(np.arange(counts.size), counts)
+                    continue
+                n = rec.starts.size - 1
+                for q in first.tolist():
+                    self.req_done[q : q + n] = True
+                    self.req_waited[q : q + n] = self.ramps[n][:, 0] + rec.base
 
     def advance(self, G: np.ndarray) -> None:
         """Ranks G go on to their next record (every rank at once without an index: a common case)."""
@@ -1609,6 +1726,20 @@ _PER_RANK = ("root", "scale", "contribution")
 statement: where the statement's value is per rank (an array, not one number)."""
 _PER_STATEMENT = ("kind", "redop", "dtype", "buffers", "block")
 """The columns a statement fixes (as it fixes whether the call is blocking): members at one statement agree."""
+
+
+def _uniform(a: np.ndarray, counts: np.ndarray | None = None):
+    """A key's part for array `a`: one number where every value is the same; with `counts` (how many values
+    each rank has), one tuple where every rank's values are the same; else `a` by its values."""
+    if not a.size:
+        return ()
+    if counts is not None and counts.size and (counts == counts[0]).all() and counts[0]:
+        rows = a.reshape(counts.size, int(counts[0]))
+        if (rows == rows[0]).all():
+            return tuple(rows[0].tolist())
+    elif (a == a[0]).all():
+        return a[0].item()
+    return ByValue(a)
 
 
 def _join(parts: list[tuple[np.ndarray | int, int]]) -> np.ndarray:

@@ -1603,14 +1603,18 @@ class Expander:
     def slots(self, name: str, slot) -> list[tuple[np.ndarray | slice, np.ndarray]]:
         """[(which of the ranks, the requests per rank of that slot)] for a slot that may differ by rank."""
         if not is_vec(slot):
-            return [(slice(None), self.handles.setdefault((name, slot), np.full(self.W, -1, dtype=np.int64)))]
+            return [(slice(None), self.held_by(name, slot))]
         values, inverse = np.unique(slot, return_inverse=True)
         order = np.argsort(inverse, kind="stable")  # the ranks of each slot together: linear, not ranks × slots
         cuts = np.cumsum(np.bincount(inverse, minlength=values.size))[:-1]
-        return [
-            (which, self.handles.setdefault((name, u), np.full(self.W, -1, dtype=np.int64)))
-            for u, which in zip(values.tolist(), np.split(order, cuts))
-        ]
+        return [(which, self.held_by(name, u)) for u, which in zip(values.tolist(), np.split(order, cuts))]
+
+    def held_by(self, name: str, slot) -> np.ndarray:
+        """The request each rank's handle `name` (slot `slot`, or None) holds, -1 where none: made at its first use."""
+        held = self.handles.get((name, slot))
+        if held is None:
+            held = self.handles[(name, slot)] = np.full(self.W, -1, dtype=np.int64)
+        return held
 
     def track(self, handle: n.HandleRef | None, slot, A, req: np.ndarray) -> None:
         if handle is not None:

@@ -9,14 +9,17 @@ slowest hop has paced every rank), every further alike iteration shifts them by 
 are the state now plus m shifts, without timing each.
 
 `Steady` watches the records the engine runs with every rank in step (`Engine.run_ready`), each reduced to a
-key of what its cost depends on (`Engine.lockstep_key`: the batch's exchange plan and the observer's
-`Observer.cost_key`, its bytes). Where the keys repeat with a period of P records, it takes the observer's
-state (`Observer.snapshot`) at three period boundaries in a row and hands them to the engine (`Engine.fold`):
-the observer says whether its state shifted alike across them (`Observer.settled`), the engine looks ahead
-for how many whole periods of alike records follow for every rank, and where they are at least
-`FEWEST_FOLDED` the observer applies them as shifts (`Observer.fold`) and the engine moves every rank past
-them. Anything else the engine does (a rank that waits, a collective, a batch it must match op by op) breaks
-the watch.
+key of what it does and what its cost depends on (`Engine.lockstep_key`: a point-to-point op's peers, tags and
+whether it blocks or binds a request, a wait's requests as which earlier records posted them, and the
+observer's `Observer.cost_key`, its bytes). Where the keys repeat with a period of P records, it takes the state
+at three period boundaries in a row (`Engine.snapshot`: only where the engine is at rest, every rank free to go
+on with nothing posted, queued or called that has not completed; a loop of `isend`, `recv` and `wait` is at
+rest between its iterations, not inside them, so the boundary is looked for at each of a period's records)
+and hands them to the engine (`Engine.fold`): the observer says whether its state shifted alike across them
+(`Observer.settled`), the engine looks ahead for how many whole periods of alike records follow for every rank,
+and where they are at least `FEWEST_FOLDED`, each waiting only for requests its own records posted, the
+observer applies them as shifts (`Observer.fold`) and the engine moves every rank past them. Anything else (a
+rank that runs a record the others do not, a collective, a `new_group`) breaks the watch.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ class Steady:
         self.seen: dict[Hashable, int] = {}  # each key's latest index
         self.period = 0  # P while three periods' states are being taken, else 0
         self.snaps: list[object] = []
-        self.due = 0  # the index after which the next state is taken
+        self.due = 0  # the boundary (before record `due`) at which the next state is taken
+        self.last_try = 0  # the last boundary the first state of a period may be taken at
         self.calm = 0  # no period is looked for before this index (after a declined fold)
         self.declined = 0
 
@@ -86,12 +90,9 @@ class Steady:
         before = self.seen.get(key)
         self.seen[key] = i
         if self.period:
-            P = self.period
-            if key != keys[-1 - P]:  # the iteration changed: watch again from here
+            if key != keys[-1 - self.period]:  # the iteration changed: watch again from here
                 self.period = 0
                 self.snaps.clear()
-            elif i == self.due:
-                self.take(i)
             return
         if before is None or i < self.calm:
             return
@@ -102,21 +103,28 @@ class Steady:
         if all(keys[-(j + 1) * P : -j * P] == tail for j in range(1, WATCHED)):
             self.period = P
             self.snaps.clear()
-            self.take(i)
+            self.due = i + 1
+            self.last_try = i + P
 
-    def take(self, i: int) -> None:
-        """The state at the boundary after record i; with WATCHED of them, try to fold."""
-        snap = self.e.obs.snapshot()
+    def boundary(self) -> bool:
+        """Every rank is about to run its next record together: take the state here where one is due, and with
+        WATCHED of them try to fold. True where the engine folded (its ranks moved on)."""
+        if not self.period or self.count != self.due:
+            return False
+        i, P = self.count, self.period
+        snap = self.e.snapshot(P)
         if snap is None:
-            self.period = 0
-            self.snaps.clear()
-            self.calm = i + 1 + LONGEST_PERIOD
-            return
+            if not self.snaps and i < self.last_try:  # not at rest here: the period's next boundary may be
+                self.due = i + 1
+            else:
+                self.period = 0
+                self.snaps.clear()
+                self.calm = i + LONGEST_PERIOD
+            return False
         self.snaps.append(snap)
-        self.due = i + self.period
+        self.due = i + P
         if len(self.snaps) < WATCHED:
-            return
-        P = self.period
+            return False
         folded = self.e.fold(self.keys[-P:], list(self.snaps))
         self.period = 0
         self.snaps.clear()
@@ -124,7 +132,8 @@ class Steady:
             self.reset()
         else:  # not (yet) a uniform shift: look again later, less often each time
             self.declined += 1
-            self.calm = i + 1 + P * (2 ** min(self.declined, 10))
+            self.calm = i + P * (2 ** min(self.declined, 10))
+        return folded
 
 
 class ByValue:

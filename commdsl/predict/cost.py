@@ -251,7 +251,8 @@ class Settled:
     times: list[np.ndarray]
     sums: list[np.ndarray]
     same: tuple
-    path: tuple | None  # where the path graph stood: its node count, its chunks, `last` and `Dnode`
+    path: tuple | None  # where the path graph stood: its node count, its chunks, `last`, `Dnode`, `streams`' nodes
+    streams: np.ndarray | None = None  # NCCL: when each stream's last async request ended (`stream_last`, by stream)
 
 
 @dataclass
@@ -264,6 +265,7 @@ class Shift:
     moved: list[np.ndarray]
     grew: list[np.ndarray]
     nodes: tuple | None = None  # where the path graph is kept: the last period's nodes (`Clocks.period_nodes`)
+    streams: np.ndarray | None = None  # NCCL: which streams' last requests' ends moved (as `moved`)
 
 
 @dataclass
@@ -360,8 +362,11 @@ class Clocks(Observer):
         self.track = track is not None
         self.last = np.full(W, -1, dtype=np.int64)  # per rank: its latest node on the path graph
         self.Dnode = np.full(W, -1, dtype=np.int64)
-        self.req_post_node = np.full(R, -1, dtype=np.int64)
-        self.req_end_node = np.full(R, -1, dtype=np.int64)
+        # each request's path nodes (-1: none); untracked, never read, so left as the OS's zero pages (a ring of
+        # isends at world 4096 has 33.5 million requests: two such arrays filled cost 0.75 s)
+        nodes_of = (lambda: np.full(R, -1, dtype=np.int64)) if self.track else (lambda: np.zeros(R, dtype=np.int64))
+        self.req_post_node = nodes_of()
+        self.req_end_node = nodes_of()
         self.nodes: list[tuple[np.ndarray, ...]] = []  # (rec, rank, peer, pred, start, end) chunks
         self.count = 0
         self.routes: dict[tuple[int, ...], Route] = {}
@@ -418,13 +423,13 @@ class Clocks(Observer):
         t = type(rec)
         expanded = self.nbytes.schedules
         line = (int(self.line_col[rec.id]),) if self.track else ()
-        if t is BatchRec:
-            ops = tuple((op.dtype, *(value(s.records[op.id].view.numel) for s in expanded)) for op in rec.ops)
-            return ops + line
+        if t is BatchRec or t is P2PRec:
+            ops = rec.ops if t is BatchRec else [rec]
+            return tuple((op.dtype, *(value(s.records[op.id].view.numel) for s in expanded)) for op in ops) + line
         if t is ComputeRec:
             numel = (value(s.records[rec.id].target.numel) for s in expanded)
             return (id(rec.node), rec.op, len(rec.reads), *numel, *line)
-        return (t, *line)  # a check, a print, a data read: the rank's clock only catches up
+        return (t, *line)  # a wait, a check, a print, a data read: the rank's clock only catches up
 
     def time_arrays(self) -> list[tuple[np.ndarray, slice | list[int]]]:
         """The clocks' times a fold shifts, each with the sizes it holds: the ranks', the ports' (those a ring step
@@ -446,25 +451,38 @@ class Clocks(Observer):
         routes = list(self.routes.values())
         return routes + [r.streamed for r in routes if r.streamed is not None]
 
-    def snapshot(self) -> Settled | None:
-        if self.stream_last:
-            return None
+    def snapshot(self, period: np.ndarray) -> Settled | None:
         routes = self.kept_routes()
         same: tuple = (
             None if self.held is None else id(self.held[0]),
             tuple(id(r) for r in routes),
             None if self.from_communication is None else self.from_communication.tobytes(),
         )
-        path = None
+        path: tuple | None = None
         if self.track:  # the lines ranks ran and are in; where the path graph stands
             line = np.where(self.in_rec >= 0, self.line_col[self.in_rec], -1)
             same += (self.ran.tobytes(), line.tobytes())
             path = (self.count, len(self.nodes), self.last.copy(), self.Dnode.copy())
+        streams = None
+        if self.stream_last:  # NCCL: what a stream's next op follows: a request of the period's records (by how
+            # many records back and its position), or one posted before them (by its id)
+            keys = np.fromiter(self.stream_last, dtype=np.int64, count=len(self.stream_last))
+            order = np.argsort(keys)
+            reqs = np.fromiter(self.stream_last.values(), dtype=np.int64, count=keys.size)[order]
+            if not self.req_done[reqs].all():
+                return None
+            back = int(period[-1]) - self.s.requests.record[reqs].astype(np.int64)
+            which = np.where(back < period.size, back, -1 - reqs)
+            same += (keys[order].tobytes(), which.tobytes(), self.s.requests.pos[reqs].tobytes())
+            streams = self.req_end[reqs]
+            if path is not None:
+                path += (self.req_end_node[reqs],)
         return Settled(
             [a.copy() for a, _ in self.time_arrays()],
             [a.copy() for a in self.running_sums()] + [_load_and_busy(r) for r in routes],
             same,
             path,
+            streams,
         )
 
     def settled(self, snaps: list) -> Shift | None:
@@ -485,6 +503,11 @@ class Clocks(Observer):
             moved.append(m)
         if not moved[0][:, delta > 0].all():  # a rank whose clock stood still while the others' moved
             return None
+        streams = None
+        if last.streams is not None:
+            streams = moved_alike([s.streams for s in snaps], delta, floor)
+            if streams is None:
+                return None
         grew = []
         for sums in zip(*(s.sums for s in snaps)):
             steps = [b - a for a, b in zip(sums, sums[1:])]
@@ -494,7 +517,7 @@ class Clocks(Observer):
         nodes = self.period_nodes([s.path for s in snaps]) if self.track else None
         if self.track and nodes is None:
             return None
-        return Shift(delta, moved, grew, nodes)
+        return Shift(delta, moved, grew, nodes, streams)
 
     def period_nodes(self, marks: list) -> tuple | None:
         """The last period's nodes of the path graph, for a fold to repeat (`Shift.nodes`: their count, their
@@ -506,7 +529,7 @@ class Clocks(Observer):
         if counts[-2] - counts[-3] != n:
             return None
         moving = []
-        for j, now in ((2, self.last), (3, self.Dnode)):
+        for j, now in enumerate(marks[-1][2:], start=2):  # `last`, `Dnode` and the streams' last requests' nodes
             before, then = marks[0][j], marks[1][j]
             on = (then - before == n) & (now - then == n) & (now >= counts[-2] - n)
             if (~(on | (now == before) & (now == then))).any():
@@ -531,6 +554,32 @@ class Clocks(Observer):
             r.busy = r.busy + periods * g[1]
         if shift.nodes is not None:
             self.repeat_nodes(shift.nodes, rids, shift.delta[self.k])
+        if shift.streams is not None:
+            self.follow_on(shift, periods, rids)
+
+    def follow_on(self, shift: Shift, periods: int, rids: np.ndarray) -> None:
+        """NCCL: each stream's last request as after the folded periods: where the last period posted it, the same
+        request of the last folded period's record, ending that many shifts later (its path node that many
+        periods' nodes on); one posted before the loop stays."""
+        keys = np.fromiter(self.stream_last, dtype=np.int64, count=len(self.stream_last))
+        order = np.argsort(keys)
+        keys, old = keys[order], np.fromiter(self.stream_last.values(), dtype=np.int64, count=keys.size)[order]
+        back = int(rids[0, -1]) - self.s.requests.record[old].astype(np.int64)
+        inside = back < rids.shape[1]
+        assert shift.streams is not None  # `fold` calls this only then
+        keys, old, back, moved = keys[inside], old[inside], back[inside], shift.streams[inside]
+        pos = self.s.requests.pos[old]
+        new = np.empty_like(old)
+        for b in distinct(back).tolist():
+            sel = back == b
+            rec = self.s.records[int(rids[-1, -1]) - b]
+            new[sel] = at(rec.req, pos[sel], 0)
+        self.req_end[new] = self.req_end[old] + np.where(moved, periods * shift.delta, 0.0)
+        self.req_done[new] = True
+        if shift.nodes is not None:
+            n, _, moving = shift.nodes
+            self.req_end_node[new] = self.req_end_node[old] + np.where(moving[2][inside], periods * n, 0)
+        self.stream_last.update(zip(keys.tolist(), new.tolist()))
 
     def repeat_nodes(self, last_period: tuple, rids: np.ndarray, delta: float) -> None:
         """The path graph's nodes of the folded periods (`rids`: the records of the last period, row 0, and of each
