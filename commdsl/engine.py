@@ -648,8 +648,7 @@ class Engine:
         if first is not None:  # the common case, cheaply: each handle one record's requests at the wait's positions
             return (rec.all, first.size, tuple((rec.id - self.s.requests.record[first]).tolist()))
         req = self.s.requests
-        counts = np.diff(rec.starts)
-        owner = np.repeat(np.arange(counts.size), counts)
+        counts, owner = _waiters(rec)
         back = rec.id - req.record[rec.reqs].astype(np.int64)
         return (rec.all, _uniform(counts), _uniform(back, counts), _uniform(req.pos[rec.reqs] - owner, counts))
 
@@ -763,9 +762,8 @@ class Engine:
                 rec = self.s.records[later]
                 first = self.aligned(rec)
                 if first is None:
-                    counts = np.diff(rec.starts)
                     self.req_done[rec.reqs] = True
-                    self.req_waited[rec.reqs] = rec.base + np.repeat(np.arange(counts.size), counts)
+                    self.req_waited[rec.reqs] = rec.base + _waiters(rec)[1]
                     continue
                 n = rec.starts.size - 1
                 for q in first.tolist():
@@ -1726,6 +1724,12 @@ _PER_RANK = ("root", "scale", "contribution")
 statement: where the statement's value is per rank (an array, not one number)."""
 _PER_STATEMENT = ("kind", "redop", "dtype", "buffers", "block")
 """The columns a statement fixes (as it fixes whether the call is blocking): members at one statement agree."""
+
+
+def _waiters(rec: WaitRec) -> tuple[np.ndarray, np.ndarray]:
+    """How many requests each rank of wait `rec` waits for, and each request's rank position in the wait."""
+    counts = np.diff(rec.starts)
+    return counts, np.repeat(np.arange(counts.size), counts)
 
 
 def _uniform(a: np.ndarray, counts: np.ndarray | None = None):

@@ -466,14 +466,12 @@ class Clocks(Observer):
         streams = None
         if self.stream_last:  # NCCL: what a stream's next op follows: a request of the period's records (by how
             # many records back and its position), or one posted before them (by its id)
-            keys = np.fromiter(self.stream_last, dtype=np.int64, count=len(self.stream_last))
-            order = np.argsort(keys)
-            reqs = np.fromiter(self.stream_last.values(), dtype=np.int64, count=keys.size)[order]
+            keys, reqs = self.stream_lasts()
             if not self.req_done[reqs].all():
                 return None
             back = int(period[-1]) - self.s.requests.record[reqs].astype(np.int64)
             which = np.where(back < period.size, back, -1 - reqs)
-            same += (keys[order].tobytes(), which.tobytes(), self.s.requests.pos[reqs].tobytes())
+            same += (keys.tobytes(), which.tobytes(), self.s.requests.pos[reqs].tobytes())
             streams = self.req_end[reqs]
             if path is not None:
                 path += (self.req_end_node[reqs],)
@@ -557,13 +555,18 @@ class Clocks(Observer):
         if shift.streams is not None:
             self.follow_on(shift, periods, rids)
 
+    def stream_lasts(self) -> tuple[np.ndarray, np.ndarray]:
+        """NCCL: the streams with a last async request (`stream_last`), ascending, and those requests."""
+        keys = np.fromiter(self.stream_last, dtype=np.int64, count=len(self.stream_last))
+        reqs = np.fromiter(self.stream_last.values(), dtype=np.int64, count=keys.size)
+        order = np.argsort(keys)
+        return keys[order], reqs[order]
+
     def follow_on(self, shift: Shift, periods: int, rids: np.ndarray) -> None:
         """NCCL: each stream's last request as after the folded periods: where the last period posted it, the same
         request of the last folded period's record, ending that many shifts later (its path node that many
         periods' nodes on); one posted before the loop stays."""
-        keys = np.fromiter(self.stream_last, dtype=np.int64, count=len(self.stream_last))
-        order = np.argsort(keys)
-        keys, old = keys[order], np.fromiter(self.stream_last.values(), dtype=np.int64, count=keys.size)[order]
+        keys, old = self.stream_lasts()
         back = int(rids[0, -1]) - self.s.requests.record[old].astype(np.int64)
         inside = back < rids.shape[1]
         assert shift.streams is not None  # `fold` calls this only then
